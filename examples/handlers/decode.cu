@@ -1,0 +1,38 @@
+// Example handlers in a second translation unit: a syndrome-style parity decode and an echo,
+// sharing a device helper defined in another translation unit (bits.cu), so the link must
+// resolve a cross-TU call.
+#include "cudaq_rt/exports.h"
+
+#include <stdint.h>
+
+extern __device__ uint32_t popcount_bytes(const uint8_t *p, uint32_t n);
+
+// parity: input is bytes; output one byte per input byte, the parity of its bits, then the
+// total popcount as a uint32.
+static __device__ int parity(const void *input, void *output, uint32_t arg_len,
+                             uint32_t max_result_len, uint32_t *result_len) {
+  if (max_result_len < arg_len + 4)
+    return 2;
+  const uint8_t *in = static_cast<const uint8_t *>(input);
+  uint8_t *out = static_cast<uint8_t *>(output);
+  for (uint32_t i = 0; i < arg_len; ++i)
+    out[i] = static_cast<uint8_t>(__popc(in[i]) & 1);
+  uint32_t total = popcount_bytes(in, arg_len);
+  for (int b = 0; b < 4; ++b)
+    out[arg_len + b] = static_cast<uint8_t>(total >> (8 * b));
+  *result_len = arg_len + 4;
+  return 0;
+}
+CUDAQ_RT_EXPORT_HANDLER(parity, parity);
+
+// echo: returns its input.
+static __device__ int echo(const void *input, void *output, uint32_t arg_len,
+                           uint32_t max_result_len, uint32_t *result_len) {
+  if (max_result_len < arg_len)
+    return 2;
+  for (uint32_t i = 0; i < arg_len; ++i)
+    static_cast<uint8_t *>(output)[i] = static_cast<const uint8_t *>(input)[i];
+  *result_len = arg_len;
+  return 0;
+}
+CUDAQ_RT_EXPORT_HANDLER(echo, echo);

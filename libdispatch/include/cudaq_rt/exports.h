@@ -1,0 +1,86 @@
+/* cudaq_rt/exports.h: how handlers and dispatch kernels are exported, and how cudaq-rt-pack finds
+ * them.
+ *
+ * A handler is exported twice:
+ *
+ * - on the device, as a pointer global with C linkage named cudaq_rt_handler__<name>, set to the
+ *   handler. A device function pointer is only valid inside the module that defines it, so the
+ *   runtime reads these globals out of the linked module to fill the dispatch kernel's function
+ *   table, and cudaq-rt-link keeps them alive (-variables-used) and checks each linked cubin
+ *   defines them;
+ * - on the host, as a 128-byte cudaq_rt_export_record in the allocated section .cudaq_rt_exports.
+ *   Section headers survive `strip`, symbol tables do not, so this is how cudaq-rt-pack finds the
+ *   exports of stripped executables and shared libraries. The host linker concatenates the records
+ *   of every translation unit; each is 8-aligned and a multiple of 8 long, so they stay back to
+ *   back.
+ *
+ * Usable from C and C++ (the record) and CUDA (the macros). */
+#ifndef CUDAQ_RT_EXPORTS_H
+#define CUDAQ_RT_EXPORTS_H
+
+#include "cudaq_rt/wire.h"
+
+#define CUDAQ_RT_EXPORTS_SECTION ".cudaq_rt_exports"
+#define CUDAQ_RT_EXPORT_MAGIC 0x58525143u /* 'CQRX' */
+#define CUDAQ_RT_EXPORT_VERSION 1u
+#define CUDAQ_RT_EXPORT_HANDLER_KIND 1u
+#define CUDAQ_RT_EXPORT_DISPATCH_KERNEL_KIND 2u
+#define CUDAQ_RT_EXPORT_NAME_CAPACITY 112u
+#define CUDAQ_RT_HANDLER_SYMBOL_PREFIX "cudaq_rt_handler__"
+
+typedef struct cudaq_rt_export_record {
+  uint32_t magic;       /* CUDAQ_RT_EXPORT_MAGIC */
+  uint16_t version;     /* CUDAQ_RT_EXPORT_VERSION */
+  uint16_t kind;        /* CUDAQ_RT_EXPORT_*_KIND */
+  uint32_t function_id; /* FNV-1a of name (handlers), 0 for kernels */
+  uint32_t name_size;   /* bytes of name before its NUL */
+  char name[CUDAQ_RT_EXPORT_NAME_CAPACITY];
+} cudaq_rt_export_record;
+
+#ifdef __cplusplus
+static_assert(sizeof(cudaq_rt_export_record) == 128, "export records are 128 bytes");
+#endif
+
+/* The handler ABI: returns the status (0 ok, > 0 handler-defined). `input` holds arg_len bytes,
+ * `output` has room for max_result_len bytes, and the two never overlap. */
+typedef int (*cudaq_rt_handler_fn)(const void *input, void *output, uint32_t arg_len,
+                                   uint32_t max_result_len, uint32_t *result_len);
+
+#if defined(__CUDACC__)
+
+#if defined(__has_attribute)
+#if __has_attribute(retain)
+#define CUDAQ_RT_RETAIN_ retain,
+#endif
+#endif
+#ifndef CUDAQ_RT_RETAIN_
+#define CUDAQ_RT_RETAIN_
+#endif
+
+#define CUDAQ_RT_EXPORT_RECORD_(kind, id, name)                                                    \
+  static_assert(sizeof(#name) <= CUDAQ_RT_EXPORT_NAME_CAPACITY, "export name too long: " #name);   \
+  __attribute__((section(CUDAQ_RT_EXPORTS_SECTION), used, CUDAQ_RT_RETAIN_ aligned(8)))            \
+  static const cudaq_rt_export_record cudaq_rt_export_record__##name = {                           \
+      CUDAQ_RT_EXPORT_MAGIC, CUDAQ_RT_EXPORT_VERSION, kind, id, sizeof(#name) - 1, #name}
+
+/* Exports `fn` (which may be static) under `name`, a C identifier; its function_id is
+ * cudaq_rt_function_id("name"). The global sits in an extern "C" block on purpose: written as
+ * `extern "C" __device__ T x = ...;` nvcc takes it as a declaration and the host link fails on an
+ * undefined shadow. */
+#define CUDAQ_RT_EXPORT_HANDLER(fn, name)                                                          \
+  extern "C" {                                                                                     \
+  __device__ cudaq_rt_handler_fn cudaq_rt_handler__##name = fn;                                    \
+  }                                                                                                \
+  CUDAQ_RT_EXPORT_RECORD_(CUDAQ_RT_EXPORT_HANDLER_KIND, ::cudaq_rt::function_id(#name), name)
+
+/* The name CUDA-Q realtime uses for the same job. */
+#define CUDAQ_REALTIME_EXPORT_DEVICE_FUNCTION(fn, name) CUDAQ_RT_EXPORT_HANDLER(fn, name)
+
+/* Marks an extern "C" __global__ kernel with the cudaq_rt_dispatch_kernel_fn signature
+ * (cudaq_rt/dispatch.h) as a custom dispatch kernel that cudaq-rt-pack records in the manifest. */
+#define CUDAQ_RT_EXPORT_DISPATCH_KERNEL(kernel)                                                    \
+  CUDAQ_RT_EXPORT_RECORD_(CUDAQ_RT_EXPORT_DISPATCH_KERNEL_KIND, 0u, kernel)
+
+#endif /* __CUDACC__ */
+
+#endif /* CUDAQ_RT_EXPORTS_H */

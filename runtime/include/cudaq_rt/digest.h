@@ -1,0 +1,51 @@
+// SHA-256 digests, the names of everything content-addressed: package blobs, sources, link
+// inputs, cubins and link-cache keys. Written `sha256:<64 hex>` in manifests (as in OCI).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace cudaq_rt {
+
+struct Digest {
+  std::array<uint8_t, 32> bytes{};
+
+  std::string hex() const;
+  std::string str() const { return "sha256:" + hex(); }
+  // Accepts `sha256:<64 lowercase hex>` only.
+  static std::optional<Digest> parse(std::string_view text);
+  friend bool operator==(const Digest &, const Digest &) = default;
+  friend auto operator<=>(const Digest &, const Digest &) = default;
+};
+
+Digest sha256(std::span<const uint8_t> data);
+Digest sha256(std::string_view data);
+
+// Incremental hashing, for keys built from several parts.
+class Sha256 {
+public:
+  Sha256();
+  ~Sha256();
+  Sha256(Sha256 &&) noexcept;
+  Sha256 &operator=(Sha256 &&) noexcept;
+  void update(std::span<const uint8_t> data);
+  void update(std::string_view data);
+  // A length-prefixed field, so that ("ab","c") and ("a","bc") hash differently.
+  void field(std::string_view data);
+  Digest finish();
+
+private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+inline std::span<const uint8_t> as_bytes(std::string_view s) {
+  return {reinterpret_cast<const uint8_t *>(s.data()), s.size()};
+}
+
+} // namespace cudaq_rt
