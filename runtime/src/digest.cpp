@@ -2,6 +2,7 @@
 #include "cudaq_rt/digest.h"
 
 #include <llvm/ADT/ArrayRef.h>
+#include <llvm/ADT/StringRef.h>
 #include <llvm/Support/SHA256.h>
 
 #include <cstring>
