@@ -1,0 +1,30 @@
+// Reads the host-side export records that CUDAQ_RT_EXPORT_HANDLER and
+// CUDAQ_RT_EXPORT_DISPATCH_KERNEL leave in .cudaq_rt_exports (layout in cudaq_rt/exports.h).
+#pragma once
+
+#include "cudaq_rt/error.h"
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace cudaq_rt {
+
+enum class ExportKind { handler, dispatch_kernel };
+const char *export_kind_name(ExportKind k);
+
+struct ExportRecord {
+  ExportKind kind = ExportKind::handler;
+  std::string name;
+  uint32_t function_id = 0; // FNV-1a of name, for handlers
+};
+
+// Parses every record of a .cudaq_rt_exports section; zero padding between records is skipped.
+Expected<std::vector<ExportRecord>> parse_export_records(std::span<const uint8_t> section,
+                                                         const std::string &subject);
+
+// The device global that carries a handler's pointer: cudaq_rt_handler__<name>.
+std::string handler_symbol(const std::string &name);
+
+} // namespace cudaq_rt

@@ -1,0 +1,327 @@
+#include "cudaq_rt/pack.h"
+
+#include "cudaq_rt/digest.h"
+#include "cudaq_rt/export_records.h"
+#include "cudaq_rt/fatbin.h"
+#include "cudaq_rt/input_file.h"
+#include "cudaq_rt/package.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace fs = std::filesystem;
+
+namespace cudaq_rt {
+namespace {
+
+constexpr const char *relfatbin_what = "section __nv_relfatbin";
+
+EntryRecord entry_record(const Entry &e) {
+  EntryRecord r;
+  r.kind = entry_kind_name(e.kind);
+  r.kind_code = e.kind;
+  r.arch = e.arch;
+  r.version_major = e.version_major;
+  r.version_minor = e.version_minor;
+  r.flags = e.flags;
+  r.compression = compression_name(e.compression);
+  r.payload_size = e.payload_size;
+  r.compressed_size = e.compressed_size;
+  r.uncompressed_size = e.uncompressed_size;
+  r.options = e.options;
+  r.name = e.name;
+  return r;
+}
+
+// An export as found in one code unit, with what it needs for the clash rules.
+struct FoundExport {
+  ExportRecord record;
+  size_t source;
+  std::string unit; // for messages
+  Role role;
+  std::set<Digest> unit_containers;
+};
+
+bool subset(const std::set<Digest> &a, const std::set<Digest> &b) {
+  return std::includes(b.begin(), b.end(), a.begin(), a.end());
+}
+
+std::string default_name(const std::vector<PackInput> &inputs) {
+  for (const PackInput &in : inputs)
+    if (in.role == Role::application) {
+      std::string file = fs::path(in.path).filename().string();
+      return file.substr(0, file.find('.'));
+    }
+  return inputs.empty() ? "" : fs::path(inputs[0].path).filename().string();
+}
+
+std::string short_digest(const Digest &d) { return d.str().substr(0, 7 + 12); }
+
+std::string arch_list(const std::vector<uint32_t> &archs) {
+  std::string s;
+  for (uint32_t a : archs)
+    s += cat(s.empty() ? "" : ",", "sm_", a);
+  return s;
+}
+
+// Resolves exports: the same name seen twice is one export only when one unit's code is part of
+// the other's (an object packed beside the executable it was linked into); otherwise two
+// different functions would claim one name. Then no two names may share a function_id.
+Expected<std::vector<ExportEntry>> resolve_exports(const std::vector<FoundExport> &found) {
+  std::map<std::string, std::vector<const FoundExport *>> by_name;
+  for (const FoundExport &f : found)
+    by_name[f.record.name].push_back(&f);
+  std::vector<ExportEntry> out;
+  for (auto &[name, all] : by_name) {
+    const FoundExport &first = *all.front();
+    ExportEntry e;
+    e.name = name;
+    e.kind = export_kind_name(first.record.kind);
+    e.function_id = first.record.function_id;
+    e.symbol = first.record.kind == ExportKind::handler ? handler_symbol(name) : name;
+    e.role = first.role;
+    for (size_t i = 0; i < all.size(); ++i) {
+      const FoundExport &f = *all[i];
+      for (size_t k = 0; k < i; ++k) {
+        const FoundExport &g = *all[k];
+        bool same_code = f.unit != g.unit && (subset(f.unit_containers, g.unit_containers) ||
+                                              subset(g.unit_containers, f.unit_containers));
+        if (f.record.kind != g.record.kind || !same_code)
+          return make_error(f.unit, export_kind_name(f.record.kind), " '", name,
+                            "' is also exported by '", g.unit,
+                            "' with different code: export names must be unique");
+      }
+      if (std::find(e.sources.begin(), e.sources.end(), f.source) == e.sources.end())
+        e.sources.push_back(f.source);
+    }
+    out.push_back(std::move(e));
+  }
+  std::map<uint32_t, const ExportEntry *> by_id;
+  for (const ExportEntry &e : out) {
+    if (e.kind != export_kind_name(ExportKind::handler))
+      continue;
+    auto [it, fresh] = by_id.emplace(e.function_id, &e);
+    if (!fresh)
+      return make_error("", "handlers '", it->second->name, "' and '", e.name,
+                        "' have the same function_id ", hex(e.function_id),
+                        " (FNV-1a collision): rename one of them");
+  }
+  return out;
+}
+
+} // namespace
+
+std::vector<std::string> code_warnings(const Manifest &m) {
+  std::vector<std::string> out;
+  for (const ContainerRecord &c : m.containers) {
+    if (c.has_ltoir())
+      continue;
+    std::set<uint32_t> cubins;
+    bool ptx = false;
+    for (const EntryRecord &e : c.entries) {
+      if (e.kind == "cubin")
+        cubins.insert(e.arch);
+      ptx |= e.kind == "ptx";
+    }
+    std::string where = c.origins.empty() ? short_digest(c.digest)
+                                          : m.sources[c.origins[0].source].path;
+    if (!c.origins.empty() && !c.origins[0].member.empty())
+      where += "(" + c.origins[0].member + ")";
+    std::string how = ptx ? "from PTX" : "";
+    if (!cubins.empty())
+      how += cat(how.empty() ? "" : ", or ", "for ",
+                 arch_list(std::vector<uint32_t>(cubins.begin(), cubins.end())),
+                 " from its cubins");
+    out.push_back(cat("'", where, "': container ", c.origins.empty() ? 0 : c.origins[0].index,
+                      " (", short_digest(c.digest), ") has no LTO-IR: it can only be linked ",
+                      how.empty() ? "nowhere (no PTX or cubin either)" : how,
+                      "; build it with -gencode arch=compute_NN,code=lto_NN"));
+  }
+  return out;
+}
+
+Expected<Inspection> inspect(const std::vector<PackInput> &inputs, const std::string &name_in) {
+  Inspection out;
+  Manifest &m = out.manifest;
+  m.name = name_in.empty() ? default_name(inputs) : name_in;
+  if (!valid_package_name(m.name))
+    return make_error(m.name, "is not a valid package name (letters, digits, '.', '_', '-')");
+  m.created_by = "cudaq-rt-pack " CUDAQ_RT_VERSION;
+  if (inputs.empty())
+    return make_error("", "no input files");
+
+  std::map<Digest, size_t> container_index;
+  std::vector<FoundExport> found;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const PackInput &pin = inputs[i];
+    auto in = InputFile::open(pin.path);
+    if (!in)
+      return std::move(in).take_error();
+    std::error_code ec;
+    fs::path abs = fs::weakly_canonical(fs::absolute(pin.path), ec);
+    m.sources.push_back({abs.string(), input_kind_name(in->kind()), in->bytes().size(),
+                         sha256(in->bytes())});
+
+    bool any_relfatbin = false, any_nv_fatbin = false;
+    for (const CodeUnit &u : in->units()) {
+      any_relfatbin |= u.has_relfatbin;
+      any_nv_fatbin |= u.has_nv_fatbin;
+    }
+    if (!any_relfatbin) {
+      const char *unit = in->kind() == InputKind::archive ? "no member has" : "no";
+      if (any_nv_fatbin)
+        return make_error(pin.path, unit, " __nv_relfatbin section, only .nv_fatbin: it was "
+                          "built without relocatable device code (rebuild with -rdc=true)");
+      return make_error(pin.path, "no device code: ", unit, " __nv_relfatbin section");
+    }
+
+    for (const CodeUnit &u : in->units()) {
+      if (!u.has_relfatbin)
+        continue;
+      std::string unit = in->unit_name(u);
+      const char *what = in->kind() == InputKind::fatbin ? "fatbin" : relfatbin_what;
+      auto containers = split_containers(u.relfatbin, unit, what);
+      if (!containers)
+        return std::move(containers).take_error();
+      std::set<Digest> unit_digests;
+      for (size_t k = 0; k < containers->size(); ++k) {
+        const Container &c = (*containers)[k];
+        Digest d = sha256(c.bytes);
+        unit_digests.insert(d);
+        Origin origin{i, u.member, c.offset, k};
+        auto [it, fresh] = container_index.emplace(d, m.containers.size());
+        if (!fresh) {
+          ContainerRecord &rec = m.containers[it->second];
+          if (rec.role != pin.role || rec.bridge != pin.bridge)
+            return make_error(unit, what, ": container ", k, " at offset ", hex(c.offset),
+                              " is also packed as ", role_name(rec.role),
+                              " code from '", m.sources[rec.origins[0].source].path,
+                              "': one container cannot play two roles");
+          rec.origins.push_back(origin);
+          continue;
+        }
+        ContainerRecord rec;
+        rec.digest = d;
+        rec.size = c.bytes.size();
+        rec.role = pin.role;
+        rec.bridge = pin.bridge;
+        rec.origins.push_back(origin);
+        for (const Entry &e : c.entries)
+          rec.entries.push_back(entry_record(e));
+        m.containers.push_back(std::move(rec));
+      }
+      auto records = parse_export_records(u.exports, unit);
+      if (!records)
+        return std::move(records).take_error();
+      for (ExportRecord &r : *records)
+        found.push_back({std::move(r), i, unit, pin.role, unit_digests});
+    }
+    if (pin.role == Role::dispatcher &&
+        std::none_of(found.begin(), found.end(), [&](const FoundExport &f) {
+          return f.source == i && f.record.kind == ExportKind::dispatch_kernel;
+        }))
+      return make_error(pin.path, "exports no dispatch kernel: mark the kernel with "
+                        "CUDAQ_RT_EXPORT_DISPATCH_KERNEL(name)");
+  }
+  auto exports = resolve_exports(found);
+  if (!exports)
+    return std::move(exports).take_error();
+  m.exports = std::move(*exports);
+  out.warnings = code_warnings(m);
+  return out;
+}
+
+Expected<PackResult> pack(const PackOptions &options) {
+  auto inspection = inspect(options.inputs, options.name);
+  if (!inspection)
+    return std::move(inspection).take_error();
+  fs::path dir = options.output_dir / (inspection->manifest.name + package_suffix);
+  std::error_code ec;
+  if (!options.force && fs::exists(fs::symlink_status(dir, ec)))
+    return make_error(dir.string(), "already exists (use --force to replace it)");
+  if (!fs::is_directory(options.output_dir, ec))
+    return make_error(options.output_dir.string(), "output directory does not exist");
+
+  auto writer = PackageWriter::create(dir);
+  if (!writer)
+    return std::move(writer).take_error();
+  // Read every container again from its first origin: the inspection keeps no bytes, so the
+  // inputs are mapped once more and each container is copied exactly once, into its blob.
+  std::map<size_t, std::vector<const ContainerRecord *>> by_source;
+  for (const ContainerRecord &c : inspection->manifest.containers)
+    by_source[c.origins[0].source].push_back(&c);
+  for (auto &[source, containers] : by_source) {
+    auto in = InputFile::open(options.inputs[source].path);
+    if (!in)
+      return std::move(in).take_error();
+    if (sha256(in->bytes()) != inspection->manifest.sources[source].digest)
+      return make_error(options.inputs[source].path, "changed while it was being packed");
+    for (const ContainerRecord *c : containers) {
+      const Origin &o = c->origins[0];
+      auto unit = std::find_if(in->units().begin(), in->units().end(),
+                               [&](const CodeUnit &u) { return u.member == o.member; });
+      auto bytes = unit->relfatbin.subspan(o.offset, c->size);
+      if (auto st = writer->add_blob(c->digest, bytes); !st)
+        return std::move(st).take_error();
+    }
+  }
+  if (auto st = writer->commit(inspection->manifest, options.force); !st)
+    return std::move(st).take_error();
+  return PackResult{dir, std::move(*inspection)};
+}
+
+std::string format_listing(const Manifest &m, const std::string &what) {
+  std::ostringstream out;
+  uint64_t bytes = 0;
+  for (const ContainerRecord &c : m.containers)
+    bytes += c.size;
+  out << what << ": " << m.sources.size() << " source(s), " << m.containers.size()
+      << " container(s) (" << bytes << " bytes), " << m.exports.size() << " export(s), "
+      << m.links.size() << " link(s)\n";
+  out << "sources:\n";
+  for (size_t i = 0; i < m.sources.size(); ++i)
+    out << "  [" << i << "] " << m.sources[i].path << "  " << m.sources[i].kind << ", "
+        << m.sources[i].size << " bytes, " << short_digest(m.sources[i].digest) << "\n";
+  out << "containers:\n";
+  for (const ContainerRecord &c : m.containers) {
+    out << "  " << short_digest(c.digest) << "  " << c.size << " bytes  " << role_name(c.role);
+    if (c.role == Role::bridge)
+      out << " " << c.bridge;
+    for (const Origin &o : c.origins)
+      out << "  [" << o.source << "]" << (o.member.empty() ? "" : "(" + o.member + ")") << "#"
+          << o.index << "@" << hex(o.offset);
+    out << "\n";
+    for (const EntryRecord &e : c.entries) {
+      out << "    " << e.kind << " sm_" << e.arch << "  " << e.payload_size << " bytes";
+      if (e.compression != "none")
+        out << " " << e.compression << " (" << e.uncompressed_size << " uncompressed)";
+      out << "\n";
+    }
+  }
+  std::map<std::string, std::set<uint32_t>> by_kind;
+  for (const ContainerRecord &c : m.containers)
+    for (const EntryRecord &e : c.entries)
+      by_kind[e.kind].insert(e.arch);
+  out << "archs by kind:";
+  for (auto &[kind, archs] : by_kind)
+    out << "  " << kind << " " << arch_list(std::vector<uint32_t>(archs.begin(), archs.end()));
+  out << "\nexports:\n";
+  for (const ExportEntry &e : m.exports) {
+    out << "  " << e.kind << " " << e.name;
+    if (e.kind == "handler")
+      out << "  function_id " << hex(e.function_id);
+    out << "  " << role_name(e.role) << "\n";
+  }
+  if (!m.links.empty()) {
+    out << "links:\n";
+    for (const LinkRecord &l : m.links)
+      out << "  " << l.arch << "  " << l.mode << "  bridge " << (l.bridge.empty() ? "-" : l.bridge)
+          << "  dispatcher " << l.dispatcher << "  cubin " << short_digest(l.cubin) << " ("
+          << l.cubin_size << " bytes)  nvJitLink " << l.nvjitlink_version << "\n";
+  }
+  return out.str();
+}
+
+} // namespace cudaq_rt

@@ -1,0 +1,123 @@
+#include "cudaq_rt/package.h"
+
+#include <cerrno>
+#include <cstring>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+
+namespace cudaq_rt {
+namespace {
+
+fs::path blob_relpath(const Digest &d) { return fs::path("blobs") / "sha256" / d.hex(); }
+
+} // namespace
+
+fs::path Package::blob_path(const Digest &d) const { return dir_ / blob_relpath(d); }
+
+std::set<Digest> Package::referenced_blobs() const {
+  std::set<Digest> out;
+  for (const ContainerRecord &c : manifest_.containers)
+    out.insert(c.digest);
+  for (const LinkRecord &l : manifest_.links)
+    out.insert(l.cubin);
+  return out;
+}
+
+Expected<Package> Package::open(const fs::path &dir) {
+  std::error_code ec;
+  auto st = fs::status(dir, ec);
+  if (ec || !fs::exists(st))
+    return make_error(dir.string(), "no such package");
+  if (!fs::is_directory(st))
+    return make_error(dir.string(), "not a package (not a directory)");
+  fs::path manifest_path = dir / "manifest.json";
+  if (!fs::exists(manifest_path, ec))
+    return make_error(dir.string(), "not a package: no manifest.json");
+  auto text = read_file(manifest_path);
+  if (!text)
+    return std::move(text).take_error();
+  auto m = Manifest::parse(*text, manifest_path.string());
+  if (!m)
+    return std::move(m).take_error();
+  Package p;
+  p.dir_ = dir;
+  p.manifest_ = std::move(*m);
+  for (const Digest &d : p.referenced_blobs()) {
+    fs::path b = p.blob_path(d);
+    auto bst = fs::symlink_status(b, ec);
+    if (ec || !fs::exists(bst))
+      return make_error(dir.string(), "blob ", d.str(), " named by the manifest is missing");
+    if (!fs::is_regular_file(bst))
+      return make_error(b.string(), "blob is not a regular file");
+  }
+  return p;
+}
+
+Expected<std::string> Package::read_blob(const Digest &d) const {
+  fs::path b = blob_path(d);
+  auto bytes = read_file(b);
+  if (!bytes)
+    return bytes;
+  if (sha256(*bytes) != d)
+    return make_error(b.string(), "blob does not match its digest ", d.str(),
+                      " (the package is corrupt or was modified)");
+  return bytes;
+}
+
+Expected<PackageWriter> PackageWriter::create(const fs::path &final_dir) {
+  auto tmp = TempDir::create_beside(final_dir);
+  if (!tmp)
+    return std::move(tmp).take_error();
+  std::error_code ec;
+  fs::create_directories(tmp->path() / "blobs" / "sha256", ec);
+  if (ec)
+    return make_error(tmp->path().string(), "cannot create: ", ec.message());
+  return PackageWriter(final_dir, std::move(*tmp));
+}
+
+Status PackageWriter::add_blob(const Digest &d, std::span<const uint8_t> bytes) {
+  if (!written_.insert(d).second)
+    return Status::ok();
+  // The temporary directory is renamed whole, so each blob needs no rename of its own; one
+  // fsync per file before the directory's rename makes the package durable.
+  fs::path p = tmp_.path() / blob_relpath(d);
+  FILE *f = std::fopen(p.c_str(), "wbx");
+  if (!f)
+    return make_error(p.string(), "cannot create: ", std::strerror(errno));
+  bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  ok = std::fflush(f) == 0 && ok;
+  ok = ::fsync(::fileno(f)) == 0 && ok;
+  int err = errno;
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok)
+    return make_error(p.string(), "cannot write: ", std::strerror(err));
+  return Status::ok();
+}
+
+Status PackageWriter::carry_blob(const Package &from, const Digest &d) {
+  if (written_.count(d))
+    return Status::ok();
+  auto bytes = from.read_blob(d); // a tampered blob must not travel into the new package
+  if (!bytes)
+    return std::move(bytes).take_error();
+  // A hard link shares the bytes without writing them again; blobs are never modified in place.
+  fs::path dst = tmp_.path() / blob_relpath(d);
+  if (::link(from.blob_path(d).c_str(), dst.c_str()) == 0) {
+    written_.insert(d);
+    return Status::ok();
+  }
+  return add_blob(d, as_bytes(*bytes));
+}
+
+Status PackageWriter::commit(const Manifest &m, bool replace) {
+  std::string text = m.to_json_text();
+  if (auto st = write_file_atomic(tmp_.path() / "manifest.json", as_bytes(text)); !st)
+    return st;
+  if (auto st = fsync_path(tmp_.path() / "blobs" / "sha256"); !st)
+    return st;
+  return tmp_.commit(final_dir_, replace);
+}
+
+} // namespace cudaq_rt

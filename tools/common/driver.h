@@ -1,0 +1,44 @@
+// What every cudaq-rt driver does the same way: print errors once, as `tool: error: ...`, and
+// map CLI11's parse failures to exit status 2.
+#pragma once
+
+#include "cudaq_rt/error.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <string>
+#include <unistd.h>
+
+namespace cudaq_rt::driver {
+
+constexpr int exit_failure = 1;
+constexpr int exit_usage = 2;
+
+inline int fail(const char *tool, const Error &e) {
+  std::fprintf(stderr, "%s: error: %s\n", tool, e.str().c_str());
+  return exit_failure;
+}
+
+inline void warn(const char *tool, const std::string &message) {
+  std::fprintf(stderr, "%s: warning: %s\n", tool, message.c_str());
+}
+
+// Progress goes to stderr, and only when a person is watching.
+inline bool stderr_is_terminal() { return ::isatty(STDERR_FILENO) == 1; }
+
+// Parses argv; returns an exit status to return at once, or -1 to go on.
+inline int parse(const char *tool, CLI::App &app, int argc, char **argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success &e) { // --help, --version
+    return app.exit(e);
+  } catch (const CLI::ParseError &e) {
+    std::fprintf(stderr, "%s: error: %s\n", tool, e.what());
+    std::fprintf(stderr, "Run '%s --help' for usage.\n", tool);
+    return exit_usage;
+  }
+  return -1;
+}
+
+} // namespace cudaq_rt::driver

@@ -1,0 +1,125 @@
+// cudaq-rt-pack: extract __nv_relfatbin device code from binaries into a package.
+// Options are documented in man/cudaq-rt-pack.1; keep the two in step.
+#include "../common/driver.h"
+
+#include "cudaq_rt/pack.h"
+#include "cudaq_rt/package.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+namespace fs = std::filesystem;
+using namespace cudaq_rt;
+
+namespace {
+constexpr const char *tool = "cudaq-rt-pack";
+
+int list(const std::string &path, bool json) {
+  Manifest m;
+  std::vector<std::string> warnings;
+  std::string what;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    auto pkg = Package::open(path);
+    if (!pkg)
+      return driver::fail(tool, pkg.error());
+    for (const Digest &d : pkg->referenced_blobs())
+      if (auto blob = pkg->read_blob(d); !blob)
+        return driver::fail(tool, blob.error());
+    m = pkg->manifest();
+    warnings = code_warnings(m);
+    what = "package " + m.name;
+  } else {
+    auto in = inspect({PackInput{path}}, "");
+    if (!in)
+      return driver::fail(tool, in.error());
+    m = std::move(in->manifest);
+    warnings = std::move(in->warnings);
+    what = path;
+  }
+  for (const std::string &w : warnings)
+    driver::warn(tool, w);
+  if (json)
+    std::cout << m.to_json().dump(2) << "\n";
+  else
+    std::cout << format_listing(m, what);
+  return 0;
+}
+} // namespace
+
+int main(int argc, char **argv) {
+  CLI::App app{"Extract relocatable device code (__nv_relfatbin) from executables, shared "
+               "libraries, objects, static archives and fatbins into a package NAME.cudaqpkg/.",
+               tool};
+  app.set_version_flag("--version", std::string(tool) + " " CUDAQ_RT_VERSION);
+
+  PackOptions opts;
+  std::vector<std::string> app_inputs;
+  std::vector<std::vector<std::string>> bridges;
+  std::vector<std::string> dispatchers;
+  std::string list_path;
+  bool json = false;
+  std::string output_dir = ".";
+
+  app.add_option("inputs", app_inputs, "Binaries whose device code is application code (handlers)")
+      ->group("Inputs");
+  app.add_option("--bridge", bridges, "A bridge's device hooks: its NAME and the FILE holding them")
+      ->type_size(2)
+      ->allow_extra_args(false)
+      ->group("Inputs");
+  app.add_option("--dispatcher", dispatchers, "A binary holding a custom dispatch kernel")
+      ->group("Inputs");
+  app.add_option("-o,--output", output_dir, "Directory to write NAME.cudaqpkg into (default .)")
+      ->group("Output");
+  app.add_option("-n,--name", opts.name,
+                 "Package name (default: the first input's file name up to its first '.')")
+      ->group("Output");
+  app.add_flag("-f,--force", opts.force, "Replace an existing package")->group("Output");
+  auto *list_opt = app.add_option("--list", list_path,
+                                  "List a package's or a binary's device code, exports and "
+                                  "links instead of packing")
+                       ->group("Inspection");
+  app.add_flag("--json", json, "With --list: print the manifest as JSON on stdout")
+      ->group("Inspection");
+
+  if (int rc = driver::parse(tool, app, argc, argv); rc >= 0)
+    return rc;
+
+  if (*list_opt) {
+    if (!app_inputs.empty() || !bridges.empty() || !dispatchers.empty()) {
+      std::fprintf(stderr, "%s: error: --list takes one package or binary and no inputs\n", tool);
+      return driver::exit_usage;
+    }
+    return list(list_path, json);
+  }
+  if (json) {
+    std::fprintf(stderr, "%s: error: --json goes with --list\n", tool);
+    return driver::exit_usage;
+  }
+  for (const std::string &p : app_inputs)
+    opts.inputs.push_back({p, Role::application, ""});
+  for (const auto &b : bridges)
+    opts.inputs.push_back({b[1], Role::bridge, b[0]});
+  for (const std::string &p : dispatchers)
+    opts.inputs.push_back({p, Role::dispatcher, ""});
+  if (opts.inputs.empty()) {
+    std::fprintf(stderr, "%s: error: no input files\nRun '%s --help' for usage.\n", tool, tool);
+    return driver::exit_usage;
+  }
+  opts.output_dir = output_dir;
+
+  auto result = pack(opts);
+  if (!result)
+    return driver::fail(tool, result.error());
+  for (const std::string &w : result->inspection.warnings)
+    driver::warn(tool, w);
+  if (driver::stderr_is_terminal()) {
+    const Manifest &m = result->inspection.manifest;
+    std::fprintf(stderr, "%s: wrote %s: %zu container(s), %zu export(s)\n", tool,
+                 result->dir.c_str(), m.containers.size(), m.exports.size());
+  }
+  return 0;
+}
