@@ -104,7 +104,8 @@ Expected<std::vector<ExportEntry>> resolve_exports(const std::vector<FoundExport
       continue;
     auto [it, fresh] = by_id.emplace(e.function_id, &e);
     if (!fresh)
-      return make_error("", "handlers '", it->second->name, "' and '", e.name,
+      return make_error(by_name[e.name].front()->unit, "handlers '", it->second->name, "' (in '",
+                        by_name[it->second->name].front()->unit, "') and '", e.name,
                         "' have the same function_id ", hex(e.function_id),
                         " (FNV-1a collision): rename one of them");
   }
@@ -145,12 +146,11 @@ std::vector<std::string> code_warnings(const Manifest &m) {
 Expected<Inspection> inspect(const std::vector<PackInput> &inputs, const std::string &name_in) {
   Inspection out;
   Manifest &m = out.manifest;
-  m.name = name_in.empty() ? default_name(inputs) : name_in;
-  if (!valid_package_name(m.name))
-    return make_error(m.name, "is not a valid package name (letters, digits, '.', '_', '-')");
-  m.created_by = "cudaq-rt-pack " CUDAQ_RT_VERSION;
   if (inputs.empty())
     return make_error("", "no input files");
+  if (!name_in.empty() && !valid_package_name(name_in))
+    return make_error(name_in, "is not a valid package name (letters, digits, '.', '_', '-')");
+  m.created_by = "cudaq-rt-pack " CUDAQ_RT_VERSION;
 
   std::map<Digest, size_t> container_index;
   std::vector<FoundExport> found;
@@ -225,6 +225,12 @@ Expected<Inspection> inspect(const std::vector<PackInput> &inputs, const std::st
       return make_error(pin.path, "exports no dispatch kernel: mark the kernel with "
                         "CUDAQ_RT_EXPORT_DISPATCH_KERNEL(name)");
   }
+  // The default name is checked only now, so that an input that cannot be read (a directory
+  // named ".") is reported as such rather than as the name it would give.
+  m.name = name_in.empty() ? default_name(inputs) : name_in;
+  if (!valid_package_name(m.name))
+    return make_error(inputs.front().path, "gives no valid package name ('", m.name,
+                      "'): name the package with --name");
   auto exports = resolve_exports(found);
   if (!exports)
     return std::move(exports).take_error();
