@@ -1,0 +1,22 @@
+// What cudaq-rt-link checks in a linked cubin before it stores it.
+#pragma once
+
+#include "cudaq_rt/error.h"
+
+#include <cstdint>
+#include <set>
+#include <span>
+#include <string>
+
+namespace cudaq_rt {
+
+struct CubinInfo {
+  uint32_t arch = 0;                // SM number from the ELF header
+  std::set<std::string> functions;  // defined function symbols (kernels and device functions)
+  std::set<std::string> variables;  // defined object symbols (globals)
+};
+
+// Reads a cubin's ELF header and symbol table (libObject). Not an NVIDIA CUDA ELF is an error.
+Expected<CubinInfo> read_cubin(std::span<const uint8_t> cubin, const std::string &subject);
+
+} // namespace cudaq_rt

@@ -1,0 +1,103 @@
+// nvJitLink through its C API. Facts this relies on (shared/reference §2): a handle is used by one
+// thread, handles on different threads link in parallel; -arch=sm_NN is required and -lto is
+// needed for LTO-IR; a FATBIN input contributes only its first container; the output is
+// deterministic, which is what makes the link cache sound.
+#include "cudaq_rt/nvjitlink.h"
+
+#include <nvJitLink.h>
+
+#include <chrono>
+
+namespace cudaq_rt {
+namespace {
+
+std::string error_log(nvJitLinkHandle h) {
+  size_t n = 0;
+  if (nvJitLinkGetErrorLogSize(h, &n) != NVJITLINK_SUCCESS || n == 0)
+    return {};
+  std::string s(n, '\0');
+  if (nvJitLinkGetErrorLog(h, s.data()) != NVJITLINK_SUCCESS)
+    return {};
+  s.resize(s.find('\0') == std::string::npos ? s.size() : s.find('\0'));
+  return s;
+}
+
+std::string info_log(nvJitLinkHandle h) {
+  size_t n = 0;
+  if (nvJitLinkGetInfoLogSize(h, &n) != NVJITLINK_SUCCESS || n == 0)
+    return {};
+  std::string s(n, '\0');
+  if (nvJitLinkGetInfoLog(h, s.data()) != NVJITLINK_SUCCESS)
+    return {};
+  s.resize(s.find('\0') == std::string::npos ? s.size() : s.find('\0'));
+  return s;
+}
+
+} // namespace
+
+const char *nvjitlink_result_name(int result) {
+  static const char *const names[] = {"SUCCESS",          "UNRECOGNIZED_OPTION",
+                                      "MISSING_ARCH",     "INVALID_INPUT",
+                                      "PTX_COMPILE",      "NVVM_COMPILE",
+                                      "INTERNAL",         "THREADPOOL",
+                                      "UNRECOGNIZED_INPUT", "FINALIZE",
+                                      "NULL_INPUT",       "INCOMPATIBLE_OPTIONS",
+                                      "INCORRECT_INPUT_TYPE", "ARCH_MISMATCH",
+                                      "OUTDATED_LIBRARY", "MISSING_FATBIN",
+                                      "UNRECOGNIZED_ARCH", "UNSUPPORTED_ARCH",
+                                      "LTO_NOT_ENABLED"};
+  if (result >= 0 && result < static_cast<int>(std::size(names)))
+    return names[result];
+  return "UNKNOWN";
+}
+
+NvJitLinkOutcome nvjitlink_link(std::span<const std::string> options,
+                                std::span<const NvJitLinkInput> inputs) {
+  NvJitLinkOutcome out;
+  auto start = std::chrono::steady_clock::now();
+  std::vector<const char *> argv;
+  for (const std::string &o : options)
+    argv.push_back(o.c_str());
+  nvJitLinkHandle h = nullptr;
+  nvJitLinkResult r = nvJitLinkCreate(&h, static_cast<uint32_t>(argv.size()), argv.data());
+  if (r != NVJITLINK_SUCCESS) {
+    out.failure = {r, "create", h ? error_log(h) : "", ""};
+    if (h)
+      nvJitLinkDestroy(&h);
+    return out;
+  }
+  for (const NvJitLinkInput &in : inputs) {
+    r = nvJitLinkAddData(h, NVJITLINK_INPUT_FATBIN, in.fatbin.data(), in.fatbin.size(),
+                         in.name.c_str());
+    if (r != NVJITLINK_SUCCESS) {
+      out.failure = {r, "add " + in.name, error_log(h), info_log(h)};
+      nvJitLinkDestroy(&h);
+      return out;
+    }
+  }
+  r = nvJitLinkComplete(h);
+  if (r != NVJITLINK_SUCCESS) {
+    out.failure = {r, "complete", error_log(h), info_log(h)};
+    nvJitLinkDestroy(&h);
+    return out;
+  }
+  size_t size = 0;
+  r = nvJitLinkGetLinkedCubinSize(h, &size);
+  if (r == NVJITLINK_SUCCESS) {
+    out.result.cubin.resize(size);
+    r = nvJitLinkGetLinkedCubin(h, out.result.cubin.data());
+  }
+  if (r != NVJITLINK_SUCCESS) {
+    out.failure = {r, "get cubin", error_log(h), info_log(h)};
+    nvJitLinkDestroy(&h);
+    return out;
+  }
+  out.result.info_log = info_log(h);
+  nvJitLinkDestroy(&h);
+  out.result.link_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  out.ok = true;
+  return out;
+}
+
+} // namespace cudaq_rt

@@ -1,0 +1,229 @@
+// cudaq-rt-link: link a package for a list of GPU archs with nvJitLink, through the link cache.
+// Options are documented in man/cudaq-rt-link.1; keep the two in step.
+#include "../common/driver.h"
+
+#include "cudaq_rt/link.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+using namespace cudaq_rt;
+using nlohmann::json;
+
+namespace {
+constexpr const char *tool = "cudaq-rt-link";
+
+std::vector<std::string> split_commas(const std::vector<std::string> &in) {
+  std::vector<std::string> out;
+  for (const std::string &s : in) {
+    std::stringstream ss(s);
+    for (std::string item; std::getline(ss, item, ',');)
+      if (!item.empty())
+        out.push_back(item);
+  }
+  return out;
+}
+
+json arch_json(const ArchLink &a) {
+  json j = {{"arch", a.arch},
+            {"cache_key", a.key.digest.str()},
+            {"key", a.key.to_json()},
+            {"inputs", a.input_names},
+            {"options", a.options},
+            {"cache_hit", a.cache_hit}};
+  if (a.record)
+    j["cubin"] = {{"digest", a.record->cubin.str()},
+                  {"size", a.record->cubin_size},
+                  {"link_ms", a.record->link_ms}};
+  if (a.error)
+    j["error"] = a.error->str();
+  if (!a.info_log.empty())
+    j["info_log"] = a.info_log;
+  return j;
+}
+
+int cache_command(const LinkCache &cache, bool stats, std::optional<uint64_t> prune, bool as_json) {
+  json out;
+  if (prune) {
+    auto r = cache.prune(*prune);
+    if (!r)
+      return driver::fail(tool, r.error());
+    out["pruned"] = {{"entries", r->entries}, {"bytes", r->bytes}};
+    if (!as_json)
+      std::printf("pruned %llu entries, %llu bytes\n", (unsigned long long)r->entries,
+                  (unsigned long long)r->bytes);
+  }
+  if (stats) {
+    auto s = cache.stats();
+    if (!s)
+      return driver::fail(tool, s.error());
+    out["cache"] = s->to_json();
+    if (!as_json)
+      std::printf("cache directory  %s\nenabled          %s\nentries          %llu\n"
+                  "size             %llu bytes (max %llu)\nhits             %llu\n"
+                  "misses           %llu\nstores           %llu\nevictions        %llu\n"
+                  "corrupt entries  %llu\n",
+                  s->dir.c_str(), s->enabled ? "yes" : "no", (unsigned long long)s->entries,
+                  (unsigned long long)s->bytes, (unsigned long long)s->max_bytes,
+                  (unsigned long long)s->hits, (unsigned long long)s->misses,
+                  (unsigned long long)s->stores, (unsigned long long)s->evictions,
+                  (unsigned long long)s->corrupt);
+  }
+  if (as_json)
+    std::cout << out.dump(2) << "\n";
+  return 0;
+}
+} // namespace
+
+int main(int argc, char **argv) {
+  CLI::App app{"Link a package's dispatch kernel, bridge hooks and handlers into one cubin per GPU "
+               "arch with nvJitLink, through a content-addressed link cache.",
+               tool};
+  app.set_version_flag("--version", std::string(tool) + " " CUDAQ_RT_VERSION);
+
+  LinkOptions opts;
+  std::string package;
+  std::vector<std::string> archs;
+  bool no_cache = false, cache_stats = false, as_json = false;
+  bool no_kernels_used = false;
+  std::string cache_dir, save_temps;
+  std::optional<uint64_t> prune;
+  std::string prune_text;
+
+  app.add_option("package", package, "The package to link (NAME.cudaqpkg)")->group("Link");
+  app.add_option("-a,--arch", archs, "Target GPUs: sm_NN[a|f], comma-separated or repeated")
+      ->group("Link");
+  app.add_option("--bridge", opts.bridge,
+                 "Bridge whose device hooks are linked: a name (loopback) or a library path "
+                 "(default: the package's bridge, else loopback)")
+      ->group("Link");
+  app.add_option("--dispatcher", opts.dispatcher,
+                 "Dispatch kernel: 'builtin' or a custom kernel the package exports (default: "
+                 "the package's custom kernel, else builtin)")
+      ->group("Link");
+  app.add_option("-j,--jobs", opts.jobs, "Archs linked at once (default: the number of cores)")
+      ->group("Link");
+  std::string opt_level;
+  app.add_option("-O", opt_level, "nvJitLink optimization level: -O0 or -O3 (part of the key)")
+      ->check(CLI::IsMember({"0", "3"}))
+      ->group("nvJitLink");
+  app.add_option("-X,--Xnvjitlink", opts.extra_options,
+                 "Pass an option to nvJitLink (part of the cache key)")
+      ->group("nvJitLink");
+  app.add_flag("--no-kernels-used", no_kernels_used,
+               "Keep every kernel instead of passing -kernels-used/-variables-used")
+      ->group("nvJitLink");
+  app.add_flag("-v,--verbose", opts.verbose, "Print nvJitLink's info log, with -verbose -time")
+      ->group("Output");
+  app.add_flag("--json", as_json, "Print one JSON document on stdout")->group("Output");
+  app.add_flag("--dry-run", opts.dry_run,
+               "Print what would be linked and the cache keys; link and write nothing")
+      ->group("Output");
+  app.add_option("--save-temps", save_temps,
+                 "Write each arch's inputs, options, log and cubin under DIR/<arch>/")
+      ->group("Output");
+  app.add_flag("--no-store", [&](int64_t) { opts.store_in_package = false; },
+               "Do not record the cubins in the package")
+      ->group("Output");
+  app.add_flag("--no-cache", no_cache, "Neither read nor write the link cache")->group("Cache");
+  app.add_option("--cache-dir", cache_dir, "Link cache directory (default $CUDAQ_RT_CACHE_DIR, "
+                                           "else $XDG_CACHE_HOME/cudaq-rt)")
+      ->group("Cache");
+  app.add_flag("--cache-stats", cache_stats, "Print the cache's size and counters")->group("Cache");
+  auto *prune_opt = app.add_option("--cache-prune", prune_text,
+                                   "Evict least recently used entries down to SIZE bytes "
+                                   "(K/M/G suffixes; 0 clears the cache)")
+                        ->expected(0, 1)
+                        ->default_str("0")
+                        ->group("Cache");
+
+  if (int rc = driver::parse(tool, app, argc, argv); rc >= 0)
+    return rc;
+  opts.opt_level = opt_level.empty() ? "" : "-O" + opt_level;
+  opts.kernels_used = !no_kernels_used;
+  if (*prune_opt) {
+    prune = prune_text.empty() ? std::optional<uint64_t>(0) : parse_cache_size(prune_text);
+    if (!prune) {
+      std::fprintf(stderr, "%s: error: --cache-prune: '%s' is not a size\n", tool,
+                   prune_text.c_str());
+      return driver::exit_usage;
+    }
+  }
+
+  auto config = CacheConfig::from_environment();
+  if (!config)
+    return driver::fail(tool, config.error());
+  if (!cache_dir.empty())
+    config->dir = cache_dir;
+  if (no_cache)
+    config->enabled = false;
+  auto cache = LinkCache::open(*config);
+  if (!cache)
+    return driver::fail(tool, cache.error());
+
+  if (package.empty()) {
+    if (cache_stats || prune)
+      return cache_command(*cache, cache_stats, prune, as_json);
+    std::fprintf(stderr, "%s: error: no package given\nRun '%s --help' for usage.\n", tool, tool);
+    return driver::exit_usage;
+  }
+  opts.package = package;
+  opts.archs = split_commas(archs);
+  if (opts.archs.empty()) {
+    std::fprintf(stderr, "%s: error: no target arch: give --arch sm_NN[,sm_NN...]\n", tool);
+    return driver::exit_usage;
+  }
+  if (!save_temps.empty())
+    opts.save_temps = save_temps;
+
+  auto report = link_package(opts, *cache);
+  if (!report)
+    return driver::fail(tool, report.error());
+
+  for (const ArchLink &a : report->archs) {
+    if (a.error) {
+      std::fprintf(stderr, "%s: error: %s\n", tool, a.error->str().c_str());
+      std::istringstream details(a.details);
+      for (std::string line; std::getline(details, line);)
+        std::fprintf(stderr, "%s: note: %s\n", tool, line.c_str());
+    }
+    if (opts.verbose && !a.info_log.empty() && !as_json)
+      std::fprintf(stderr, "%s: %s: nvJitLink info log:\n%s", tool, a.arch.c_str(),
+                   a.info_log.c_str());
+  }
+  if (as_json) {
+    json j = {{"package", report->package.string()},
+              {"bridge", report->bridge},
+              {"dispatcher", report->dispatcher},
+              {"dry_run", opts.dry_run},
+              {"ok", report->ok()},
+              {"archs", json::array()}};
+    for (const ArchLink &a : report->archs)
+      j["archs"].push_back(arch_json(a));
+    std::cout << j.dump(2) << "\n";
+  } else {
+    for (const ArchLink &a : report->archs) {
+      if (opts.dry_run) {
+        std::printf("%s  key %s\n", a.arch.c_str(), a.key.digest.str().c_str());
+        std::string o;
+        for (const std::string &s : a.options)
+          o += " " + s;
+        std::printf("  options:%s\n", o.c_str());
+        for (const std::string &n : a.input_names)
+          std::printf("  input: %s\n", n.c_str());
+      } else if (a.record) {
+        std::printf("%s  %s  %llu bytes  %.1f ms  %s\n", a.arch.c_str(),
+                    a.cache_hit ? "cached" : "linked", (unsigned long long)a.record->cubin_size,
+                    a.record->link_ms, a.record->cubin.str().c_str());
+      }
+    }
+  }
+  if (cache_stats || prune) {
+    if (int rc = cache_command(*cache, cache_stats, prune, false); rc != 0)
+      return rc;
+  }
+  return report->ok() ? 0 : driver::exit_failure;
+}
