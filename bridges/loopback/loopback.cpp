@@ -1,0 +1,275 @@
+// The loopback bridge's host side: allocates the ring and feeds it from this process (the run
+// tool's one-shot calls and benchmarks, and the GPU tests). The ring protocol is explained in
+// loopback_ring.h.
+#include "cudaq_rt/bridge.h"
+#include "cudaq_rt/wire.h"
+#include "loopback_ring.h"
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+struct cudaq_rt_bridge {
+  uint32_t num_slots = 0;
+  uint32_t slot_size = 0;
+  uint32_t cells_per_slot = 0;
+  uint64_t *request_cells = nullptr;  // host view, 2 halves per cell
+  uint64_t *response_cells = nullptr; // host view
+  void *host_block = nullptr;         // cudaHostAlloc: both rings
+  void *device_block = nullptr;       // cudaMalloc: device ctx + staging frames
+  cudaq_rt_loopback_device_ctx *device_ctx = nullptr;
+  uint64_t sent = 0;     // requests written to the ring
+  uint64_t received = 0; // responses taken
+  std::string error;
+};
+
+namespace {
+
+thread_local std::string create_error;
+
+// A response that has started to arrive completes within microseconds; a half missing for this
+// many polls means the kernel died mid-publish.
+constexpr uint64_t kMaxHalfPolls = uint64_t(1) << 32;
+
+uint64_t load_half(const uint64_t *p) {
+  return std::atomic_ref<const uint64_t>(*p).load(std::memory_order_acquire);
+}
+
+void store_half(uint64_t *p, uint32_t stamp, uint32_t data) {
+  std::atomic_ref<uint64_t>(*p).store(uint64_t(stamp) | (uint64_t(data) << 32),
+                                      std::memory_order_release);
+}
+
+uint32_t stamp_of(uint64_t half) { return uint32_t(half); }
+uint32_t data_of(uint64_t half) { return uint32_t(half >> 32); }
+
+bool parse_u32(std::string_view text, uint32_t &out) {
+  if (text.empty() || text.size() > 10)
+    return false;
+  uint64_t v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9')
+      return false;
+    v = v * 10 + uint64_t(c - '0');
+  }
+  if (v > UINT32_MAX)
+    return false;
+  out = uint32_t(v);
+  return true;
+}
+
+bool fail_create(std::string message) {
+  create_error = std::move(message);
+  return false;
+}
+
+bool parse_config(std::string_view config, uint32_t &slots, uint32_t &slot_size) {
+  while (!config.empty()) {
+    size_t comma = config.find(',');
+    std::string_view item = config.substr(0, comma);
+    config = comma == std::string_view::npos ? std::string_view{} : config.substr(comma + 1);
+    if (item.empty())
+      continue;
+    size_t eq = item.find('=');
+    std::string_view key = item.substr(0, eq);
+    std::string_view value = eq == std::string_view::npos ? std::string_view{} : item.substr(eq + 1);
+    uint32_t *target = key == "slots" ? &slots : key == "slot_size" ? &slot_size : nullptr;
+    if (!target)
+      return fail_create("unknown option '" + std::string(key) +
+                         "' (known: slots=N, slot_size=BYTES)");
+    if (!parse_u32(value, *target))
+      return fail_create("option '" + std::string(key) + "' needs a number, got '" +
+                         std::string(value) + "'");
+  }
+  if (slots == 0 || slots > CUDAQ_RT_LOOPBACK_MAX_SLOTS)
+    return fail_create("slots=" + std::to_string(slots) + " is out of range 1.." +
+                       std::to_string(CUDAQ_RT_LOOPBACK_MAX_SLOTS));
+  if (slot_size < CUDAQ_RT_LOOPBACK_MIN_SLOT_SIZE || slot_size > CUDAQ_RT_LOOPBACK_MAX_SLOT_SIZE ||
+      slot_size % 16 != 0)
+    return fail_create("slot_size=" + std::to_string(slot_size) +
+                       " must be a multiple of 16 in " +
+                       std::to_string(CUDAQ_RT_LOOPBACK_MIN_SLOT_SIZE) + ".." +
+                       std::to_string(CUDAQ_RT_LOOPBACK_MAX_SLOT_SIZE));
+  return true;
+}
+
+bool cuda_ok(cudaError_t rc, const char *what, std::string &error) {
+  if (rc == cudaSuccess)
+    return true;
+  error = std::string(what) + ": " + cudaGetErrorString(rc);
+  return false;
+}
+
+void release(cudaq_rt_bridge *b) {
+  if (b->host_block)
+    cudaFreeHost(b->host_block);
+  if (b->device_block)
+    cudaFree(b->device_block);
+  delete b;
+}
+
+cudaq_rt_bridge_result create(const char *config, cudaq_rt_bridge **out) {
+  create_error.clear();
+  if (!out) {
+    create_error = "create: no place for the result";
+    return CUDAQ_RT_BRIDGE_ERROR;
+  }
+  *out = nullptr;
+  uint32_t slots = CUDAQ_RT_LOOPBACK_DEFAULT_SLOTS, slot_size = CUDAQ_RT_LOOPBACK_DEFAULT_SLOT_SIZE;
+  if (!parse_config(config ? config : "", slots, slot_size))
+    return CUDAQ_RT_BRIDGE_ERROR;
+
+  auto *b = new cudaq_rt_bridge;
+  b->num_slots = slots;
+  b->slot_size = slot_size;
+  b->cells_per_slot = cudaq_rt_loopback_cells_per_slot(slot_size);
+  const size_t ring_bytes = size_t(slots) * b->cells_per_slot * CUDAQ_RT_LOOPBACK_CELL_SIZE;
+  const size_t frames_bytes = size_t(slots) * slot_size;
+  const size_t ctx_bytes = 256; // keeps the staging frames 256-aligned
+
+  // Both rings in one mapped allocation, zeroed: no stamp is 0, so nothing looks ready.
+  if (!cuda_ok(cudaHostAlloc(&b->host_block, 2 * ring_bytes, cudaHostAllocMapped),
+               "cudaHostAlloc (mapped)", create_error) ||
+      !cuda_ok(cudaMalloc(&b->device_block, ctx_bytes + 2 * frames_bytes), "cudaMalloc",
+               create_error)) {
+    release(b);
+    return CUDAQ_RT_BRIDGE_ERROR;
+  }
+  std::memset(b->host_block, 0, 2 * ring_bytes);
+  b->request_cells = static_cast<uint64_t *>(b->host_block);
+  b->response_cells = reinterpret_cast<uint64_t *>(static_cast<char *>(b->host_block) + ring_bytes);
+
+  void *device_rings = nullptr;
+  if (!cuda_ok(cudaHostGetDevicePointer(&device_rings, b->host_block, 0),
+               "cudaHostGetDevicePointer", create_error)) {
+    release(b);
+    return CUDAQ_RT_BRIDGE_ERROR;
+  }
+  auto *device = static_cast<unsigned char *>(b->device_block);
+  cudaq_rt_loopback_device_ctx ctx{};
+  ctx.magic = CUDAQ_RT_LOOPBACK_CTX_MAGIC;
+  ctx.num_slots = slots;
+  ctx.slot_size = slot_size;
+  ctx.cells_per_slot = b->cells_per_slot;
+  ctx.request_cells = device_rings;
+  ctx.response_cells = static_cast<char *>(device_rings) + ring_bytes;
+  ctx.request_frames = device + ctx_bytes;
+  ctx.response_frames = device + ctx_bytes + frames_bytes;
+  b->device_ctx = reinterpret_cast<cudaq_rt_loopback_device_ctx *>(device);
+  // Synchronous copies: the dispatch kernel is not running yet, so nothing can queue behind it.
+  if (!cuda_ok(cudaMemset(device, 0, ctx_bytes + 2 * frames_bytes), "cudaMemset", create_error) ||
+      !cuda_ok(cudaMemcpy(device, &ctx, sizeof ctx, cudaMemcpyHostToDevice), "cudaMemcpy",
+               create_error)) {
+    release(b);
+    return CUDAQ_RT_BRIDGE_ERROR;
+  }
+  *out = b;
+  return CUDAQ_RT_BRIDGE_OK;
+}
+
+void destroy(cudaq_rt_bridge *b) {
+  if (b)
+    release(b);
+}
+
+const char *last_error(const cudaq_rt_bridge *b) {
+  return b ? b->error.c_str() : create_error.c_str();
+}
+
+void *device_context(cudaq_rt_bridge *b) { return b->device_ctx; }
+uint32_t slot_size(cudaq_rt_bridge *b) { return b->slot_size; }
+uint32_t num_slots(cudaq_rt_bridge *b) { return b->num_slots; }
+
+cudaq_rt_bridge_result send(cudaq_rt_bridge *b, const void *frame, size_t size) {
+  if (size < CUDAQ_RT_HEADER_SIZE || size > b->slot_size) {
+    b->error = "send: a frame of " + std::to_string(size) + " bytes does not fit a slot (" +
+               std::to_string(CUDAQ_RT_HEADER_SIZE) + ".." + std::to_string(b->slot_size) + ")";
+    return CUDAQ_RT_BRIDGE_ERROR;
+  }
+  if (b->sent - b->received == b->num_slots)
+    return CUDAQ_RT_BRIDGE_AGAIN;
+  const uint64_t k = b->sent;
+  const uint32_t lap = CUDAQ_RT_LOOPBACK_LAP(k, b->num_slots);
+  uint64_t *slot = b->request_cells + (k % b->num_slots) * b->cells_per_slot * 2;
+  const auto *bytes = static_cast<const unsigned char *>(frame);
+  const size_t words = (size + 3) / 4;
+  for (size_t w = 0; w < words; ++w) {
+    uint32_t data = 0;
+    std::memcpy(&data, bytes + 4 * w, size - 4 * w < 4 ? size - 4 * w : 4);
+    store_half(slot + 2 + w, lap, data);
+  }
+  if (words % 2) // the last cell's second half: stamped too, so the GPU sees the cell complete
+    store_half(slot + 2 + words, lap, 0);
+  // Control last, so a poll that sees it usually finds the whole frame already there.
+  store_half(slot + 1, lap, 0);
+  store_half(slot, lap, uint32_t(size));
+  ++b->sent;
+  return CUDAQ_RT_BRIDGE_OK;
+}
+
+cudaq_rt_bridge_result receive(cudaq_rt_bridge *b, void *buffer, size_t capacity, size_t *size) {
+  if (b->received == b->sent)
+    return CUDAQ_RT_BRIDGE_AGAIN;
+  const uint64_t k = b->received;
+  const uint32_t lap = CUDAQ_RT_LOOPBACK_LAP(k, b->num_slots);
+  const uint64_t *slot = b->response_cells + (k % b->num_slots) * b->cells_per_slot * 2;
+  const uint64_t control = load_half(slot);
+  if (stamp_of(control) != lap)
+    return CUDAQ_RT_BRIDGE_AGAIN;
+  const uint32_t len = data_of(control);
+  if (len < CUDAQ_RT_HEADER_SIZE || len > b->slot_size) {
+    b->error = "receive: response " + std::to_string(k) + " claims " + std::to_string(len) +
+               " bytes";
+    return CUDAQ_RT_BRIDGE_ERROR;
+  }
+  if (capacity < len) {
+    b->error = "receive: the response is " + std::to_string(len) + " bytes, the buffer " +
+               std::to_string(capacity);
+    return CUDAQ_RT_BRIDGE_ERROR;
+  }
+  auto *out = static_cast<unsigned char *>(buffer);
+  const size_t words = (len + 3) / 4;
+  for (size_t w = 0; w < words; ++w) {
+    uint64_t half = load_half(slot + 2 + w);
+    for (uint64_t polls = 0; stamp_of(half) != lap; ++polls) {
+      if (polls == kMaxHalfPolls) {
+        b->error = "receive: response " + std::to_string(k) + " never completed";
+        return CUDAQ_RT_BRIDGE_ERROR;
+      }
+      half = load_half(slot + 2 + w);
+    }
+    const uint32_t data = data_of(half);
+    std::memcpy(out + 4 * w, &data, len - 4 * w < 4 ? len - 4 * w : 4);
+  }
+  *size = len;
+  ++b->received;
+  return CUDAQ_RT_BRIDGE_OK;
+}
+
+const cudaq_rt_bridge_ops loopback_ops = {
+    CUDAQ_RT_BRIDGE_ABI_VERSION,
+    sizeof(cudaq_rt_bridge_ops),
+    "loopback",
+    "a ring of slots in mapped pinned host memory, fed by this process",
+    CUDAQ_RT_BRIDGE_CAP_HOST_FRAMES,
+    0,
+    create,
+    destroy,
+    last_error,
+    device_context,
+    slot_size,
+    num_slots,
+    send,
+    receive,
+};
+
+} // namespace
+
+extern "C" __attribute__((visibility("default"))) const cudaq_rt_bridge_ops *
+cudaq_rt_bridge_entry(void) {
+  return &loopback_ops;
+}

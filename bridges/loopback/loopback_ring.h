@@ -1,0 +1,84 @@
+/* The loopback bridge's ring: frames between host threads of this process and the dispatch kernel,
+ * through mapped pinned host memory. Shared by the device hooks (loopback_device.cu) and the host
+ * operations (loopback.cpp).
+ *
+ * What it costs
+ * -------------
+ * Every GPU load from mapped host memory is a PCIe round trip (about a microsecond); GPU stores are
+ * posted and cost the GPU almost nothing. Measured on an H200 (BRIEF §4): reading a request field
+ * by field costs 6.9 us per round trip; one 16-byte read and one 16-byte write per direction is the
+ * 1.8 us floor; payload + __threadfence_system() + flag word costs 2.35 us. And a 16-byte GPU
+ * store into host memory can be observed by the host half-written (its two 8-byte halves land
+ * separately), so completion cannot be signalled by "the word changed".
+ *
+ * The protocol
+ * ------------
+ * The ring has N slots. Request k (k = 0, 1, ... counted by the host in send order) goes to slot
+ * k % N and carries the stamp lap(k) = k / N + 1 (a 32-bit count that wraps; zeroed memory never
+ * matches the first lap, and a slot's previous lap never matches its next one).
+ *
+ * A frame travels as 16-byte cells, each holding two self-validating 8-byte halves
+ * { u32 stamp, u32 data }. Cell 0 is control ({ stamp, frame_len, stamp, 0 }); cells 1.. carry the
+ * frame's bytes, eight per cell. An aligned 8-byte access is single-copy atomic on both sides of
+ * PCIe, so a half whose stamp equals the expected lap holds this lap's data, whatever order the
+ * halves arrive in: torn 16-byte stores and reordered loads are detected per half, with no fence
+ * and no separate flag word. The price is twice the bytes on the bus, which is free at these sizes
+ * (the cost is latency, not bandwidth).
+ *
+ *   request, host -> GPU: the host writes cells 1.. then cell 0 (8-byte stores). The GPU polls the
+ *     slot by loading cell 0 *and* the header cells in one batch, for the next few slots at once
+ *     (independent loads, all in flight together: one round trip). Slots whose halves all carry the
+ *     lap are ready; the rest of their payload (if it did not fit in the probe) is loaded in
+ *     batches of 8 cells, and any half that is not stamped yet is reloaded. The frames are unpacked
+ *     into per-slot staging frames in device memory, so handlers never touch PCIe.
+ *   response, GPU -> host: tx_publish packs the staging response into cells and stores them to the
+ *     slot's response cells (posted stores, no fence). The host polls cell 0 of the oldest
+ *     outstanding slot, then waits until every half of the frame carries the lap.
+ *   credits: a slot is the host's again once it has taken the slot's response, so the response
+ *     *is* the credit tx_publish returns; the host keeps at most N requests in flight.
+ *   shutdown: the dispatch params' mapped shutdown flag is loaded in the same batch as every poll
+ *     (no extra round trip); once seen, rx_poll answers SHUTDOWN and requests not yet handed out
+ *     stay unanswered.
+ *
+ * So a request costs the GPU one read round trip (plus one per 8 further cells of a large payload,
+ * in flight together) and posted writes; with several requests queued, one probe picks up to
+ * CUDAQ_RT_LOOPBACK_PROBE_SLOTS of them at once. */
+#ifndef CUDAQ_RT_LOOPBACK_RING_H
+#define CUDAQ_RT_LOOPBACK_RING_H
+
+#include <stdint.h>
+
+#define CUDAQ_RT_LOOPBACK_CTX_MAGIC 0x4c4f4f50u /* 'LOOP' */
+#define CUDAQ_RT_LOOPBACK_CELL_DATA 8u          /* frame bytes per 16-byte cell */
+#define CUDAQ_RT_LOOPBACK_CELL_SIZE 16u
+/* Slots probed per poll, and cells probed per slot: control + the 24-byte header + 8 bytes. */
+#define CUDAQ_RT_LOOPBACK_PROBE_SLOTS 4u
+#define CUDAQ_RT_LOOPBACK_PROBE_CELLS 5u
+
+#define CUDAQ_RT_LOOPBACK_DEFAULT_SLOTS 64u
+#define CUDAQ_RT_LOOPBACK_DEFAULT_SLOT_SIZE 1024u
+#define CUDAQ_RT_LOOPBACK_MAX_SLOTS 65536u
+#define CUDAQ_RT_LOOPBACK_MIN_SLOT_SIZE 32u
+#define CUDAQ_RT_LOOPBACK_MAX_SLOT_SIZE (1u << 20)
+
+/* Cells one slot of the ring occupies: control + ceil(slot_size / 8). */
+static inline uint32_t cudaq_rt_loopback_cells_per_slot(uint32_t slot_size) {
+  return 1u + (slot_size + CUDAQ_RT_LOOPBACK_CELL_DATA - 1u) / CUDAQ_RT_LOOPBACK_CELL_DATA;
+}
+
+/* The stamp of the frame with sequence number k in a ring of n slots. */
+#define CUDAQ_RT_LOOPBACK_LAP(k, n) ((uint32_t)((k) / (n)) + 1u)
+
+/* What cudaq_dev_enter_kernel receives as ctx; lives in device memory, written once by create. */
+typedef struct cudaq_rt_loopback_device_ctx {
+  uint32_t magic; /* CUDAQ_RT_LOOPBACK_CTX_MAGIC */
+  uint32_t num_slots;
+  uint32_t slot_size;       /* frame bytes per slot, header included; a multiple of 16 */
+  uint32_t cells_per_slot;  /* cudaq_rt_loopback_cells_per_slot(slot_size) */
+  void *request_cells;      /* mapped host memory: num_slots * cells_per_slot cells */
+  void *response_cells;     /* mapped host memory, same shape */
+  unsigned char *request_frames;  /* device memory: num_slots * slot_size, unpacked requests */
+  unsigned char *response_frames; /* device memory: num_slots * slot_size, responses being built */
+} cudaq_rt_loopback_device_ctx;
+
+#endif /* CUDAQ_RT_LOOPBACK_RING_H */

@@ -1,0 +1,147 @@
+/* cudaq_rt/dispatch_framing.cuh: the per-request work of a dispatch kernel, reusable.
+ *
+ * The unified dispatch kernel is nothing but a loop around cudaq_rt_serve_frame(); a custom
+ * dispatch kernel (any grid, any launch attributes) that includes this header answers requests
+ * exactly the same way: same validation, same status codes, same counters.
+ *
+ *   cudaq_rt_dispatch_counters counters = cudaq_rt_counters_load(p.stats);
+ *   while (cudaq_dev_rx_poll(session, &req, &resp) == CUDAQ_DEV_RX_READY) {
+ *     cudaq_rt_serve_frame(p.function_table, p.num_functions, p.slot_size, req, resp, &counters);
+ *     cudaq_rt_counters_store(p.stats, &counters);
+ *     cudaq_dev_tx_publish(session, resp);
+ *   }
+ *
+ * Counters are kept in registers and only *stored* to the mapped cudaq_rt_dispatch_stats: a
+ * read-modify-write there would cost a PCIe round trip (about a microsecond) per counter per
+ * request. Each counter is one aligned 8-byte store, which the host never sees torn. So one
+ * cudaq_rt_dispatch_stats belongs to one serving thread; a kernel with several serving threads
+ * gives each its own block of counters (or sums them itself). */
+#ifndef CUDAQ_RT_DISPATCH_FRAMING_CUH
+#define CUDAQ_RT_DISPATCH_FRAMING_CUH
+
+#include "cudaq_rt/dispatch.h"
+
+#if !defined(__CUDACC__)
+#error "cudaq_rt/dispatch_framing.cuh is device code: compile it with nvcc"
+#endif
+
+typedef struct cudaq_rt_dispatch_counters {
+  unsigned long long requests;
+  unsigned long long ok;
+  unsigned long long handler_errors;
+  unsigned long long protocol_errors;
+} cudaq_rt_dispatch_counters;
+
+/* Starts from the values already in `stats` (a relaunched kernel keeps counting), or zero. One
+ * read per kernel, at entry. */
+static __device__ __forceinline__ cudaq_rt_dispatch_counters
+cudaq_rt_counters_load(const cudaq_rt_dispatch_stats *stats) {
+  cudaq_rt_dispatch_counters c = {0, 0, 0, 0};
+  if (stats) {
+    const volatile cudaq_rt_dispatch_stats *s = stats;
+    c.requests = s->requests;
+    c.ok = s->ok;
+    c.handler_errors = s->handler_errors;
+    c.protocol_errors = s->protocol_errors;
+  }
+  return c;
+}
+
+/* Posted stores only, with no fence: the host may see a response a moment before its count. */
+static __device__ __forceinline__ void cudaq_rt_counters_store(cudaq_rt_dispatch_stats *stats,
+                                                               const cudaq_rt_dispatch_counters *c) {
+  if (stats) {
+    volatile cudaq_rt_dispatch_stats *s = stats;
+    s->requests = c->requests;
+    s->ok = c->ok;
+    s->handler_errors = c->handler_errors;
+    s->protocol_errors = c->protocol_errors;
+  }
+}
+
+static __device__ __forceinline__ void cudaq_rt_counters_record(cudaq_rt_dispatch_counters *c,
+                                                                int status) {
+  ++c->requests;
+  if (status == CUDAQ_RT_STATUS_OK)
+    ++c->ok;
+  else if (status > 0)
+    ++c->handler_errors;
+  else
+    ++c->protocol_errors;
+}
+
+/* 0 when the request header may be handed to a handler, else the protocol status to answer. */
+static __device__ __forceinline__ int
+cudaq_rt_validate_request(const cudaq_rt_request_header *req, uint32_t slot_size) {
+  if (req->magic != CUDAQ_RT_REQUEST_MAGIC)
+    return CUDAQ_RT_STATUS_BAD_MAGIC;
+  if (slot_size < CUDAQ_RT_HEADER_SIZE || req->arg_len > slot_size - CUDAQ_RT_HEADER_SIZE)
+    return CUDAQ_RT_STATUS_PAYLOAD_TOO_LARGE;
+  return CUDAQ_RT_STATUS_OK;
+}
+
+/* Binary search of a table sorted by function_id; NULL when absent. */
+static __device__ __forceinline__ cudaq_rt_handler_fn
+cudaq_rt_find_handler(const cudaq_rt_function_entry *table, uint32_t count, uint32_t function_id) {
+  uint32_t lo = 0, hi = count;
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    uint32_t id = table[mid].function_id;
+    if (id == function_id)
+      return table[mid].handler;
+    if (id < function_id)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return 0;
+}
+
+static __device__ __forceinline__ void
+cudaq_rt_write_response_header(cudaq_rt_response_header *resp, int32_t status, uint32_t result_len,
+                               uint32_t request_id, uint64_t ptp_timestamp) {
+  resp->magic = CUDAQ_RT_RESPONSE_MAGIC;
+  resp->status = status;
+  resp->result_len = result_len;
+  resp->request_id = request_id;
+  resp->ptp_timestamp = ptp_timestamp;
+}
+
+/* Answers one request frame into `response` (a distinct frame of slot_size bytes): validates it,
+ * calls its handler with max_result_len = slot_size - 24, and always writes the response header,
+ * echoing request_id and ptp_timestamp (also for a bad magic: they are all a client has to match
+ * the answer). Returns the status written and records it in `counters` (may be NULL). */
+static __device__ __forceinline__ int
+cudaq_rt_serve_frame(const cudaq_rt_function_entry *table, uint32_t table_size, uint32_t slot_size,
+                     const void *request, void *response, cudaq_rt_dispatch_counters *counters) {
+  const cudaq_rt_request_header *req = (const cudaq_rt_request_header *)request;
+  cudaq_rt_response_header *resp = (cudaq_rt_response_header *)response;
+  const uint32_t request_id = req->request_id;
+  const uint64_t ptp_timestamp = req->ptp_timestamp;
+  uint32_t result_len = 0;
+
+  int status = cudaq_rt_validate_request(req, slot_size);
+  if (status == CUDAQ_RT_STATUS_OK) {
+    cudaq_rt_handler_fn handler = cudaq_rt_find_handler(table, table_size, req->function_id);
+    if (!handler) {
+      status = CUDAQ_RT_STATUS_UNKNOWN_FUNCTION;
+    } else {
+      const uint32_t max_result_len = slot_size - CUDAQ_RT_HEADER_SIZE;
+      status = handler((const char *)request + CUDAQ_RT_HEADER_SIZE,
+                       (char *)response + CUDAQ_RT_HEADER_SIZE, req->arg_len, max_result_len,
+                       &result_len);
+      /* A handler that claims more than it was given room for may have written past the frame;
+       * what it wrote cannot be trusted, so none of it is sent. */
+      if (result_len > max_result_len) {
+        status = CUDAQ_RT_STATUS_RESULT_TOO_LARGE;
+        result_len = 0;
+      }
+    }
+  }
+  cudaq_rt_write_response_header(resp, status, result_len, request_id, ptp_timestamp);
+  if (counters)
+    cudaq_rt_counters_record(counters, status);
+  return status;
+}
+
+#endif /* CUDAQ_RT_DISPATCH_FRAMING_CUH */

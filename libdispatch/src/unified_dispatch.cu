@@ -1,0 +1,32 @@
+// The unified dispatch kernel: the persistent kernel cudaq-rt-run launches when the application
+// brings no dispatch kernel of its own.
+//
+// Launch shape: one block of one thread (<<<1, 1>>>). Serving is sequential by contract (the
+// bridge hands out one frame at a time and every request gets exactly one response, in order),
+// so extra threads would only idle; any that a launcher does start return at once. The latency
+// that matters is PCIe, not arithmetic, and the bridge keeps several transfers in flight itself.
+//
+// Built once, at build time, to LTO-IR for sm_80 (which links for that GPU and every newer one)
+// and embedded in the runtime library; cudaq-rt-link links it with a bridge's hooks and the
+// application's handlers into one module.
+#include "cudaq_rt/dispatch_framing.cuh"
+
+extern "C" __global__ void cudaq_rt_unified_dispatch(cudaq_rt_dispatch_params p) {
+  if (threadIdx.x != 0 || threadIdx.y != 0 || threadIdx.z != 0 || blockIdx.x != 0 ||
+      blockIdx.y != 0 || blockIdx.z != 0)
+    return;
+
+  __align__(16) unsigned char storage[CUDAQ_RT_SESSION_STORAGE_SIZE];
+  void *session = cudaq_dev_enter_kernel(storage, p.transport_ctx, p.shutdown_flag);
+  if (!session)
+    return;
+
+  cudaq_rt_dispatch_counters counters = cudaq_rt_counters_load(p.stats);
+  void *request = 0, *response = 0;
+  while (cudaq_dev_rx_poll(session, &request, &response) == CUDAQ_DEV_RX_READY) {
+    cudaq_rt_serve_frame(p.function_table, p.num_functions, p.slot_size, request, response,
+                         &counters);
+    cudaq_rt_counters_store(p.stats, &counters);
+    cudaq_dev_tx_publish(session, response);
+  }
+}

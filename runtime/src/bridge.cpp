@@ -1,0 +1,191 @@
+// Finding, loading and checking bridge libraries (cudaq_rt/bridge.h).
+#include "cudaq_rt/bridge.h"
+
+#include <cstdlib>
+#include <dlfcn.h>
+#include <system_error>
+
+#ifndef CUDAQ_RT_BUILD_BRIDGE_DIR
+#error "the build defines CUDAQ_RT_BUILD_BRIDGE_DIR (runtime/CMakeLists.txt)"
+#endif
+
+namespace cudaq_rt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool is_bridge_name(std::string_view s) {
+  if (s.empty())
+    return false;
+  for (char c : s)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+          c == '_' || c == '-'))
+      return false;
+  return true;
+}
+
+bool looks_like_path(std::string_view s) {
+  return s.find('/') != std::string_view::npos ||
+         (s.size() >= 3 && s.substr(s.size() - 3) == ".so") ||
+         s.find(".so.") != std::string_view::npos;
+}
+
+std::string join(const std::vector<fs::path> &dirs) {
+  std::string out;
+  for (const fs::path &d : dirs)
+    out += (out.empty() ? "" : ", ") + d.string();
+  return out;
+}
+
+} // namespace
+
+std::vector<fs::path> bridge_search_path() {
+  std::vector<fs::path> dirs;
+  if (const char *env = std::getenv("CUDAQ_RT_BRIDGE_PATH")) {
+    std::string_view rest = env;
+    while (!rest.empty()) {
+      size_t colon = rest.find(':');
+      std::string_view dir = rest.substr(0, colon);
+      if (!dir.empty())
+        dirs.emplace_back(dir);
+      rest = colon == std::string_view::npos ? std::string_view{} : rest.substr(colon + 1);
+    }
+  }
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec)
+    dirs.push_back((exe.parent_path() / ".." / "lib" / "cudaq-rt" / "bridges").lexically_normal());
+  dirs.emplace_back(CUDAQ_RT_BUILD_BRIDGE_DIR);
+  return dirs;
+}
+
+std::string bridge_library_file_name(std::string_view name) {
+  return cat(CUDAQ_RT_BRIDGE_LIBRARY_PREFIX, name, ".so");
+}
+
+Expected<BridgeLibrary> BridgeLibrary::open(std::string_view name_or_path) {
+  if (looks_like_path(name_or_path)) {
+    fs::path path(name_or_path);
+    std::error_code ec;
+    if (!fs::exists(path, ec))
+      return make_error(path.string(), "no such bridge library");
+    return load(path);
+  }
+  if (!is_bridge_name(name_or_path))
+    return make_error("", "bad bridge name '", name_or_path,
+                      "': use letters, digits, '_' and '-', or a path to a shared library");
+  std::vector<fs::path> dirs = bridge_search_path();
+  const std::string file = bridge_library_file_name(name_or_path);
+  for (const fs::path &dir : dirs) {
+    std::error_code ec;
+    fs::path candidate = dir / file;
+    if (fs::is_regular_file(candidate, ec))
+      return load(candidate);
+  }
+  return make_error("", "unknown bridge '", name_or_path, "' (searched: ", join(dirs), ")");
+}
+
+Expected<BridgeLibrary> BridgeLibrary::load(const fs::path &path) {
+  // dlopen searches the library path for a name without '/'; an explicit path must not.
+  const std::string spec = path.has_parent_path() ? path.string() : ("./" + path.string());
+  void *raw = dlopen(spec.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!raw) {
+    const char *why = dlerror();
+    return make_error(path.string(), "cannot load bridge: ", why ? why : "dlopen failed");
+  }
+  std::shared_ptr<void> handle(raw, [](void *h) { dlclose(h); });
+
+  dlerror();
+  void *sym = dlsym(raw, CUDAQ_RT_BRIDGE_ENTRY_SYMBOL);
+  if (!sym)
+    return make_error(path.string(),
+                      "not a cudaq-rt bridge: no symbol " CUDAQ_RT_BRIDGE_ENTRY_SYMBOL);
+  auto entry = reinterpret_cast<cudaq_rt_bridge_entry_fn>(sym);
+  const cudaq_rt_bridge_ops *ops = entry();
+  if (!ops)
+    return make_error(path.string(), "not a cudaq-rt bridge: " CUDAQ_RT_BRIDGE_ENTRY_SYMBOL
+                                     " returned no operations");
+  if (ops->abi_version != CUDAQ_RT_BRIDGE_ABI_VERSION)
+    return make_error(path.string(), "bridge ABI version ", ops->abi_version,
+                      ", but this runtime supports version ", CUDAQ_RT_BRIDGE_ABI_VERSION,
+                      ": rebuild the bridge against this cudaq-rt");
+  if (ops->struct_size < sizeof(cudaq_rt_bridge_ops))
+    return make_error(path.string(), "bridge operations table is ", ops->struct_size,
+                      " bytes, but ABI version ", CUDAQ_RT_BRIDGE_ABI_VERSION, " needs ",
+                      sizeof(cudaq_rt_bridge_ops), ": rebuild the bridge against this cudaq-rt");
+  if (!ops->name || !ops->create || !ops->destroy || !ops->last_error || !ops->device_context ||
+      !ops->slot_size || !ops->num_slots)
+    return make_error(path.string(), "bridge operations table lacks a required operation");
+  if ((ops->capabilities & CUDAQ_RT_BRIDGE_CAP_HOST_FRAMES) && (!ops->send || !ops->receive))
+    return make_error(path.string(),
+                      "bridge claims host frames but has no send or receive operation");
+  return BridgeLibrary(path, std::move(handle), ops);
+}
+
+Expected<Bridge> BridgeLibrary::create(const std::string &config) const {
+  cudaq_rt_bridge *bridge = nullptr;
+  if (ops_->create(config.c_str(), &bridge) != CUDAQ_RT_BRIDGE_OK || !bridge) {
+    const char *why = ops_->last_error(nullptr);
+    return make_error(path_.string(), "bridge '", ops_->name, "': ",
+                      why && *why ? why : "create failed");
+  }
+  return Bridge(handle_, ops_, bridge);
+}
+
+Bridge::Bridge(Bridge &&other) noexcept
+    : handle_(std::move(other.handle_)), ops_(other.ops_), bridge_(other.bridge_) {
+  other.bridge_ = nullptr;
+}
+
+Bridge &Bridge::operator=(Bridge &&other) noexcept {
+  if (this != &other) {
+    if (bridge_)
+      ops_->destroy(bridge_);
+    handle_ = std::move(other.handle_);
+    ops_ = other.ops_;
+    bridge_ = other.bridge_;
+    other.bridge_ = nullptr;
+  }
+  return *this;
+}
+
+Bridge::~Bridge() {
+  if (bridge_)
+    ops_->destroy(bridge_);
+}
+
+Error Bridge::error(std::string_view op) const {
+  const char *why = ops_->last_error(bridge_);
+  return make_error("", "bridge '", ops_->name, "': ", op, ": ",
+                    why && *why ? why : "failed");
+}
+
+Expected<bool> Bridge::send(std::span<const uint8_t> frame) {
+  if (!ops_->send)
+    return make_error("", "bridge '", ops_->name, "' is not fed from the host");
+  switch (ops_->send(bridge_, frame.data(), frame.size())) {
+  case CUDAQ_RT_BRIDGE_OK:
+    return true;
+  case CUDAQ_RT_BRIDGE_AGAIN:
+    return false;
+  default:
+    return error("send");
+  }
+}
+
+Expected<std::optional<size_t>> Bridge::receive(std::span<uint8_t> buffer) {
+  if (!ops_->receive)
+    return make_error("", "bridge '", ops_->name, "' is not fed from the host");
+  size_t size = 0;
+  switch (ops_->receive(bridge_, buffer.data(), buffer.size(), &size)) {
+  case CUDAQ_RT_BRIDGE_OK:
+    return std::optional<size_t>(size);
+  case CUDAQ_RT_BRIDGE_AGAIN:
+    return std::optional<size_t>();
+  default:
+    return error("receive");
+  }
+}
+
+} // namespace cudaq_rt

@@ -1,0 +1,637 @@
+// End-to-end test of the device side: the unified dispatch kernel (embedded in the runtime), the
+// loopback bridge's hooks and the example application's handlers, linked into one module,
+// loaded, launched as a persistent kernel and driven through the loopback ring. Checks every
+// example handler, the protocol errors (and that the server keeps serving after them), the
+// counters, then measures round-trip latency and throughput.
+//
+//   loopback_dispatch_test [--bridge NAME|PATH] (--cubin FILE | --self-link APP)
+//                          [--link-only sm_80,sm_90,...] [--latency-requests N]
+//
+// --self-link links the module itself with nvJitLink (what cudaq-rt-link does) from the
+// dispatcher fatbin, the bridge library's first __nv_relfatbin container and APP's containers.
+// --link-only only links, for each listed arch, and prints cubin sizes and link times: it needs
+// no GPU. Without a GPU the test exits 77 (ctest: skipped).
+#include "cudaq_rt/bridge.h"
+#include "cudaq_rt/builtin_dispatcher.h"
+#include "cudaq_rt/dispatch.h"
+#include "cudaq_rt/wire.h"
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <elf.h>
+#include <nvJitLink.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Bytes = std::vector<uint8_t>;
+
+const char *const kHandlers[] = {"sum_i32", "axpy_f32", "parity", "echo"};
+
+[[noreturn]] void fail(const std::string &message) {
+  std::fprintf(stderr, "loopback_dispatch_test: error: %s\n", message.c_str());
+  std::exit(1);
+}
+
+Bytes read_file(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    fail("'" + path + "': cannot open");
+  return Bytes(std::istreambuf_iterator<char>(in), {});
+}
+
+// The bytes of one section of a 64-bit little-endian ELF file (the package reader does this
+// properly for the tools; a test needs only the happy path and bounds checks).
+Bytes elf_section(const std::string &path, const char *name) {
+  Bytes file = read_file(path);
+  auto in_bounds = [&](uint64_t off, uint64_t size) {
+    return off <= file.size() && size <= file.size() - off;
+  };
+  Elf64_Ehdr eh;
+  if (!in_bounds(0, sizeof eh) || std::memcmp(file.data(), ELFMAG, SELFMAG) != 0)
+    fail("'" + path + "': not an ELF file");
+  std::memcpy(&eh, file.data(), sizeof eh);
+  if (eh.e_shentsize != sizeof(Elf64_Shdr) ||
+      !in_bounds(eh.e_shoff, uint64_t(eh.e_shnum) * sizeof(Elf64_Shdr)) ||
+      eh.e_shstrndx >= eh.e_shnum)
+    fail("'" + path + "': bad section headers");
+  auto shdr = [&](unsigned i) {
+    Elf64_Shdr s;
+    std::memcpy(&s, file.data() + eh.e_shoff + i * sizeof(Elf64_Shdr), sizeof s);
+    return s;
+  };
+  const Elf64_Shdr strtab = shdr(eh.e_shstrndx);
+  for (unsigned i = 0; i < eh.e_shnum; ++i) {
+    Elf64_Shdr s = shdr(i);
+    if (s.sh_name >= strtab.sh_size ||
+        std::strncmp(reinterpret_cast<const char *>(file.data() + strtab.sh_offset + s.sh_name),
+                     name, strtab.sh_size - s.sh_name) != 0)
+      continue;
+    if (!in_bounds(s.sh_offset, s.sh_size))
+      fail("'" + path + "': section " + name + " is truncated");
+    return Bytes(file.begin() + s.sh_offset, file.begin() + s.sh_offset + s.sh_size);
+  }
+  fail("'" + path + "': no section " + name);
+}
+
+// Splits a __nv_relfatbin into its per-translation-unit containers by the headers' sizes
+// (nvJitLink reads only the first container of a fatbin input).
+std::vector<Bytes> split_containers(const Bytes &section, const std::string &origin) {
+  std::vector<Bytes> out;
+  size_t off = 0;
+  while (off < section.size()) {
+    if (section.size() - off < 16) {
+      if (std::all_of(section.begin() + off, section.end(), [](uint8_t b) { return b == 0; }))
+        break;
+      fail("'" + origin + "': trailing bytes after the last fatbin container");
+    }
+    uint32_t magic;
+    uint16_t header_size;
+    uint64_t fat_size;
+    std::memcpy(&magic, section.data() + off, 4);
+    std::memcpy(&header_size, section.data() + off + 6, 2);
+    std::memcpy(&fat_size, section.data() + off + 8, 8);
+    if (magic == 0) { // 8-byte alignment padding between containers
+      off += 8;
+      continue;
+    }
+    if (magic != 0xBA55ED50u || header_size < 16 || fat_size > section.size() - off - header_size)
+      fail("'" + origin + "': bad fatbin container at offset " + std::to_string(off));
+    const size_t size = header_size + fat_size;
+    out.emplace_back(section.begin() + off, section.begin() + off + size);
+    off += (size + 7) & ~size_t(7);
+  }
+  return out;
+}
+
+struct LinkInputs {
+  std::vector<Bytes> bridge;
+  std::vector<Bytes> app;
+};
+
+struct LinkResult {
+  Bytes cubin;
+  double ms;
+};
+
+LinkResult link(const LinkInputs &in, unsigned arch) {
+  std::vector<std::string> options = {"-arch=sm_" + std::to_string(arch), "-lto",
+                                      std::string("-kernels-used=") +
+                                          cudaq_rt::builtin_dispatcher_kernel};
+  for (const char *h : kHandlers)
+    options.push_back(std::string("-variables-used=") + CUDAQ_RT_HANDLER_SYMBOL_PREFIX + h);
+  std::vector<const char *> argv;
+  for (const auto &o : options)
+    argv.push_back(o.c_str());
+
+  const auto start = Clock::now();
+  nvJitLinkHandle h;
+  if (nvJitLinkCreate(&h, uint32_t(argv.size()), argv.data()) != NVJITLINK_SUCCESS)
+    fail("nvJitLinkCreate failed for sm_" + std::to_string(arch));
+  auto check = [&](nvJitLinkResult rc, const std::string &what) {
+    if (rc == NVJITLINK_SUCCESS)
+      return;
+    size_t n = 0;
+    nvJitLinkGetErrorLogSize(h, &n);
+    std::string log(n, '\0');
+    if (n)
+      nvJitLinkGetErrorLog(h, log.data());
+    fail(what + " (sm_" + std::to_string(arch) + "): nvJitLink error " + std::to_string(rc) +
+         ": " + log);
+  };
+  auto dispatcher = cudaq_rt::builtin_dispatcher_fatbin();
+  check(nvJitLinkAddData(h, NVJITLINK_INPUT_FATBIN, dispatcher.data(), dispatcher.size(),
+                         "builtin_dispatcher"),
+        "adding the dispatcher");
+  for (size_t i = 0; i < in.bridge.size(); ++i)
+    check(nvJitLinkAddData(h, NVJITLINK_INPUT_FATBIN, in.bridge[i].data(), in.bridge[i].size(),
+                           ("bridge#" + std::to_string(i)).c_str()),
+          "adding the bridge");
+  for (size_t i = 0; i < in.app.size(); ++i)
+    check(nvJitLinkAddData(h, NVJITLINK_INPUT_FATBIN, in.app[i].data(), in.app[i].size(),
+                           ("app#" + std::to_string(i)).c_str()),
+          "adding the application");
+  check(nvJitLinkComplete(h), "linking");
+  size_t size = 0;
+  check(nvJitLinkGetLinkedCubinSize(h, &size), "getting the cubin size");
+  Bytes cubin(size);
+  check(nvJitLinkGetLinkedCubin(h, cubin.data()), "getting the cubin");
+  nvJitLinkDestroy(&h);
+  return {std::move(cubin), std::chrono::duration<double, std::milli>(Clock::now() - start).count()};
+}
+
+// The driver API through cudart's entry-point lookup, so that the test links no libcuda and can
+// start (and skip) on a machine without a driver.
+struct Driver {
+  decltype(&cuGetErrorString) getErrorString;
+  decltype(&cuLibraryLoadData) libraryLoadData;
+  decltype(&cuLibraryUnload) libraryUnload;
+  decltype(&cuLibraryGetKernel) libraryGetKernel;
+  decltype(&cuLibraryGetGlobal) libraryGetGlobal;
+  decltype(&cuKernelGetFunction) kernelGetFunction;
+  decltype(&cuMemcpyDtoH) memcpyDtoH;
+  decltype(&cuLaunchKernel) launchKernel;
+} cu;
+
+template <class F> void resolve(F &fn, const char *name) {
+  void *p = nullptr;
+  cudaDriverEntryPointQueryResult found;
+  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &found) !=
+          cudaSuccess ||
+      found != cudaDriverEntryPointSuccess || !p)
+    fail(std::string("the driver has no ") + name);
+  fn = reinterpret_cast<F>(p);
+}
+
+void resolve_driver() {
+  resolve(cu.getErrorString, "cuGetErrorString");
+  resolve(cu.libraryLoadData, "cuLibraryLoadData");
+  resolve(cu.libraryUnload, "cuLibraryUnload");
+  resolve(cu.libraryGetKernel, "cuLibraryGetKernel");
+  resolve(cu.libraryGetGlobal, "cuLibraryGetGlobal");
+  resolve(cu.kernelGetFunction, "cuKernelGetFunction");
+  resolve(cu.memcpyDtoH, "cuMemcpyDtoH");
+  resolve(cu.launchKernel, "cuLaunchKernel");
+}
+
+void check_cu(CUresult rc, const char *what) {
+  if (rc != CUDA_SUCCESS) {
+    const char *s = nullptr;
+    cu.getErrorString(rc, &s);
+    fail(std::string(what) + ": " + (s ? s : "unknown driver error"));
+  }
+}
+
+void check_cuda(cudaError_t rc, const char *what) {
+  if (rc != cudaSuccess)
+    fail(std::string(what) + ": " + cudaGetErrorString(rc));
+}
+
+Bytes request(uint32_t function_id, const void *payload, uint32_t len, uint32_t request_id,
+              uint32_t magic = CUDAQ_RT_REQUEST_MAGIC, uint32_t claimed_len = UINT32_MAX) {
+  cudaq_rt_request_header h{magic, function_id, claimed_len == UINT32_MAX ? len : claimed_len,
+                            request_id, 0x1122334455667788ull + request_id};
+  Bytes frame(sizeof h + len);
+  std::memcpy(frame.data(), &h, sizeof h);
+  if (len)
+    std::memcpy(frame.data() + sizeof h, payload, len);
+  return frame;
+}
+
+struct Server {
+  cudaq_rt::Bridge &bridge;
+  cudaStream_t stream;
+  Bytes buffer;
+
+  void send(const Bytes &frame) {
+    for (;;) {
+      auto sent = bridge.send(frame);
+      if (!sent)
+        fail(sent.error().str());
+      if (*sent)
+        return;
+    }
+  }
+
+  // The next response; fails if the kernel died or nothing came for 10 s.
+  Bytes receive() {
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    for (uint64_t polls = 0;; ++polls) {
+      auto got = bridge.receive(buffer);
+      if (!got)
+        fail(got.error().str());
+      if (*got)
+        return Bytes(buffer.begin(), buffer.begin() + long(**got));
+      if ((polls & 0xfff) == 0) {
+        cudaError_t q = cudaStreamQuery(stream);
+        if (q != cudaErrorNotReady)
+          fail(std::string("the dispatch kernel stopped: ") + cudaGetErrorString(q));
+        if (Clock::now() > deadline)
+          fail("no response within 10 s");
+      }
+    }
+  }
+
+  Bytes call(const Bytes &frame) {
+    send(frame);
+    return receive();
+  }
+};
+
+int failures = 0;
+
+void expect(bool ok, const std::string &what) {
+  if (!ok) {
+    ++failures;
+    std::fprintf(stderr, "FAILED: %s\n", what.c_str());
+  }
+}
+
+cudaq_rt_response_header header_of(const Bytes &r) {
+  cudaq_rt_response_header h{};
+  if (r.size() >= sizeof h)
+    std::memcpy(&h, r.data(), sizeof h);
+  return h;
+}
+
+void expect_response(const Bytes &r, int32_t status, uint32_t request_id, const Bytes &result,
+                     const std::string &what) {
+  auto h = header_of(r);
+  expect(r.size() == sizeof h + h.result_len, what + ": frame size matches result_len");
+  expect(h.magic == CUDAQ_RT_RESPONSE_MAGIC, what + ": response magic");
+  expect(h.status == status, what + ": status " + std::to_string(h.status) + ", expected " +
+                                 std::to_string(status));
+  expect(h.request_id == request_id, what + ": request_id echoed");
+  expect(h.ptp_timestamp == 0x1122334455667788ull + request_id, what + ": timestamp echoed");
+  expect(Bytes(r.begin() + sizeof h, r.end()) == result, what + ": result bytes");
+}
+
+template <class T> Bytes bytes_of(const std::vector<T> &v) {
+  Bytes b(v.size() * sizeof(T));
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+double percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  return v[size_t(p * double(v.size() - 1))];
+}
+
+void split_archs(const std::string &list, std::vector<unsigned> &out) {
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t comma = list.find(',', start);
+    std::string item = list.substr(start, comma == std::string::npos ? std::string::npos
+                                                                     : comma - start);
+    if (item.rfind("sm_", 0) == 0)
+      item = item.substr(3);
+    out.push_back(unsigned(std::stoul(item)));
+    if (comma == std::string::npos)
+      break;
+    start = comma + 1;
+  }
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  // BRIEF §4: a module load while the persistent kernel runs can deadlock. Load everything
+  // before launch, eagerly.
+  setenv("CUDA_MODULE_LOADING", "EAGER", 1);
+
+  std::string bridge_name = "loopback", cubin_path, app_path;
+  std::vector<unsigned> link_only;
+  int latency_requests = 20000;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "loopback_dispatch_test: error: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--bridge")
+      bridge_name = value();
+    else if (a == "--cubin")
+      cubin_path = value();
+    else if (a == "--self-link")
+      app_path = value();
+    else if (a == "--link-only")
+      split_archs(value(), link_only);
+    else if (a == "--latency-requests")
+      latency_requests = std::stoi(value());
+    else {
+      std::fprintf(stderr, "loopback_dispatch_test: error: unknown argument '%s'\n", a.c_str());
+      return 2;
+    }
+  }
+  if (cubin_path.empty() == app_path.empty()) {
+    std::fprintf(stderr, "loopback_dispatch_test: error: give one of --cubin or --self-link\n");
+    return 2;
+  }
+
+  auto library = cudaq_rt::BridgeLibrary::open(bridge_name);
+  if (!library)
+    fail(library.error().str());
+
+  LinkInputs inputs;
+  if (!app_path.empty()) {
+    // The bridge's device hooks are in its library's first container (one device TU).
+    inputs.bridge = split_containers(elf_section(library->path(), "__nv_relfatbin"),
+                                     library->path());
+    inputs.bridge.resize(1);
+    inputs.app = split_containers(elf_section(app_path, "__nv_relfatbin"), app_path);
+    std::printf("link inputs: dispatcher %zu B, bridge %zu B, application %zu containers\n",
+                cudaq_rt::builtin_dispatcher_fatbin().size(), inputs.bridge[0].size(),
+                inputs.app.size());
+  }
+  if (!link_only.empty()) {
+    for (unsigned arch : link_only) {
+      LinkResult first = link(inputs, arch);
+      LinkResult again = link(inputs, arch);
+      std::printf("sm_%u: cubin %zu B, link %.1f ms (again %.1f ms)%s\n", arch, first.cubin.size(),
+                  first.ms, again.ms,
+                  first.cubin == again.cubin ? ", deterministic" : ", NOT deterministic");
+      if (first.cubin != again.cubin)
+        ++failures;
+    }
+    return failures ? 1 : 0;
+  }
+
+  int devices = 0;
+  cudaError_t rc = cudaGetDeviceCount(&devices);
+  if (rc != cudaSuccess || devices == 0) {
+    std::printf("skipped: no CUDA device (%s)\n",
+                rc != cudaSuccess ? cudaGetErrorString(rc) : "device count is 0");
+    return 77;
+  }
+  check_cuda(cudaSetDevice(0), "cudaSetDevice");
+  check_cuda(cudaFree(nullptr), "initialising the primary context");
+  resolve_driver();
+  cudaDeviceProp prop{};
+  check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  const unsigned arch = unsigned(prop.major * 10 + prop.minor);
+  std::printf("device: %s (sm_%u)\n", prop.name, arch);
+
+  Bytes cubin;
+  if (!app_path.empty()) {
+    LinkResult r = link(inputs, arch);
+    std::printf("linked for sm_%u: %zu B in %.1f ms\n", arch, r.cubin.size(), r.ms);
+    cubin = std::move(r.cubin);
+  } else {
+    cubin = read_file(cubin_path);
+  }
+
+  // Load and resolve everything before the persistent kernel starts.
+  CUlibrary lib;
+  check_cu(cu.libraryLoadData(&lib, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
+           "cuLibraryLoadData");
+  CUkernel kernel;
+  check_cu(cu.libraryGetKernel(&kernel, lib, cudaq_rt::builtin_dispatcher_kernel),
+           "cuLibraryGetKernel(cudaq_rt_unified_dispatch)");
+  CUfunction function;
+  check_cu(cu.kernelGetFunction(&function, kernel), "cuKernelGetFunction");
+  std::vector<cudaq_rt_function_entry> table;
+  for (const char *name : kHandlers) {
+    CUdeviceptr global;
+    size_t size = 0;
+    const std::string symbol = std::string(CUDAQ_RT_HANDLER_SYMBOL_PREFIX) + name;
+    check_cu(cu.libraryGetGlobal(&global, &size, lib, symbol.c_str()), symbol.c_str());
+    if (size != sizeof(cudaq_rt_handler_fn))
+      fail(symbol + " is " + std::to_string(size) + " bytes, not a function pointer");
+    cudaq_rt_function_entry e{cudaq_rt_function_id(name), 0, nullptr};
+    check_cu(cu.memcpyDtoH(&e.handler, global, sizeof e.handler), "reading a handler pointer");
+    table.push_back(e);
+  }
+  std::sort(table.begin(), table.end(),
+            [](const auto &a, const auto &b) { return a.function_id < b.function_id; });
+  cudaq_rt_function_entry *device_table = nullptr;
+  check_cuda(cudaMalloc(&device_table, table.size() * sizeof table[0]), "cudaMalloc(table)");
+  check_cuda(cudaMemcpy(device_table, table.data(), table.size() * sizeof table[0],
+                        cudaMemcpyHostToDevice),
+             "copying the function table");
+
+  auto bridge = library->create("slots=64,slot_size=1024");
+  if (!bridge)
+    fail(bridge.error().str());
+  const uint32_t slot_size = bridge->slot_size();
+
+  void *mapped = nullptr;
+  check_cuda(cudaHostAlloc(&mapped, 4096, cudaHostAllocMapped), "cudaHostAlloc(control)");
+  std::memset(mapped, 0, 4096);
+  auto *shutdown = static_cast<int *>(mapped);
+  auto *stats = reinterpret_cast<cudaq_rt_dispatch_stats *>(static_cast<char *>(mapped) + 64);
+  void *device_mapped = nullptr;
+  check_cuda(cudaHostGetDevicePointer(&device_mapped, mapped, 0), "cudaHostGetDevicePointer");
+
+  cudaq_rt_dispatch_params params{};
+  params.transport_ctx = bridge->device_context();
+  params.slot_size = slot_size;
+  params.num_functions = uint32_t(table.size());
+  params.function_table = device_table;
+  params.shutdown_flag = static_cast<volatile int *>(device_mapped);
+  params.stats = reinterpret_cast<cudaq_rt_dispatch_stats *>(static_cast<char *>(device_mapped) + 64);
+
+  cudaStream_t stream;
+  check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  void *args[] = {&params};
+  check_cu(cu.launchKernel(function, 1, 1, 1, 1, 1, 1, 0, stream, args, nullptr),
+           "launching the dispatch kernel");
+
+  Server server{*bridge, stream, Bytes(slot_size)};
+  uint32_t id = 1;
+  uint64_t expected_requests = 0, expected_ok = 0, expected_handler_errors = 0,
+           expected_protocol_errors = 0;
+  auto call = [&](const Bytes &frame) {
+    ++expected_requests;
+    return server.call(frame);
+  };
+
+  { // sum_i32
+    std::vector<int32_t> v = {1, 2, 3, -10, 1000000};
+    uint32_t rid = id++;
+    auto r = call(request(cudaq_rt_function_id("sum_i32"), v.data(), 20, rid));
+    expect_response(r, 0, rid, bytes_of(std::vector<int64_t>{999996}), "sum_i32");
+    ++expected_ok;
+  }
+  { // axpy_f32: 2 * x + y
+    std::vector<float> in = {2.0f, 1.0f, 2.0f, 3.0f, 10.0f, 20.0f, 30.0f};
+    uint32_t rid = id++;
+    auto r = call(request(cudaq_rt_function_id("axpy_f32"), in.data(), 28, rid));
+    expect_response(r, 0, rid, bytes_of(std::vector<float>{12.0f, 24.0f, 36.0f}), "axpy_f32");
+    ++expected_ok;
+  }
+  { // parity, with a payload long enough to need several fetch batches
+    Bytes in(300);
+    for (size_t i = 0; i < in.size(); ++i)
+      in[i] = uint8_t(i * 37 + 11);
+    Bytes want(in.size() + 4);
+    uint32_t total = 0;
+    for (size_t i = 0; i < in.size(); ++i) {
+      want[i] = uint8_t(__builtin_popcount(in[i]) & 1);
+      total += uint32_t(__builtin_popcount(in[i]));
+    }
+    std::memcpy(want.data() + in.size(), &total, 4);
+    uint32_t rid = id++;
+    auto r = call(request(cudaq_rt_function_id("parity"), in.data(), uint32_t(in.size()), rid));
+    expect_response(r, 0, rid, want, "parity");
+    ++expected_ok;
+  }
+  { // echo, at every payload size up to the slot's limit in a few steps
+    for (uint32_t len : {0u, 1u, 7u, 8u, 9u, 100u, slot_size - 24}) {
+      Bytes in(len);
+      for (uint32_t i = 0; i < len; ++i)
+        in[i] = uint8_t(i ^ 0x5a);
+      uint32_t rid = id++;
+      auto r = call(request(cudaq_rt_function_id("echo"), in.data(), len, rid));
+      expect_response(r, 0, rid, in, "echo " + std::to_string(len) + " bytes");
+      ++expected_ok;
+    }
+  }
+  { // a handler-defined error: sum_i32 wants a multiple of 4 bytes
+    uint32_t rid = id++;
+    uint8_t three[3] = {1, 2, 3};
+    auto r = call(request(cudaq_rt_function_id("sum_i32"), three, 3, rid));
+    expect_response(r, 1, rid, {}, "sum_i32 with 3 bytes");
+    ++expected_handler_errors;
+  }
+  { // protocol errors, each followed by a good request
+    uint32_t rid = id++;
+    auto r = call(request(cudaq_rt_function_id("echo"), "ab", 2, rid, 0xdeadbeefu));
+    expect_response(r, CUDAQ_RT_STATUS_BAD_MAGIC, rid, {}, "bad magic");
+    rid = id++;
+    r = call(request(cudaq_rt_function_id("no_such_handler"), "ab", 2, rid));
+    expect_response(r, CUDAQ_RT_STATUS_UNKNOWN_FUNCTION, rid, {}, "unknown function");
+    rid = id++;
+    r = call(request(cudaq_rt_function_id("echo"), "ab", 2, rid, CUDAQ_RT_REQUEST_MAGIC,
+                     slot_size - 23));
+    expect_response(r, CUDAQ_RT_STATUS_PAYLOAD_TOO_LARGE, rid, {}, "oversize payload");
+    expected_protocol_errors += 3;
+    rid = id++;
+    r = call(request(cudaq_rt_function_id("echo"), "still here", 10, rid));
+    expect_response(r, 0, rid, Bytes{'s', 't', 'i', 'l', 'l', ' ', 'h', 'e', 'r', 'e'},
+                    "echo after protocol errors");
+    ++expected_ok;
+  }
+
+  auto read_stats = [&] {
+    cudaq_rt_dispatch_stats s;
+    s.requests = std::atomic_ref<unsigned long long>(stats->requests).load();
+    s.ok = std::atomic_ref<unsigned long long>(stats->ok).load();
+    s.handler_errors = std::atomic_ref<unsigned long long>(stats->handler_errors).load();
+    s.protocol_errors = std::atomic_ref<unsigned long long>(stats->protocol_errors).load();
+    return s;
+  };
+  { // The counters are posted stores that may trail the last response by a moment.
+    const auto deadline = Clock::now() + std::chrono::seconds(1);
+    cudaq_rt_dispatch_stats s = read_stats();
+    while (s.requests != expected_requests && Clock::now() < deadline)
+      s = read_stats();
+    expect(s.requests == expected_requests, "stats.requests " + std::to_string(s.requests));
+    expect(s.ok == expected_ok, "stats.ok " + std::to_string(s.ok));
+    expect(s.handler_errors == expected_handler_errors,
+           "stats.handler_errors " + std::to_string(s.handler_errors));
+    expect(s.protocol_errors == expected_protocol_errors,
+           "stats.protocol_errors " + std::to_string(s.protocol_errors));
+  }
+
+  { // Latency: one echo of 8 bytes at a time.
+    const uint64_t payload = 0x0123456789abcdefull;
+    std::vector<double> us;
+    us.reserve(size_t(latency_requests));
+    bool all_right = true;
+    for (int i = -1000; i < latency_requests; ++i) {
+      uint32_t rid = id++;
+      Bytes frame = request(cudaq_rt_function_id("echo"), &payload, 8, rid);
+      const auto t0 = Clock::now();
+      Bytes r = server.call(frame);
+      const auto t1 = Clock::now();
+      auto h = header_of(r);
+      all_right &= h.status == 0 && h.request_id == rid && r.size() == 32 &&
+                   std::memcmp(r.data() + 24, &payload, 8) == 0;
+      if (i >= 0)
+        us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    }
+    expect(all_right, "every latency-run echo came back right");
+    std::printf("latency: echo 8 B, %d sequential requests: median %.2f us, p99 %.2f us, "
+                "min %.2f us\n",
+                latency_requests, percentile(us, 0.5), percentile(us, 0.99),
+                percentile(us, 0.0));
+  }
+
+  { // Throughput: keep the ring full.
+    const uint32_t total = 400000, slots = bridge->num_slots();
+    uint32_t sent = 0, received = 0, first_id = id;
+    bool in_order = true;
+    const uint64_t payload = 42;
+    const auto t0 = Clock::now();
+    while (received < total) {
+      while (sent < total && sent - received < slots) {
+        auto ok = bridge->send(request(cudaq_rt_function_id("echo"), &payload, 8, id));
+        if (!ok)
+          fail(ok.error().str());
+        if (!*ok)
+          break;
+        ++sent;
+        ++id;
+      }
+      Bytes r = server.receive();
+      in_order &= header_of(r).request_id == first_id + received && header_of(r).status == 0;
+      ++received;
+    }
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    expect(in_order, "throughput responses in order and ok");
+    std::printf("throughput: %u echoes of 8 B with up to %u in flight: %.2f M requests/s\n", total,
+                slots, total / s / 1e6);
+  }
+
+  std::atomic_ref<int>(*shutdown).store(1, std::memory_order_release);
+  check_cuda(cudaStreamSynchronize(stream), "waiting for the dispatch kernel to stop");
+  cudaq_rt_dispatch_stats s = read_stats();
+  std::printf("stats: requests %llu, ok %llu, handler errors %llu, protocol errors %llu\n",
+              s.requests, s.ok, s.handler_errors, s.protocol_errors);
+  check_cuda(cudaStreamDestroy(stream), "cudaStreamDestroy");
+  check_cuda(cudaFreeHost(mapped), "cudaFreeHost");
+  check_cuda(cudaFree(device_table), "cudaFree");
+  check_cu(cu.libraryUnload(lib), "cuLibraryUnload");
+
+  if (failures) {
+    std::printf("%d check(s) failed\n", failures);
+    return 1;
+  }
+  std::printf("all checks passed\n");
+  return 0;
+}

@@ -1,0 +1,108 @@
+#include "cudaq_rt/bridge.h"
+
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+using namespace cudaq_rt;
+
+namespace {
+
+// Sets an environment variable for one test case.
+struct ScopedEnv {
+  std::string name;
+  std::string old;
+  bool had;
+  ScopedEnv(std::string n, const std::string &value) : name(std::move(n)) {
+    const char *v = std::getenv(name.c_str());
+    had = v != nullptr;
+    if (had)
+      old = v;
+    setenv(name.c_str(), value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (had)
+      setenv(name.c_str(), old.c_str(), 1);
+    else
+      unsetenv(name.c_str());
+  }
+};
+
+} // namespace
+
+TEST_CASE("the loopback bridge is found by name in the build tree") {
+  auto lib = BridgeLibrary::open("loopback");
+  REQUIRE_MESSAGE(lib, (lib ? "" : lib.error().str()));
+  CHECK(lib->name() == "loopback");
+  CHECK(lib->path().filename() == "libcudaq_rt_bridge_loopback.so");
+  CHECK(lib->ops().abi_version == CUDAQ_RT_BRIDGE_ABI_VERSION);
+  CHECK(lib->ops().struct_size == sizeof(cudaq_rt_bridge_ops));
+  CHECK((lib->ops().capabilities & CUDAQ_RT_BRIDGE_CAP_HOST_FRAMES) != 0);
+
+  SUBCASE("and by its path") {
+    auto again = BridgeLibrary::open(lib->path().string());
+    REQUIRE(again);
+    CHECK(again->name() == "loopback");
+  }
+}
+
+TEST_CASE("CUDAQ_RT_BRIDGE_PATH comes first in the search path") {
+  ScopedEnv env("CUDAQ_RT_BRIDGE_PATH", "/nonexistent/a::/nonexistent/b");
+  auto dirs = bridge_search_path();
+  REQUIRE(dirs.size() >= 3);
+  CHECK(dirs[0] == "/nonexistent/a");
+  CHECK(dirs[1] == "/nonexistent/b");
+  CHECK(bridge_library_file_name("udp") == "libcudaq_rt_bridge_udp.so");
+}
+
+TEST_CASE("an unknown bridge name says where it looked") {
+  ScopedEnv env("CUDAQ_RT_BRIDGE_PATH", "/nonexistent/bridges");
+  auto lib = BridgeLibrary::open("xyz");
+  REQUIRE(!lib);
+  std::string searched;
+  for (const auto &dir : bridge_search_path())
+    searched += (searched.empty() ? "" : ", ") + dir.string();
+  CHECK(lib.error().str() == "unknown bridge 'xyz' (searched: " + searched + ")");
+  CHECK(lib.error().str().rfind("unknown bridge 'xyz' (searched: /nonexistent/bridges, ", 0) == 0);
+}
+
+TEST_CASE("a bad bridge name is refused before any search") {
+  auto lib = BridgeLibrary::open("a b");
+  REQUIRE(!lib);
+  CHECK(lib.error().str() ==
+        "bad bridge name 'a b': use letters, digits, '_' and '-', or a path to a shared library");
+}
+
+TEST_CASE("a shared library without the entry point is not a bridge") {
+  auto lib = BridgeLibrary::open(CUDAQ_RT_TEST_NOT_A_BRIDGE);
+  REQUIRE(!lib);
+  CHECK(lib.error().str() == std::string("'") + CUDAQ_RT_TEST_NOT_A_BRIDGE +
+                                 "': not a cudaq-rt bridge: no symbol cudaq_rt_bridge_entry");
+}
+
+TEST_CASE("a missing library file is named") {
+  auto lib = BridgeLibrary::open("/nonexistent/libfoo.so");
+  REQUIRE(!lib);
+  CHECK(lib.error().str() == "'/nonexistent/libfoo.so': no such bridge library");
+}
+
+TEST_CASE("a file that is not a shared library cannot be loaded") {
+  auto lib = BridgeLibrary::open(__FILE__);
+  REQUIRE(!lib);
+  CHECK(lib.error().str().rfind(std::string("'") + __FILE__ + "': cannot load bridge: ", 0) == 0);
+}
+
+TEST_CASE("loopback rejects a bad configuration with a clear message") {
+  auto lib = BridgeLibrary::open("loopback");
+  REQUIRE(lib);
+  auto bridge = lib->create("slots=4,colour=blue");
+  REQUIRE(!bridge);
+  CHECK(bridge.error().message ==
+        "bridge 'loopback': unknown option 'colour' (known: slots=N, slot_size=BYTES)");
+  auto odd = lib->create("slot_size=100");
+  REQUIRE(!odd);
+  CHECK(odd.error().message == "bridge 'loopback': slot_size=100 must be a multiple of 16 in "
+                               "32..1048576");
+}
