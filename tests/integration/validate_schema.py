@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """validate_schema.py SCHEMA [JSONFILE...]
+validate_schema.py --self SCHEMA...
 
 Checks that SCHEMA is itself a valid JSON Schema (for the draft its $schema names), then
-validates each JSONFILE against it. Prints every violation as `FILE: at PATH: MESSAGE` on
+validates each JSONFILE against it; with --self, checks each SCHEMA and nothing more. Prints every violation as `FILE: at PATH: MESSAGE` on
 stderr and exits 1 if there is any; exits 2 on a usage error or an unreadable file.
 Also importable: validate(schema, instance) returns the list of violation strings.
 """
@@ -37,7 +38,16 @@ def main(argv):
     if len(argv) < 2 or argv[1] in ("-h", "--help"):
         print(__doc__.strip(), file=sys.stderr)
         return 2
-    schema_path, files = argv[1], argv[2:]
+    if argv[1] == "--self":
+        return max([check_self(p) for p in argv[2:]] or [2])
+    return check_files(argv[1], argv[2:])
+
+
+def check_self(schema_path):
+    return check_files(schema_path, [])
+
+
+def check_files(schema_path, files):
     try:
         schema = load(schema_path)
         validator = validator_for(schema)

@@ -1,0 +1,566 @@
+#!/usr/bin/python3
+"""Integration tests of cudaq-rt-pack: the real tool on real binaries that nvcc builds here.
+
+Environment (set by ctest): CUDAQ_RT_PACK (the tool), NVCC, CUDAQ_RT_INCLUDE (libdispatch's
+include directory), CUDAQ_RT_SCHEMA (schemas/manifest.schema.json).
+"""
+import concurrent.futures
+import hashlib
+import json
+import os
+import re
+import shutil
+import stat
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import validate_schema  # noqa: E402
+
+PACK = os.environ.get("CUDAQ_RT_PACK", "cudaq-rt-pack")
+NVCC = os.environ.get("NVCC", "nvcc")
+INCLUDE = os.environ.get("CUDAQ_RT_INCLUDE", os.path.join(HERE, "../../libdispatch/include"))
+SCHEMA_PATH = os.environ.get("CUDAQ_RT_SCHEMA", os.path.join(HERE, "../../schemas/manifest.schema.json"))
+HANDLERS = os.path.normpath(os.path.join(HERE, "../../examples/handlers"))
+INPUTS = os.path.join(HERE, "pack_inputs")
+
+DEVICE_FLAGS = ["-rdc=true", "-gencode", "arch=compute_80,code=[sm_80,lto_80]", "-I" + INCLUDE,
+                "-std=c++17", "-Xcompiler", "-fPIC"]
+FLAG_ZSTD = 0x8000
+EXAMPLE_HANDLERS = {"sum_i32", "axpy_f32", "parity", "echo"}
+
+
+def fnv1a32(name):
+    h = 2166136261
+    for b in name.encode():
+        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
+    return h
+
+
+def sha256_file(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def elf_sections(data):
+    """{name: (file offset, size)} of an ELF64 little-endian image, from its section headers."""
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    strtab_off = headers[shstrndx][4]
+    out = {}
+    for name_off, _type, _flags, _addr, off, size in headers:
+        end = data.index(b"\0", strtab_off + name_off)
+        out[data[strtab_off + name_off:end].decode()] = (off, size)
+    return out
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+
+
+def check(cmd):
+    r = run(cmd)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
+
+
+class PackTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.schema = validate_schema.load(SCHEMA_PATH)
+        cls.tmp = tempfile.mkdtemp(prefix="cudaq-rt-pack-test.")
+        t = cls.path
+        h = lambda name: os.path.join(HANDLERS, name)  # noqa: E731
+        i = lambda name: os.path.join(INPUTS, name)  # noqa: E731
+        dc = lambda src, out, *extra: [NVCC, *DEVICE_FLAGS, *extra, "-c", src, "-o", t(out)]  # noqa: E731
+        # Independent compiles, two at a time (nvcc is slow; CI machines are small).
+        first = [
+            dc(h("arith.cu"), "arith.o"),
+            dc(h("decode.cu"), "decode.o"),
+            dc(h("bits.cu"), "bits.o"),
+            dc(h("arith.cu"), "arith_nocompress.o", "--no-compress"),
+            [NVCC, *DEVICE_FLAGS, "-fatbin", h("arith.cu"), "-o", t("arith.fatbin")],
+            [NVCC, "-rdc=true", "-gencode", "arch=compute_80,code=sm_80", "-I" + INCLUDE,
+             "-c", i("nolto.cu"), "-o", t("nolto.o")],
+            dc(i("dispatcher.cu"), "dispatcher.o"),
+            dc(i("bridge.cu"), "bridge.o"),
+            dc(i("clash_a.cu"), "clash_a.o"),
+            dc(i("clash_b.cu"), "clash_b.o"),
+            dc(i("collide.cu"), "collide.o"),
+            [NVCC, "-gencode", "arch=compute_80,code=sm_80", "-I" + INCLUDE, h("arith.cu"),
+             h("main.cpp"), "-o", t("app_nordc")],
+            ["c++", h("main.cpp"), "-o", t("app_nodevice")],
+            ["cc", "-c", i("empty_relfatbin.S"), "-o", t("empty_relfatbin.o")],
+        ]
+        objs = [t("arith.o"), t("decode.o"), t("bits.o")]
+        link = ["-rdc=true", "-gencode", "arch=compute_80,code=[sm_80,lto_80]"]
+        second = [
+            [NVCC, *link, *objs, h("main.cpp"), "-o", t("app")],
+            [NVCC, *link, "-shared", "-Xcompiler", "-fPIC", *objs, "-o", t("libhandlers.so")],
+            ["ar", "rcs", t("libhandlers.a"), *objs],
+            ["ar", "rcs", t("libclash.a"), t("clash_a.o"), t("clash_b.o")],
+        ]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as ex:
+            list(ex.map(check, first))
+            list(ex.map(check, second))
+        shutil.copy(t("app"), t("app_stripped"))
+        check(["strip", t("app_stripped")])
+        with open(t("notes.txt"), "w") as f:
+            f.write("not a binary\n")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    @classmethod
+    def path(cls, name):
+        return os.path.join(cls.tmp, name)
+
+    def fresh_dir(self):
+        return tempfile.mkdtemp(dir=self.tmp, prefix="out.")
+
+    def read(self, name):
+        with open(self.path(name), "rb") as f:
+            return f.read()
+
+    def write(self, name, data):
+        with open(self.path(name), "wb") as f:
+            f.write(data)
+        return self.path(name)
+
+    def relfatbin(self, name):
+        data = self.read(name)
+        off, size = elf_sections(data)["__nv_relfatbin"]
+        return data, off, size
+
+    # What every successful pack must satisfy: exit 0, a package that validates against the
+    # schema, every container's blob at blobs/sha256/<hex> with that digest, nothing else there,
+    # and no temporary directory left beside it.
+    def pack(self, *args, name=None):
+        out = self.fresh_dir()
+        cmd = [PACK, "-o", out, *args] + (["-n", name] if name else [])
+        r = run(cmd)
+        self.assertEqual(r.returncode, 0, f"{cmd}\n{r.stderr}")
+        self.assertNotIn("error", r.stderr)
+        entries = os.listdir(out)
+        self.assertEqual(len(entries), 1, entries)
+        self.assertTrue(entries[0].endswith(".cudaqpkg"), entries)
+        pkg = os.path.join(out, entries[0])
+        with open(os.path.join(pkg, "manifest.json")) as f:
+            m = json.load(f)
+        self.assertEqual(validate_schema.validate(self.schema, m), [])
+        self.assertEqual(entries[0], m["name"] + ".cudaqpkg")
+        blobs = sorted(os.listdir(os.path.join(pkg, "blobs", "sha256")))
+        self.assertEqual(blobs, sorted(c["digest"][len("sha256:"):] for c in m["containers"]))
+        for c in m["containers"]:
+            blob = os.path.join(pkg, "blobs", "sha256", c["digest"][len("sha256:"):])
+            self.assertEqual("sha256:" + sha256_file(blob), c["digest"])
+            self.assertEqual(os.path.getsize(blob), c["size"])
+        self.assertEqual(sorted(os.listdir(pkg)), ["blobs", "manifest.json"])
+        m["_dir"], m["_stderr"] = pkg, r.stderr
+        return m
+
+    # What every failure must satisfy: the exit status, one `cudaq-rt-pack: error: 'FILE': ...`
+    # line holding every keyword, and an output directory left empty.
+    def pack_fails(self, args, subject, keywords, status=1):
+        out = self.fresh_dir()
+        cmd = [PACK, "-o", out, *args]
+        r = run(cmd)
+        self.assertEqual(r.returncode, status, f"{cmd}\n{r.stderr}")
+        self.assertEqual(r.stdout, "")
+        errors = [l for l in r.stderr.splitlines() if l.startswith("cudaq-rt-pack: error: ")]
+        self.assertEqual(len(errors), 1, r.stderr)
+        line = errors[0]
+        if subject is not None:
+            self.assertTrue(line.startswith(f"cudaq-rt-pack: error: '{subject}': "), line)
+        for k in keywords:
+            self.assertIn(k, line)
+        self.assertEqual(os.listdir(out), [], "a failed run left output behind")
+        return line
+
+    def assert_example_exports(self, m, sources=None):
+        handlers = {e["name"]: e for e in m["exports"] if e["kind"] == "handler"}
+        self.assertEqual(set(handlers), EXAMPLE_HANDLERS)
+        for name, e in handlers.items():
+            self.assertEqual(e["function_id"], fnv1a32(name), name)
+            self.assertEqual(e["symbol"], "cudaq_rt_handler__" + name)
+            self.assertEqual(e["role"], "application")
+            if sources is not None:
+                self.assertEqual(e["sources"], sources)
+
+    def assert_rdc_entries(self, c, compression="zstd"):
+        self.assertEqual(sorted(e["kind"] for e in c["entries"]), ["cubin", "ltoir"])
+        for e in c["entries"]:
+            self.assertEqual(e["arch"], 80)
+            self.assertEqual(e["compression"], compression)
+            self.assertEqual(e["kind_code"], {"cubin": 2, "ltoir": 8}[e["kind"]])
+
+    # --- inputs of every kind -----------------------------------------------------------------
+
+    def test_executable_one_container_per_translation_unit(self):
+        m = self.pack(self.path("app"))
+        self.assertEqual(m["name"], "app")
+        self.assertEqual(m["format_version"], 1)
+        self.assertEqual(m["links"], [])
+        self.assertEqual(len(m["sources"]), 1)
+        src = m["sources"][0]
+        self.assertEqual(src["kind"], "executable")
+        self.assertEqual(src["path"], self.path("app"))
+        self.assertEqual(src["size"], os.path.getsize(self.path("app")))
+        self.assertEqual(src["digest"], "sha256:" + sha256_file(self.path("app")))
+        self.assertEqual(len(m["containers"]), 3)  # arith, decode, bits
+        data, sec_off, sec_size = self.relfatbin("app")
+        for k, c in enumerate(m["containers"]):
+            self.assertEqual(c["role"], "application")
+            self.assert_rdc_entries(c)
+            self.assertEqual(len(c["origins"]), 1)
+            o = c["origins"][0]
+            self.assertEqual((o["source"], o["index"]), (0, k))
+            self.assertNotIn("member", o)
+            self.assertEqual(o["offset"] % 8, 0)
+            # The blob is the section's bytes at that offset, verbatim.
+            blob = data[sec_off + o["offset"]:sec_off + o["offset"] + c["size"]]
+            self.assertEqual("sha256:" + hashlib.sha256(blob).hexdigest(), c["digest"])
+            self.assertEqual(struct.unpack_from("<I", blob)[0], 0xBA55ED50)
+        self.assertEqual(m["containers"][0]["origins"][0]["offset"], 0)
+        last = m["containers"][-1]
+        self.assertLessEqual(last["origins"][0]["offset"] + last["size"], sec_size)
+        self.assert_example_exports(m, sources=[0])
+
+    def test_objects_each_translation_unit(self):
+        m = self.pack(self.path("arith.o"), self.path("decode.o"), self.path("bits.o"))
+        self.assertEqual(m["name"], "arith")
+        self.assertEqual([s["kind"] for s in m["sources"]], ["object"] * 3)
+        self.assertEqual([c["origins"][0]["source"] for c in m["containers"]], [0, 1, 2])
+        for c in m["containers"]:
+            self.assert_rdc_entries(c)
+        self.assert_example_exports(m)
+        by_name = {e["name"]: e["sources"] for e in m["exports"]}
+        self.assertEqual(by_name, {"sum_i32": [0], "axpy_f32": [0], "parity": [1], "echo": [1]})
+
+    def test_object_and_executable_share_containers(self):
+        m = self.pack(self.path("arith.o"), self.path("app"))
+        self.assertEqual(len(m["containers"]), 3)
+        arith = m["containers"][0]
+        self.assertEqual([(o["source"], o["index"]) for o in arith["origins"]], [(0, 0), (1, 0)])
+        for c in m["containers"][1:]:
+            self.assertEqual([o["source"] for o in c["origins"]], [1])
+        by_name = {e["name"]: e["sources"] for e in m["exports"]}
+        self.assertEqual(by_name["sum_i32"], [0, 1])
+        self.assertEqual(by_name["echo"], [1])
+        self.assertEqual(len(os.listdir(os.path.join(m["_dir"], "blobs", "sha256"))), 3)
+
+    def test_shared_library(self):
+        app = self.pack(self.path("app"))
+        m = self.pack(self.path("libhandlers.so"))
+        self.assertEqual(m["name"], "libhandlers")
+        self.assertEqual(m["sources"][0]["kind"], "shared-library")
+        self.assertEqual([c["digest"] for c in m["containers"]],
+                         [c["digest"] for c in app["containers"]])
+        self.assert_example_exports(m)
+
+    def test_stripped_executable_keeps_exports(self):
+        sections = elf_sections(self.read("app_stripped"))
+        self.assertNotIn(".symtab", sections)
+        self.assertIn(".cudaq_rt_exports", sections)
+        app = self.pack(self.path("app"))
+        m = self.pack(self.path("app_stripped"))
+        self.assertEqual([c["digest"] for c in m["containers"]],
+                         [c["digest"] for c in app["containers"]])
+        self.assert_example_exports(m)
+
+    def test_static_archive_members_named(self):
+        m = self.pack(self.path("libhandlers.a"))
+        self.assertEqual(m["sources"][0]["kind"], "archive")
+        self.assertEqual([c["origins"][0]["member"] for c in m["containers"]],
+                         ["arith.o", "decode.o", "bits.o"])
+        self.assertEqual([c["origins"][0]["index"] for c in m["containers"]], [0, 0, 0])
+        self.assert_example_exports(m, sources=[0])
+
+    def test_raw_fatbin(self):
+        obj = self.pack(self.path("arith.o"))
+        m = self.pack(self.path("arith.fatbin"))
+        self.assertEqual(m["sources"][0]["kind"], "fatbin")
+        self.assertEqual(len(m["containers"]), 1)
+        self.assertEqual(m["containers"][0]["size"], os.path.getsize(self.path("arith.fatbin")))
+        self.assertEqual(m["containers"][0]["digest"], obj["containers"][0]["digest"])
+        self.assertEqual(m["exports"], [])  # a fatbin carries no host-side export records
+
+    def test_compression_zstd_and_none(self):
+        # Packed apart: the same source stored two ways is two different containers, and one
+        # package holding both would define each handler twice (a clash, see below).
+        (zstd,) = self.pack(self.path("arith.o"))["containers"]
+        (plain,) = self.pack(self.path("arith_nocompress.o"))["containers"]
+        self.assertNotEqual(zstd["digest"], plain["digest"])
+        self.assert_rdc_entries(zstd, "zstd")
+        self.assert_rdc_entries(plain, "none")
+        for e in zstd["entries"]:
+            self.assertTrue(e["flags"] & FLAG_ZSTD)
+            self.assertGreater(e["compressed_size"], 0)
+            self.assertLessEqual(e["compressed_size"], e["payload_size"])
+            self.assertGreater(e["uncompressed_size"], e["compressed_size"])
+        for e in plain["entries"]:
+            self.assertFalse(e["flags"] & FLAG_ZSTD)
+            self.assertEqual((e["compressed_size"], e["uncompressed_size"]), (0, 0))
+        # The uncompressed payloads are as large as the compressed ones say they expand to.
+        sizes = lambda c: {e["kind"]: e for e in c["entries"]}  # noqa: E731
+        for kind in ("cubin", "ltoir"):
+            self.assertLessEqual(sizes(zstd)[kind]["uncompressed_size"],
+                                 sizes(plain)[kind]["payload_size"])
+        self.pack_fails([self.path("arith.o"), self.path("arith_nocompress.o")],
+                        self.path("arith_nocompress.o"), ["also exported by", "different code"])
+
+    def test_roles_bridge_and_dispatcher(self):
+        m = self.pack(self.path("app"), "--bridge", "loop", self.path("bridge.o"),
+                      "--dispatcher", self.path("dispatcher.o"))
+        self.assertEqual(m["name"], "app")
+        roles = [(c["role"], c.get("bridge"), c["origins"][0]["source"]) for c in m["containers"]]
+        self.assertEqual(roles, [("application", None, 0)] * 3 +
+                         [("bridge", "loop", 1), ("dispatcher", None, 2)])
+        kernels = [e for e in m["exports"] if e["kind"] == "dispatch-kernel"]
+        self.assertEqual(kernels, [{"name": "test_custom_dispatch", "kind": "dispatch-kernel",
+                                    "function_id": 0, "symbol": "test_custom_dispatch",
+                                    "role": "dispatcher", "sources": [2]}])
+        self.assertEqual(len(m["exports"]), 5)
+
+    def test_dispatcher_needs_a_dispatch_kernel(self):
+        self.pack_fails([self.path("app"), "--dispatcher", self.path("bridge.o")],
+                        self.path("bridge.o"),
+                        ["exports no dispatch kernel", "CUDAQ_RT_EXPORT_DISPATCH_KERNEL"])
+
+    def test_one_container_cannot_play_two_roles(self):
+        self.pack_fails([self.path("app"), "--bridge", "b", self.path("arith.o")],
+                        self.path("arith.o"),
+                        ["container 0 at offset 0x0", "also packed as application code",
+                         "two roles"])
+
+    def test_translation_unit_without_ltoir_warns(self):
+        m = self.pack(self.path("nolto.o"))
+        (c,) = m["containers"]
+        self.assertEqual([(e["kind"], e["arch"]) for e in c["entries"]], [("cubin", 80)])
+        warnings = [l for l in m["_stderr"].splitlines() if "warning" in l]
+        self.assertEqual(len(warnings), 1, m["_stderr"])
+        self.assertRegex(warnings[0], r"^cudaq-rt-pack: warning: '" + re.escape(self.path("nolto.o"))
+                         + r"': container 0 \(sha256:[0-9a-f]{12}\) has no LTO-IR: it can only be"
+                         r" linked for sm_80 from its cubins; build it with -gencode "
+                         r"arch=compute_NN,code=lto_NN$")
+        self.assertNotIn("warning", self.pack(self.path("arith.o"))["_stderr"])
+
+    def test_name_option(self):
+        m = self.pack(self.path("app"), name="my-handlers_1.0")
+        self.assertTrue(m["_dir"].endswith("/my-handlers_1.0.cudaqpkg"))
+        self.pack_fails([self.path("app"), "-n", ".hidden"], ".hidden",
+                        ["not a valid package name"])
+        self.pack_fails([self.path("app"), "-n", "a/b"], "a/b", ["not a valid package name"])
+
+    def test_existing_output_and_force(self):
+        out = self.fresh_dir()
+        r = run([PACK, "-o", out, "-n", "pkg", self.path("arith.o")])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        manifest = os.path.join(out, "pkg.cudaqpkg", "manifest.json")
+        with open(manifest) as f:
+            before = f.read()
+        r = run([PACK, "-o", out, "-n", "pkg", self.path("app")])
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stderr.strip(), f"cudaq-rt-pack: error: "
+                         f"'{os.path.join(out, 'pkg.cudaqpkg')}': already exists "
+                         f"(use --force to replace it)")
+        with open(manifest) as f:
+            self.assertEqual(f.read(), before)
+        self.assertEqual(os.listdir(out), ["pkg.cudaqpkg"])
+        r = run([PACK, "-o", out, "-n", "pkg", "--force", self.path("app")])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(os.listdir(out), ["pkg.cudaqpkg"])  # no temporary or old copy left
+        with open(manifest) as f:
+            m = json.load(f)
+        self.assertEqual(len(m["containers"]), 3)
+        self.assertEqual(validate_schema.validate(self.schema, m), [])
+        self.assertEqual(len(os.listdir(os.path.join(out, "pkg.cudaqpkg", "blobs", "sha256"))), 3)
+
+    def test_missing_output_directory(self):
+        missing = os.path.join(self.tmp, "no-such-dir")
+        r = run([PACK, "-o", missing, self.path("arith.o")])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(f"'{missing}': output directory does not exist", r.stderr)
+        self.assertFalse(os.path.exists(missing))
+
+    # --- --list ---------------------------------------------------------------------------------
+
+    def test_list_binary_text(self):
+        r = run([PACK, "--list", self.path("app")])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stderr, "")
+        lines = r.stdout.splitlines()
+        self.assertRegex(lines[0], r"^" + re.escape(self.path("app")) +
+                         r": 1 source\(s\), 3 container\(s\) \(\d+ bytes\), 4 export\(s\), 0 link\(s\)$")
+        self.assertIn("archs by kind:  cubin sm_80  ltoir sm_80", lines)
+        for name in EXAMPLE_HANDLERS:
+            self.assertIn(f"  handler {name}  function_id {fnv1a32(name):#x}  application", lines)
+        self.assertEqual(sum(1 for l in lines if re.match(r"^    ltoir sm_80  \d+ bytes zstd", l)), 3)
+
+    def test_list_json_matches_package(self):
+        m = self.pack(self.path("app"), "--bridge", "loop", self.path("bridge.o"))
+        r = run([PACK, "--list", m["_dir"], "--json"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        listed = json.loads(r.stdout)
+        self.assertEqual(validate_schema.validate(self.schema, listed), [])
+        with open(os.path.join(m["_dir"], "manifest.json")) as f:
+            self.assertEqual(listed, json.load(f))
+        r = run([PACK, "--list", m["_dir"]])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(r.stdout.startswith("package app: 2 source(s), 4 container(s)"), r.stdout)
+        self.assertIn(" bridge loop  [1]#0@0x0", r.stdout)
+
+    def test_list_json_of_binary_validates(self):
+        for name in ("app", "libhandlers.a", "arith.fatbin", "nolto.o"):
+            r = run([PACK, "--list", self.path(name), "--json"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            listed = json.loads(r.stdout)  # one document, nothing else on stdout
+            self.assertEqual(validate_schema.validate(self.schema, listed), [], name)
+        self.assertIn("warning", r.stderr)  # nolto.o's warning goes to stderr, not into the JSON
+
+    def test_list_detects_tampered_blob(self):
+        m = self.pack(self.path("arith.o"))
+        blob = os.path.join(m["_dir"], "blobs", "sha256", m["containers"][0]["digest"][7:])
+        os.chmod(blob, 0o644)
+        with open(blob, "r+b") as f:
+            f.seek(100)
+            f.write(b"\xff")
+        r = run([PACK, "--list", m["_dir"]])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(f"cudaq-rt-pack: error: '{blob}': blob does not match its digest", r.stderr)
+
+    # --- usage errors ---------------------------------------------------------------------------
+
+    def test_usage_errors(self):
+        self.pack_fails([], None, ["no input files"], status=2)
+        self.pack_fails(["--no-such-option", self.path("app")], None, ["--no-such-option"],
+                        status=2)
+        self.pack_fails(["--json", self.path("app")], None, ["--json goes with --list"], status=2)
+        self.pack_fails(["--list", self.path("app"), self.path("arith.o")], None,
+                        ["--list takes one package or binary"], status=2)
+        self.pack_fails(["--bridge", "only-a-name"], None, [], status=2)
+
+    # --- bad input --------------------------------------------------------------------------------
+
+    def test_not_an_elf_file(self):
+        f = self.path("notes.txt")
+        self.pack_fails([f], f, ["not an ELF file, a static archive or a fatbin"])
+        self.pack_fails([self.path("app"), f], f, ["not an ELF file"])
+
+    def test_truncated_elf(self):
+        data = self.read("app")
+        sec_off, sec_size = elf_sections(data)["__nv_relfatbin"]
+        shoff, = struct.unpack_from("<Q", data, 0x28)
+        cuts = {"head": 2000,                               # ELF header and a little more
+                "section-data": sec_off + sec_size // 2,    # inside __nv_relfatbin
+                "section-headers": shoff + 3 * 64 + 10}     # inside the section header table
+        for what, n in cuts.items():
+            f = self.write(f"app_cut_{what}", data[:n])
+            line = self.pack_fails([f], f, ["truncated or malformed ELF file"])
+            self.assertRegex(line, r"section (header )?table goes past the end")
+
+    def test_section_past_end_of_file(self):
+        data = bytearray(self.read("app"))
+        shoff, = struct.unpack_from("<Q", data, 0x28)
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+        names = list(elf_sections(bytes(data)))
+        k = names.index("__nv_relfatbin")
+        struct.pack_into("<Q", data, shoff + k * shentsize + 0x20, len(data))  # sh_size
+        f = self.write("app_big_section", bytes(data))
+        self.pack_fails([f], f, ["section __nv_relfatbin"])
+
+    def test_no_device_code(self):
+        f = self.path("app_nodevice")
+        self.pack_fails([f], f, ["no device code", "no __nv_relfatbin section"])
+
+    def test_built_without_rdc(self):
+        f = self.path("app_nordc")
+        self.assertIn(".nv_fatbin", elf_sections(self.read("app_nordc")))
+        self.pack_fails([f], f, ["no __nv_relfatbin section, only .nv_fatbin",
+                                 "without relocatable device code", "-rdc=true"])
+
+    def test_empty_section(self):
+        f = self.path("empty_relfatbin.o")
+        self.assertEqual(elf_sections(self.read("empty_relfatbin.o"))["__nv_relfatbin"][1], 0)
+        self.pack_fails([f], f, ["section __nv_relfatbin is empty"])
+
+    def test_container_runs_past_section(self):
+        data, sec_off, sec_size = self.relfatbin("app")
+        data = bytearray(data)
+        m = self.pack(self.path("app"))
+        c1 = sec_off + m["containers"][1]["origins"][0]["offset"]
+        remain = sec_size - (c1 - sec_off) - 16
+        struct.pack_into("<Q", data, c1 + 8, remain + 8)  # fat_size
+        f = self.write("app_long_container", bytes(data))
+        self.pack_fails([f], f, [f"section __nv_relfatbin: container 1 at offset "
+                                 f"{c1 - sec_off:#x} claims {remain + 8} bytes but "
+                                 f"{remain} remain"])
+
+    def test_entry_size_overflow(self):
+        data, sec_off, sec_size = self.relfatbin("app")
+        data = bytearray(data)
+        struct.pack_into("<Q", data, sec_off + 16 + 8, 0xFFFFFFFFFFFFFFF0)  # entry 0 payload size
+        hdr, = struct.unpack_from("<I", data, sec_off + 16 + 4)
+        fat, = struct.unpack_from("<Q", data, sec_off + 8)
+        f = self.write("app_entry_overflow", bytes(data))
+        self.pack_fails([f], f, ["section __nv_relfatbin: container 0 at offset 0x0: entry at "
+                                 f"offset 0x10 claims {0xFFFFFFFFFFFFFFF0} payload bytes but "
+                                 f"{fat - hdr} remain"])
+        # The same in a raw fatbin, and with a header size that overflows.
+        fb = bytearray(self.read("arith.fatbin"))
+        struct.pack_into("<I", fb, 16 + 4, 0xFFFFFFF0)
+        f = self.write("arith_bad_header.fatbin", bytes(fb))
+        self.pack_fails([f], f, ["fatbin: container 0 at offset 0x0: entry at offset 0x10 has "
+                                 "header size 4294967280"])
+
+    def test_corrupt_container_magic(self):
+        data, sec_off, _ = self.relfatbin("app")
+        data = bytearray(data)
+        m = self.pack(self.path("app"))
+        c2 = m["containers"][2]["origins"][0]["offset"]
+        struct.pack_into("<I", data, sec_off + c2, 0x12345678)
+        f = self.write("app_bad_magic", bytes(data))
+        self.pack_fails([f], f, [f"container 2 at offset {c2:#x}: bad magic 0x12345678"])
+
+    def test_export_clash_different_code(self):
+        a, b = self.path("clash_a.o"), self.path("clash_b.o")
+        self.pack_fails([a, b], b, [f"handler 'twin' is also exported by '{a}' with different "
+                                    "code", "export names must be unique"])
+        lib = self.path("libclash.a")
+        self.pack_fails([lib], f"{lib}(clash_b.o)",
+                        [f"handler 'twin' is also exported by '{lib}(clash_a.o)'"])
+
+    def test_function_id_collision(self):
+        self.assertEqual(fnv1a32("glbvs"), fnv1a32("yacxa"))
+        f = self.path("collide.o")
+        self.pack_fails([f], f, ["handlers 'glbvs'", "'yacxa'", "same function_id 0xa1bc9a4f",
+                                 "FNV-1a collision"])
+
+    def test_missing_file(self):
+        f = self.path("no-such-file.o")
+        self.pack_fails([f], f, ["cannot open", "No such file or directory"])
+        self.pack_fails([self.path("app"), f], f, ["cannot open"])
+
+    def test_directory_input(self):
+        self.pack_fails([self.tmp], self.tmp, ["is a directory"])
+        self.pack_fails(["."], ".", ["is a directory"])
+
+    @unittest.skipIf(os.geteuid() == 0, "root reads files whatever their mode")
+    def test_unreadable_file(self):
+        f = self.path("unreadable.o")
+        shutil.copy(self.path("arith.o"), f)
+        os.chmod(f, 0)
+        try:
+            self.pack_fails([f], f, ["cannot open", "Permission denied"])
+        finally:
+            os.chmod(f, stat.S_IRUSR | stat.S_IWUSR)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
