@@ -181,7 +181,12 @@ json Manifest::to_json() const {
   return j;
 }
 
-std::string Manifest::to_json_text() const { return to_json().dump(2) + "\n"; }
+// Paths, archive member names and a fatbin's options string are bytes from files we did not
+// write, not necessarily UTF-8: nlohmann::json would throw on them, so they are written with
+// U+FFFD in place of each invalid byte. They are kept for the record only.
+std::string Manifest::to_json_text() const {
+  return to_json().dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+}
 
 Expected<Manifest> Manifest::parse(const std::string &text, const std::string &subject) {
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);

@@ -43,7 +43,7 @@ int list(const std::string &path, bool json) {
   for (const std::string &w : warnings)
     driver::warn(tool, w);
   if (json)
-    std::cout << m.to_json().dump(2) << "\n";
+    std::cout << m.to_json_text();
   else
     std::cout << format_listing(m, what);
   return 0;
