@@ -1,0 +1,206 @@
+#include "cudaq_rt/package.h"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+using namespace cudaq_rt;
+
+namespace {
+
+// A fresh directory under the system temp dir, removed afterwards.
+struct Scratch {
+  fs::path dir;
+  Scratch() {
+    std::string tmpl = (fs::temp_directory_path() / "cudaq_rt_test_package.XXXXXX").string();
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    dir = tmpl;
+  }
+  ~Scratch() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+};
+
+std::vector<std::string> entries(const fs::path &dir) {
+  std::vector<std::string> out;
+  for (const auto &e : fs::directory_iterator(dir))
+    out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void write(const fs::path &p, const std::string &text) { std::ofstream(p, std::ios::binary) << text; }
+
+const std::string blob_a = "container A bytes", blob_b = "container B bytes";
+
+Manifest manifest_for(const std::string &name, std::initializer_list<std::string> blobs) {
+  Manifest m;
+  m.name = name;
+  m.created_by = "test";
+  for (const std::string &b : blobs) {
+    ContainerRecord c;
+    c.digest = sha256(b);
+    c.size = b.size();
+    m.containers.push_back(c);
+  }
+  return m;
+}
+
+// Writes a committed package NAME.cudaqpkg under `parent` holding blob_a and blob_b.
+fs::path make_package(const fs::path &parent, const std::string &name = "app") {
+  fs::path dir = parent / (name + package_suffix);
+  auto w = PackageWriter::create(dir);
+  REQUIRE(w);
+  REQUIRE(w->add_blob(sha256(blob_a), as_bytes(blob_a)));
+  REQUIRE(w->add_blob(sha256(blob_b), as_bytes(blob_b)));
+  REQUIRE(w->commit(manifest_for(name, {blob_a, blob_b}), false));
+  return dir;
+}
+
+} // namespace
+
+TEST_CASE("commit renames a complete package into place, and only then") {
+  Scratch s;
+  fs::path dir = s.dir / "app.cudaqpkg";
+  auto w = PackageWriter::create(dir);
+  REQUIRE(w);
+  REQUIRE(w->add_blob(sha256(blob_a), as_bytes(blob_a)));
+  REQUIRE(w->add_blob(sha256(blob_a), as_bytes(blob_a))); // the same digest again: written once
+  CHECK_FALSE(fs::exists(dir));
+  auto pending = entries(s.dir);
+  REQUIRE(pending.size() == 1);
+  CHECK(pending[0].rfind(".app.cudaqpkg.tmp-", 0) == 0);
+  CHECK(fs::exists(s.dir / pending[0] / "blobs" / "sha256" / sha256(blob_a).hex()));
+
+  REQUIRE(w->commit(manifest_for("app", {blob_a}), false));
+  CHECK(entries(s.dir) == std::vector<std::string>{"app.cudaqpkg"});
+  CHECK(entries(dir) == std::vector<std::string>{"blobs", "manifest.json"});
+  CHECK(entries(dir / "blobs" / "sha256") == std::vector<std::string>{sha256(blob_a).hex()});
+
+  auto p = Package::open(dir);
+  REQUIRE(p);
+  CHECK(p->manifest().name == "app");
+  CHECK(p->referenced_blobs() == std::set<Digest>{sha256(blob_a)});
+  CHECK(p->blob_path(sha256(blob_a)) == dir / "blobs" / "sha256" / sha256(blob_a).hex());
+  auto bytes = p->read_blob(sha256(blob_a));
+  REQUIRE(bytes);
+  CHECK(*bytes == blob_a);
+}
+
+TEST_CASE("a writer destroyed without commit leaves nothing behind") {
+  Scratch s;
+  {
+    auto w = PackageWriter::create(s.dir / "app.cudaqpkg");
+    REQUIRE(w);
+    REQUIRE(w->add_blob(sha256(blob_a), as_bytes(blob_a)));
+    CHECK(entries(s.dir).size() == 1);
+  }
+  CHECK(entries(s.dir).empty());
+}
+
+TEST_CASE("commit onto an existing package fails without replace and swaps it with replace") {
+  Scratch s;
+  fs::path dir = make_package(s.dir);
+
+  auto w = PackageWriter::create(dir);
+  REQUIRE(w);
+  REQUIRE(w->add_blob(sha256(blob_b), as_bytes(blob_b)));
+  Status st = w->commit(manifest_for("app", {blob_b}), false);
+  REQUIRE_FALSE(st);
+  CHECK(st.error().str() == "'" + dir.string() + "': already exists (use --force to replace it)");
+  CHECK(Package::open(dir)->manifest().containers.size() == 2); // the old one is untouched
+
+  REQUIRE(w->commit(manifest_for("app", {blob_b}), true));
+  auto p = Package::open(dir);
+  REQUIRE(p);
+  CHECK(p->referenced_blobs() == std::set<Digest>{sha256(blob_b)});
+  CHECK_FALSE(fs::exists(p->blob_path(sha256(blob_a)))); // nothing of the old one remains
+  CHECK(entries(s.dir) == std::vector<std::string>{"app.cudaqpkg"}); // no temp or .old left
+}
+
+TEST_CASE("open checks the manifest's blobs") {
+  Scratch s;
+  fs::path dir = make_package(s.dir);
+  fs::path a = dir / "blobs" / "sha256" / sha256(blob_a).hex();
+
+  SUBCASE("missing") {
+    fs::remove(a);
+    auto p = Package::open(dir);
+    REQUIRE_FALSE(p);
+    CHECK(p.error().str() == "'" + dir.string() + "': blob " + sha256(blob_a).str() +
+                                 " named by the manifest is missing");
+  }
+  SUBCASE("a symlink, even to the right bytes") {
+    fs::path outside = s.dir / "outside";
+    write(outside, blob_a);
+    fs::remove(a);
+    fs::create_symlink(outside, a);
+    auto p = Package::open(dir);
+    REQUIRE_FALSE(p);
+    CHECK(p.error().str() == "'" + a.string() + "': blob is not a regular file");
+  }
+  SUBCASE("a dangling symlink") {
+    fs::remove(a);
+    fs::create_symlink(s.dir / "nowhere", a);
+    auto p = Package::open(dir);
+    REQUIRE_FALSE(p);
+    CHECK(p.error().str() == "'" + a.string() + "': blob is not a regular file");
+  }
+  SUBCASE("a directory") {
+    fs::remove(a);
+    fs::create_directory(a);
+    auto p = Package::open(dir);
+    REQUIRE_FALSE(p);
+    CHECK(p.error().str() == "'" + a.string() + "': blob is not a regular file");
+  }
+  SUBCASE("not a package") {
+    auto none = Package::open(s.dir / "nope.cudaqpkg");
+    REQUIRE_FALSE(none);
+    CHECK(none.error().str() == "'" + (s.dir / "nope.cudaqpkg").string() + "': no such package");
+    fs::remove(dir / "manifest.json");
+    auto no_manifest = Package::open(dir);
+    REQUIRE_FALSE(no_manifest);
+    CHECK(no_manifest.error().str() == "'" + dir.string() + "': not a package: no manifest.json");
+  }
+  SUBCASE("a corrupt manifest") {
+    write(dir / "manifest.json", "{\"format_version\": 1");
+    auto p = Package::open(dir);
+    REQUIRE_FALSE(p);
+    CHECK(p.error().str() == "'" + (dir / "manifest.json").string() + "': not valid JSON");
+  }
+}
+
+TEST_CASE("a tampered blob is detected on read and is not carried into a new package") {
+  Scratch s;
+  fs::path dir = make_package(s.dir);
+  auto p = Package::open(dir);
+  REQUIRE(p);
+  fs::path a = p->blob_path(sha256(blob_a));
+  write(a, "container A bytez"); // same size, one byte changed
+  auto bytes = p->read_blob(sha256(blob_a));
+  REQUIRE_FALSE(bytes);
+  const std::string tampered = "'" + a.string() + "': blob does not match its digest " +
+                               sha256(blob_a).str() +
+                               " (the package is corrupt or was modified)";
+  CHECK(bytes.error().str() == tampered);
+  CHECK(p->read_blob(sha256(blob_b))); // the other blob is fine
+
+  fs::path next = s.dir / "next.cudaqpkg";
+  auto w = PackageWriter::create(next);
+  REQUIRE(w);
+  Status st = w->carry_blob(*p, sha256(blob_a));
+  REQUIRE_FALSE(st);
+  CHECK(st.error().str() == tampered);
+  REQUIRE(w->carry_blob(*p, sha256(blob_b)));
+  REQUIRE(w->commit(manifest_for("next", {blob_b}), false));
+  auto q = Package::open(next);
+  REQUIRE(q);
+  auto carried = q->read_blob(sha256(blob_b));
+  REQUIRE(carried);
+  CHECK(*carried == blob_b);
+  CHECK_FALSE(fs::exists(q->blob_path(sha256(blob_a))));
+}
