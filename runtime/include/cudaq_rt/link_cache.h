@@ -1,0 +1,151 @@
+// The content-addressed cache of linked cubins shared by `cudaq-rt-link` (ahead of time) and the
+// load-time link of `cudaq-rt-run`. The key, the on-disk format and the argument for why several
+// processes may use one cache at once are in the comment at the top of link_cache.cpp.
+#pragma once
+
+#include "cudaq_rt/digest.h"
+#include "cudaq_rt/error.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace cudaq_rt {
+
+// Which libnvJitLink does the linking: its version and, standing in for a hash of its 98 MB of
+// code, where it lives and its size and mtime (ccache's compiler_check=mtime).
+struct NvJitLinkIdentity {
+  unsigned major = 0;
+  unsigned minor = 0;
+  std::string path; // realpath of the loaded library
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+
+  std::string version() const; // "13.0"
+  nlohmann::json to_json() const;
+  friend bool operator==(const NvJitLinkIdentity &, const NvJitLinkIdentity &) = default;
+};
+
+// The identity of the libnvJitLink this process has loaded (found through dladdr on
+// nvJitLinkVersion), computed on the first call and remembered.
+Expected<NvJitLinkIdentity> loaded_nvjitlink_identity();
+
+// The nvJitLink options as they go into a key: -verbose, -time and -no-cache (which change only the
+// info log or nvJitLink's in-memory reuse) are dropped; -kernels-used= and -variables-used= are
+// sets, so they are sorted, deduplicated and moved to the end; every other option keeps its place.
+std::vector<std::string> normalize_link_options(std::span<const std::string> options);
+
+// A cache key with its parts, so that `--dry-run` can show what was hashed.
+struct LinkKey {
+  // Bump when anything below changes meaning; old entries then simply stop matching.
+  static constexpr uint32_t format_version = 1;
+
+  std::string arch;                 // with any a/f suffix: sm_90a is not sm_90
+  std::vector<std::string> options; // normalized
+  NvJitLinkIdentity nvjitlink;
+  std::vector<Digest> inputs; // in the order they are added to the link
+  Digest digest;              // SHA-256 over all of the above
+
+  // `options` is the final list passed to nvJitLinkCreate; it is normalized here.
+  static LinkKey make(std::string arch, std::span<const std::string> options,
+                      NvJitLinkIdentity nvjitlink, std::vector<Digest> inputs);
+  nlohmann::json to_json() const;
+};
+
+// What is stored beside a cubin: enough to fill a manifest's link record without relinking.
+struct LinkMetadata {
+  std::string arch;
+  std::vector<std::string> options;
+  std::string nvjitlink_version; // "13.0"
+  std::vector<Digest> inputs;
+  std::string info_log;
+  double link_time_ms = 0;
+  int64_t created = 0; // seconds since the epoch
+
+  // Everything but the log and the timings, taken from the key.
+  static LinkMetadata from_key(const LinkKey &key);
+  nlohmann::json to_json() const;
+  static std::optional<LinkMetadata> from_json(const nlohmann::json &j);
+};
+
+struct CacheEntry {
+  std::vector<uint8_t> cubin;
+  LinkMetadata metadata;
+};
+
+struct CacheConfig {
+  static constexpr uint64_t default_max_bytes = uint64_t{256} << 20; // as CUDA_CACHE_MAXSIZE
+
+  std::filesystem::path dir;
+  bool enabled = true;
+  uint64_t max_bytes = default_max_bytes; // 0: no limit
+
+  // CUDAQ_RT_CACHE_DIR (an absolute path; default $XDG_CACHE_HOME/cudaq-rt, else
+  // $HOME/.cache/cudaq-rt), CUDAQ_RT_CACHE_DISABLE (1/true/yes/on or 0/false/no/off),
+  // CUDAQ_RT_CACHE_MAXSIZE (bytes, with an optional K, M or G suffix of powers of 1024; 0 means no
+  // limit). A value that cannot be understood is an Error naming the variable.
+  using Getenv = std::function<const char *(const char *)>;
+  static Expected<CacheConfig> from_environment();
+  static Expected<CacheConfig> from_environment(const Getenv &getenv);
+};
+
+// Parses a CUDAQ_RT_CACHE_MAXSIZE value ("268435456", "512K", "256M", "4G").
+std::optional<uint64_t> parse_cache_size(std::string_view text);
+
+struct CacheStats {
+  std::filesystem::path dir;
+  bool enabled = false;
+  uint64_t max_bytes = 0;
+  uint64_t entries = 0; // counted on disk when stats() ran
+  uint64_t bytes = 0;
+  // Persistent counters, over all processes since the cache was created or cleared.
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  uint64_t stores = 0;
+  uint64_t evictions = 0;
+  uint64_t corrupt = 0; // entries that failed verification and were removed
+
+  nlohmann::json to_json() const;
+};
+
+struct PruneResult {
+  uint64_t entries = 0;
+  uint64_t bytes = 0;
+};
+
+class LinkCache {
+public:
+  // Creates the cache directory when enabled. A disabled cache never touches the disk.
+  static Expected<LinkCache> open(CacheConfig config);
+
+  const CacheConfig &config() const { return config_; }
+  std::filesystem::path entry_path(const Digest &key) const;
+
+  // A verified entry, or nothing: a missing, unreadable or corrupt entry is a miss, and a corrupt
+  // one is removed. A hit makes the entry the most recently used.
+  std::optional<CacheEntry> get(const LinkKey &key) const;
+  // Stores an entry (unless it alone is larger than the limit), then evicts least recently used
+  // entries if the cache has grown past its limit.
+  Status put(const LinkKey &key, std::span<const uint8_t> cubin,
+             const LinkMetadata &metadata) const;
+
+  // Counts entries on disk and reads the persistent counters.
+  Expected<CacheStats> stats() const;
+  // Evicts least recently used entries until at most `target_bytes` remain (0: all of them) and
+  // removes temporary files that crashed writers left behind.
+  Expected<PruneResult> prune(uint64_t target_bytes) const;
+
+private:
+  explicit LinkCache(CacheConfig c) : config_(std::move(c)) {}
+  std::filesystem::path root() const { return config_.dir / "v1"; }
+
+  CacheConfig config_;
+};
+
+} // namespace cudaq_rt
