@@ -12,12 +12,14 @@
 //  - the target arch *with* its a/f suffix: fatbins that hold only sm_100a code cannot be linked
 //    for sm_100, and an sm_90a cubin is not an sm_90 one (cudf learned this the hard way);
 //  - the nvJitLink options, normalized so that options that cannot change the cubin do not split
-//    the cache: -verbose and -time only add to the info log, -no-cache only switches nvJitLink's
-//    in-memory reuse; -kernels-used= and -variables-used= name sets, so their order and repeats do
-//    not matter. Everything else keeps its order (-Xptxas options may override each other), and
-//    anything unknown is kept, since a key that is too specific costs a relink while one that is
-//    too loose returns wrong code. -split-compile-extended changes the code and is kept, and so is
-//    whether -lto was given (without it a PTX + LTO-IR fatbin links through the PTX);
+//    the cache: -time only adds to the info log, -no-cache only switches nvJitLink's in-memory
+//    reuse. -verbose is kept: it passes -v to ptxas, which records its options in the cubin's
+//    .note.nv.tkinfo, so a verbose link is a different cubin (measured, CUDA 13.0).
+//    -kernels-used= and -variables-used= name sets, so their order and repeats do not matter.
+//    Everything else keeps its order (-Xptxas options may override each other), and anything
+//    unknown is kept, since a key that is too specific costs a relink while one that is too loose
+//    returns wrong code. -split-compile-extended changes the code and is kept, and so is whether
+//    -lto was given (without it a PTX + LTO-IR fatbin links through the PTX);
 //  - the nvJitLink version and the library's identity. The version alone misses patched or
 //    rebuilt libraries; hashing the 98 MB library at every process start would cost about 0.4 s,
 //    more than most links. As ccache's compiler_check=mtime does, the realpath, size and mtime of
@@ -449,7 +451,7 @@ std::vector<std::string> normalize_link_options(std::span<const std::string> opt
   static constexpr std::string_view kernels = "-kernels-used=", variables = "-variables-used=";
   std::vector<std::string> out, kernel_set, variable_set;
   for (const std::string &o : options) {
-    if (o == "-verbose" || o == "-time" || o == "-no-cache")
+    if (o == "-time" || o == "-no-cache")
       continue;
     if (o.starts_with(kernels))
       kernel_set.push_back(o);

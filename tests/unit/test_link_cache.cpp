@@ -142,8 +142,10 @@ TEST_CASE("options that cannot change the cubin do not change the key") {
     return LinkKey::make("sm_90", options, fake_nvjitlink(), {input(1)}).digest;
   };
   Digest base = key({"-arch=sm_90", "-lto", "-kernels-used=a", "-kernels-used=b"});
-  CHECK(key({"-arch=sm_90", "-verbose", "-lto", "-kernels-used=a", "-time", "-kernels-used=b"}) ==
+  CHECK(key({"-arch=sm_90", "-lto", "-kernels-used=a", "-time", "-kernels-used=b", "-no-cache"}) ==
         base);
+  // -verbose makes ptxas record -v in the cubin's .note.nv.tkinfo: another cubin.
+  CHECK(key({"-arch=sm_90", "-verbose", "-lto", "-kernels-used=a", "-kernels-used=b"}) != base);
   CHECK(key({"-arch=sm_90", "-lto", "-kernels-used=b", "-kernels-used=a"}) == base);
   CHECK(key({"-kernels-used=b", "-arch=sm_90", "-kernels-used=a", "-lto", "-kernels-used=a"}) ==
         base);
@@ -161,9 +163,14 @@ TEST_CASE("normalized options keep order, drop noise and sort the sets") {
       "-variables-used=g", "-kernels-used=z", "-arch=sm_80", "-time",    "-lto",
       "-kernels-used=a",   "-no-cache",       "-O3",         "-verbose", "-kernels-used=z",
       "-variables-used=c"};
-  std::vector<std::string> want = {
-      "-arch=sm_80",      "-lto", "-O3", "-kernels-used=a", "-kernels-used=z", "-variables-used=c",
-      "-variables-used=g"};
+  std::vector<std::string> want = {"-arch=sm_80",
+                                   "-lto",
+                                   "-O3",
+                                   "-verbose",
+                                   "-kernels-used=a",
+                                   "-kernels-used=z",
+                                   "-variables-used=c",
+                                   "-variables-used=g"};
   CHECK(normalize_link_options(in) == want);
   LinkKey key = LinkKey::make("sm_80", in, fake_nvjitlink(), {});
   CHECK(key.options == want);

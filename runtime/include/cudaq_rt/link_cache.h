@@ -36,9 +36,10 @@ struct NvJitLinkIdentity {
 // nvJitLinkVersion), computed on the first call and remembered.
 Expected<NvJitLinkIdentity> loaded_nvjitlink_identity();
 
-// The nvJitLink options as they go into a key: -verbose, -time and -no-cache (which change only the
-// info log or nvJitLink's in-memory reuse) are dropped; -kernels-used= and -variables-used= are
-// sets, so they are sorted, deduplicated and moved to the end; every other option keeps its place.
+// The nvJitLink options as they go into a key: -time and -no-cache (which change only the info log
+// or nvJitLink's in-memory reuse) are dropped, -verbose is not (ptxas records it in the cubin);
+// -kernels-used= and -variables-used= are sets, so they are sorted, deduplicated and moved to the
+// end; every other option keeps its place.
 std::vector<std::string> normalize_link_options(std::span<const std::string> options);
 
 // A cache key with its parts, so that `--dry-run` can show what was hashed.
