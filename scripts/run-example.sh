@@ -36,9 +36,4 @@ if [ -z "$gpu_arch" ]; then
 fi
 
 echo "== run on $gpu_arch"
-cubin=$(python3 -c '
-import json, sys
-m = json.load(open(sys.argv[1] + "/manifest.json"))
-print(next(l["cubin"]["digest"].split(":")[1] for l in m["links"] if l["arch"] == sys.argv[2]))
-' "$out/example.cudaqpkg" "$gpu_arch")
-build/tests/gpu/loopback_dispatch_test --cubin "$out/example.cudaqpkg/blobs/sha256/$cubin"
+build/tests/gpu/loopback_dispatch_test --package "$out/example.cudaqpkg"

@@ -4,22 +4,20 @@
 // example handler, the protocol errors (and that the server keeps serving after them), the
 // counters, then measures round-trip latency and throughput.
 //
-//   loopback_dispatch_test [--bridge NAME|PATH] (--cubin FILE | --self-link APP)
-//                          [--link-only sm_80,sm_90,...] [--latency-requests N]
+//   loopback_dispatch_test [--bridge NAME|PATH] (--package DIR | --cubin FILE)
+//                          [--latency-requests N]
 //
-// --self-link links the module itself with nvJitLink (what cudaq-rt-link does) from the
-// dispatcher fatbin, the bridge library's first __nv_relfatbin container and APP's containers.
-// --link-only only links, for each listed arch, and prints cubin sizes and link times: it needs
-// no GPU. Without a GPU the test exits 77 (ctest: skipped).
+// --package takes the cubin cudaq-rt-link stored for this GPU's arch (read through the package
+// reader, so its digest is verified); --cubin loads a cubin file as it is. Without a GPU the
+// test exits 77 (ctest: skipped).
 #include "cudaq_rt/bridge.h"
 #include "cudaq_rt/builtin_dispatcher.h"
 #include "cudaq_rt/dispatch.h"
+#include "cudaq_rt/package.h"
 #include "cudaq_rt/wire.h"
 
 #include <cuda.h>
 #include <cuda_runtime.h>
-#include <elf.h>
-#include <nvJitLink.h>
 
 #include <algorithm>
 #include <atomic>
@@ -50,126 +48,6 @@ Bytes read_file(const std::string &path) {
   if (!in)
     fail("'" + path + "': cannot open");
   return Bytes(std::istreambuf_iterator<char>(in), {});
-}
-
-// The bytes of one section of a 64-bit little-endian ELF file (the package reader does this
-// properly for the tools; a test needs only the happy path and bounds checks).
-Bytes elf_section(const std::string &path, const char *name) {
-  Bytes file = read_file(path);
-  auto in_bounds = [&](uint64_t off, uint64_t size) {
-    return off <= file.size() && size <= file.size() - off;
-  };
-  Elf64_Ehdr eh;
-  if (!in_bounds(0, sizeof eh) || std::memcmp(file.data(), ELFMAG, SELFMAG) != 0)
-    fail("'" + path + "': not an ELF file");
-  std::memcpy(&eh, file.data(), sizeof eh);
-  if (eh.e_shentsize != sizeof(Elf64_Shdr) ||
-      !in_bounds(eh.e_shoff, uint64_t(eh.e_shnum) * sizeof(Elf64_Shdr)) ||
-      eh.e_shstrndx >= eh.e_shnum)
-    fail("'" + path + "': bad section headers");
-  auto shdr = [&](unsigned i) {
-    Elf64_Shdr s;
-    std::memcpy(&s, file.data() + eh.e_shoff + i * sizeof(Elf64_Shdr), sizeof s);
-    return s;
-  };
-  const Elf64_Shdr strtab = shdr(eh.e_shstrndx);
-  for (unsigned i = 0; i < eh.e_shnum; ++i) {
-    Elf64_Shdr s = shdr(i);
-    if (s.sh_name >= strtab.sh_size ||
-        std::strncmp(reinterpret_cast<const char *>(file.data() + strtab.sh_offset + s.sh_name),
-                     name, strtab.sh_size - s.sh_name) != 0)
-      continue;
-    if (!in_bounds(s.sh_offset, s.sh_size))
-      fail("'" + path + "': section " + name + " is truncated");
-    return Bytes(file.begin() + s.sh_offset, file.begin() + s.sh_offset + s.sh_size);
-  }
-  fail("'" + path + "': no section " + name);
-}
-
-// Splits a __nv_relfatbin into its per-translation-unit containers by the headers' sizes
-// (nvJitLink reads only the first container of a fatbin input).
-std::vector<Bytes> split_containers(const Bytes &section, const std::string &origin) {
-  std::vector<Bytes> out;
-  size_t off = 0;
-  while (off < section.size()) {
-    if (section.size() - off < 16) {
-      if (std::all_of(section.begin() + off, section.end(), [](uint8_t b) { return b == 0; }))
-        break;
-      fail("'" + origin + "': trailing bytes after the last fatbin container");
-    }
-    uint32_t magic;
-    uint16_t header_size;
-    uint64_t fat_size;
-    std::memcpy(&magic, section.data() + off, 4);
-    std::memcpy(&header_size, section.data() + off + 6, 2);
-    std::memcpy(&fat_size, section.data() + off + 8, 8);
-    if (magic == 0) { // 8-byte alignment padding between containers
-      off += 8;
-      continue;
-    }
-    if (magic != 0xBA55ED50u || header_size < 16 || fat_size > section.size() - off - header_size)
-      fail("'" + origin + "': bad fatbin container at offset " + std::to_string(off));
-    const size_t size = header_size + fat_size;
-    out.emplace_back(section.begin() + off, section.begin() + off + size);
-    off += (size + 7) & ~size_t(7);
-  }
-  return out;
-}
-
-struct LinkInputs {
-  std::vector<Bytes> bridge;
-  std::vector<Bytes> app;
-};
-
-struct LinkResult {
-  Bytes cubin;
-  double ms;
-};
-
-LinkResult link(const LinkInputs &in, unsigned arch) {
-  std::vector<std::string> options = {"-arch=sm_" + std::to_string(arch), "-lto",
-                                      std::string("-kernels-used=") +
-                                          cudaq_rt::builtin_dispatcher_kernel};
-  for (const char *h : kHandlers)
-    options.push_back(std::string("-variables-used=") + CUDAQ_RT_HANDLER_SYMBOL_PREFIX + h);
-  std::vector<const char *> argv;
-  for (const auto &o : options)
-    argv.push_back(o.c_str());
-
-  const auto start = Clock::now();
-  nvJitLinkHandle h;
-  if (nvJitLinkCreate(&h, uint32_t(argv.size()), argv.data()) != NVJITLINK_SUCCESS)
-    fail("nvJitLinkCreate failed for sm_" + std::to_string(arch));
-  auto check = [&](nvJitLinkResult rc, const std::string &what) {
-    if (rc == NVJITLINK_SUCCESS)
-      return;
-    size_t n = 0;
-    nvJitLinkGetErrorLogSize(h, &n);
-    std::string log(n, '\0');
-    if (n)
-      nvJitLinkGetErrorLog(h, log.data());
-    fail(what + " (sm_" + std::to_string(arch) + "): nvJitLink error " + std::to_string(rc) +
-         ": " + log);
-  };
-  auto dispatcher = cudaq_rt::builtin_dispatcher_fatbin();
-  check(nvJitLinkAddData(h, NVJITLINK_INPUT_FATBIN, dispatcher.data(), dispatcher.size(),
-                         "builtin_dispatcher"),
-        "adding the dispatcher");
-  for (size_t i = 0; i < in.bridge.size(); ++i)
-    check(nvJitLinkAddData(h, NVJITLINK_INPUT_FATBIN, in.bridge[i].data(), in.bridge[i].size(),
-                           ("bridge#" + std::to_string(i)).c_str()),
-          "adding the bridge");
-  for (size_t i = 0; i < in.app.size(); ++i)
-    check(nvJitLinkAddData(h, NVJITLINK_INPUT_FATBIN, in.app[i].data(), in.app[i].size(),
-                           ("app#" + std::to_string(i)).c_str()),
-          "adding the application");
-  check(nvJitLinkComplete(h), "linking");
-  size_t size = 0;
-  check(nvJitLinkGetLinkedCubinSize(h, &size), "getting the cubin size");
-  Bytes cubin(size);
-  check(nvJitLinkGetLinkedCubin(h, cubin.data()), "getting the cubin");
-  nvJitLinkDestroy(&h);
-  return {std::move(cubin), std::chrono::duration<double, std::milli>(Clock::now() - start).count()};
 }
 
 // The driver API through cudart's entry-point lookup, so that the test links no libcuda and can
@@ -309,21 +187,6 @@ double percentile(std::vector<double> v, double p) {
   return v[size_t(p * double(v.size() - 1))];
 }
 
-void split_archs(const std::string &list, std::vector<unsigned> &out) {
-  size_t start = 0;
-  while (start <= list.size()) {
-    size_t comma = list.find(',', start);
-    std::string item = list.substr(start, comma == std::string::npos ? std::string::npos
-                                                                     : comma - start);
-    if (item.rfind("sm_", 0) == 0)
-      item = item.substr(3);
-    out.push_back(unsigned(std::stoul(item)));
-    if (comma == std::string::npos)
-      break;
-    start = comma + 1;
-  }
-}
-
 } // namespace
 
 int main(int argc, char **argv) {
@@ -331,8 +194,7 @@ int main(int argc, char **argv) {
   // before launch, eagerly.
   setenv("CUDA_MODULE_LOADING", "EAGER", 1);
 
-  std::string bridge_name = "loopback", cubin_path, app_path;
-  std::vector<unsigned> link_only;
+  std::string bridge_name = "loopback", cubin_path, package_path;
   int latency_requests = 20000;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -347,10 +209,8 @@ int main(int argc, char **argv) {
       bridge_name = value();
     else if (a == "--cubin")
       cubin_path = value();
-    else if (a == "--self-link")
-      app_path = value();
-    else if (a == "--link-only")
-      split_archs(value(), link_only);
+    else if (a == "--package")
+      package_path = value();
     else if (a == "--latency-requests")
       latency_requests = std::stoi(value());
     else {
@@ -358,38 +218,14 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  if (cubin_path.empty() == app_path.empty()) {
-    std::fprintf(stderr, "loopback_dispatch_test: error: give one of --cubin or --self-link\n");
+  if (cubin_path.empty() == package_path.empty()) {
+    std::fprintf(stderr, "loopback_dispatch_test: error: give one of --package or --cubin\n");
     return 2;
   }
 
   auto library = cudaq_rt::BridgeLibrary::open(bridge_name);
   if (!library)
     fail(library.error().str());
-
-  LinkInputs inputs;
-  if (!app_path.empty()) {
-    // The bridge's device hooks are in its library's first container (one device TU).
-    inputs.bridge = split_containers(elf_section(library->path(), "__nv_relfatbin"),
-                                     library->path());
-    inputs.bridge.resize(1);
-    inputs.app = split_containers(elf_section(app_path, "__nv_relfatbin"), app_path);
-    std::printf("link inputs: dispatcher %zu B, bridge %zu B, application %zu containers\n",
-                cudaq_rt::builtin_dispatcher_fatbin().size(), inputs.bridge[0].size(),
-                inputs.app.size());
-  }
-  if (!link_only.empty()) {
-    for (unsigned arch : link_only) {
-      LinkResult first = link(inputs, arch);
-      LinkResult again = link(inputs, arch);
-      std::printf("sm_%u: cubin %zu B, link %.1f ms (again %.1f ms)%s\n", arch, first.cubin.size(),
-                  first.ms, again.ms,
-                  first.cubin == again.cubin ? ", deterministic" : ", NOT deterministic");
-      if (first.cubin != again.cubin)
-        ++failures;
-    }
-    return failures ? 1 : 0;
-  }
 
   int devices = 0;
   cudaError_t rc = cudaGetDeviceCount(&devices);
@@ -407,10 +243,22 @@ int main(int argc, char **argv) {
   std::printf("device: %s (sm_%u)\n", prop.name, arch);
 
   Bytes cubin;
-  if (!app_path.empty()) {
-    LinkResult r = link(inputs, arch);
-    std::printf("linked for sm_%u: %zu B in %.1f ms\n", arch, r.cubin.size(), r.ms);
-    cubin = std::move(r.cubin);
+  if (!package_path.empty()) {
+    auto pkg = cudaq_rt::Package::open(package_path);
+    if (!pkg)
+      fail(pkg.error().str());
+    const std::string want = "sm_" + std::to_string(arch);
+    auto rec = std::find_if(pkg->manifest().links.begin(), pkg->manifest().links.end(),
+                            [&](const cudaq_rt::LinkRecord &l) { return l.arch == want; });
+    if (rec == pkg->manifest().links.end())
+      fail("'" + package_path + "': no cubin linked for " + want + " (cudaq-rt-link --arch " +
+           want + ")");
+    auto bytes = pkg->read_blob(rec->cubin);
+    if (!bytes)
+      fail(bytes.error().str());
+    cubin.assign(bytes->begin(), bytes->end());
+    std::printf("cubin: %s from %s (%zu B, %s)\n", want.c_str(), package_path.c_str(),
+                cubin.size(), rec->cubin.str().c_str());
   } else {
     cubin = read_file(cubin_path);
   }
