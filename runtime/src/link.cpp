@@ -262,6 +262,10 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
       targets.push_back(*t);
   }
 
+  // Only an existing package gets a lock file beside it: a mistyped path leaves nothing behind.
+  std::error_code ec;
+  if (!fs::is_directory(opt.package, ec))
+    return Package::open(opt.package).take_error();
   std::optional<PackageLock> lock;
   if (!opt.dry_run && opt.store_in_package) {
     auto l = PackageLock::acquire(opt.package);

@@ -45,8 +45,10 @@ json arch_json(const ArchLink &a) {
   return j;
 }
 
-int cache_command(const LinkCache &cache, bool stats, std::optional<uint64_t> prune, bool as_json) {
-  json out;
+// --cache-prune and --cache-stats. With --json the results go into `out`, the one document the
+// caller prints; otherwise they are printed here.
+int cache_command(const LinkCache &cache, bool stats, std::optional<uint64_t> prune, bool as_json,
+                  json &out) {
   if (prune) {
     auto r = cache.prune(*prune);
     if (!r)
@@ -72,8 +74,6 @@ int cache_command(const LinkCache &cache, bool stats, std::optional<uint64_t> pr
                   (unsigned long long)s->stores, (unsigned long long)s->evictions,
                   (unsigned long long)s->corrupt);
   }
-  if (as_json)
-    std::cout << out.dump(2) << "\n";
   return 0;
 }
 } // namespace
@@ -158,15 +158,21 @@ int main(int argc, char **argv) {
     return driver::fail(tool, config.error());
   if (!cache_dir.empty())
     config->dir = cache_dir;
-  if (no_cache)
+  // A dry run reads no entry, so it must not create the cache directory either.
+  if (no_cache || (opts.dry_run && !cache_stats && !prune))
     config->enabled = false;
   auto cache = LinkCache::open(*config);
   if (!cache)
     return driver::fail(tool, cache.error());
 
   if (package.empty()) {
-    if (cache_stats || prune)
-      return cache_command(*cache, cache_stats, prune, as_json);
+    if (cache_stats || prune) {
+      json out = json::object();
+      int rc = cache_command(*cache, cache_stats, prune, as_json, out);
+      if (rc == 0 && as_json)
+        std::cout << out.dump(2) << "\n";
+      return rc;
+    }
     std::fprintf(stderr, "%s: error: no package given\nRun '%s --help' for usage.\n", tool, tool);
     return driver::exit_usage;
   }
@@ -203,6 +209,9 @@ int main(int argc, char **argv) {
               {"archs", json::array()}};
     for (const ArchLink &a : report->archs)
       j["archs"].push_back(arch_json(a));
+    if (cache_stats || prune)
+      if (int rc = cache_command(*cache, cache_stats, prune, true, j); rc != 0)
+        return rc;
     std::cout << j.dump(2) << "\n";
   } else {
     for (const ArchLink &a : report->archs) {
@@ -221,8 +230,9 @@ int main(int argc, char **argv) {
       }
     }
   }
-  if (cache_stats || prune) {
-    if (int rc = cache_command(*cache, cache_stats, prune, false); rc != 0)
+  if (!as_json && (cache_stats || prune)) {
+    json unused;
+    if (int rc = cache_command(*cache, cache_stats, prune, false, unused); rc != 0)
       return rc;
   }
   return report->ok() ? 0 : driver::exit_failure;

@@ -1,0 +1,582 @@
+#!/usr/bin/python3
+"""Integration tests of cudaq-rt-link: the real tool links packages that cudaq-rt-pack made from
+objects nvcc builds here, with the real nvJitLink.
+
+Environment (set by ctest): CUDAQ_RT_PACK, CUDAQ_RT_LINK (the tools), NVCC, CUDAQ_RT_INCLUDE
+(libdispatch's include directory), CUDAQ_RT_SCHEMA (schemas/manifest.schema.json).
+Every link runs with CUDAQ_RT_CACHE_DIR set to a directory of the test's own.
+"""
+import concurrent.futures
+import hashlib
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import validate_schema  # noqa: E402
+
+PACK = os.environ.get("CUDAQ_RT_PACK", "cudaq-rt-pack")
+LINK = os.environ.get("CUDAQ_RT_LINK", "cudaq-rt-link")
+NVCC = os.environ.get("NVCC", "nvcc")
+INCLUDE = os.environ.get("CUDAQ_RT_INCLUDE", os.path.join(HERE, "../../libdispatch/include"))
+SCHEMA_PATH = os.environ.get("CUDAQ_RT_SCHEMA", os.path.join(HERE, "../../schemas/manifest.schema.json"))
+HANDLERS = os.path.normpath(os.path.join(HERE, "../../examples/handlers"))
+INPUTS = os.path.join(HERE, "link_inputs")
+
+DEVICE_FLAGS = ["-rdc=true", "-gencode", "arch=compute_80,code=[sm_80,lto_80]", "-std=c++17",
+                "-I" + INCLUDE]
+KERNEL = "cudaq_rt_unified_dispatch"
+EXAMPLE_HANDLERS = ["axpy_f32", "echo", "parity", "sum_i32"]
+HANDLER_SYMBOLS = ["cudaq_rt_handler__" + h for h in EXAMPLE_HANDLERS]
+EM_CUDA = 190
+KIND_LTOIR = 8
+
+
+def sha256(data):
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def run(cmd, env=None):
+    return subprocess.run(cmd, capture_output=True, text=True, env=env)
+
+
+def check(cmd):
+    r = run(cmd)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
+
+
+def snapshot(root, skip=(), dirs=True):
+    """{relative path: sha256 or 'dir'} of everything under root; {} if it does not exist."""
+    out = {}
+    for dirpath, subdirs, files in os.walk(root):
+        for d in subdirs if dirs else ():
+            out[os.path.relpath(os.path.join(dirpath, d), root)] = "dir"
+        for f in files:
+            rel = os.path.relpath(os.path.join(dirpath, f), root)
+            if rel not in skip:
+                out[rel] = sha256(read(os.path.join(dirpath, f)))
+    return out
+
+
+def cubin_info(data):
+    """(e_machine, e_flags, {defined symbol name: type}) of an ELF64 cubin."""
+    assert data[:4] == b"\x7fELF" and data[4] == 2 and data[5] == 1, "not an ELF64 LE file"
+    e_machine, = struct.unpack_from("<H", data, 0x12)
+    e_flags, = struct.unpack_from("<I", data, 0x30)
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize)
+                for i in range(shnum)]
+    symbols = {}
+    for _name, sh_type, _fl, _addr, off, size, link, _info, _al, entsize in sections:
+        if sh_type != 2:  # SHT_SYMTAB
+            continue
+        stroff = sections[link][4]
+        for k in range(size // entsize):
+            st_name, st_info, _other, st_shndx, _v, _s = struct.unpack_from(
+                "<IBBHQQ", data, off + k * entsize)
+            if st_shndx == 0:  # undefined
+                continue
+            end = data.index(b"\0", stroff + st_name)
+            symbols[data[stroff + st_name:end].decode()] = {1: "object", 2: "func"}.get(
+                st_info & 0xF, "other")
+    return e_machine, e_flags, symbols
+
+
+def ltoir_entry_offsets(container):
+    """Offsets of the LTO-IR entry headers in one fatbin container."""
+    magic, _version, header_size, fat_size = struct.unpack_from("<IHHQ", container, 0)
+    assert magic == 0xBA55ED50
+    out, pos, end = [], header_size, header_size + fat_size
+    while pos < end:
+        kind, = struct.unpack_from("<H", container, pos)
+        entry_header, = struct.unpack_from("<I", container, pos + 4)
+        payload, = struct.unpack_from("<Q", container, pos + 8)
+        if kind == KIND_LTOIR:
+            out.append(pos)
+        pos += entry_header + payload
+    return out
+
+
+class LinkTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.schema = validate_schema.load(SCHEMA_PATH)
+        cls.tmp = tempfile.mkdtemp(prefix="cudaq-rt-link-test.")
+        t = cls.path
+        compiles = [[NVCC, *DEVICE_FLAGS, "-c", src, "-o", t(out)] for src, out in [
+            (os.path.join(HANDLERS, "arith.cu"), "arith.o"),
+            (os.path.join(HANDLERS, "decode.cu"), "decode.o"),
+            (os.path.join(HANDLERS, "bits.cu"), "bits.o"),
+            (os.path.join(INPUTS, "unresolved.cu"), "unresolved.o"),
+            (os.path.join(INPUTS, "unused_kernel.cu"), "unused_kernel.o")]]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as ex:  # nvcc is slow
+            list(ex.map(check, compiles))
+        os.mkdir(t("base"))
+        check([PACK, "-o", t("base"), "-n", "app", t("arith.o"), t("decode.o"), t("bits.o")])
+        check([PACK, "-o", t("base"), "-n", "unresolved", t("unresolved.o")])
+        check([PACK, "-o", t("base"), "-n", "extra", t("arith.o"), t("unused_kernel.o")])
+        cls.base = t("base/app.cudaqpkg")
+        cls.base_manifest = json.loads(read(os.path.join(cls.base, "manifest.json")))
+        # LTO-IR from a newer toolkit and from another major: arith.o's container with the
+        # version in its LTO-IR entry header (+0x18 u16 minor, +0x1A u16 major) raised.
+        arith = read(os.path.join(cls.base, "blobs", "sha256",
+                                  cls.base_manifest["containers"][0]["digest"][7:]))
+        entries = ltoir_entry_offsets(arith)
+        assert len(entries) == 1, entries
+        cls.ltoir_version = struct.unpack_from("<HH", arith, entries[0] + 0x18)
+        minor, major = cls.ltoir_version
+        for name, version in (("newer", (minor + 1, major)), ("othermajor", (minor, major + 1))):
+            patched = bytearray(arith)
+            struct.pack_into("<HH", patched, entries[0] + 0x18, *version)
+            with open(t(name + ".fatbin"), "wb") as f:
+                f.write(patched)
+            check([PACK, "-o", t("base"), t(name + ".fatbin")])
+        # One shared link for sm_80 and sm_90 that the read-only tests look at.
+        cls.linked_cache = t("linked-cache")
+        cls.linked_dir = t("linked")
+        os.mkdir(cls.linked_dir)
+        cls.linked = shutil.copytree(cls.base, os.path.join(cls.linked_dir, "app.cudaqpkg"))
+        r = run([LINK, cls.linked, "--arch", "sm_80,sm_90", "--json"], cls.env(cls.linked_cache))
+        if r.returncode != 0:
+            raise RuntimeError(f"the shared link failed ({r.returncode}):\n{r.stderr}")
+        cls.linked_json = json.loads(r.stdout)
+        cls.linked_manifest = json.loads(read(os.path.join(cls.linked, "manifest.json")))
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    @classmethod
+    def path(cls, name):
+        return os.path.join(cls.tmp, name)
+
+    @classmethod
+    def env(cls, cache_dir, **extra):
+        e = dict(os.environ)
+        for k in ("CUDAQ_RT_CACHE_DISABLE", "CUDAQ_RT_CACHE_MAXSIZE", "CUDAQ_RT_BRIDGE_PATH"):
+            e.pop(k, None)
+        e["CUDAQ_RT_CACHE_DIR"] = cache_dir
+        e.update(extra)
+        return e
+
+    def fresh(self, name="app"):
+        """A copy of a base package in a directory of its own, and a cache directory of its own."""
+        d = tempfile.mkdtemp(dir=self.tmp, prefix="t.")
+        pkg = shutil.copytree(os.path.join(self.tmp, "base", name + ".cudaqpkg"),
+                              os.path.join(d, name + ".cudaqpkg"))
+        return pkg, os.path.join(d, "cache")
+
+    def link(self, pkg, *args, cache, status=0, env=None):
+        r = run([LINK, pkg, *args], env or self.env(cache))
+        self.assertEqual(r.returncode, status, f"{args}\n{r.stdout}{r.stderr}")
+        return r
+
+    def link_json(self, pkg, *args, cache):
+        doc = json.loads(self.link(pkg, "--json", *args, cache=cache).stdout)
+        self.assertTrue(doc["ok"])
+        return doc
+
+    def manifest(self, pkg):
+        return json.loads(read(os.path.join(pkg, "manifest.json")))
+
+    def blob(self, pkg, digest):
+        return read(os.path.join(pkg, "blobs", "sha256", digest[len("sha256:"):]))
+
+    def cubin_digests(self, doc):
+        return {a["arch"]: a["cubin"]["digest"] for a in doc["archs"]}
+
+    # What every failure must satisfy: the exit status, one `cudaq-rt-link: error: ` line holding
+    # every keyword, nothing on stdout, the package unchanged byte for byte, no directory left
+    # beside it, and no cache entry (or partial one) written.
+    def link_fails(self, pkg, args, keywords, status=1, cache=None):
+        parent = os.path.dirname(os.path.abspath(pkg))
+        cache = cache or os.path.join(tempfile.mkdtemp(dir=self.tmp, prefix="c."), "cache")
+        lock = "." + os.path.basename(pkg) + ".lock"
+        before = (snapshot(pkg), sorted(set(os.listdir(parent)) - {lock}),
+                  snapshot(cache, skip={"v1/stats"}, dirs=False))
+        r = run([LINK, pkg, *args], self.env(cache))
+        self.assertEqual(r.returncode, status, f"{args}\n{r.stderr}")
+        self.assertEqual(r.stdout, "")
+        errors = [l for l in r.stderr.splitlines() if l.startswith("cudaq-rt-link: error: ")]
+        self.assertEqual(len(errors), 1, r.stderr)
+        for k in keywords:
+            self.assertIn(k, errors[0])
+        after = (snapshot(pkg), sorted(set(os.listdir(parent)) - {lock}),
+                 snapshot(cache, skip={"v1/stats"}, dirs=False))
+        self.assertEqual(before[0], after[0], "a failed link changed the package")
+        self.assertEqual(before[1], after[1], "a failed link left something beside the package")
+        self.assertEqual(before[2], after[2], "a failed link wrote to the cache")
+        return errors[0], r.stderr
+
+    # --- what a link records ------------------------------------------------------------------
+
+    def test_link_records_in_manifest(self):
+        m = self.linked_manifest
+        self.assertEqual(validate_schema.validate(self.schema, m), [])
+        self.assertEqual([l["arch"] for l in m["links"]], ["sm_80", "sm_90"])
+        containers = {c["digest"]: c for c in m["containers"]}
+        # What pack wrote is still there, unchanged, first.
+        self.assertEqual(m["containers"][:3], self.base_manifest["containers"])
+        self.assertEqual(m["exports"], self.base_manifest["exports"])
+        for l in m["links"]:
+            self.assertEqual(l["bridge"], "loopback")
+            self.assertEqual(l["dispatcher"], "builtin")
+            self.assertEqual(l["mode"], "lto")
+            self.assertEqual(l["nvjitlink_version"], "13.0")
+            self.assertIn("-arch=" + l["arch"], l["options"])
+            self.assertIn("-lto", l["options"])
+            self.assertIn("-kernels-used=" + KERNEL, l["options"])
+            for s in HANDLER_SYMBOLS:
+                self.assertIn("-variables-used=" + s, l["options"])
+            self.assertRegex(l["cache_key"], r"^sha256:[0-9a-f]{64}$")
+            # Inputs, in link order: the dispatcher, the bridge's hooks, the application.
+            roles = [containers[d]["role"] for d in l["inputs"]]
+            self.assertEqual(roles, ["dispatcher", "bridge", "application", "application",
+                                     "application"])
+            self.assertEqual(containers[l["inputs"][1]]["bridge"], "loopback")
+            self.assertEqual(l["inputs"][2:], [c["digest"] for c in m["containers"][:3]])
+            cubin = self.blob(self.linked, l["cubin"]["digest"])
+            self.assertEqual(sha256(cubin), l["cubin"]["digest"])
+            self.assertEqual(len(cubin), l["cubin"]["size"])
+        self.assertNotEqual(m["links"][0]["cache_key"], m["links"][1]["cache_key"])
+        # The containers link added resolve to blobs with their digest; the bridge's names its
+        # library as a source.
+        for c in m["containers"]:
+            self.assertEqual(sha256(self.blob(self.linked, c["digest"])), c["digest"])
+        bridge = containers[m["links"][0]["inputs"][1]]
+        src = m["sources"][bridge["origins"][0]["source"]]
+        self.assertTrue(src["path"].endswith("libcudaq_rt_bridge_loopback.so"), src)
+        self.assertEqual(src["kind"], "shared-library")
+        self.assertEqual(src["digest"], sha256(read(src["path"])))
+        # Nothing in blobs/ that the manifest does not name.
+        named = {c["digest"] for c in m["containers"]} | {l["cubin"]["digest"] for l in m["links"]}
+        self.assertEqual(sorted(os.listdir(os.path.join(self.linked, "blobs", "sha256"))),
+                         sorted(d[len("sha256:"):] for d in named))
+        self.assertEqual(sorted(os.listdir(self.linked)), ["blobs", "manifest.json"])
+        # Beside it only the lock file: no temporary directory left over.
+        self.assertEqual(sorted(os.listdir(self.linked_dir)), [".app.cudaqpkg.lock", "app.cudaqpkg"])
+
+    def test_json_matches_manifest(self):
+        doc = self.linked_json
+        self.assertEqual((doc["bridge"], doc["dispatcher"], doc["dry_run"], doc["ok"]),
+                         ("loopback", "builtin", False, True))
+        by_arch = {l["arch"]: l for l in self.linked_manifest["links"]}
+        for a in doc["archs"]:
+            l = by_arch[a["arch"]]
+            self.assertFalse(a["cache_hit"])
+            self.assertEqual(a["cubin"]["digest"], l["cubin"]["digest"])
+            self.assertEqual(a["cache_key"], l["cache_key"])
+            self.assertEqual(a["key"]["digest"], l["cache_key"])
+            self.assertEqual(a["key"]["inputs"], l["inputs"])
+            self.assertEqual(a["key"]["nvjitlink"]["version"], "13.0")
+            self.assertEqual(a["options"], l["options"])
+            self.assertEqual(len(a["inputs"]), len(l["inputs"]))
+            self.assertEqual(a["inputs"][0], "dispatcher builtin")
+
+    def test_cubin_is_cuda_elf_for_its_arch(self):
+        for l in self.linked_manifest["links"]:
+            machine, flags, symbols = cubin_info(self.blob(self.linked, l["cubin"]["digest"]))
+            self.assertEqual(machine, EM_CUDA)
+            self.assertEqual((flags >> 8) & 0xFF, int(l["arch"][3:]), hex(flags))
+            self.assertEqual(symbols.get(KERNEL), "func")
+            for s in HANDLER_SYMBOLS:
+                self.assertEqual(symbols.get(s), "object", s)
+            handlers = sorted(s for s in symbols if s.startswith("cudaq_rt_handler__"))
+            self.assertEqual(handlers, HANDLER_SYMBOLS)
+
+    def test_relink_without_cache_is_byte_identical(self):
+        pkg, cache = self.fresh()
+        doc = self.link_json(pkg, "--arch", "sm_80,sm_90", "--no-cache", cache=cache)
+        self.assertFalse(any(a["cache_hit"] for a in doc["archs"]))
+        self.assertFalse(os.path.exists(cache), "--no-cache touched the cache")
+        for l, mine in zip(self.linked_manifest["links"], self.manifest(pkg)["links"]):
+            self.assertEqual(self.blob(pkg, mine["cubin"]["digest"]),
+                             self.blob(self.linked, l["cubin"]["digest"]))
+            self.assertEqual(mine["cache_key"], l["cache_key"])
+
+    def test_second_link_hits_the_cache(self):
+        pkg, cache = self.fresh()
+        first = self.link_json(pkg, "--arch", "sm_80,sm_90", cache=cache)
+        stats = lambda: json.loads(self.link("--cache-stats", "--json", cache=cache).stdout)["cache"]  # noqa: E731
+        s1 = stats()
+        self.assertEqual((s1["entries"], s1["stores"], s1["hits"]), (2, 2, 0))
+        second = self.link_json(pkg, "--arch", "sm_80,sm_90", cache=cache)
+        self.assertEqual([a["cache_hit"] for a in first["archs"]], [False, False])
+        self.assertEqual([a["cache_hit"] for a in second["archs"]], [True, True])
+        self.assertEqual(self.cubin_digests(first), self.cubin_digests(second))
+        self.assertEqual(self.cubin_digests(first), self.cubin_digests(self.linked_json))
+        s2 = stats()
+        self.assertEqual(s2["hits"], s1["hits"] + 2)
+        self.assertEqual((s2["entries"], s2["stores"]), (2, 2))
+        # Relinking an already linked package replaces its records instead of adding more.
+        m = self.manifest(pkg)
+        self.assertEqual([l["arch"] for l in m["links"]], ["sm_80", "sm_90"])
+        self.assertEqual(validate_schema.validate(self.schema, m), [])
+
+    def test_cache_stats_with_link_is_one_json_document(self):
+        pkg, cache = self.fresh()
+        doc = json.loads(self.link(pkg, "--arch", "sm_80", "--json", "--cache-stats",
+                                   cache=cache).stdout)
+        self.assertTrue(doc["ok"])
+        self.assertEqual(doc["cache"]["stores"], 1)
+        self.assertEqual(doc["cache"]["dir"], cache)
+
+    def test_verbose_and_plain_links_do_not_share_a_cubin(self):
+        # -verbose makes ptxas write -v into the cubin's .note.nv.tkinfo: a different cubin, so
+        # a different key; a plain link after a verbose one must not get the verbose cubin.
+        pkg, cache = self.fresh()
+        r = self.link(pkg, "--arch", "sm_80", "-v", "--json", cache=cache)
+        verbose = json.loads(r.stdout)["archs"][0]
+        plain = self.link_json(pkg, "--arch", "sm_80", cache=cache)["archs"][0]
+        self.assertFalse(plain["cache_hit"])
+        self.assertNotEqual(verbose["cache_key"], plain["cache_key"])
+        self.assertEqual(plain["cubin"]["digest"], self.cubin_digests(self.linked_json)["sm_80"])
+
+    # --- dry run, options and the key ---------------------------------------------------------
+
+    def test_dry_run_writes_nothing_and_prints_the_keys(self):
+        pkg, _ = self.fresh()
+        cache = self.linked_cache  # a cache with entries: a dry run must not even count a hit
+        parent = os.path.dirname(pkg)
+        before = (snapshot(pkg), sorted(os.listdir(parent)), snapshot(cache))
+        r = self.link(pkg, "--arch", "sm_80,sm_90", "--dry-run", cache=cache)
+        self.assertEqual(r.stderr, "")
+        keys = dict(re.findall(r"^(sm_\d+)  key (sha256:[0-9a-f]{64})$", r.stdout, re.M))
+        self.assertEqual(keys, {l["arch"]: l["cache_key"] for l in self.linked_manifest["links"]})
+        self.assertIn("  input: dispatcher builtin", r.stdout)
+        self.assertIn(f"-kernels-used={KERNEL}", r.stdout)
+        doc = json.loads(self.link(pkg, "--arch", "sm_80,sm_90", "--dry-run", "--json",
+                                   cache=cache).stdout)
+        self.assertTrue(doc["dry_run"])
+        self.assertEqual({a["arch"]: a["cache_key"] for a in doc["archs"]}, keys)
+        self.assertTrue(all("cubin" not in a for a in doc["archs"]))
+        self.assertEqual(before, (snapshot(pkg), sorted(os.listdir(parent)), snapshot(cache)))
+        # Not even an empty cache directory.
+        fresh_cache = os.path.join(parent, "never")
+        self.link(pkg, "--arch", "sm_80", "--dry-run", cache=fresh_cache)
+        self.assertFalse(os.path.exists(fresh_cache))
+
+    def test_options_that_change_the_key(self):
+        pkg, cache = self.fresh()
+
+        def key(*args):
+            doc = json.loads(self.link(pkg, "--arch", "sm_90", "--dry-run", "--json", *args,
+                                       cache=cache).stdout)
+            return doc["archs"][0]["cache_key"], doc["archs"][0]["options"]
+
+        base, options = key()
+        self.assertEqual(base, self.linked_json["archs"][1]["cache_key"])
+        o0, o0_options = key("-O", "0")
+        self.assertIn("-O0", o0_options)
+        o3, _ = key("-O", "3")
+        ftz, ftz_options = key("--Xnvjitlink=-ftz=true")
+        self.assertIn("-ftz=true", ftz_options)
+        ftz2, _ = key("-X", "-ftz=true")
+        nku, nku_options = key("--no-kernels-used")
+        self.assertFalse(any(o.startswith(("-kernels-used", "-variables-used")) for o in nku_options))
+        keys = [base, o0, o3, ftz, nku]
+        self.assertEqual(len(set(keys)), len(keys), keys)
+        self.assertEqual(ftz2, ftz)
+        # -time and -no-cache only change the log and nvJitLink's in-memory reuse.
+        self.assertEqual(key("--Xnvjitlink=-time")[0], base)
+        self.assertEqual(key("--Xnvjitlink=-no-cache")[0], base)
+        a90a = json.loads(self.link(pkg, "--arch", "sm_90a", "--dry-run", "--json",
+                                    cache=cache).stdout)["archs"][0]
+        self.assertEqual(a90a["arch"], "sm_90a")
+        self.assertNotEqual(a90a["cache_key"], base)
+
+    def test_jobs_do_not_change_the_cubins(self):
+        pkg, cache = self.fresh()
+        archs = ["--arch", "sm_80,sm_90,sm_100", "--no-store"]
+        one = self.link_json(pkg, *archs, "-j", "1", "--no-cache", cache=cache)
+        two = self.link_json(pkg, *archs, "-j", "2", cache=cache)
+        self.assertEqual(list(self.cubin_digests(one)), ["sm_80", "sm_90", "sm_100"])
+        self.assertEqual(self.cubin_digests(one), self.cubin_digests(two))
+        self.assertFalse(any(a["cache_hit"] for a in two["archs"]))
+        self.assertEqual(self.manifest(pkg)["links"], [], "--no-store stored links")
+
+    def test_verbose_prints_the_info_log(self):
+        pkg, cache = self.fresh()
+        r = self.link(pkg, "--arch", "sm_80", "-v", "--no-cache", "--no-store", cache=cache)
+        self.assertIn("cudaq-rt-link: sm_80: nvJitLink info log:", r.stderr)
+        self.assertIn(f"Compiling entry function '{KERNEL}' for 'sm_80'", r.stderr)
+        self.assertRegex(r.stderr, r"ptxas info\s*: Used \d+ registers")
+        self.assertIn("nvJitLinkComplete time", r.stderr)  # -time
+        quiet = self.link(pkg, "--arch", "sm_80", "--no-cache", "--no-store", cache=cache)
+        self.assertEqual(quiet.stderr, "")
+        self.assertRegex(quiet.stdout, r"^sm_80  linked  \d+ bytes  [\d.]+ ms  sha256:[0-9a-f]{64}$")
+
+    def test_save_temps(self):
+        pkg, cache = self.fresh()
+        temps = os.path.join(os.path.dirname(pkg), "temps")
+        self.link(pkg, "--arch", "sm_80,sm_90", "--save-temps", temps, cache=cache)
+        m = self.manifest(pkg)
+        self.assertEqual(sorted(os.listdir(temps)), ["sm_80", "sm_90"])
+        for l in m["links"]:
+            d = os.path.join(temps, l["arch"])
+            fatbins = sorted(f for f in os.listdir(d) if f.endswith(".fatbin"))
+            self.assertEqual(len(fatbins), len(l["inputs"]))
+            for k, (f, digest) in enumerate(zip(fatbins, l["inputs"])):
+                self.assertEqual(f, f"{k}-{digest[7:19]}.fatbin")
+                self.assertEqual(sha256(read(os.path.join(d, f))), digest)
+            self.assertEqual(read(os.path.join(d, "options.txt")).decode().splitlines(),
+                             l["options"])
+            self.assertTrue(os.path.isfile(os.path.join(d, "nvjitlink.log")))
+            self.assertEqual(read(os.path.join(d, KERNEL + ".cubin")),
+                             self.blob(pkg, l["cubin"]["digest"]))
+
+    def test_no_kernels_used_keeps_more_code(self):
+        pkg, cache = self.fresh("extra")
+        handlers = ["cudaq_rt_handler__negate_i32", "cudaq_rt_handler__axpy_f32",
+                    "cudaq_rt_handler__sum_i32"]
+        unused = "cudaq_rt_test_unused_kernel"
+        default = self.link_json(pkg, "--arch", "sm_80", "--no-store", cache=cache)["archs"][0]
+        everything = self.link_json(pkg, "--arch", "sm_80", "--no-kernels-used",
+                                    cache=cache)["archs"][0]
+        self.assertGreater(everything["cubin"]["size"], default["cubin"]["size"])
+        self.assertNotEqual(everything["cache_key"], default["cache_key"])
+        l = self.manifest(pkg)["links"][0]
+        self.assertFalse(any(o.startswith(("-kernels-used", "-variables-used"))
+                             for o in l["options"]))
+        _, _, symbols = cubin_info(self.blob(pkg, l["cubin"]["digest"]))
+        self.assertEqual(symbols.get(unused), "func")
+        self.assertEqual(symbols.get(KERNEL), "func")
+        for s in handlers:
+            self.assertEqual(symbols.get(s), "object", s)
+        # The default link drops the kernel nothing launches and keeps every handler.
+        temps = os.path.join(os.path.dirname(pkg), "temps")
+        self.link(pkg, "--arch", "sm_80", "--no-store", "--save-temps", temps, cache=cache)
+        _, _, symbols = cubin_info(read(os.path.join(temps, "sm_80", KERNEL + ".cubin")))
+        self.assertNotIn(unused, symbols)
+        for s in handlers:
+            self.assertEqual(symbols.get(s), "object", s)
+
+    def test_concurrent_links_of_one_package(self):
+        pkg, cache = self.fresh()
+        procs = [subprocess.Popen([LINK, pkg, "--arch", arch], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env=self.env(cache))
+                 for arch in ("sm_80", "sm_90")]
+        for p in procs:
+            out, err = p.communicate(timeout=300)
+            self.assertEqual(p.returncode, 0, err)
+        m = self.manifest(pkg)
+        self.assertEqual(validate_schema.validate(self.schema, m), [])
+        self.assertEqual([l["arch"] for l in m["links"]], ["sm_80", "sm_90"])
+        self.assertEqual({l["arch"]: l["cubin"]["digest"] for l in m["links"]},
+                         self.cubin_digests(self.linked_json))
+        for l in m["links"]:
+            self.assertEqual(sha256(self.blob(pkg, l["cubin"]["digest"])), l["cubin"]["digest"])
+        self.assertEqual(sorted(os.listdir(os.path.dirname(pkg))),
+                         [".app.cudaqpkg.lock", "app.cudaqpkg", "cache"])
+
+    def test_cache_disabled_by_environment(self):
+        pkg, cache = self.fresh()
+        env = self.env(cache, CUDAQ_RT_CACHE_DISABLE="1")
+        for _ in range(2):
+            doc = json.loads(self.link(pkg, "--arch", "sm_80", "--json", cache=cache,
+                                       env=env).stdout)
+            self.assertFalse(doc["archs"][0]["cache_hit"])
+        self.assertFalse(os.path.exists(cache), "a disabled cache wrote to disk")
+        self.assertEqual(doc["archs"][0]["cubin"]["digest"],
+                         self.cubin_digests(self.linked_json)["sm_80"])
+        bad = self.env(cache, CUDAQ_RT_CACHE_DISABLE="perhaps")
+        r = run([LINK, pkg, "--arch", "sm_80"], bad)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("CUDAQ_RT_CACHE_DISABLE", r.stderr)
+
+    # --- errors ---------------------------------------------------------------------------------
+
+    def test_arch_the_code_cannot_serve(self):
+        pkg, cache = self.fresh()
+        line, _ = self.link_fails(pkg, ["--arch", "sm_75"],
+                                  [f"'{pkg}': ", "cannot link for sm_75", "can serve sm_80 and newer"])
+        # One bad arch among good ones: nothing is linked or stored.
+        self.link_fails(pkg, ["--arch", "sm_80,sm_75"], ["cannot link for sm_75"])
+
+    def test_unknown_arch(self):
+        pkg, _ = self.fresh()
+        for bad in ("sm_9x", "sm_", "compute_90", "sm_090", "90"):
+            self.link_fails(pkg, ["--arch", bad], [f"unknown arch '{bad}'", "sm_NN"])
+
+    def test_no_arch_is_a_usage_error(self):
+        pkg, _ = self.fresh()
+        self.link_fails(pkg, [], ["no target arch", "--arch"], status=2)
+        self.link_fails(pkg, ["--arch", "sm_80", "-O", "2"], ["-O"], status=2)
+        self.link_fails(pkg, ["--arch", "sm_80", "--no-such-option"], ["--no-such-option"],
+                        status=2)
+
+    def test_ltoir_from_a_newer_toolkit(self):
+        pkg, _ = self.fresh("newer")
+        minor, major = self.ltoir_version
+        line, _ = self.link_fails(pkg, ["--arch", "sm_80"],
+                                  [f"LTO-IR version {major}.{minor + 1}", "newer CUDA toolkit",
+                                   "nvJitLink 13.0", "newer.fatbin"])
+        self.assertNotIn("nvJitLink failed", line)  # caught before nvJitLink runs
+
+    def test_ltoir_from_another_major(self):
+        pkg, _ = self.fresh("othermajor")
+        minor, major = self.ltoir_version
+        line, _ = self.link_fails(pkg, ["--arch", "sm_80"],
+                                  [f"LTO-IR version {major + 1}.{minor}", "another major"])
+        self.assertNotIn("nvJitLink failed", line)
+
+    def test_unresolved_symbol(self):
+        pkg, _ = self.fresh("unresolved")
+        line, stderr = self.link_fails(pkg, ["--arch", "sm_80"],
+                                       ["sm_80", "nvJitLink failed", "unresolved symbol",
+                                        "cudaq_rt_test_defined_nowhere"])
+        notes = [l for l in stderr.splitlines() if l.startswith("cudaq-rt-link: note: ")]
+        text = "\n".join(notes)
+        self.assertIn("Unresolved extern function", text)  # nvJitLink's own log
+        self.assertIn("note: inputs:", text)
+        self.assertIn("dispatcher builtin", text)
+        self.assertIn("bridge loopback", text)
+        self.assertIn("unresolved.o#0", text)
+
+    def test_blob_that_does_not_match_its_digest(self):
+        pkg, _ = self.fresh()
+        digest = self.base_manifest["containers"][1]["digest"]
+        blob = os.path.join(pkg, "blobs", "sha256", digest[7:])
+        data = bytearray(read(blob))
+        data[len(data) // 2] ^= 0x40
+        os.chmod(blob, 0o644)
+        with open(blob, "wb") as f:
+            f.write(data)
+        self.link_fails(pkg, ["--arch", "sm_80"], [digest[7:], "does not match its digest"])
+
+    def test_unknown_bridge(self):
+        pkg, _ = self.fresh()
+        self.link_fails(pkg, ["--arch", "sm_80", "--bridge", "nosuch"],
+                        ["unknown bridge 'nosuch'"])
+
+    def test_unknown_dispatcher(self):
+        pkg, _ = self.fresh()
+        self.link_fails(pkg, ["--arch", "sm_80", "--dispatcher", "nosuch"],
+                        ["no dispatch kernel 'nosuch'", "builtin"])
+
+    def test_missing_package(self):
+        d = tempfile.mkdtemp(dir=self.tmp, prefix="t.")
+        pkg = os.path.join(d, "nosuch.cudaqpkg")
+        self.link_fails(pkg, ["--arch", "sm_80"], [f"'{pkg}': ", "no such package"])
+        self.assertEqual(os.listdir(d), [], "a missing package left a lock file behind")
+        not_pkg = os.path.join(d, "empty.cudaqpkg")
+        os.mkdir(not_pkg)
+        self.link_fails(not_pkg, ["--arch", "sm_80"], ["not a package: no manifest.json"])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
