@@ -1,0 +1,92 @@
+# What `cmake --install` puts under the prefix, and the CMake package that find_package(cudaq-rt)
+# loads from there:
+#
+#   bin/                              cudaq-rt-pack, cudaq-rt-link
+#   lib/libcudaq_rt.so*               the runtime library (below)
+#   lib/cudaq-rt/bridges/             the bundled bridges: the runtime looks in
+#                                     <executable>/../lib/cudaq-rt/bridges, so this stays "lib"
+#                                     whatever CMAKE_INSTALL_LIBDIR says
+#   include/cudaq_rt/                 the runtime's headers and the device contract headers
+#   lib/cmake/cudaq-rt/               cudaq-rtConfig.cmake, its targets, CudaDeviceCode.cmake,
+#                                     CudaqRtPackage.cmake
+#   share/cudaq-rt/schemas/           JSON Schemas of the files the tools write
+#   share/man/man{1,5,7}/             the man pages
+#
+# The runtime library is built STATIC and the tools link it so, LLVM libObject included: they
+# need no libLLVM at run time. Installed for other projects, a static library would hand them
+# LLVM's and nvJitLink's link lines too, so the installed one is SHARED, made from the same
+# objects: LLVM goes into it statically with its symbols hidden (--exclude-libs), nvJitLink stays
+# a shared dependency, found through the RUNPATH of the toolkit the build used.
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+include(cmake/CudaqRtPackage.cmake)
+
+# The names other projects see, usable in the build tree too (cudaq_rt_add_package and
+# cudaq_rt_device_code use them).
+add_library(cudaq-rt::headers ALIAS cudaq_rt_device_headers)
+add_executable(cudaq-rt::pack ALIAS cudaq-rt-pack)
+add_executable(cudaq-rt::link ALIAS cudaq-rt-link)
+
+add_library(cudaq_rt_shared SHARED $<TARGET_OBJECTS:cudaq_rt>
+                                   $<TARGET_OBJECTS:cudaq_rt_builtin_dispatcher_blob>)
+target_include_directories(cudaq_rt_shared PUBLIC
+  $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/runtime/include>
+  $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+# Its headers use std::span and std::filesystem: consumers compile them as C++20.
+target_compile_features(cudaq_rt_shared PUBLIC cxx_std_20)
+target_link_libraries(cudaq_rt_shared
+  PUBLIC cudaq_rt_device_headers nlohmann_json::nlohmann_json ${CMAKE_DL_LIBS}
+  PRIVATE cudaq_rt_llvm CUDA::nvJitLink)
+# --exclude-libs hides what comes from LLVM's archives; the version script hides the LLVM
+# template instances our own objects hold (llvm::Expected<...>), so that neither can bind to, or be
+# bound by, another LLVM in the same process.
+file(CONFIGURE OUTPUT "${CMAKE_BINARY_DIR}/cudaq_rt.map" CONTENT [[
+{
+  global: *;
+  local: extern "C++" { *llvm::*; };
+};
+]])
+target_link_options(cudaq_rt_shared PRIVATE "LINKER:--exclude-libs,ALL" "LINKER:--no-undefined"
+                                            "LINKER:--version-script=${CMAKE_BINARY_DIR}/cudaq_rt.map")
+set_property(TARGET cudaq_rt_shared APPEND PROPERTY LINK_DEPENDS "${CMAKE_BINARY_DIR}/cudaq_rt.map")
+add_dependencies(cudaq_rt_shared cudaq_rt)
+set_target_properties(cudaq_rt_shared PROPERTIES
+  OUTPUT_NAME cudaq_rt EXPORT_NAME runtime
+  VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}
+  LIBRARY_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/lib"
+  INSTALL_RPATH_USE_LINK_PATH ON)
+add_library(cudaq-rt::runtime ALIAS cudaq_rt_shared)
+
+# Installed tools keep the toolkit's directory in their RUNPATH for libnvJitLink, as in the build.
+set_target_properties(cudaq-rt-pack PROPERTIES EXPORT_NAME pack INSTALL_RPATH_USE_LINK_PATH ON)
+set_target_properties(cudaq-rt-link PROPERTIES EXPORT_NAME link INSTALL_RPATH_USE_LINK_PATH ON)
+set_target_properties(cudaq_rt_device_headers PROPERTIES EXPORT_NAME headers)
+
+set(CUDAQ_RT_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/cudaq-rt")
+set(CUDAQ_RT_INSTALL_BRIDGEDIR "lib/cudaq-rt/bridges")
+set(CUDAQ_RT_INSTALL_SCHEMADIR "${CMAKE_INSTALL_DATADIR}/cudaq-rt/schemas")
+
+install(TARGETS cudaq-rt-pack cudaq-rt-link cudaq_rt_shared cudaq_rt_device_headers
+        EXPORT cudaq-rtTargets
+        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(DIRECTORY runtime/include/cudaq_rt libdispatch/include/cudaq_rt
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY schemas/ DESTINATION ${CUDAQ_RT_INSTALL_SCHEMADIR}
+        FILES_MATCHING PATTERN "*.json")
+foreach(section 1 5 7)
+  install(DIRECTORY man/ DESTINATION ${CMAKE_INSTALL_MANDIR}/man${section}
+          FILES_MATCHING PATTERN "*.${section}")
+endforeach()
+
+install(EXPORT cudaq-rtTargets NAMESPACE cudaq-rt:: DESTINATION ${CUDAQ_RT_INSTALL_CMAKEDIR})
+configure_package_config_file(cmake/cudaq-rtConfig.cmake.in
+  "${CMAKE_BINARY_DIR}/cmake/cudaq-rtConfig.cmake"
+  INSTALL_DESTINATION ${CUDAQ_RT_INSTALL_CMAKEDIR}
+  PATH_VARS CUDAQ_RT_INSTALL_BRIDGEDIR CUDAQ_RT_INSTALL_SCHEMADIR)
+write_basic_package_version_file("${CMAKE_BINARY_DIR}/cmake/cudaq-rtConfigVersion.cmake"
+  COMPATIBILITY SameMinorVersion)
+install(FILES "${CMAKE_BINARY_DIR}/cmake/cudaq-rtConfig.cmake"
+              "${CMAKE_BINARY_DIR}/cmake/cudaq-rtConfigVersion.cmake"
+              cmake/CudaDeviceCode.cmake cmake/CudaqRtPackage.cmake
+        DESTINATION ${CUDAQ_RT_INSTALL_CMAKEDIR})

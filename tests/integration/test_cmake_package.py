@@ -1,0 +1,154 @@
+#!/usr/bin/python3
+"""The installed CMake package, used the way another project uses it.
+
+Installs the build tree into a temporary prefix, configures and builds outside_project/ against
+it, in a temporary directory (find_package(cudaq-rt), cudaq_rt_device_code, cudaq_rt_add_dispatch_kernel,
+cudaq_rt_add_package), checks the package the build made, then checks that a rebuild with
+nothing changed packs and links nothing, and that touching a handler source does.
+
+Environment (set by ctest): CUDAQ_RT_BUILD_DIR (the tree to install), CMAKE_COMMAND,
+CMAKE_MAKE_PROGRAM (ninja), NVCC.
+"""
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import validate_schema  # noqa: E402
+
+BUILD_DIR = os.environ.get("CUDAQ_RT_BUILD_DIR", os.path.join(HERE, "../../build"))
+CMAKE = os.environ.get("CMAKE_COMMAND", "cmake")
+NINJA = os.environ.get("CMAKE_MAKE_PROGRAM", "ninja")
+NVCC = os.environ.get("NVCC", "nvcc")
+PROJECT = os.path.join(HERE, "outside_project")
+
+HANDLERS = {"negate_i32", "xor_bytes"}
+DISPATCHER = "outside_ping_dispatch"
+ARCHS = {"sm_80", "sm_90"}
+
+
+def fnv1a32(name):
+    h = 2166136261
+    for b in name.encode():
+        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
+    return h
+
+
+def run(cmd, **kw):
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+    if proc.returncode != 0:
+        raise AssertionError("%s failed (%d):\n%s" % (" ".join(cmd), proc.returncode, proc.stdout))
+    return proc.stdout
+
+
+class CMakePackage(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="cudaq-rt-cmake-")
+        cls.prefix = os.path.join(cls.tmp, "prefix")
+        cls.source = os.path.join(cls.tmp, "outside_project")
+        cls.build = os.path.join(cls.tmp, "build")
+        shutil.copytree(PROJECT, cls.source)
+        cls.env = dict(os.environ)
+        # The build step must find the bridge in the prefix and use its own cache.
+        for var in ("CUDAQ_RT_BRIDGE_PATH", "CUDAQ_RT_CACHE_DIR", "CUDAQ_RT_CACHE_DISABLE"):
+            cls.env.pop(var, None)
+        run([CMAKE, "--install", BUILD_DIR, "--prefix", cls.prefix])
+        run([CMAKE, "-S", cls.source, "-B", cls.build, "-G", "Ninja",
+             "-DCMAKE_MAKE_PROGRAM=" + NINJA, "-DCMAKE_CUDA_COMPILER=" + NVCC,
+             "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_PREFIX_PATH=" + cls.prefix], env=cls.env)
+        cls.first_build = run([CMAKE, "--build", cls.build], env=cls.env)
+        cls.package = os.path.join(cls.build, "packages", "outside.cudaqpkg")
+        cls.manifest_path = os.path.join(cls.package, "manifest.json")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def manifest(self):
+        with open(self.manifest_path) as f:
+            return json.load(f)
+
+    def test_1_installed_layout(self):
+        p = self.prefix
+        for rel in ["bin/cudaq-rt-pack", "bin/cudaq-rt-link",
+                    "lib/cudaq-rt/bridges/libcudaq_rt_bridge_loopback.so",
+                    "include/cudaq_rt/exports.h", "include/cudaq_rt/dispatch_framing.cuh",
+                    "include/cudaq_rt/bridge.h", "share/cudaq-rt/schemas/manifest.schema.json"]:
+            self.assertTrue(os.path.isfile(os.path.join(p, rel)), rel)
+        self.assertTrue(glob.glob(os.path.join(p, "lib*/libcudaq_rt.so")))
+        self.assertTrue(glob.glob(os.path.join(p, "lib*/cmake/cudaq-rt/cudaq-rtConfig.cmake")))
+
+    def test_2_package(self):
+        self.assertIn("Packing outside_app into outside.cudaqpkg", self.first_build)
+        m = self.manifest()
+        schema = validate_schema.load(os.path.join(self.prefix,
+                                                   "share/cudaq-rt/schemas/manifest.schema.json"))
+        self.assertEqual(validate_schema.validate(schema, m), [])
+        handlers = {e["name"]: e for e in m["exports"] if e["kind"] == "handler"}
+        self.assertEqual(set(handlers), HANDLERS)
+        for name, e in handlers.items():
+            self.assertEqual(e["function_id"], fnv1a32(name))
+        kernels = [e["name"] for e in m["exports"] if e["kind"] == "dispatch-kernel"]
+        self.assertEqual(kernels, [DISPATCHER])
+        roles = {c["role"] for c in m["containers"]}
+        self.assertIn("dispatcher", roles)
+        self.assertIn("application", roles)
+        links = {l["arch"]: l for l in m["links"]}
+        self.assertEqual(set(links), ARCHS)
+        for l in links.values():
+            self.assertEqual(l["dispatcher"], DISPATCHER)
+            self.assertEqual(l["bridge"], "loopback")
+        digests = [c["digest"] for c in m["containers"]] + [l["cubin"]["digest"] for l in m["links"]]
+        for d in digests:
+            algo, hexd = d.split(":")
+            self.assertTrue(os.path.isfile(os.path.join(self.package, "blobs", algo, hexd)), d)
+        # The link cache defaults to the project's build tree.
+        self.assertTrue(os.listdir(os.path.join(self.build, "cudaq-rt-cache")))
+
+    def test_3_installed_tools_find_the_bridge_in_the_prefix(self):
+        # The prefix comes first in the search path (before the build tree's fallback), and
+        # holds the bridge, so that is the one the package step linked.
+        link = os.path.join(self.prefix, "bin", "cudaq-rt-link")
+        proc = subprocess.run([link, self.package, "--arch", "sm_90", "--bridge", "no_such_bridge"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=self.env)
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        searched = proc.stderr.split("(searched: ", 1)[1].rstrip(")\n").split(", ")
+        self.assertEqual(os.path.realpath(searched[0]),
+                         os.path.join(os.path.realpath(self.prefix), "lib/cudaq-rt/bridges"))
+        self.assertTrue(os.path.isfile(os.path.join(searched[0], "libcudaq_rt_bridge_loopback.so")))
+        # The runtime library, linked from outside: it loads, and searches next to the program.
+        out = run([os.path.join(self.build, "bridge_path")], env=self.env)
+        self.assertIn(os.path.join(self.tmp, "lib/cudaq-rt/bridges"), out)
+
+    def test_4_rebuild(self):
+        def step_pending():
+            out = run([NINJA, "-C", self.build, "-n", "-d", "explain"], env=self.env)
+            return "manifest.json" in out, out
+
+        pending, out = step_pending()
+        self.assertFalse(pending, out)
+        before = os.stat(self.manifest_path).st_mtime_ns
+        out = run([CMAKE, "--build", self.build], env=self.env)
+        self.assertNotIn("Packing", out)
+        self.assertEqual(os.stat(self.manifest_path).st_mtime_ns, before)
+
+        time.sleep(1.1)  # file systems with one-second mtimes
+        os.utime(os.path.join(self.source, "handlers.cu"))
+        out = run([CMAKE, "--build", self.build], env=self.env)
+        self.assertIn("Packing outside_app", out)
+        self.assertGreater(os.stat(self.manifest_path).st_mtime_ns, before)
+        # Linked again for both archs, from the cache (the device code did not change).
+        self.assertEqual({l["arch"] for l in self.manifest()["links"]}, ARCHS)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
