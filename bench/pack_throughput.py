@@ -14,13 +14,14 @@ containers) it times, N times each after one untimed warm-up run so the file is 
   - `objcopy -O binary --only-section=__nv_relfatbin FILE OUT` (the section's bytes only);
   - `objcopy --dump-section __nv_relfatbin=OUT FILE COPY`: objcopy has no dump-only mode and, without
     COPY, would rewrite FILE in place, so this one also writes a full copy of the binary.
-It prints the median wall time and throughput (MB/s of the input file and of its __nv_relfatbin,
-MB = 10^6 bytes), the containers found and the package size. It measures; it asserts nothing, and
-it is not part of the test run.
+It prints the median wall time, CPU time (user + system) and throughput (MB/s of the input file
+and of its __nv_relfatbin, MB = 10^6 bytes), the containers found and the package size. It
+measures; it asserts nothing, and it is not part of the test run.
 """
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -31,15 +32,26 @@ import time
 DEFAULT_INPUT = "/usr/local/cuda/lib64/libnccl.so.2"
 
 
-def timed(cmd, reps):
-    """Median and all wall times of `cmd` over `reps` runs, after one warm-up run."""
+def cpu_seconds():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def run(cmd, walls, cpus):
+    """Runs `cmd`, appending its wall time and CPU time (user + system) to the lists."""
+    cpu, start = cpu_seconds(), time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    times = []
+    walls.append(time.perf_counter() - start)
+    cpus.append(cpu_seconds() - cpu)
+
+
+def timed(cmd, reps):
+    """Median wall and CPU seconds of `cmd` over `reps` runs, after one warm-up run."""
+    run(cmd, [], [])
+    walls, cpus = [], []
     for _ in range(reps):
-        start = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), times
+        run(cmd, walls, cpus)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def tree_size(path):
@@ -63,34 +75,30 @@ def main():
     try:
         section = os.path.join(scratch, "relfatbin.bin")
         only = [args.objcopy, "-O", "binary", "--only-section=__nv_relfatbin", args.input, section]
-        t_only, _ = timed(only, args.reps)
+        t_only = timed(only, args.reps)
         section_size = os.path.getsize(section)
 
         copy = os.path.join(scratch, "copy.so")
         dump = [args.objcopy, f"--dump-section=__nv_relfatbin={section}", args.input, copy]
-        t_dump, _ = timed(dump, args.reps)
+        t_dump = timed(dump, args.reps)
         os.remove(copy)
 
-        t_list, _ = timed([args.pack, "--list", args.input], args.reps)
+        t_list = timed([args.pack, "--list", args.input], args.reps)
         listing = subprocess.run([args.pack, "--list", args.input, "--json"], check=True,
                                  capture_output=True, text=True).stdout
         manifest = json.loads(listing)
         containers = manifest["containers"]
 
         out = os.path.join(scratch, "out")
-        pack_times = []
+        pack_times, pack_cpus = [], []
         package_size = 0
         for i in range(args.reps + 1):  # the first run warms up and is not counted
             shutil.rmtree(out, ignore_errors=True)
             os.mkdir(out)
-            start = time.perf_counter()
-            subprocess.run([args.pack, "-o", out, "-n", "bench", args.input], check=True,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            elapsed = time.perf_counter() - start
-            if i:
-                pack_times.append(elapsed)
+            walls, cpus = (pack_times, pack_cpus) if i else ([], [])
+            run([args.pack, "-o", out, "-n", "bench", args.input], walls, cpus)
             package_size = tree_size(os.path.join(out, "bench.cudaqpkg"))
-        t_pack = statistics.median(pack_times)
+        t_pack = statistics.median(pack_times), statistics.median(pack_cpus)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -101,13 +109,15 @@ def main():
           f"{len(containers)} containers, "
           f"{sum(len(c['entries']) for c in containers)} entries")
     print(f"package size   {package_size} bytes ({package_size / mb:.1f} MB)")
-    print(f"repetitions    {args.reps} (median wall time; after one warm-up run)")
-    print(f"{'':34} {'median s':>9} {'file MB/s':>10} {'section MB/s':>13}")
+    print(f"repetitions    {args.reps} (medians, after one warm-up run; MB/s from wall time)")
+    print(f"{'':34} {'wall s':>7} {'cpu s':>7} {'file MB/s':>10} {'section MB/s':>13}")
     for name, t in [("cudaq-rt-pack (write package)", t_pack),
                     ("cudaq-rt-pack --list", t_list),
                     ("objcopy -O binary --only-section", t_only),
                     ("objcopy --dump-section (+copy)", t_dump)]:
-        print(f"{name:34} {t:9.3f} {input_size / mb / t:10.0f} {section_size / mb / t:13.0f}")
+        wall, cpu = t
+        print(f"{name:34} {wall:7.3f} {cpu:7.3f} {input_size / mb / wall:10.0f} "
+              f"{section_size / mb / wall:13.0f}")
     print(f"pack runs (s)  {' '.join(f'{t:.3f}' for t in pack_times)}")
     return 0
 
