@@ -12,8 +12,8 @@ containers) it times, N times each after one untimed warm-up run so the file is 
     and fsync one blob per container, rename the package into place);
   - `cudaq-rt-pack --list FILE` (hash, split and list, nothing written);
   - `objcopy -O binary --only-section=__nv_relfatbin FILE OUT` (the section's bytes only);
-  - `objcopy --dump-section __nv_relfatbin=OUT FILE COPY`: objcopy has no dump-only mode and, without
-    COPY, would rewrite FILE in place, so this one also writes a full copy of the binary.
+  - `objcopy --dump-section __nv_relfatbin=OUT FILE COPY`: objcopy has no dump-only mode and,
+    without COPY, would rewrite FILE in place, so this one also writes a full copy of the binary.
 It prints the median wall time, CPU time (user + system) and throughput (MB/s of the input file
 and of its __nv_relfatbin, MB = 10^6 bytes), the containers found and the package size. It
 measures; it asserts nothing, and it is not part of the test run.

@@ -83,8 +83,8 @@ TEST_CASE("names and symbols") {
 
 TEST_CASE("a name of the longest size that fits is accepted") {
   std::string longest(CUDAQ_RT_EXPORT_NAME_CAPACITY - 1, 'n');
-  auto r = parse_export_records(section({record(CUDAQ_RT_EXPORT_HANDLER_KIND, longest.c_str())}),
-                                "app");
+  auto r =
+      parse_export_records(section({record(CUDAQ_RT_EXPORT_HANDLER_KIND, longest.c_str())}), "app");
   REQUIRE(r);
   CHECK((*r)[0].name == longest);
 }

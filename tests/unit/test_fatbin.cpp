@@ -78,8 +78,12 @@ Bytes container_bytes(const std::vector<EntrySpec> &entries) {
   return c;
 }
 
-void append(Bytes &to, const Bytes &b) { to.insert(to.end(), b.begin(), b.end()); }
-void pad8(Bytes &b) { b.resize((b.size() + 7) & ~size_t(7), 0); }
+void append(Bytes &to, const Bytes &b) {
+  to.insert(to.end(), b.begin(), b.end());
+}
+void pad8(Bytes &b) {
+  b.resize((b.size() + 7) & ~size_t(7), 0);
+}
 
 // The message a split of `b` fails with, or "" when it succeeds.
 std::string split_error(const Bytes &b) {
@@ -268,8 +272,8 @@ TEST_CASE("malformed entries") {
           at16 + " has header size 1000 (at least 64, at most 72 remain)");
   }
   SUBCASE("payload size near UINT64_MAX does not wrap around") {
-    for (uint64_t size : {std::numeric_limits<uint64_t>::max(),
-                          std::numeric_limits<uint64_t>::max() - 63}) {
+    for (uint64_t size :
+         {std::numeric_limits<uint64_t>::max(), std::numeric_limits<uint64_t>::max() - 63}) {
       EntrySpec e;
       e.payload_size = size;
       CHECK(split_error(container_bytes({e})) ==

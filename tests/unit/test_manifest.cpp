@@ -8,7 +8,9 @@ using nlohmann::json;
 
 namespace {
 
-Digest d(const char *s) { return sha256(std::string_view(s)); }
+Digest d(const char *s) {
+  return sha256(std::string_view(s));
+}
 
 // A manifest with every field set to something other than its default.
 Manifest full_manifest() {
@@ -46,8 +48,8 @@ Manifest full_manifest() {
   c2.size = 16;
   c2.role = Role::dispatcher;
   m.containers = {c, c2};
-  m.exports = {{"add_one", "handler", 0xdeadbeefu, "cudaq_rt_handler__add_one",
-                Role::application, {0, 1}}};
+  m.exports = {
+      {"add_one", "handler", 0xdeadbeefu, "cudaq_rt_handler__add_one", Role::application, {0, 1}}};
   LinkRecord l;
   l.arch = "sm_90a";
   l.bridge = "udp";
@@ -201,10 +203,9 @@ TEST_CASE("parse errors name the field") {
         "'m.json': sources[0].digest: 'sha256:abc' is not a sha256:<64 hex> digest");
   CHECK(error_after([](json &j) { j["containers"][0]["digest"] = 3; }) ==
         "'m.json': containers[0].digest: expected a digest string");
-  CHECK(error_after([](json &j) {
-          j["containers"][1]["digest"] = "sha256:../../../etc/passwd";
-        }) == "'m.json': containers[1].digest: 'sha256:../../../etc/passwd' is not a "
-              "sha256:<64 hex> digest");
+  CHECK(error_after([](json &j) { j["containers"][1]["digest"] = "sha256:../../../etc/passwd"; }) ==
+        "'m.json': containers[1].digest: 'sha256:../../../etc/passwd' is not a "
+        "sha256:<64 hex> digest");
   CHECK(error_after([](json &j) { j["containers"][0]["role"] = "driver"; }) ==
         "'m.json': containers[0].role: unknown role 'driver'");
   CHECK(error_after([](json &j) { j["containers"][0].erase("bridge"); }) ==
@@ -219,12 +220,14 @@ TEST_CASE("parse errors name the field") {
         "'m.json': containers[0].entries[1].version: expected [major, minor]");
   CHECK(error_after([](json &j) { j["containers"][0]["entries"][0].erase("arch"); }) ==
         "'m.json': containers[0].entries[0]: missing \"arch\"");
-  CHECK(error_after([](json &j) { j["exports"][0]["sources"] = {0, 5}; }) ==
-        "'m.json': exports[0].sources: not an index into sources");
+  CHECK(error_after([](json &j) {
+          j["exports"][0]["sources"] = {0, 5};
+        }) == "'m.json': exports[0].sources: not an index into sources");
   CHECK(error_after([](json &j) { j["exports"][0]["role"] = 1; }) ==
         "'m.json': exports[0].role: expected a string");
-  CHECK(error_after([](json &j) { j["links"][0]["options"] = {"-lto", 3}; }) ==
-        "'m.json': links[0].options: expected strings");
+  CHECK(error_after([](json &j) {
+          j["links"][0]["options"] = {"-lto", 3};
+        }) == "'m.json': links[0].options: expected strings");
   CHECK(error_after([](json &j) { j["links"][0]["inputs"][1] = "md5:00"; }) ==
         "'m.json': links[0].inputs[1]: 'md5:00' is not a sha256:<64 hex> digest");
   CHECK(error_after([](json &j) { j["links"][0]["cubin"].erase("size"); }) ==
@@ -233,14 +236,21 @@ TEST_CASE("parse errors name the field") {
         "'m.json': links[0].cubin: missing \"digest\"");
   CHECK(error_after([](json &j) { j["links"][0]["link_ms"] = "fast"; }) ==
         "'m.json': links[0].link_ms: expected a number");
-  CHECK(error_after([](json &j) { j.erase("links"); }) ==
-        "'m.json': manifest: missing \"links\"");
+  CHECK(error_after([](json &j) { j.erase("links"); }) == "'m.json': manifest: missing \"links\"");
 }
 
 TEST_CASE("parse never throws, whatever the JSON") {
   json base = full_manifest().to_json();
-  const json odd[] = {nullptr, true, -1, 1.5, 1e300, "", json::array(), json::object(),
-                      json::array({nullptr}), 18446744073709551615ull};
+  const json odd[] = {nullptr,
+                      true,
+                      -1,
+                      1.5,
+                      1e300,
+                      "",
+                      json::array(),
+                      json::object(),
+                      json::array({nullptr}),
+                      18446744073709551615ull};
   // Replace every value in the manifest, one at a time, with each odd value.
   std::vector<json::json_pointer> paths;
   json flat = base.flatten();

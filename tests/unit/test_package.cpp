@@ -33,7 +33,9 @@ std::vector<std::string> entries(const fs::path &dir) {
   return out;
 }
 
-void write(const fs::path &p, const std::string &text) { std::ofstream(p, std::ios::binary) << text; }
+void write(const fs::path &p, const std::string &text) {
+  std::ofstream(p, std::ios::binary) << text;
+}
 
 const std::string blob_a = "container A bytes", blob_b = "container B bytes";
 
@@ -184,8 +186,7 @@ TEST_CASE("a tampered blob is detected on read and is not carried into a new pac
   auto bytes = p->read_blob(sha256(blob_a));
   REQUIRE_FALSE(bytes);
   const std::string tampered = "'" + a.string() + "': blob does not match its digest " +
-                               sha256(blob_a).str() +
-                               " (the package is corrupt or was modified)";
+                               sha256(blob_a).str() + " (the package is corrupt or was modified)";
   CHECK(bytes.error().str() == tampered);
   CHECK(p->read_blob(sha256(blob_b))); // the other blob is fine
 
