@@ -46,7 +46,7 @@ file(CONFIGURE OUTPUT "${CMAKE_BINARY_DIR}/cudaq_rt.map" CONTENT [[
   local: extern "C++" { *llvm::*; };
 };
 ]])
-target_link_options(cudaq_rt_shared PRIVATE "LINKER:--exclude-libs,ALL" "LINKER:--no-undefined"
+target_link_options(cudaq_rt_shared PRIVATE "LINKER:--exclude-libs,ALL"
                                             "LINKER:--version-script=${CMAKE_BINARY_DIR}/cudaq_rt.map")
 set_property(TARGET cudaq_rt_shared APPEND PROPERTY LINK_DEPENDS "${CMAKE_BINARY_DIR}/cudaq_rt.map")
 add_dependencies(cudaq_rt_shared cudaq_rt)
