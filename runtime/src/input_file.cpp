@@ -121,6 +121,7 @@ Expected<InputFile> InputFile::open(const std::string &path) {
 
   InputFile in;
   in.path_ = path;
+  in.mtime_ = std::filesystem::last_write_time(path, ec);
   in.map_ = std::make_unique<Mapping>();
   in.map_->buffer = std::move(*buf);
   llvm::MemoryBufferRef ref = in.map_->buffer->getMemBufferRef();

@@ -202,6 +202,7 @@ Expected<Inspection> inspect(const std::vector<PackInput> &inputs, const std::st
           rec.origins.push_back(origin);
           continue;
         }
+        out.container_bytes.push_back(c.bytes);
         ContainerRecord rec;
         rec.digest = d;
         rec.size = c.bytes.size();
@@ -224,6 +225,7 @@ Expected<Inspection> inspect(const std::vector<PackInput> &inputs, const std::st
         }))
       return make_error(pin.path, "exports no dispatch kernel: mark the kernel with "
                         "CUDAQ_RT_EXPORT_DISPATCH_KERNEL(name)");
+    out.files.push_back(std::move(*in));
   }
   // The default name is checked only now, so that an input that cannot be read (a directory
   // named ".") is reported as such rather than as the name it would give.
@@ -253,26 +255,20 @@ Expected<PackResult> pack(const PackOptions &options) {
   auto writer = PackageWriter::create(dir);
   if (!writer)
     return std::move(writer).take_error();
-  // Read every container again from its first origin: the inspection keeps no bytes, so the
-  // inputs are mapped once more and each container is copied exactly once, into its blob.
-  std::map<size_t, std::vector<const ContainerRecord *>> by_source;
-  for (const ContainerRecord &c : inspection->manifest.containers)
-    by_source[c.origins[0].source].push_back(&c);
-  for (auto &[source, containers] : by_source) {
-    auto in = InputFile::open(options.inputs[source].path);
-    if (!in)
-      return std::move(in).take_error();
-    if (sha256(in->bytes()) != inspection->manifest.sources[source].digest)
-      return make_error(options.inputs[source].path, "changed while it was being packed");
-    for (const ContainerRecord *c : containers) {
-      const Origin &o = c->origins[0];
-      auto unit = std::find_if(in->units().begin(), in->units().end(),
-                               [&](const CodeUnit &u) { return u.member == o.member; });
-      auto bytes = unit->relfatbin.subspan(o.offset, c->size);
-      if (auto st = writer->add_blob(c->digest, bytes); !st)
-        return std::move(st).take_error();
-    }
+  // Each container is copied exactly once, from the mapping it was hashed in, into its blob. A
+  // rewritten input would make those bytes differ from their digest: refuse rather than store it.
+  for (size_t i = 0; i < inspection->files.size(); ++i) {
+    const InputFile &f = inspection->files[i];
+    std::error_code ec;
+    if (fs::file_size(f.path(), ec) != f.bytes().size() || ec ||
+        fs::last_write_time(f.path(), ec) != f.mtime())
+      return make_error(f.path(), "changed while it was being packed");
   }
+  for (size_t i = 0; i < inspection->manifest.containers.size(); ++i)
+    if (auto st = writer->add_blob(inspection->manifest.containers[i].digest,
+                                   inspection->container_bytes[i]);
+        !st)
+      return std::move(st).take_error();
   if (auto st = writer->commit(inspection->manifest, options.force); !st)
     return std::move(st).take_error();
   return PackResult{dir, std::move(*inspection)};

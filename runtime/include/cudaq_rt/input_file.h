@@ -6,6 +6,7 @@
 #include "cudaq_rt/error.h"
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <span>
 #include <string>
@@ -36,6 +37,8 @@ public:
   const std::string &path() const { return path_; }
   InputKind kind() const { return kind_; }
   std::span<const uint8_t> bytes() const;
+  // When the file was last written, as seen when it was opened.
+  std::filesystem::file_time_type mtime() const { return mtime_; }
   const std::vector<CodeUnit> &units() const { return units_; }
   // "path" or "path(member)", the way messages and manifests name a unit.
   std::string unit_name(const CodeUnit &u) const;
@@ -45,6 +48,7 @@ private:
   InputFile() = default;
   std::string path_;
   InputKind kind_ = InputKind::object;
+  std::filesystem::file_time_type mtime_;
   std::unique_ptr<Mapping> map_;
   std::vector<CodeUnit> units_;
 };

@@ -2,6 +2,7 @@
 // and write a package.
 #pragma once
 
+#include "cudaq_rt/input_file.h"
 #include "cudaq_rt/manifest.h"
 
 #include <filesystem>
@@ -28,6 +29,10 @@ struct PackOptions {
 struct Inspection {
   Manifest manifest;
   std::vector<std::string> warnings;
+  // The inputs stay mapped so pack() writes each container from the bytes that were hashed,
+  // without reading or hashing any file a second time.
+  std::vector<InputFile> files;
+  std::vector<std::span<const uint8_t>> container_bytes; // parallel to manifest.containers
 };
 
 Expected<Inspection> inspect(const std::vector<PackInput> &inputs, const std::string &name);
