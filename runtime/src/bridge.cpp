@@ -1,6 +1,7 @@
 // Finding, loading and checking bridge libraries (cudaq_rt/bridge.h).
 #include "cudaq_rt/bridge.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <dlfcn.h>
 #include <system_error>
@@ -52,10 +53,21 @@ std::vector<fs::path> bridge_search_path() {
       rest = colon == std::string_view::npos ? std::string_view{} : rest.substr(colon + 1);
     }
   }
+  // Installed layout: <prefix>/bin/<tool> or <prefix>/lib*/libcudaq_rt.so beside
+  // <prefix>/lib/cudaq-rt/bridges. Look relative to the executable and to the object holding
+  // this code (the shared runtime library, in a program installed elsewhere).
+  auto add_installed = [&](const fs::path &binary) {
+    fs::path dir = (binary.parent_path() / ".." / "lib" / "cudaq-rt" / "bridges").lexically_normal();
+    if (std::find(dirs.begin(), dirs.end(), dir) == dirs.end())
+      dirs.push_back(std::move(dir));
+  };
   std::error_code ec;
   fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec)
-    dirs.push_back((exe.parent_path() / ".." / "lib" / "cudaq-rt" / "bridges").lexically_normal());
+    add_installed(exe);
+  Dl_info self{};
+  if (::dladdr(reinterpret_cast<void *>(&bridge_search_path), &self) != 0 && self.dli_fname)
+    add_installed(fs::weakly_canonical(self.dli_fname, ec));
   dirs.emplace_back(CUDAQ_RT_BUILD_BRIDGE_DIR);
   return dirs;
 }
