@@ -27,6 +27,7 @@
 #include "cudaq_rt/fatbin.h"
 #include "cudaq_rt/input_file.h"
 #include "cudaq_rt/nvjitlink.h"
+#include "cudaq_rt/pack.h"
 #include "cudaq_rt/package.h"
 
 #include <algorithm>
@@ -72,34 +73,6 @@ std::string now_utc() {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
-}
-
-EntryRecord to_record(const Entry &e) {
-  EntryRecord r;
-  r.kind = entry_kind_name(e.kind);
-  r.kind_code = e.kind;
-  r.arch = e.arch;
-  r.version_major = e.version_major;
-  r.version_minor = e.version_minor;
-  r.flags = e.flags;
-  r.compression = compression_name(e.compression);
-  r.payload_size = e.payload_size;
-  r.compressed_size = e.compressed_size;
-  r.uncompressed_size = e.uncompressed_size;
-  r.options = e.options;
-  r.name = e.name;
-  return r;
-}
-
-ContainerRecord container_record(const Container &c, Role role, const std::string &bridge) {
-  ContainerRecord r;
-  r.digest = sha256(c.bytes);
-  r.size = c.bytes.size();
-  r.role = role;
-  r.bridge = bridge;
-  for (const Entry &e : c.entries)
-    r.entries.push_back(to_record(e));
-  return r;
 }
 
 // The oldest SM a container can be linked for, or nullopt if it holds nothing linkable.
@@ -325,7 +298,7 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
     return std::move(builtin).take_error();
   if (plan.dispatcher == "builtin") {
     plan.kernel = builtin_dispatcher_kernel;
-    NewContainer nc{container_record(*builtin, Role::dispatcher, ""), std::nullopt};
+    NewContainer nc{container_record(*builtin, sha256(builtin->bytes), Role::dispatcher, ""), std::nullopt};
     plan.inputs.push_back({"dispatcher builtin", nc.record.digest, builtin->bytes,
                            nc.record.entries});
     if (!m.find_container(nc.record.digest))
@@ -382,7 +355,7 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
       if (!containers)
         return std::move(containers).take_error();
       for (const Container &c : *containers) {
-        NewContainer nc{container_record(c, Role::bridge, plan.bridge), src};
+        NewContainer nc{container_record(c, sha256(c.bytes), Role::bridge, plan.bridge), src};
         nc.record.origins.push_back({0, u.member, c.offset, index++});
         plan.inputs.push_back({cat("bridge ", plan.bridge, " ", f.path(), "#", index - 1),
                                nc.record.digest, c.bytes, nc.record.entries});

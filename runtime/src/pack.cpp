@@ -18,22 +18,6 @@ namespace {
 
 constexpr const char *relfatbin_what = "section __nv_relfatbin";
 
-EntryRecord entry_record(const Entry &e) {
-  EntryRecord r;
-  r.kind = entry_kind_name(e.kind);
-  r.kind_code = e.kind;
-  r.arch = e.arch;
-  r.version_major = e.version_major;
-  r.version_minor = e.version_minor;
-  r.flags = e.flags;
-  r.compression = compression_name(e.compression);
-  r.payload_size = e.payload_size;
-  r.compressed_size = e.compressed_size;
-  r.uncompressed_size = e.uncompressed_size;
-  r.options = e.options;
-  r.name = e.name;
-  return r;
-}
 
 // An export as found in one code unit, with what it needs for the clash rules.
 struct FoundExport {
@@ -113,6 +97,35 @@ Expected<std::vector<ExportEntry>> resolve_exports(const std::vector<FoundExport
 }
 
 } // namespace
+
+EntryRecord entry_record(const Entry &e) {
+  EntryRecord r;
+  r.kind = entry_kind_name(e.kind);
+  r.kind_code = e.kind;
+  r.arch = e.arch;
+  r.version_major = e.version_major;
+  r.version_minor = e.version_minor;
+  r.flags = e.flags;
+  r.compression = compression_name(e.compression);
+  r.payload_size = e.payload_size;
+  r.compressed_size = e.compressed_size;
+  r.uncompressed_size = e.uncompressed_size;
+  r.options = e.options;
+  r.name = e.name;
+  return r;
+}
+
+ContainerRecord container_record(const Container &c, const Digest &digest, Role role,
+                                 const std::string &bridge) {
+  ContainerRecord r;
+  r.digest = digest;
+  r.size = c.bytes.size();
+  r.role = role;
+  r.bridge = bridge;
+  for (const Entry &e : c.entries)
+    r.entries.push_back(entry_record(e));
+  return r;
+}
 
 std::vector<std::string> code_warnings(const Manifest &m) {
   std::vector<std::string> out;
@@ -203,14 +216,8 @@ Expected<Inspection> inspect(const std::vector<PackInput> &inputs, const std::st
           continue;
         }
         out.container_bytes.push_back(c.bytes);
-        ContainerRecord rec;
-        rec.digest = d;
-        rec.size = c.bytes.size();
-        rec.role = pin.role;
-        rec.bridge = pin.bridge;
+        ContainerRecord rec = container_record(c, d, pin.role, pin.bridge);
         rec.origins.push_back(origin);
-        for (const Entry &e : c.entries)
-          rec.entries.push_back(entry_record(e));
         m.containers.push_back(std::move(rec));
       }
       auto records = parse_export_records(u.exports, unit);
