@@ -128,10 +128,13 @@ ContainerRecord container_record(const Container &c, const Digest &digest, Role 
 }
 
 std::vector<std::string> code_warnings(const Manifest &m) {
-  std::vector<std::string> out;
-  for (const ContainerRecord &c : m.containers) {
-    if (c.has_ltoir())
-      continue;
+  // One warning per input and kind of shortfall: a library of hundreds of translation units
+  // built without LTO-IR says so once, not hundreds of times.
+  struct Group {
+    std::vector<const ContainerRecord *> containers;
+  };
+  std::vector<std::pair<std::string, Group>> groups; // keyed by "where|how", in input order
+  auto how_of = [](const ContainerRecord &c, bool plural) {
     std::set<uint32_t> cubins;
     bool ptx = false;
     for (const EntryRecord &e : c.entries) {
@@ -139,19 +142,40 @@ std::vector<std::string> code_warnings(const Manifest &m) {
         cubins.insert(e.arch);
       ptx |= e.kind == "ptx";
     }
-    std::string where = c.origins.empty() ? short_digest(c.digest)
-                                          : m.sources[c.origins[0].source].path;
-    if (!c.origins.empty() && !c.origins[0].member.empty())
-      where += "(" + c.origins[0].member + ")";
     std::string how = ptx ? "from PTX" : "";
     if (!cubins.empty())
       how += cat(how.empty() ? "" : ", or ", "for ",
-                 arch_list(std::vector<uint32_t>(cubins.begin(), cubins.end())),
-                 " from its cubins");
-    out.push_back(cat("'", where, "': container ", c.origins.empty() ? 0 : c.origins[0].index,
-                      " (", short_digest(c.digest), ") has no LTO-IR: it can only be linked ",
-                      how.empty() ? "nowhere (no PTX or cubin either)" : how,
-                      "; build it with -gencode arch=compute_NN,code=lto_NN"));
+                 arch_list(std::vector<uint32_t>(cubins.begin(), cubins.end())), " from ",
+                 plural ? "their cubins" : "its cubins");
+    return how.empty() ? std::string("nowhere (no PTX or cubin either)") : how;
+  };
+  auto where_of = [&](const ContainerRecord &c) {
+    if (c.origins.empty())
+      return short_digest(c.digest);
+    const Origin &o = c.origins[0];
+    return m.sources[o.source].path + (o.member.empty() ? "" : "(" + o.member + ")");
+  };
+  for (const ContainerRecord &c : m.containers) {
+    if (c.has_ltoir())
+      continue;
+    std::string key = where_of(c) + "|" + how_of(c, false);
+    auto it = std::find_if(groups.begin(), groups.end(), [&](auto &g) { return g.first == key; });
+    if (it == groups.end())
+      it = groups.insert(groups.end(), {key, Group{}});
+    it->second.containers.push_back(&c);
+  }
+  std::vector<std::string> out;
+  for (auto &[key, g] : groups) {
+    const ContainerRecord &first = *g.containers.front();
+    bool one = g.containers.size() == 1;
+    std::string how = how_of(first, !one);
+    std::string what =
+        one ? cat("container ", first.origins.empty() ? 0 : first.origins[0].index, " (",
+                  short_digest(first.digest), ") has no LTO-IR: it can")
+            : cat(g.containers.size(), " containers have no LTO-IR: they can");
+    out.push_back(cat("'", where_of(first), "': ", what, " only be linked ", how,
+                      "; build ", one ? "it" : "them",
+                      " with -gencode arch=compute_NN,code=lto_NN"));
   }
   return out;
 }
