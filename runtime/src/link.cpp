@@ -381,13 +381,14 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
   auto identity = loaded_nvjitlink_identity();
   if (!identity)
     return std::move(identity).take_error();
-  const EntryRecord *our_ltoir = nullptr;
-  for (const EntryRecord &e : plan.inputs.front().entries)
-    if (plan.dispatcher == "builtin" && e.kind == "ltoir")
-      our_ltoir = &e;
-  if (our_ltoir)
-    if (auto st = check_ltoir_versions(plan, subject, *our_ltoir, *identity); !st)
-      return std::move(st).take_error();
+  // The built-in dispatcher's LTO-IR is this build's toolkit's: the reference for every input,
+  // whichever dispatch kernel is linked.
+  for (const Entry &e : builtin->entries)
+    if (e.is_ltoir()) {
+      if (auto st = check_ltoir_versions(plan, subject, entry_record(e), *identity); !st)
+        return std::move(st).take_error();
+      break;
+    }
 
   // Which archs can every input serve?
   uint32_t oldest = 0;
