@@ -40,4 +40,10 @@ if [ ! -e "$CUDA_HOME/nvvm/lib64/libnvvm.so" ]; then
     fi
   done
 fi
+# Check the mend: a device link with LTO must work.
+probe=$(mktemp -d)
+trap 'rm -rf "$probe"' EXIT
+printf '__device__ int twice(int x) { return 2 * x; }\n__global__ void k(int *p) { *p = twice(*p); }\nint main() { return 0; }\n' >"$probe/p.cu"
+"$CUDA_HOME/bin/nvcc" -rdc=true -dlto -arch=sm_80 "$probe/p.cu" -o "$probe/p" 2>"$probe/log" \
+  || die "'nvcc -rdc=true -dlto' does not work here: $(head -c 300 "$probe/log")"
 echo "setup: ok (CUDA $("$CUDA_HOME/bin/nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'), LLVM $(llvm-config-14 --version))" >&2
