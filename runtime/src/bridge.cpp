@@ -56,10 +56,13 @@ std::vector<fs::path> bridge_search_path() {
   // Installed layout: <prefix>/bin/<tool> or <prefix>/lib*/libcudaq_rt.so beside
   // <prefix>/lib/cudaq-rt/bridges. Look relative to the executable and to the object holding
   // this code (the shared runtime library, in a program installed elsewhere).
-  auto add_installed = [&](const fs::path &binary) {
-    fs::path dir = (binary.parent_path() / ".." / "lib" / "cudaq-rt" / "bridges").lexically_normal();
+  auto add = [&](fs::path dir) {
+    dir = dir.lexically_normal();
     if (std::find(dirs.begin(), dirs.end(), dir) == dirs.end())
       dirs.push_back(std::move(dir));
+  };
+  auto add_installed = [&](const fs::path &binary) {
+    add(binary.parent_path() / ".." / "lib" / "cudaq-rt" / "bridges");
   };
   std::error_code ec;
   fs::path exe = fs::read_symlink("/proc/self/exe", ec);
@@ -68,7 +71,7 @@ std::vector<fs::path> bridge_search_path() {
   Dl_info self{};
   if (::dladdr(reinterpret_cast<void *>(&bridge_search_path), &self) != 0 && self.dli_fname)
     add_installed(fs::weakly_canonical(self.dli_fname, ec));
-  dirs.emplace_back(CUDAQ_RT_BUILD_BRIDGE_DIR);
+  add(CUDAQ_RT_BUILD_BRIDGE_DIR);
   return dirs;
 }
 

@@ -170,7 +170,7 @@ int main(int argc, char **argv) {
       json out = json::object();
       int rc = cache_command(*cache, cache_stats, prune, as_json, out);
       if (rc == 0 && as_json)
-        std::cout << out.dump(2) << "\n";
+        std::cout << out.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
       return rc;
     }
     std::fprintf(stderr, "%s: error: no package given\nRun '%s --help' for usage.\n", tool, tool);
@@ -212,7 +212,7 @@ int main(int argc, char **argv) {
     if (cache_stats || prune)
       if (int rc = cache_command(*cache, cache_stats, prune, true, j); rc != 0)
         return rc;
-    std::cout << j.dump(2) << "\n";
+    std::cout << j.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
   } else {
     for (const ArchLink &a : report->archs) {
       if (opts.dry_run) {
