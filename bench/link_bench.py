@@ -2,7 +2,7 @@
 """link_bench: what a cudaq-rt-link costs, by arch, option, parallelism and cache state.
 
 Usage:
-  cmake --build build --target bench-link
+  cmake --build build --target bench_link
   bench/link_bench.py --pack build/bin/cudaq-rt-pack --link build/bin/cudaq-rt-link
                       [--nvcc nvcc] [--include libdispatch/include] [--runs N] [--jobs N]
                       [--tmp DIR]
