@@ -11,26 +11,23 @@
 namespace cudaq_rt {
 namespace {
 
-std::string error_log(nvJitLinkHandle h) {
+// nvJitLink's two logs, read the same way: size (with the NUL), then the text.
+template <class SizeFn, class GetFn> std::string read_log(nvJitLinkHandle h, SizeFn size, GetFn get) {
   size_t n = 0;
-  if (nvJitLinkGetErrorLogSize(h, &n) != NVJITLINK_SUCCESS || n == 0)
+  if (size(h, &n) != NVJITLINK_SUCCESS || n == 0)
     return {};
   std::string s(n, '\0');
-  if (nvJitLinkGetErrorLog(h, s.data()) != NVJITLINK_SUCCESS)
+  if (get(h, s.data()) != NVJITLINK_SUCCESS)
     return {};
   s.resize(s.find('\0') == std::string::npos ? s.size() : s.find('\0'));
   return s;
 }
 
+std::string error_log(nvJitLinkHandle h) {
+  return read_log(h, nvJitLinkGetErrorLogSize, nvJitLinkGetErrorLog);
+}
 std::string info_log(nvJitLinkHandle h) {
-  size_t n = 0;
-  if (nvJitLinkGetInfoLogSize(h, &n) != NVJITLINK_SUCCESS || n == 0)
-    return {};
-  std::string s(n, '\0');
-  if (nvJitLinkGetInfoLog(h, s.data()) != NVJITLINK_SUCCESS)
-    return {};
-  s.resize(s.find('\0') == std::string::npos ? s.size() : s.find('\0'));
-  return s;
+  return read_log(h, nvJitLinkGetInfoLogSize, nvJitLinkGetInfoLog);
 }
 
 } // namespace

@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include "scratch_dir.h"
+
 #include <cstdlib>
 #include <fcntl.h>
 #include <fstream>
@@ -15,18 +17,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct ScratchDir {
-  fs::path path;
-  ScratchDir() {
-    std::string tmpl = (fs::temp_directory_path() / "test_link_cache.XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 NvJitLinkIdentity fake_nvjitlink() {
   return {13, 0, "/opt/cuda/lib/libnvJitLink.so.13.0.88", 98806736, 1700000000000000000};

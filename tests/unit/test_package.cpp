@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include "scratch_dir.h"
+
 #include <algorithm>
 #include <fstream>
 #include <unistd.h>
@@ -11,19 +13,6 @@ using namespace cudaq_rt;
 
 namespace {
 
-// A fresh directory under the system temp dir, removed afterwards.
-struct Scratch {
-  fs::path dir;
-  Scratch() {
-    std::string tmpl = (fs::temp_directory_path() / "cudaq_rt_test_package.XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    dir = tmpl;
-  }
-  ~Scratch() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-};
 
 std::vector<std::string> entries(const fs::path &dir) {
   std::vector<std::string> out;
@@ -66,20 +55,20 @@ fs::path make_package(const fs::path &parent, const std::string &name = "app") {
 } // namespace
 
 TEST_CASE("commit renames a complete package into place, and only then") {
-  Scratch s;
-  fs::path dir = s.dir / "app.cudaqpkg";
+  ScratchDir s;
+  fs::path dir = s.path / "app.cudaqpkg";
   auto w = PackageWriter::create(dir);
   REQUIRE(w);
   REQUIRE(w->add_blob(sha256(blob_a), as_bytes(blob_a)));
   REQUIRE(w->add_blob(sha256(blob_a), as_bytes(blob_a))); // the same digest again: written once
   CHECK_FALSE(fs::exists(dir));
-  auto pending = entries(s.dir);
+  auto pending = entries(s.path);
   REQUIRE(pending.size() == 1);
   CHECK(pending[0].rfind(".app.cudaqpkg.tmp-", 0) == 0);
-  CHECK(fs::exists(s.dir / pending[0] / "blobs" / "sha256" / sha256(blob_a).hex()));
+  CHECK(fs::exists(s.path / pending[0] / "blobs" / "sha256" / sha256(blob_a).hex()));
 
   REQUIRE(w->commit(manifest_for("app", {blob_a}), false));
-  CHECK(entries(s.dir) == std::vector<std::string>{"app.cudaqpkg"});
+  CHECK(entries(s.path) == std::vector<std::string>{"app.cudaqpkg"});
   CHECK(entries(dir) == std::vector<std::string>{"blobs", "manifest.json"});
   CHECK(entries(dir / "blobs" / "sha256") == std::vector<std::string>{sha256(blob_a).hex()});
 
@@ -94,19 +83,19 @@ TEST_CASE("commit renames a complete package into place, and only then") {
 }
 
 TEST_CASE("a writer destroyed without commit leaves nothing behind") {
-  Scratch s;
+  ScratchDir s;
   {
-    auto w = PackageWriter::create(s.dir / "app.cudaqpkg");
+    auto w = PackageWriter::create(s.path / "app.cudaqpkg");
     REQUIRE(w);
     REQUIRE(w->add_blob(sha256(blob_a), as_bytes(blob_a)));
-    CHECK(entries(s.dir).size() == 1);
+    CHECK(entries(s.path).size() == 1);
   }
-  CHECK(entries(s.dir).empty());
+  CHECK(entries(s.path).empty());
 }
 
 TEST_CASE("commit onto an existing package fails without replace and swaps it with replace") {
-  Scratch s;
-  fs::path dir = make_package(s.dir);
+  ScratchDir s;
+  fs::path dir = make_package(s.path);
 
   auto w = PackageWriter::create(dir);
   REQUIRE(w);
@@ -121,12 +110,12 @@ TEST_CASE("commit onto an existing package fails without replace and swaps it wi
   REQUIRE(p);
   CHECK(p->referenced_blobs() == std::set<Digest>{sha256(blob_b)});
   CHECK_FALSE(fs::exists(p->blob_path(sha256(blob_a)))); // nothing of the old one remains
-  CHECK(entries(s.dir) == std::vector<std::string>{"app.cudaqpkg"}); // no temp or .old left
+  CHECK(entries(s.path) == std::vector<std::string>{"app.cudaqpkg"}); // no temp or .old left
 }
 
 TEST_CASE("open checks the manifest's blobs") {
-  Scratch s;
-  fs::path dir = make_package(s.dir);
+  ScratchDir s;
+  fs::path dir = make_package(s.path);
   fs::path a = dir / "blobs" / "sha256" / sha256(blob_a).hex();
 
   SUBCASE("missing") {
@@ -137,7 +126,7 @@ TEST_CASE("open checks the manifest's blobs") {
                                  " named by the manifest is missing");
   }
   SUBCASE("a symlink, even to the right bytes") {
-    fs::path outside = s.dir / "outside";
+    fs::path outside = s.path / "outside";
     write(outside, blob_a);
     fs::remove(a);
     fs::create_symlink(outside, a);
@@ -147,7 +136,7 @@ TEST_CASE("open checks the manifest's blobs") {
   }
   SUBCASE("a dangling symlink") {
     fs::remove(a);
-    fs::create_symlink(s.dir / "nowhere", a);
+    fs::create_symlink(s.path / "nowhere", a);
     auto p = Package::open(dir);
     REQUIRE_FALSE(p);
     CHECK(p.error().str() == "'" + a.string() + "': blob is not a regular file");
@@ -160,9 +149,9 @@ TEST_CASE("open checks the manifest's blobs") {
     CHECK(p.error().str() == "'" + a.string() + "': blob is not a regular file");
   }
   SUBCASE("not a package") {
-    auto none = Package::open(s.dir / "nope.cudaqpkg");
+    auto none = Package::open(s.path / "nope.cudaqpkg");
     REQUIRE_FALSE(none);
-    CHECK(none.error().str() == "'" + (s.dir / "nope.cudaqpkg").string() + "': no such package");
+    CHECK(none.error().str() == "'" + (s.path / "nope.cudaqpkg").string() + "': no such package");
     fs::remove(dir / "manifest.json");
     auto no_manifest = Package::open(dir);
     REQUIRE_FALSE(no_manifest);
@@ -177,8 +166,8 @@ TEST_CASE("open checks the manifest's blobs") {
 }
 
 TEST_CASE("a tampered blob is detected on read and is not carried into a new package") {
-  Scratch s;
-  fs::path dir = make_package(s.dir);
+  ScratchDir s;
+  fs::path dir = make_package(s.path);
   auto p = Package::open(dir);
   REQUIRE(p);
   fs::path a = p->blob_path(sha256(blob_a));
@@ -190,7 +179,7 @@ TEST_CASE("a tampered blob is detected on read and is not carried into a new pac
   CHECK(bytes.error().str() == tampered);
   CHECK(p->read_blob(sha256(blob_b))); // the other blob is fine
 
-  fs::path next = s.dir / "next.cudaqpkg";
+  fs::path next = s.path / "next.cudaqpkg";
   auto w = PackageWriter::create(next);
   REQUIRE(w);
   Status st = w->carry_blob(*p, sha256(blob_a));
