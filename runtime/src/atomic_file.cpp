@@ -12,7 +12,9 @@ namespace fs = std::filesystem;
 namespace cudaq_rt {
 namespace {
 
-std::string errno_text(int err) { return std::strerror(err); }
+std::string errno_text(int err) {
+  return std::strerror(err);
+}
 
 std::string unique_suffix() {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
@@ -99,7 +101,9 @@ Expected<TempDir> TempDir::create_beside(const fs::path &final_path) {
   return TempDir(tmp);
 }
 
-TempDir::TempDir(TempDir &&other) noexcept : path_(std::move(other.path_)) { other.path_.clear(); }
+TempDir::TempDir(TempDir &&other) noexcept : path_(std::move(other.path_)) {
+  other.path_.clear();
+}
 
 TempDir::~TempDir() {
   if (!path_.empty()) {

@@ -20,8 +20,8 @@ bool is_bridge_name(std::string_view s) {
   if (s.empty())
     return false;
   for (char c : s)
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-          c == '_' || c == '-'))
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+          c == '-'))
       return false;
   return true;
 }
@@ -142,8 +142,8 @@ Expected<Bridge> BridgeLibrary::create(const std::string &config) const {
   cudaq_rt_bridge *bridge = nullptr;
   if (ops_->create(config.c_str(), &bridge) != CUDAQ_RT_BRIDGE_OK || !bridge) {
     const char *why = ops_->last_error(nullptr);
-    return make_error(path_.string(), "bridge '", ops_->name, "': ",
-                      why && *why ? why : "create failed");
+    return make_error(path_.string(), "bridge '", ops_->name,
+                      "': ", why && *why ? why : "create failed");
   }
   return Bridge(handle_, ops_, bridge);
 }
@@ -172,8 +172,7 @@ Bridge::~Bridge() {
 
 Error Bridge::error(std::string_view op) const {
   const char *why = ops_->last_error(bridge_);
-  return make_error("", "bridge '", ops_->name, "': ", op, ": ",
-                    why && *why ? why : "failed");
+  return make_error("", "bridge '", ops_->name, "': ", op, ": ", why && *why ? why : "failed");
 }
 
 Expected<bool> Bridge::send(std::span<const uint8_t> frame) {

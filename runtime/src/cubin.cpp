@@ -11,8 +11,8 @@ Expected<CubinInfo> read_cubin(std::span<const uint8_t> cubin, const std::string
   llvm::StringRef bytes(reinterpret_cast<const char *>(cubin.data()), cubin.size());
   auto obj = llvm::object::ObjectFile::createObjectFile(llvm::MemoryBufferRef(bytes, subject));
   if (!obj)
-    return make_error(subject, "linked output is not an ELF file: ",
-                      llvm::toString(obj.takeError()));
+    return make_error(subject,
+                      "linked output is not an ELF file: ", llvm::toString(obj.takeError()));
   auto *elf = llvm::dyn_cast<llvm::object::ELF64LEObjectFile>(obj->get());
   if (!elf)
     return make_error(subject, "linked output is not a 64-bit little-endian ELF file");

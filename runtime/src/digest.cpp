@@ -53,7 +53,9 @@ Sha256 &Sha256::operator=(Sha256 &&) noexcept = default;
 void Sha256::update(std::span<const uint8_t> data) {
   impl_->h.update(llvm::ArrayRef<uint8_t>(data.data(), data.size()));
 }
-void Sha256::update(std::string_view data) { update(as_bytes(data)); }
+void Sha256::update(std::string_view data) {
+  update(as_bytes(data));
+}
 
 void Sha256::field(std::string_view data) {
   uint64_t n = data.size();
@@ -76,6 +78,8 @@ Digest sha256(std::span<const uint8_t> data) {
   h.update(data);
   return h.finish();
 }
-Digest sha256(std::string_view data) { return sha256(as_bytes(data)); }
+Digest sha256(std::string_view data) {
+  return sha256(as_bytes(data));
+}
 
 } // namespace cudaq_rt

@@ -27,8 +27,10 @@ Expected<std::vector<ExportRecord>> parse_export_records(std::span<const uint8_t
     if (magic != CUDAQ_RT_EXPORT_MAGIC) {
       // The linker may pad between translation units' records; padding is zero.
       if (section[at] != 0)
-        return make_error(subject, "section " CUDAQ_RT_EXPORTS_SECTION ": no export record at "
-                          "offset ", hex(at), " (bad magic)");
+        return make_error(subject,
+                          "section " CUDAQ_RT_EXPORTS_SECTION ": no export record at "
+                          "offset ",
+                          hex(at), " (bad magic)");
       ++at;
       continue;
     }
@@ -50,8 +52,7 @@ Expected<std::vector<ExportRecord>> parse_export_records(std::span<const uint8_t
       e.function_id = cudaq_rt_function_id(e.name.c_str());
       if (r.function_id != e.function_id)
         return make_error(subject, where, ": handler '", e.name, "' records function_id ",
-                          hex(r.function_id), " but FNV-1a of its name is ",
-                          hex(e.function_id));
+                          hex(r.function_id), " but FNV-1a of its name is ", hex(e.function_id));
     } else if (r.kind == CUDAQ_RT_EXPORT_DISPATCH_KERNEL_KIND) {
       e.kind = ExportKind::dispatch_kernel;
     } else {

@@ -69,9 +69,8 @@ Expected<Entry> parse_entry(std::span<const uint8_t> c, uint64_t at, const std::
   else if (e.flags & flag_lz4)
     e.compression = Compression::lz4;
   if (e.compression != Compression::none && e.compressed_size > e.payload_size)
-    return make_error(subject, where, ": entry at offset ", hex(at), " claims ",
-                      e.compressed_size, " compressed bytes in a ", e.payload_size,
-                      "-byte payload");
+    return make_error(subject, where, ": entry at offset ", hex(at), " claims ", e.compressed_size,
+                      " compressed bytes in a ", e.payload_size, "-byte payload");
 
   // The options string is reached through a {u32 offset, u32 length} pair inside the header.
   if (options_at != 0) {
@@ -80,8 +79,8 @@ Expected<Entry> parse_entry(std::span<const uint8_t> c, uint64_t at, const std::
                         hex(options_at), " lies outside its ", e.header_size, "-byte header");
     uint32_t off = load<uint32_t>(p + options_at), len = load<uint32_t>(p + options_at + 4);
     if (uint64_t(off) + len > e.header_size)
-      return make_error(subject, where, ": entry at offset ", hex(at), ": options string (",
-                        len, " bytes at +", hex(off), ") runs past its header");
+      return make_error(subject, where, ": entry at offset ", hex(at), ": options string (", len,
+                        " bytes at +", hex(off), ") runs past its header");
     e.options.assign(reinterpret_cast<const char *>(p + off), len);
     e.options.resize(std::strlen(e.options.c_str()));
   }
@@ -97,16 +96,15 @@ Expected<Entry> parse_entry(std::span<const uint8_t> c, uint64_t at, const std::
 
 // Parses the container at the start of `data`, which may continue past it.
 Expected<Container> parse_one(std::span<const uint8_t> data, uint64_t offset,
-                              const std::string &subject, const std::string &what,
-                              size_t index) {
+                              const std::string &subject, const std::string &what, size_t index) {
   std::string where = cat(what, ": container ", index, " at offset ", hex(offset));
   if (data.size() < container_header_size)
     return make_error(subject, where, " has ", data.size(), " bytes, less than a ",
                       container_header_size, "-byte header");
   uint32_t magic = load<uint32_t>(data.data());
   if (magic != fatbin_magic)
-    return make_error(subject, where, ": bad magic ", hex(magic), " (expected ",
-                      hex(fatbin_magic), ")");
+    return make_error(subject, where, ": bad magic ", hex(magic), " (expected ", hex(fatbin_magic),
+                      ")");
   Container c;
   c.offset = offset;
   c.version = load<uint16_t>(data.data() + 4);
@@ -155,8 +153,8 @@ const char *compression_name(Compression c) {
 }
 
 Expected<std::vector<Container>> split_containers(std::span<const uint8_t> data,
-                                                   const std::string &subject,
-                                                   const std::string &what) {
+                                                  const std::string &subject,
+                                                  const std::string &what) {
   if (data.empty())
     return make_error(subject, what, " is empty");
   std::vector<Container> out;
@@ -169,9 +167,9 @@ Expected<std::vector<Container>> split_containers(std::span<const uint8_t> data,
       for (uint64_t i = at; i < stop; ++i)
         if (data[i] != 0)
           return make_error(subject, what, ": unexpected byte ", hex(data[i]), " at offset ",
-                            hex(i), out.empty() ? " before the first container"
-                                                : cat(" in the padding after container ",
-                                                      out.size() - 1));
+                            hex(i),
+                            out.empty() ? " before the first container"
+                                        : cat(" in the padding after container ", out.size() - 1));
       at = stop;
       continue;
     }

@@ -21,7 +21,9 @@ constexpr llvm::StringLiteral relfatbin_section = "__nv_relfatbin";
 constexpr llvm::StringLiteral nv_fatbin_section = ".nv_fatbin";
 constexpr llvm::StringLiteral exports_section = ".cudaq_rt_exports";
 
-std::string take_message(llvm::Error e) { return llvm::toString(std::move(e)); }
+std::string take_message(llvm::Error e) {
+  return llvm::toString(std::move(e));
+}
 
 std::span<const uint8_t> as_span(llvm::StringRef s) {
   return {reinterpret_cast<const uint8_t *>(s.data()), s.size()};
@@ -46,8 +48,8 @@ Status read_elf(const llvm::object::ELFObjectFileBase &elf, const uint8_t *base,
     if (relfatbin) {
       unit.has_relfatbin = true;
       unit.relfatbin = as_span(*contents);
-      unit.relfatbin_file_offset = static_cast<uint64_t>(
-          reinterpret_cast<const uint8_t *>(contents->data()) - base);
+      unit.relfatbin_file_offset =
+          static_cast<uint64_t>(reinterpret_cast<const uint8_t *>(contents->data()) - base);
     } else {
       unit.exports = as_span(*contents);
     }
@@ -140,7 +142,10 @@ Expected<InputFile> InputFile::open(const std::string &path) {
       return in;
     }
   }
-  if (data.size() < 4 || std::memcmp(data.data(), "\x7f" "ELF", 4) != 0) {
+  if (data.size() < 4 || std::memcmp(data.data(),
+                                     "\x7f"
+                                     "ELF",
+                                     4) != 0) {
     if (data.size() < 8 || std::memcmp(data.data(), "!<arch>\n", 8) != 0)
       return make_error(path, "not an ELF file, a static archive or a fatbin");
   }
@@ -160,8 +165,7 @@ Expected<InputFile> InputFile::open(const std::string &path) {
       auto name = child.getName();
       auto member = child.getMemoryBufferRef();
       if (!name || !member) {
-        std::string why = !name ? take_message(name.takeError())
-                                : take_message(member.takeError());
+        std::string why = !name ? take_message(name.takeError()) : take_message(member.takeError());
         if (!name && member)
           llvm::consumeError(member.takeError());
         return make_error(path, "malformed archive member: ", why);

@@ -64,7 +64,9 @@ struct NewContainer {
   std::optional<Source> source;
 };
 
-std::string short_digest(const Digest &d) { return d.str().substr(0, 19); }
+std::string short_digest(const Digest &d) {
+  return d.str().substr(0, 19);
+}
 
 std::string now_utc() {
   std::time_t t = std::time(nullptr);
@@ -144,8 +146,8 @@ struct Plan {
 // LTO-IR written by a newer toolkit than this nvJitLink, or by another major, cannot be linked.
 // The entry header carries the producer's LTO-IR version; the built-in dispatcher was compiled
 // by the toolkit this library was built with, so its version is the newest this build knows.
-Status check_ltoir_versions(const Plan &plan, const std::string &subject,
-                            const EntryRecord &ours, const NvJitLinkIdentity &nvjitlink) {
+Status check_ltoir_versions(const Plan &plan, const std::string &subject, const EntryRecord &ours,
+                            const NvJitLinkIdentity &nvjitlink) {
   for (const LinkInput &in : plan.inputs)
     for (const EntryRecord &e : in.entries) {
       if (e.kind != "ltoir")
@@ -153,12 +155,11 @@ Status check_ltoir_versions(const Plan &plan, const std::string &subject,
       bool other_major = e.version_major != ours.version_major;
       bool newer = !other_major && e.version_minor > ours.version_minor;
       if (other_major || newer)
-        return make_error(subject, in.name, ": LTO-IR version ", e.version_major, ".",
-                          e.version_minor, " was written by ",
-                          other_major ? "another major CUDA version" : "a newer CUDA toolkit",
-                          " than this nvJitLink ", nvjitlink.version(), " reads (LTO-IR ",
-                          ours.version_major, ".", ours.version_minor,
-                          "): rebuild it with this toolkit or link with a newer one");
+        return make_error(
+            subject, in.name, ": LTO-IR version ", e.version_major, ".", e.version_minor,
+            " was written by ", other_major ? "another major CUDA version" : "a newer CUDA toolkit",
+            " than this nvJitLink ", nvjitlink.version(), " reads (LTO-IR ", ours.version_major,
+            ".", ours.version_minor, "): rebuild it with this toolkit or link with a newer one");
     }
   return Status::ok();
 }
@@ -298,20 +299,22 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
     return std::move(builtin).take_error();
   if (plan.dispatcher == "builtin") {
     plan.kernel = builtin_dispatcher_kernel;
-    NewContainer nc{container_record(*builtin, sha256(builtin->bytes), Role::dispatcher, ""), std::nullopt};
-    plan.inputs.push_back({"dispatcher builtin", nc.record.digest, builtin->bytes,
-                           nc.record.entries});
+    NewContainer nc{container_record(*builtin, sha256(builtin->bytes), Role::dispatcher, ""),
+                    std::nullopt};
+    plan.inputs.push_back(
+        {"dispatcher builtin", nc.record.digest, builtin->bytes, nc.record.entries});
     if (!m.find_container(nc.record.digest))
       plan.new_containers.push_back(std::move(nc));
   } else {
     if (std::find(custom.begin(), custom.end(), plan.dispatcher) == custom.end())
       return make_error(subject, "no dispatch kernel '", plan.dispatcher,
                         "' in the package (it exports ",
-                        custom.empty() ? std::string("none") : custom[0], custom.size() > 1 ? ", ..." : "",
-                        "; 'builtin' is the unified kernel)");
+                        custom.empty() ? std::string("none") : custom[0],
+                        custom.size() > 1 ? ", ..." : "", "; 'builtin' is the unified kernel)");
     plan.kernel = plan.dispatcher;
-    auto in = package_inputs([](const ContainerRecord &c) { return c.role == Role::dispatcher; },
-                             [&](const ContainerRecord &c) { return "dispatcher " + origin_name(c); });
+    auto in =
+        package_inputs([](const ContainerRecord &c) { return c.role == Role::dispatcher; },
+                       [&](const ContainerRecord &c) { return "dispatcher " + origin_name(c); });
     if (!in)
       return std::move(in).take_error();
     plan.inputs.insert(plan.inputs.end(), in->begin(), in->end());
@@ -345,8 +348,8 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
       return std::move(file).take_error();
     files.push_back(std::move(*file));
     const InputFile &f = files.back();
-    Source src{fs::weakly_canonical(f.path()).string(), input_kind_name(f.kind()),
-               f.bytes().size(), sha256(f.bytes())};
+    Source src{fs::weakly_canonical(f.path()).string(), input_kind_name(f.kind()), f.bytes().size(),
+               sha256(f.bytes())};
     size_t index = 0;
     for (const CodeUnit &u : f.units()) {
       if (!u.has_relfatbin)
@@ -364,7 +367,8 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
       }
     }
     if (index == 0)
-      return make_error(f.path(), "bridge '", plan.bridge, "' carries no device code "
+      return make_error(f.path(), "bridge '", plan.bridge,
+                        "' carries no device code "
                         "(no __nv_relfatbin): its hooks cannot be linked");
   }
 
@@ -484,8 +488,10 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
       if (info->arch != targets[i].sm)
         a.error = make_error(subject, a.arch, ": nvJitLink produced a cubin for sm_", info->arch);
       else if (!info->functions.count(plan.kernel))
-        a.error = make_error(subject, a.arch, ": the linked cubin does not define the dispatch "
-                             "kernel ", plan.kernel);
+        a.error = make_error(subject, a.arch,
+                             ": the linked cubin does not define the dispatch "
+                             "kernel ",
+                             plan.kernel);
       for (const std::string &s : plan.handler_symbols)
         if (!info->variables.count(s))
           lost += (lost.empty() ? "" : ", ") + s;
@@ -525,9 +531,9 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
       if (ec)
         return make_error(dir.string(), "cannot create: ", ec.message());
       for (size_t k = 0; k < plan.inputs.size(); ++k)
-        if (auto st = write_file_atomic(dir / cat(k, "-", plan.inputs[k].digest.hex().substr(0, 12),
-                                                  ".fatbin"),
-                                        plan.inputs[k].bytes);
+        if (auto st = write_file_atomic(
+                dir / cat(k, "-", plan.inputs[k].digest.hex().substr(0, 12), ".fatbin"),
+                plan.inputs[k].bytes);
             !st)
           return std::move(st).take_error();
       std::string opts;
@@ -562,8 +568,9 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
       for (Origin &o : nc.record.origins)
         o.source = index;
     }
-    const LinkInput &in = *std::find_if(plan.inputs.begin(), plan.inputs.end(),
-                                        [&](const LinkInput &x) { return x.digest == nc.record.digest; });
+    const LinkInput &in =
+        *std::find_if(plan.inputs.begin(), plan.inputs.end(),
+                      [&](const LinkInput &x) { return x.digest == nc.record.digest; });
     if (auto st = writer->add_blob(nc.record.digest, in.bytes); !st)
       return std::move(st).take_error();
     if (!next_m.find_container(nc.record.digest))

@@ -12,7 +12,8 @@ namespace cudaq_rt {
 namespace {
 
 // nvJitLink's two logs, read the same way: size (with the NUL), then the text.
-template <class SizeFn, class GetFn> std::string read_log(nvJitLinkHandle h, SizeFn size, GetFn get) {
+template <class SizeFn, class GetFn>
+std::string read_log(nvJitLinkHandle h, SizeFn size, GetFn get) {
   size_t n = 0;
   if (size(h, &n) != NVJITLINK_SUCCESS || n == 0)
     return {};
@@ -33,15 +34,24 @@ std::string info_log(nvJitLinkHandle h) {
 } // namespace
 
 const char *nvjitlink_result_name(int result) {
-  static const char *const names[] = {"SUCCESS",          "UNRECOGNIZED_OPTION",
-                                      "MISSING_ARCH",     "INVALID_INPUT",
-                                      "PTX_COMPILE",      "NVVM_COMPILE",
-                                      "INTERNAL",         "THREADPOOL",
-                                      "UNRECOGNIZED_INPUT", "FINALIZE",
-                                      "NULL_INPUT",       "INCOMPATIBLE_OPTIONS",
-                                      "INCORRECT_INPUT_TYPE", "ARCH_MISMATCH",
-                                      "OUTDATED_LIBRARY", "MISSING_FATBIN",
-                                      "UNRECOGNIZED_ARCH", "UNSUPPORTED_ARCH",
+  static const char *const names[] = {"SUCCESS",
+                                      "UNRECOGNIZED_OPTION",
+                                      "MISSING_ARCH",
+                                      "INVALID_INPUT",
+                                      "PTX_COMPILE",
+                                      "NVVM_COMPILE",
+                                      "INTERNAL",
+                                      "THREADPOOL",
+                                      "UNRECOGNIZED_INPUT",
+                                      "FINALIZE",
+                                      "NULL_INPUT",
+                                      "INCOMPATIBLE_OPTIONS",
+                                      "INCORRECT_INPUT_TYPE",
+                                      "ARCH_MISMATCH",
+                                      "OUTDATED_LIBRARY",
+                                      "MISSING_FATBIN",
+                                      "UNRECOGNIZED_ARCH",
+                                      "UNSUPPORTED_ARCH",
                                       "LTO_NOT_ENABLED"};
   if (result >= 0 && result < static_cast<int>(std::size(names)))
     return names[result];

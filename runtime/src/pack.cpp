@@ -18,7 +18,6 @@ namespace {
 
 constexpr const char *relfatbin_what = "section __nv_relfatbin";
 
-
 // An export as found in one code unit, with what it needs for the clash rules.
 struct FoundExport {
   ExportRecord record;
@@ -41,7 +40,9 @@ std::string default_name(const std::vector<PackInput> &inputs) {
   return inputs.empty() ? "" : fs::path(inputs[0].path).filename().string();
 }
 
-std::string short_digest(const Digest &d) { return d.str().substr(0, 7 + 12); }
+std::string short_digest(const Digest &d) {
+  return d.str().substr(0, 7 + 12);
+}
 
 std::string arch_list(const std::vector<uint32_t> &archs) {
   std::string s;
@@ -169,13 +170,11 @@ std::vector<std::string> code_warnings(const Manifest &m) {
     const ContainerRecord &first = *g.containers.front();
     bool one = g.containers.size() == 1;
     std::string how = how_of(first, !one);
-    std::string what =
-        one ? cat("container ", first.origins.empty() ? 0 : first.origins[0].index, " (",
-                  short_digest(first.digest), ") has no LTO-IR: it can")
-            : cat(g.containers.size(), " containers have no LTO-IR: they can");
-    out.push_back(cat("'", where_of(first), "': ", what, " only be linked ", how,
-                      "; build ", one ? "it" : "them",
-                      " with -gencode arch=compute_NN,code=lto_NN"));
+    std::string what = one ? cat("container ", first.origins.empty() ? 0 : first.origins[0].index,
+                                 " (", short_digest(first.digest), ") has no LTO-IR: it can")
+                           : cat(g.containers.size(), " containers have no LTO-IR: they can");
+    out.push_back(cat("'", where_of(first), "': ", what, " only be linked ", how, "; build ",
+                      one ? "it" : "them", " with -gencode arch=compute_NN,code=lto_NN"));
   }
   return out;
 }
@@ -198,8 +197,8 @@ Expected<Inspection> inspect(const std::vector<PackInput> &inputs, const std::st
       return std::move(in).take_error();
     std::error_code ec;
     fs::path abs = fs::weakly_canonical(fs::absolute(pin.path), ec);
-    m.sources.push_back({abs.string(), input_kind_name(in->kind()), in->bytes().size(),
-                         sha256(in->bytes())});
+    m.sources.push_back(
+        {abs.string(), input_kind_name(in->kind()), in->bytes().size(), sha256(in->bytes())});
 
     bool any_relfatbin = false, any_nv_fatbin = false;
     for (const CodeUnit &u : in->units()) {
@@ -209,7 +208,8 @@ Expected<Inspection> inspect(const std::vector<PackInput> &inputs, const std::st
     if (!any_relfatbin) {
       const char *unit = in->kind() == InputKind::archive ? "no member has" : "no";
       if (any_nv_fatbin)
-        return make_error(pin.path, unit, " __nv_relfatbin section, only .nv_fatbin: it was "
+        return make_error(pin.path, unit,
+                          " __nv_relfatbin section, only .nv_fatbin: it was "
                           "built without relocatable device code (rebuild with -rdc=true)");
       return make_error(pin.path, "no device code: ", unit, " __nv_relfatbin section");
     }
@@ -233,8 +233,8 @@ Expected<Inspection> inspect(const std::vector<PackInput> &inputs, const std::st
           ContainerRecord &rec = m.containers[it->second];
           if (rec.role != pin.role || rec.bridge != pin.bridge)
             return make_error(unit, what, ": container ", k, " at offset ", hex(c.offset),
-                              " is also packed as ", role_name(rec.role),
-                              " code from '", m.sources[rec.origins[0].source].path,
+                              " is also packed as ", role_name(rec.role), " code from '",
+                              m.sources[rec.origins[0].source].path,
                               "': one container cannot play two roles");
           rec.origins.push_back(origin);
           continue;
@@ -255,7 +255,7 @@ Expected<Inspection> inspect(const std::vector<PackInput> &inputs, const std::st
           return f.source == i && f.record.kind == ExportKind::dispatch_kernel;
         }))
       return make_error(pin.path, "exports no dispatch kernel: mark the kernel with "
-                        "CUDAQ_RT_EXPORT_DISPATCH_KERNEL(name)");
+                                  "CUDAQ_RT_EXPORT_DISPATCH_KERNEL(name)");
     out.files.push_back(std::move(*in));
   }
   // The default name is checked only now, so that an input that cannot be read (a directory

@@ -10,11 +10,15 @@ namespace fs = std::filesystem;
 namespace cudaq_rt {
 namespace {
 
-fs::path blob_relpath(const Digest &d) { return fs::path("blobs") / "sha256" / d.hex(); }
+fs::path blob_relpath(const Digest &d) {
+  return fs::path("blobs") / "sha256" / d.hex();
+}
 
 } // namespace
 
-fs::path Package::blob_path(const Digest &d) const { return dir_ / blob_relpath(d); }
+fs::path Package::blob_path(const Digest &d) const {
+  return dir_ / blob_relpath(d);
+}
 
 std::set<Digest> Package::referenced_blobs() const {
   std::set<Digest> out;

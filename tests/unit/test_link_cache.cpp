@@ -17,7 +17,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-
 NvJitLinkIdentity fake_nvjitlink() {
   return {13, 0, "/opt/cuda/lib/libnvJitLink.so.13.0.88", 98806736, 1700000000000000000};
 }

@@ -13,7 +13,6 @@ using namespace cudaq_rt;
 
 namespace {
 
-
 std::vector<std::string> entries(const fs::path &dir) {
   std::vector<std::string> out;
   for (const auto &e : fs::directory_iterator(dir))

@@ -25,7 +25,9 @@ inline void warn(const char *tool, const std::string &message) {
 }
 
 // Progress goes to stderr, and only when a person is watching.
-inline bool stderr_is_terminal() { return ::isatty(STDERR_FILENO) == 1; }
+inline bool stderr_is_terminal() {
+  return ::isatty(STDERR_FILENO) == 1;
+}
 
 // Parses argv; returns an exit status to return at once, or -1 to go on.
 inline int parse(const char *tool, CLI::App &app, int argc, char **argv) {

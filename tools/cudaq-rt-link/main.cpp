@@ -28,12 +28,9 @@ std::vector<std::string> split_commas(const std::vector<std::string> &in) {
 }
 
 json arch_json(const ArchLink &a) {
-  json j = {{"arch", a.arch},
-            {"cache_key", a.key.digest.str()},
-            {"key", a.key.to_json()},
-            {"inputs", a.input_names},
-            {"options", a.options},
-            {"cache_hit", a.cache_hit}};
+  json j = {{"arch", a.arch},         {"cache_key", a.key.digest.str()},
+            {"key", a.key.to_json()}, {"inputs", a.input_names},
+            {"options", a.options},   {"cache_hit", a.cache_hit}};
   if (a.record)
     j["cubin"] = {{"digest", a.record->cubin.str()},
                   {"size", a.record->cubin_size},
@@ -125,12 +122,14 @@ int main(int argc, char **argv) {
   app.add_option("--save-temps", save_temps,
                  "Write each arch's inputs, options, log and cubin under DIR/<arch>/")
       ->group("Output");
-  app.add_flag("--no-store", [&](int64_t) { opts.store_in_package = false; },
-               "Do not record the cubins in the package")
+  app.add_flag(
+         "--no-store", [&](int64_t) { opts.store_in_package = false; },
+         "Do not record the cubins in the package")
       ->group("Output");
   app.add_flag("--no-cache", no_cache, "Neither read nor write the link cache")->group("Cache");
-  app.add_option("--cache-dir", cache_dir, "Link cache directory (default $CUDAQ_RT_CACHE_DIR, "
-                                           "else $XDG_CACHE_HOME/cudaq-rt)")
+  app.add_option("--cache-dir", cache_dir,
+                 "Link cache directory (default $CUDAQ_RT_CACHE_DIR, "
+                 "else $XDG_CACHE_HOME/cudaq-rt)")
       ->group("Cache");
   app.add_flag("--cache-stats", cache_stats, "Print the cache's size and counters")->group("Cache");
   auto *prune_opt = app.add_option("--cache-prune", prune_text,

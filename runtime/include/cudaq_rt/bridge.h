@@ -53,9 +53,9 @@ typedef enum cudaq_rt_bridge_result {
 typedef struct cudaq_rt_bridge cudaq_rt_bridge;
 
 typedef struct cudaq_rt_bridge_ops {
-  uint32_t abi_version;  /* CUDAQ_RT_BRIDGE_ABI_VERSION */
-  uint32_t struct_size;  /* sizeof(cudaq_rt_bridge_ops) as the bridge was built */
-  const char *name;      /* "loopback": what users pass to --bridge */
+  uint32_t abi_version; /* CUDAQ_RT_BRIDGE_ABI_VERSION */
+  uint32_t struct_size; /* sizeof(cudaq_rt_bridge_ops) as the bridge was built */
+  const char *name;     /* "loopback": what users pass to --bridge */
   const char *description;
   uint32_t capabilities; /* CUDAQ_RT_BRIDGE_CAP_* */
   uint32_t reserved;

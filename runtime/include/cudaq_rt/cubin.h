@@ -11,9 +11,9 @@
 namespace cudaq_rt {
 
 struct CubinInfo {
-  uint32_t arch = 0;                // SM number from the ELF header
-  std::set<std::string> functions;  // defined function symbols (kernels and device functions)
-  std::set<std::string> variables;  // defined object symbols (globals)
+  uint32_t arch = 0;               // SM number from the ELF header
+  std::set<std::string> functions; // defined function symbols (kernels and device functions)
+  std::set<std::string> variables; // defined object symbols (globals)
 };
 
 // Reads a cubin's ELF header and symbol table (libObject). Not an NVIDIA CUDA ELF is an error.

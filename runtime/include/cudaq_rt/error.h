@@ -19,9 +19,7 @@ struct Error {
   std::string message;
 
   // The one-line form the tools print after `tool: error: `.
-  std::string str() const {
-    return subject.empty() ? message : "'" + subject + "': " + message;
-  }
+  std::string str() const { return subject.empty() ? message : "'" + subject + "': " + message; }
 };
 
 // Streams its arguments into one string (g++ 12 has no <format>).

@@ -53,8 +53,8 @@ constexpr size_t entry_base_header_size = 64;
 // padding between them. `what` names the data in messages (e.g. "section __nv_relfatbin").
 // Fails on the first malformed byte; an empty span is an error too.
 Expected<std::vector<Container>> split_containers(std::span<const uint8_t> data,
-                                                   const std::string &subject,
-                                                   const std::string &what);
+                                                  const std::string &subject,
+                                                  const std::string &what);
 
 // Parses one container that must fill `data` exactly (a blob, a .fatbin file).
 Expected<Container> parse_container(std::span<const uint8_t> data, const std::string &subject,

@@ -21,12 +21,12 @@ struct LinkOptions {
   // A custom dispatch kernel exported by the package. Empty: the package's if it exports exactly
   // one, else the built-in unified dispatch kernel.
   std::string dispatcher;
-  unsigned jobs = 0;             // 0: one per arch, at most the machine's cores
-  bool kernels_used = true;      // -kernels-used/-variables-used: drop all code but the module's
-  std::string opt_level;         // "-O0" or "-O3"; empty: nvJitLink's default
+  unsigned jobs = 0;        // 0: one per arch, at most the machine's cores
+  bool kernels_used = true; // -kernels-used/-variables-used: drop all code but the module's
+  std::string opt_level;    // "-O0" or "-O3"; empty: nvJitLink's default
   std::vector<std::string> extra_options; // -Xnvjitlink, part of the key
-  bool verbose = false;          // -verbose -time; the info log is returned
-  bool dry_run = false;          // plan and print keys, link nothing, write nothing
+  bool verbose = false;                   // -verbose -time; the info log is returned
+  bool dry_run = false;                   // plan and print keys, link nothing, write nothing
   std::optional<std::filesystem::path> save_temps; // inputs, cubin and log per arch
   bool store_in_package = true;
 };
@@ -38,7 +38,7 @@ struct ArchLink {
   std::vector<std::string> input_names; // "dispatcher builtin", "bridge loopback #0", "app.o #1"
   std::vector<std::string> options;     // as passed to nvJitLink
   bool cache_hit = false;
-  std::optional<LinkRecord> record;     // set when it linked (or hit)
+  std::optional<LinkRecord> record; // set when it linked (or hit)
   std::string info_log;
   std::optional<Error> error;
   std::string details; // with an error: nvJitLink's log and the inputs, several lines

@@ -23,8 +23,8 @@ struct NvJitLinkResult {
 
 // A failed link keeps nvJitLink's result code and logs so callers can explain it.
 struct NvJitLinkFailure {
-  int result = 0;          // nvJitLinkResult
-  std::string stage;       // "create", "add <name>", "complete"
+  int result = 0;    // nvJitLinkResult
+  std::string stage; // "create", "add <name>", "complete"
   std::string error_log;
   std::string info_log;
 };
