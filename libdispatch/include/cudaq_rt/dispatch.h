@@ -36,19 +36,19 @@ typedef struct cudaq_rt_function_entry {
 /* Counters the kernel updates as it serves; they live in mapped host memory so the host can read
  * them while the kernel runs. */
 typedef struct cudaq_rt_dispatch_stats {
-  unsigned long long requests;         /* frames taken from rx_poll */
-  unsigned long long ok;               /* handler returned 0 */
-  unsigned long long handler_errors;   /* handler returned > 0 */
-  unsigned long long protocol_errors;  /* bad magic, unknown function, oversize */
+  unsigned long long requests;        /* frames taken from rx_poll */
+  unsigned long long ok;              /* handler returned 0 */
+  unsigned long long handler_errors;  /* handler returned > 0 */
+  unsigned long long protocol_errors; /* bad magic, unknown function, oversize */
 } cudaq_rt_dispatch_stats;
 
 typedef struct cudaq_rt_dispatch_params {
-  void *transport_ctx;                   /* the bridge's device-accessible context */
-  uint32_t slot_size;                    /* bytes per frame slot, header included */
-  uint32_t num_functions;                /* rows in function_table */
+  void *transport_ctx;    /* the bridge's device-accessible context */
+  uint32_t slot_size;     /* bytes per frame slot, header included */
+  uint32_t num_functions; /* rows in function_table */
   const cudaq_rt_function_entry *function_table;
-  volatile int *shutdown_flag;           /* set to non-zero by the host to stop serving */
-  cudaq_rt_dispatch_stats *stats;        /* may be NULL */
+  volatile int *shutdown_flag;    /* set to non-zero by the host to stop serving */
+  cudaq_rt_dispatch_stats *stats; /* may be NULL */
 } cudaq_rt_dispatch_params;
 
 #if defined(__CUDACC__)

@@ -57,11 +57,13 @@ typedef int (*cudaq_rt_handler_fn)(const void *input, void *output, uint32_t arg
 #define CUDAQ_RT_RETAIN_
 #endif
 
+// clang-format off
 #define CUDAQ_RT_EXPORT_RECORD_(kind, id, name)                                                    \
   static_assert(sizeof(#name) <= CUDAQ_RT_EXPORT_NAME_CAPACITY, "export name too long: " #name);   \
   __attribute__((section(CUDAQ_RT_EXPORTS_SECTION), used, CUDAQ_RT_RETAIN_ aligned(8)))            \
   static const cudaq_rt_export_record cudaq_rt_export_record__##name = {                           \
       CUDAQ_RT_EXPORT_MAGIC, CUDAQ_RT_EXPORT_VERSION, kind, id, sizeof(#name) - 1, #name}
+// clang-format on
 
 /* Exports `fn` (which may be static) under `name`, a C identifier; its function_id is
  * cudaq_rt_function_id("name"). The global sits in an extern "C" block on purpose: written as

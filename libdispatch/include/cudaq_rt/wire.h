@@ -54,8 +54,10 @@ typedef struct cudaq_rt_response_header {
 } cudaq_rt_response_header;
 
 #ifdef __cplusplus
-static_assert(sizeof(cudaq_rt_request_header) == CUDAQ_RT_HEADER_SIZE, "request header is 24 bytes");
-static_assert(sizeof(cudaq_rt_response_header) == CUDAQ_RT_HEADER_SIZE, "response header is 24 bytes");
+static_assert(sizeof(cudaq_rt_request_header) == CUDAQ_RT_HEADER_SIZE,
+              "request header is 24 bytes");
+static_assert(sizeof(cudaq_rt_response_header) == CUDAQ_RT_HEADER_SIZE,
+              "response header is 24 bytes");
 #endif
 
 /* FNV-1a, 32 bits, over a NUL-terminated name. */
