@@ -8,6 +8,9 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -16,10 +19,13 @@
 struct cudaq_rt_bridge {
   uint32_t num_slots = 0;
   uint32_t slot_size = 0;
-  uint32_t cells_per_slot = 0;
-  uint64_t *request_cells = nullptr;  // host view, 2 halves per cell
-  uint64_t *response_cells = nullptr; // host view
-  void *host_block = nullptr;         // cudaHostAlloc: both rings
+  uint32_t tail_cells = 0;
+  uint64_t *request_heads = nullptr;  // host view, 2 halves per cell (see loopback_ring.h)
+  uint64_t *request_tails = nullptr;
+  uint64_t *response_heads = nullptr;
+  uint64_t *response_tails = nullptr;
+  void *request_block = nullptr;      // cudaHostAlloc: the request ring (write-combined)
+  void *response_block = nullptr;     // cudaHostAlloc: the response ring (cached)
   void *device_block = nullptr;       // cudaMalloc: device ctx + staging frames
   cudaq_rt_loopback_device_ctx *device_ctx = nullptr;
   uint64_t sent = 0;     // requests written to the ring
@@ -42,6 +48,26 @@ uint64_t load_half(const uint64_t *p) {
 void store_half(uint64_t *p, uint32_t stamp, uint32_t data) {
   std::atomic_ref<uint64_t>(*p).store(uint64_t(stamp) | (uint64_t(data) << 32),
                                       std::memory_order_release);
+}
+
+// Pushes this thread's stores to the request ring out to memory now: write-combined stores can
+// otherwise sit in a fill buffer for an unbounded time.
+void flush_stores() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_sfence();
+#else
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+#endif
+}
+
+// The first half of frame cell c of `slot` (c = 0: control).
+uint64_t *cell_half(const cudaq_rt_bridge *b, uint64_t *heads, uint64_t *tails, uint64_t slot,
+                    size_t c) {
+  return c < CUDAQ_RT_LOOPBACK_HEAD_CELLS
+             ? heads + 2 * cudaq_rt_loopback_head_cell(uint32_t(slot), uint32_t(c))
+             : tails + 2 * cudaq_rt_loopback_tail_cell(uint32_t(slot),
+                                                       uint32_t(c - CUDAQ_RT_LOOPBACK_HEAD_CELLS),
+                                                       b->tail_cells);
 }
 
 uint32_t stamp_of(uint64_t half) { return uint32_t(half); }
@@ -105,8 +131,10 @@ bool cuda_ok(cudaError_t rc, const char *what, std::string &error) {
 }
 
 void release(cudaq_rt_bridge *b) {
-  if (b->host_block)
-    cudaFreeHost(b->host_block);
+  if (b->request_block)
+    cudaFreeHost(b->request_block);
+  if (b->response_block)
+    cudaFreeHost(b->response_block);
   if (b->device_block)
     cudaFree(b->device_block);
   delete b;
@@ -126,25 +154,38 @@ cudaq_rt_bridge_result create(const char *config, cudaq_rt_bridge **out) {
   auto *b = new cudaq_rt_bridge;
   b->num_slots = slots;
   b->slot_size = slot_size;
-  b->cells_per_slot = cudaq_rt_loopback_cells_per_slot(slot_size);
-  const size_t ring_bytes = size_t(slots) * b->cells_per_slot * CUDAQ_RT_LOOPBACK_CELL_SIZE;
+  b->tail_cells = cudaq_rt_loopback_tail_cells(slot_size);
+  const size_t heads_bytes = CUDAQ_RT_LOOPBACK_HEADS_BYTES(slots);
+  const size_t ring_bytes = heads_bytes + size_t(slots) * b->tail_cells * CUDAQ_RT_LOOPBACK_CELL_SIZE;
   const size_t frames_bytes = size_t(slots) * slot_size;
   const size_t ctx_bytes = 256; // keeps the staging frames 256-aligned
 
-  // Both rings in one mapped allocation, zeroed: no stamp is 0, so nothing looks ready.
-  if (!cuda_ok(cudaHostAlloc(&b->host_block, 2 * ring_bytes, cudaHostAllocMapped),
-               "cudaHostAlloc (mapped)", create_error) ||
+  // Both rings mapped, zeroed: no stamp is 0, so nothing looks ready. The host only writes the
+  // request ring (write-combined, see loopback_ring.h) and only reads the response ring (cached:
+  // a poll of an unchanged line costs the CPU nothing).
+  const unsigned request_flags =
+      cudaHostAllocMapped | (CUDAQ_RT_LOOPBACK_REQUEST_WC ? cudaHostAllocWriteCombined : 0u);
+  if (!cuda_ok(cudaHostAlloc(&b->request_block, ring_bytes, request_flags),
+               "cudaHostAlloc (mapped, request ring)", create_error) ||
+      !cuda_ok(cudaHostAlloc(&b->response_block, ring_bytes, cudaHostAllocMapped),
+               "cudaHostAlloc (mapped, response ring)", create_error) ||
       !cuda_ok(cudaMalloc(&b->device_block, ctx_bytes + 2 * frames_bytes), "cudaMalloc",
                create_error)) {
     release(b);
     return CUDAQ_RT_BRIDGE_ERROR;
   }
-  std::memset(b->host_block, 0, 2 * ring_bytes);
-  b->request_cells = static_cast<uint64_t *>(b->host_block);
-  b->response_cells = reinterpret_cast<uint64_t *>(static_cast<char *>(b->host_block) + ring_bytes);
+  std::memset(b->request_block, 0, ring_bytes);
+  std::memset(b->response_block, 0, ring_bytes);
+  flush_stores();
+  b->request_heads = static_cast<uint64_t *>(b->request_block);
+  b->request_tails = b->request_heads + heads_bytes / 8;
+  b->response_heads = static_cast<uint64_t *>(b->response_block);
+  b->response_tails = b->response_heads + heads_bytes / 8;
 
-  void *device_rings = nullptr;
-  if (!cuda_ok(cudaHostGetDevicePointer(&device_rings, b->host_block, 0),
+  void *device_requests = nullptr, *device_responses = nullptr;
+  if (!cuda_ok(cudaHostGetDevicePointer(&device_requests, b->request_block, 0),
+               "cudaHostGetDevicePointer", create_error) ||
+      !cuda_ok(cudaHostGetDevicePointer(&device_responses, b->response_block, 0),
                "cudaHostGetDevicePointer", create_error)) {
     release(b);
     return CUDAQ_RT_BRIDGE_ERROR;
@@ -154,9 +195,11 @@ cudaq_rt_bridge_result create(const char *config, cudaq_rt_bridge **out) {
   ctx.magic = CUDAQ_RT_LOOPBACK_CTX_MAGIC;
   ctx.num_slots = slots;
   ctx.slot_size = slot_size;
-  ctx.cells_per_slot = b->cells_per_slot;
-  ctx.request_cells = device_rings;
-  ctx.response_cells = static_cast<char *>(device_rings) + ring_bytes;
+  ctx.tail_cells = b->tail_cells;
+  ctx.request_heads = device_requests;
+  ctx.request_tails = static_cast<char *>(device_requests) + heads_bytes;
+  ctx.response_heads = device_responses;
+  ctx.response_tails = static_cast<char *>(device_responses) + heads_bytes;
   ctx.request_frames = device + ctx_bytes;
   ctx.response_frames = device + ctx_bytes + frames_bytes;
   b->device_ctx = reinterpret_cast<cudaq_rt_loopback_device_ctx *>(device);
@@ -194,19 +237,24 @@ cudaq_rt_bridge_result send(cudaq_rt_bridge *b, const void *frame, size_t size) 
     return CUDAQ_RT_BRIDGE_AGAIN;
   const uint64_t k = b->sent;
   const uint32_t lap = CUDAQ_RT_LOOPBACK_LAP(k, b->num_slots);
-  uint64_t *slot = b->request_cells + (k % b->num_slots) * b->cells_per_slot * 2;
+  const uint64_t slot = k % b->num_slots;
   const auto *bytes = static_cast<const unsigned char *>(frame);
+  // Data word w (4 bytes) is half w % 2 of frame cell 1 + w / 2.
   const size_t words = (size + 3) / 4;
   for (size_t w = 0; w < words; ++w) {
     uint32_t data = 0;
     std::memcpy(&data, bytes + 4 * w, size - 4 * w < 4 ? size - 4 * w : 4);
-    store_half(slot + 2 + w, lap, data);
+    store_half(cell_half(b, b->request_heads, b->request_tails, slot, 1 + w / 2) + w % 2, lap,
+               data);
   }
   if (words % 2) // the last cell's second half: stamped too, so the GPU sees the cell complete
-    store_half(slot + 2 + words, lap, 0);
+    store_half(cell_half(b, b->request_heads, b->request_tails, slot, 1 + words / 2) + 1, lap, 0);
   // Control last, so a poll that sees it usually finds the whole frame already there.
-  store_half(slot + 1, lap, 0);
-  store_half(slot, lap, uint32_t(size));
+  uint64_t *control = cell_half(b, b->request_heads, b->request_tails, slot, 0);
+  store_half(control + 1, lap, 0);
+  store_half(control, lap, uint32_t(size));
+  if (CUDAQ_RT_LOOPBACK_REQUEST_WC)
+    flush_stores();
   ++b->sent;
   return CUDAQ_RT_BRIDGE_OK;
 }
@@ -216,8 +264,8 @@ cudaq_rt_bridge_result receive(cudaq_rt_bridge *b, void *buffer, size_t capacity
     return CUDAQ_RT_BRIDGE_AGAIN;
   const uint64_t k = b->received;
   const uint32_t lap = CUDAQ_RT_LOOPBACK_LAP(k, b->num_slots);
-  const uint64_t *slot = b->response_cells + (k % b->num_slots) * b->cells_per_slot * 2;
-  const uint64_t control = load_half(slot);
+  const uint64_t slot = k % b->num_slots;
+  const uint64_t control = load_half(cell_half(b, b->response_heads, b->response_tails, slot, 0));
   if (stamp_of(control) != lap)
     return CUDAQ_RT_BRIDGE_AGAIN;
   const uint32_t len = data_of(control);
@@ -234,13 +282,15 @@ cudaq_rt_bridge_result receive(cudaq_rt_bridge *b, void *buffer, size_t capacity
   auto *out = static_cast<unsigned char *>(buffer);
   const size_t words = (len + 3) / 4;
   for (size_t w = 0; w < words; ++w) {
-    uint64_t half = load_half(slot + 2 + w);
+    const uint64_t *at =
+        cell_half(b, b->response_heads, b->response_tails, slot, 1 + w / 2) + w % 2;
+    uint64_t half = load_half(at);
     for (uint64_t polls = 0; stamp_of(half) != lap; ++polls) {
       if (polls == kMaxHalfPolls) {
         b->error = "receive: response " + std::to_string(k) + " never completed";
         return CUDAQ_RT_BRIDGE_ERROR;
       }
-      half = load_half(slot + 2 + w);
+      half = load_half(at);
     }
     const uint32_t data = data_of(half);
     std::memcpy(out + 4 * w, &data, len - 4 * w < 4 ? len - 4 * w : 4);

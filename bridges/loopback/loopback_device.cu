@@ -2,26 +2,44 @@
 //
 // All three hooks are called by one serving thread. The session lives in the 256 bytes the
 // dispatch kernel provides, so nothing here allocates.
+//
+// What this code avoids, because each cost the serving thread time on every request on an H200
+// (bench/loopback_rtt.cu measures every stage; numbers in bench/loopback_rtt.md):
+//   - loads of one batch that share a 128-byte line: they do not overlap, so the ring's layout
+//     (loopback_ring.h) gives every probed cell a line of its own;
+//   - 64-bit division: the ring position is kept as (slot, lap) pairs that are advanced, never
+//     derived from a 64-bit sequence number by % and / (the old kernel held 15 of them, each a
+//     subroutine of ~100 instructions);
+//   - arrays indexed by a run-time value: the probe results stay in registers (every index below
+//     is a compile-time constant after unrolling);
+//   - a dependent load in tx_publish: the response header and the first payload words are
+//     loaded in one batch.
 #include "cudaq_rt/dispatch.h"
 #include "loopback_ring.h"
 
 namespace {
 
 struct Session {
-  const volatile uint4 *request_cells;
-  volatile uint4 *response_cells;
+  const volatile uint4 *request_heads; // CUDAQ_RT_LOOPBACK_HEAD_CELLS cells per slot
+  const volatile uint4 *request_tails; // tail_cells per slot
+  volatile uint4 *response_heads;
+  volatile uint4 *response_tails;
   unsigned char *request_frames;
   unsigned char *response_frames;
   volatile int *shutdown_flag;
-  unsigned long long head;    // sequence number of the next frame to hand out
-  unsigned long long fetched; // frames [head, fetched) are unpacked and ready to hand out
   uint32_t num_slots;
   uint32_t slot_size;
-  uint32_t cells_per_slot;
+  uint32_t tail_cells;
+  uint32_t head_slot;    // slot of the next frame to hand out
+  uint32_t fetched_slot; // slot of the next frame to probe for
+  uint32_t fetched_lap;  // and the lap it must carry
+  uint32_t pending;      // frames unpacked and not handed out yet (they precede fetched_slot)
+  uint32_t sink;         // keeps the L1 warm-up loads alive
 };
 static_assert(sizeof(Session) <= CUDAQ_RT_SESSION_STORAGE_SIZE, "session must fit the storage");
 
 constexpr uint32_t kBatch = 8; // cells loaded per round trip when unpacking a large payload
+constexpr uint32_t kLine = 128; // bytes per L1 line
 
 // 16-byte accesses to mapped host memory. volatile (relaxed, system scope) so that every poll
 // really goes to memory; asm so that the compiler issues the loads back to back and keeps them
@@ -44,90 +62,138 @@ __device__ __forceinline__ bool stamped(const uint4 &cell, uint32_t lap) {
   return cell.x == lap && cell.z == lap;
 }
 
-__device__ __forceinline__ const volatile uint4 *request_slot(const Session *s, unsigned long long k) {
-  return s->request_cells + (size_t)(k % s->num_slots) * s->cells_per_slot;
-}
-
-__device__ __forceinline__ unsigned char *request_frame(const Session *s, unsigned long long k) {
-  return s->request_frames + (size_t)(k % s->num_slots) * s->slot_size;
-}
-
 // Cells a frame of `frame_len` bytes occupies, control included.
 __device__ __forceinline__ uint32_t frame_cells(uint32_t frame_len) {
   return 1u + (frame_len + CUDAQ_RT_LOOPBACK_CELL_DATA - 1u) / CUDAQ_RT_LOOPBACK_CELL_DATA;
 }
 
+constexpr uint32_t kHead = CUDAQ_RT_LOOPBACK_HEAD_CELLS;
+constexpr uint32_t kLineCells = CUDAQ_RT_LOOPBACK_LINE_CELLS;
+
+// Frame cell c of a slot: in the slot's head lines, or in its tail (layout: loopback_ring.h).
+template <class Cell>
+__device__ __forceinline__ Cell *cell_at(Cell *heads, Cell *tails, uint32_t tail_cells,
+                                         uint32_t slot, uint32_t c) {
+  return c < kHead ? heads + cudaq_rt_loopback_head_cell(slot, c)
+                   : tails + cudaq_rt_loopback_tail_cell(slot, c - kHead, tail_cells);
+}
+
+__device__ __forceinline__ void next_slot(uint32_t &slot, uint32_t &lap, uint32_t n) {
+  if (++slot == n) {
+    slot = 0;
+    ++lap;
+  }
+}
+
+// Loads the staged frame's lines (all in flight together) and folds them into the session, so
+// that the loads cannot be dropped, meant to let the handler's own loads hit L1. Measured on the
+// H200: no difference either way (CUDAQ_RT_LOOPBACK_WARM_L1=0 in bench/loopback_rtt.md).
+__device__ __forceinline__ void warm_lines(Session *s, const unsigned char *frame, uint32_t len) {
+#if CUDAQ_RT_LOOPBACK_WARM_L1
+  uint32_t acc = 0;
+  for (uint32_t off = 0; off < len && off < CUDAQ_RT_LOOPBACK_WARM_BYTES; off += kLine)
+    acc |= *reinterpret_cast<const uint32_t *>(frame + off);
+  s->sink |= acc;
+#else
+  (void)s, (void)frame, (void)len;
+#endif
+}
+
+// Unpacks one ready frame: the cells already probed come from registers, the rest is loaded 8
+// cells per round trip; any half the host has not stamped yet (torn, or still being written) is
+// reloaded.
+template <uint32_t P>
+__device__ __forceinline__ uint32_t unpack(const Session *s, uint32_t slot, uint2 *frame,
+                                           uint32_t lap, const uint4 (&probe)[P]) {
+  const volatile uint4 *head = s->request_heads + cudaq_rt_loopback_head_cell(slot, 0);
+  const uint32_t len = probe[0].y < s->slot_size ? probe[0].y : s->slot_size;
+  const uint32_t cells = frame_cells(len);
+#pragma unroll
+  for (uint32_t c = 1; c < P; ++c)
+    if (c < cells) {
+      uint4 v = probe[c];
+      while (!stamped(v, lap))
+        v = load_cell(head + c * kLineCells);
+      frame[c - 1] = make_uint2(v.y, v.w);
+    }
+  for (uint32_t c = P; c < cells; c += kBatch) {
+    uint4 v[kBatch];
+    const volatile uint4 *at[kBatch];
+#pragma unroll
+    for (uint32_t b = 0; b < kBatch; ++b)
+      if (c + b < cells) {
+        at[b] = cell_at(s->request_heads, s->request_tails, s->tail_cells, slot, c + b);
+        v[b] = load_cell(at[b]);
+      }
+#pragma unroll
+    for (uint32_t b = 0; b < kBatch; ++b)
+      if (c + b < cells) {
+        while (!stamped(v[b], lap))
+          v[b] = load_cell(at[b]);
+        frame[c + b - 1] = make_uint2(v[b].y, v[b].w);
+      }
+  }
+  return len;
+}
+
 // Probes the next slots until at least one request is there (true) or shutdown is seen (false),
 // and unpacks every ready request into its staging frame.
 __device__ bool fetch(Session *s) {
-  constexpr uint32_t W = CUDAQ_RT_LOOPBACK_PROBE_SLOTS, P = CUDAQ_RT_LOOPBACK_PROBE_CELLS;
-  const uint32_t probe_slots = s->num_slots < W ? s->num_slots : W;
+  constexpr uint32_t W = CUDAQ_RT_LOOPBACK_PROBE_SLOTS, P = kHead;
+  const uint32_t n = s->num_slots;
+  const uint32_t probe_slots = n < W ? n : W;
+  uint32_t slot[W], lap[W];
+  const volatile uint4 *cells[W];
+  slot[0] = s->fetched_slot;
+  lap[0] = s->fetched_lap;
+#pragma unroll
+  for (uint32_t w = 1; w < W; ++w) {
+    slot[w] = slot[w - 1];
+    lap[w] = lap[w - 1];
+    next_slot(slot[w], lap[w], n);
+  }
+#pragma unroll
+  for (uint32_t w = 0; w < W; ++w)
+    cells[w] = s->request_heads + cudaq_rt_loopback_head_cell(slot[w], 0);
+  const volatile int *shutdown_flag = s->shutdown_flag;
+
   uint4 probe[W][P];
-  uint32_t cells[W];
-  uint32_t ready = 0;
+  uint32_t ready;
   for (;;) {
     // One round trip: every load below is independent and issued before the first is used.
 #pragma unroll
     for (uint32_t w = 0; w < W; ++w)
       if (w < probe_slots) {
-        const volatile uint4 *slot = request_slot(s, s->fetched + w);
 #pragma unroll
         for (uint32_t c = 0; c < P; ++c)
-          probe[w][c] = load_cell(slot + c);
+          probe[w][c] = load_cell(cells[w] + c * kLineCells); // one line per cell
       }
-    const int shutdown = *s->shutdown_flag;
+    const int shutdown = *shutdown_flag;
     if (shutdown)
       return false;
-
+    // Requests are handed out in order: count the ready slots from the first.
+    ready = 0;
 #pragma unroll
-    for (uint32_t w = 0; w < W; ++w) {
-      if (w >= probe_slots || w != ready)
-        break;
-      const uint32_t lap = CUDAQ_RT_LOOPBACK_LAP(s->fetched + w, s->num_slots);
-      if (!stamped(probe[w][0], lap))
-        break;
-      uint32_t len = probe[w][0].y < s->slot_size ? probe[w][0].y : s->slot_size;
-      cells[w] = frame_cells(len);
-      // The control cell landed first or not, the probed frame cells must carry the lap too;
-      // a late one is reloaded below with the rest of the payload.
-      ++ready;
-    }
+    for (uint32_t w = 0; w < W; ++w)
+      if (ready == w && w < probe_slots && stamped(probe[w][0], lap[w]))
+        ++ready;
     if (ready > 0)
       break;
   }
 
-  // Unpack the probed cells, then load the remainder of each frame, 8 cells per round trip,
-  // reloading any half the host has not stamped yet (torn or still being written).
-  for (uint32_t w = 0; w < ready; ++w) {
-    const unsigned long long k = s->fetched + w;
-    const uint32_t lap = CUDAQ_RT_LOOPBACK_LAP(k, s->num_slots);
-    const volatile uint4 *slot = request_slot(s, k);
-    uint2 *frame = reinterpret_cast<uint2 *>(request_frame(s, k));
 #pragma unroll
-    for (uint32_t c = 1; c < P; ++c) {
-      if (c >= cells[w])
-        break;
-      uint4 v = probe[w][c];
-      while (!stamped(v, lap))
-        v = load_cell(slot + c);
-      frame[c - 1] = make_uint2(v.y, v.w);
+  for (uint32_t w = 0; w < W; ++w)
+    if (w < ready) {
+      uint2 *frame = reinterpret_cast<uint2 *>(s->request_frames + (size_t)slot[w] * s->slot_size);
+      const uint32_t len = unpack<P>(s, slot[w], frame, lap[w], probe[w]);
+      warm_lines(s, reinterpret_cast<const unsigned char *>(frame), len);
     }
-    for (uint32_t c = P; c < cells[w]; c += kBatch) {
-      uint4 v[kBatch];
-#pragma unroll
-      for (uint32_t b = 0; b < kBatch; ++b)
-        if (c + b < cells[w])
-          v[b] = load_cell(slot + c + b);
-#pragma unroll
-      for (uint32_t b = 0; b < kBatch; ++b)
-        if (c + b < cells[w]) {
-          while (!stamped(v[b], lap))
-            v[b] = load_cell(slot + c + b);
-          frame[c + b - 1] = make_uint2(v[b].y, v[b].w);
-        }
-    }
-  }
-  s->fetched += ready;
+  uint32_t next = slot[0], next_lap = lap[0];
+  for (uint32_t w = 0; w < ready; ++w)
+    next_slot(next, next_lap, n);
+  s->fetched_slot = next;
+  s->fetched_lap = next_lap;
+  s->pending = ready;
   return true;
 }
 
@@ -140,27 +206,33 @@ extern "C" __device__ void *cudaq_dev_enter_kernel(void *storage, void *ctx,
       c->num_slots == 0 || c->slot_size < CUDAQ_RT_LOOPBACK_MIN_SLOT_SIZE)
     return nullptr;
   Session *s = static_cast<Session *>(storage);
-  s->request_cells = static_cast<const volatile uint4 *>(c->request_cells);
-  s->response_cells = static_cast<volatile uint4 *>(c->response_cells);
+  s->request_heads = static_cast<const volatile uint4 *>(c->request_heads);
+  s->request_tails = static_cast<const volatile uint4 *>(c->request_tails);
+  s->response_heads = static_cast<volatile uint4 *>(c->response_heads);
+  s->response_tails = static_cast<volatile uint4 *>(c->response_tails);
   s->request_frames = c->request_frames;
   s->response_frames = c->response_frames;
   s->shutdown_flag = shutdown_flag;
-  s->head = 0;
-  s->fetched = 0;
   s->num_slots = c->num_slots;
   s->slot_size = c->slot_size;
-  s->cells_per_slot = c->cells_per_slot;
+  s->tail_cells = c->tail_cells;
+  s->head_slot = 0;
+  s->fetched_slot = 0;
+  s->fetched_lap = 1u; // CUDAQ_RT_LOOPBACK_LAP(0, n)
+  s->pending = 0;
+  s->sink = 0;
   return s;
 }
 
 extern "C" __device__ int cudaq_dev_rx_poll(void *session, void **request, void **response) {
   Session *s = static_cast<Session *>(session);
-  if (s->head == s->fetched && !fetch(s))
+  if (s->pending == 0 && !fetch(s))
     return CUDAQ_DEV_RX_SHUTDOWN;
-  const size_t offset = (size_t)(s->head % s->num_slots) * s->slot_size;
+  const size_t offset = (size_t)s->head_slot * s->slot_size;
   *request = s->request_frames + offset;
   *response = s->response_frames + offset;
-  ++s->head;
+  s->head_slot = s->head_slot + 1 == s->num_slots ? 0 : s->head_slot + 1;
+  --s->pending;
   return CUDAQ_DEV_RX_READY;
 }
 
@@ -168,23 +240,33 @@ extern "C" __device__ void cudaq_dev_tx_publish(void *session, void *response) {
   Session *s = static_cast<Session *>(session);
   const uint32_t slot =
       (uint32_t)((static_cast<unsigned char *>(response) - s->response_frames) / s->slot_size);
-  // The frame in this slot is the latest one fetched into it: the host cannot reuse a slot before
-  // it has this response.
-  const unsigned long long last = s->fetched - 1;
-  const unsigned long long k = last - (last - slot) % s->num_slots;
-  const uint32_t lap = CUDAQ_RT_LOOPBACK_LAP(k, s->num_slots);
+  // The frame in this slot is the latest one fetched into it (the host cannot reuse a slot before
+  // it has this response): this lap if the slot precedes the next one to fetch, else the last.
+  const uint32_t lap = slot < s->fetched_slot ? s->fetched_lap : s->fetched_lap - 1u;
 
-  const cudaq_rt_response_header *header = static_cast<const cudaq_rt_response_header *>(response);
-  const uint32_t max_result = s->slot_size - CUDAQ_RT_HEADER_SIZE;
-  const uint32_t len =
-      CUDAQ_RT_HEADER_SIZE + (header->result_len < max_result ? header->result_len : max_result);
-  const uint32_t cells = frame_cells(len);
+  // The header and the first payload bytes in one batch of loads; result_len is header word 2.
+  constexpr uint32_t kFirst = 8; // uint2 words: the 24-byte header + 40 payload bytes
   const uint2 *frame = static_cast<const uint2 *>(response);
-  volatile uint4 *out = s->response_cells + (size_t)slot * s->cells_per_slot;
+  const uint32_t slot_words = s->slot_size / 8; // slot_size >= 32: never past the frame
+  uint2 first[kFirst];
+#pragma unroll
+  for (uint32_t i = 0; i < kFirst; ++i)
+    first[i] = i < slot_words ? frame[i] : make_uint2(0u, 0u);
+  const uint32_t max_result = s->slot_size - CUDAQ_RT_HEADER_SIZE;
+  const uint32_t result_len = first[1].x;
+  const uint32_t len = CUDAQ_RT_HEADER_SIZE + (result_len < max_result ? result_len : max_result);
+  const uint32_t cells = frame_cells(len);
+  volatile uint4 *head = s->response_heads + cudaq_rt_loopback_head_cell(slot, 0);
   // Posted stores, in any order: each half carries its own stamp, so no fence is needed.
-  for (uint32_t c = 1; c < cells; ++c) {
+#pragma unroll
+  for (uint32_t c = 1; c <= kFirst; ++c)
+    if (c < cells)
+      store_cell(cell_at(s->response_heads, s->response_tails, s->tail_cells, slot, c),
+                 make_uint4(lap, first[c - 1].x, lap, first[c - 1].y));
+  for (uint32_t c = kFirst + 1; c < cells; ++c) {
     const uint2 d = frame[c - 1];
-    store_cell(out + c, make_uint4(lap, d.x, lap, d.y));
+    store_cell(cell_at(s->response_heads, s->response_tails, s->tail_cells, slot, c),
+               make_uint4(lap, d.x, lap, d.y));
   }
-  store_cell(out, make_uint4(lap, len, lap, 0u));
+  store_cell(head, make_uint4(lap, len, lap, 0u));
 }

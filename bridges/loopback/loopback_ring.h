@@ -7,7 +7,9 @@
  * Every GPU load from mapped host memory is a PCIe round trip (about a microsecond); GPU stores are
  * posted and cost the GPU almost nothing. Measured on an H200 (BRIEF §4): reading a request field
  * by field costs 6.9 us per round trip; one 16-byte read and one 16-byte write per direction is the
- * 1.8 us floor; payload + __threadfence_system() + flag word costs 2.35 us. And a 16-byte GPU
+ * 1.8 us floor (2.6-2.8 us on the H200 that bench/loopback_rtt.cu ran on); payload +
+ * __threadfence_system() + flag word costs 2.35 us. Loads that share a 128-byte line do not
+ * overlap (see the layout below). And a 16-byte GPU
  * store into host memory can be observed by the host half-written (its two 8-byte halves land
  * separately), so completion cannot be signalled by "the word changed".
  *
@@ -27,7 +29,7 @@
  *
  *   request, host -> GPU: the host writes cells 1.. then cell 0 (8-byte stores). The GPU polls the
  *     slot by loading cell 0 *and* the header cells in one batch, for the next few slots at once
- *     (independent loads, all in flight together: one round trip). Slots whose halves all carry the
+ *     (independent loads on distinct lines, all in flight together: one round trip). Slots whose halves all carry the
  *     lap are ready; the rest of their payload (if it did not fit in the probe) is loaded in
  *     batches of 8 cells, and any half that is not stamped yet is reloaded. The frames are unpacked
  *     into per-slot staging frames in device memory, so handlers never touch PCIe.
@@ -51,9 +53,21 @@
 #define CUDAQ_RT_LOOPBACK_CTX_MAGIC 0x4c4f4f50u /* 'LOOP' */
 #define CUDAQ_RT_LOOPBACK_CELL_DATA 8u          /* frame bytes per 16-byte cell */
 #define CUDAQ_RT_LOOPBACK_CELL_SIZE 16u
-/* Slots probed per poll, and cells probed per slot: control + the 24-byte header + 8 bytes. */
+/* Slots probed per poll (a build-time knob so that bench/loopback_rtt.cu can compare settings);
+ * each probe loads the HEAD_CELLS cells of every probed slot. */
+#ifndef CUDAQ_RT_LOOPBACK_PROBE_SLOTS
 #define CUDAQ_RT_LOOPBACK_PROBE_SLOTS 4u
-#define CUDAQ_RT_LOOPBACK_PROBE_CELLS 5u
+#endif
+/* After unpacking, load the first bytes of each staged request once (1 = on). */
+#ifndef CUDAQ_RT_LOOPBACK_WARM_L1
+#define CUDAQ_RT_LOOPBACK_WARM_L1 1
+#endif
+#define CUDAQ_RT_LOOPBACK_WARM_BYTES 1024u
+/* The request ring is cached on the host like the response ring (0), or write-combined (1: the
+ * host only writes it; send() then ends with an sfence). Measured on the H200: no difference. */
+#ifndef CUDAQ_RT_LOOPBACK_REQUEST_WC
+#define CUDAQ_RT_LOOPBACK_REQUEST_WC 0
+#endif
 
 #define CUDAQ_RT_LOOPBACK_DEFAULT_SLOTS 64u
 #define CUDAQ_RT_LOOPBACK_DEFAULT_SLOT_SIZE 1024u
@@ -61,10 +75,52 @@
 #define CUDAQ_RT_LOOPBACK_MIN_SLOT_SIZE 32u
 #define CUDAQ_RT_LOOPBACK_MAX_SLOT_SIZE (1u << 20)
 
-/* Cells one slot of the ring occupies: control + ceil(slot_size / 8). */
-static inline uint32_t cudaq_rt_loopback_cells_per_slot(uint32_t slot_size) {
-  return 1u + (slot_size + CUDAQ_RT_LOOPBACK_CELL_DATA - 1u) / CUDAQ_RT_LOOPBACK_CELL_DATA;
+/* Ring layout. Measured on the H200 (bench/loopback_rtt.cu, bench/loopback_rtt.md): volatile
+ * loads from one GPU thread to mapped host memory that fall in the same 128-byte line do not
+ * overlap; each waits for the one before, a PCIe round trip apiece. Loads to distinct lines do
+ * overlap (33 of them cost about half a microsecond more than one). With a slot's cells side by
+ * side, a probe of 5 cells took 5 round trips and an 8-byte echo 8.8 us end to end (median);
+ * with every cell that one batch of loads reads on a line of its own, 4.1 us:
+ *   heads: per slot CUDAQ_RT_LOOPBACK_HEAD_CELLS lines, frame cell c (c = 0: control, 1..4: the
+ *          24-byte header and 8 payload bytes) in the first 16 bytes of line c;
+ *   tails: per slot tail_cells cells (a multiple of 64) for frame cells HEAD_CELLS.., in blocks
+ *          of 8 lines x 8 cells, so that the 8 cells of one unpack batch are on 8 lines.
+ * Each ring (requests, responses) is its heads, then its tails. */
+#define CUDAQ_RT_LOOPBACK_HEAD_CELLS 5u
+#define CUDAQ_RT_LOOPBACK_LINE_CELLS 8u /* 16-byte cells per 128-byte line */
+#define CUDAQ_RT_LOOPBACK_TAIL_BLOCK 64u
+
+#if defined(__CUDACC__)
+#define CUDAQ_RT_LOOPBACK_HD __host__ __device__
+#else
+#define CUDAQ_RT_LOOPBACK_HD
+#endif
+
+static inline CUDAQ_RT_LOOPBACK_HD uint32_t cudaq_rt_loopback_tail_cells(uint32_t slot_size) {
+  const uint32_t data_cells =
+      (slot_size + CUDAQ_RT_LOOPBACK_CELL_DATA - 1u) / CUDAQ_RT_LOOPBACK_CELL_DATA;
+  const uint32_t tail = data_cells > CUDAQ_RT_LOOPBACK_HEAD_CELLS - 1u
+                            ? data_cells - (CUDAQ_RT_LOOPBACK_HEAD_CELLS - 1u)
+                            : 0u;
+  return (tail + CUDAQ_RT_LOOPBACK_TAIL_BLOCK - 1u) & ~(CUDAQ_RT_LOOPBACK_TAIL_BLOCK - 1u);
 }
+
+/* Cell index, from the ring's heads, of frame cell c < HEAD_CELLS of `slot`. */
+static inline CUDAQ_RT_LOOPBACK_HD uint64_t cudaq_rt_loopback_head_cell(uint32_t slot, uint32_t c) {
+  return ((uint64_t)slot * CUDAQ_RT_LOOPBACK_HEAD_CELLS + c) * CUDAQ_RT_LOOPBACK_LINE_CELLS;
+}
+
+/* Cell index, from the ring's tails, of frame cell HEAD_CELLS + t of `slot`. */
+static inline CUDAQ_RT_LOOPBACK_HD uint64_t cudaq_rt_loopback_tail_cell(uint32_t slot, uint32_t t,
+                                                                        uint32_t tail_cells) {
+  return (uint64_t)slot * tail_cells + (t & ~(CUDAQ_RT_LOOPBACK_TAIL_BLOCK - 1u)) +
+         (t % CUDAQ_RT_LOOPBACK_LINE_CELLS) * CUDAQ_RT_LOOPBACK_LINE_CELLS +
+         (t % CUDAQ_RT_LOOPBACK_TAIL_BLOCK) / CUDAQ_RT_LOOPBACK_LINE_CELLS;
+}
+
+/* Bytes of one ring's heads. */
+#define CUDAQ_RT_LOOPBACK_HEADS_BYTES(n) \
+  ((size_t)(n) * CUDAQ_RT_LOOPBACK_HEAD_CELLS * CUDAQ_RT_LOOPBACK_LINE_CELLS * CUDAQ_RT_LOOPBACK_CELL_SIZE)
 
 /* The stamp of the frame with sequence number k in a ring of n slots. */
 #define CUDAQ_RT_LOOPBACK_LAP(k, n) ((uint32_t)((k) / (n)) + 1u)
@@ -74,9 +130,11 @@ typedef struct cudaq_rt_loopback_device_ctx {
   uint32_t magic; /* CUDAQ_RT_LOOPBACK_CTX_MAGIC */
   uint32_t num_slots;
   uint32_t slot_size;       /* frame bytes per slot, header included; a multiple of 16 */
-  uint32_t cells_per_slot;  /* cudaq_rt_loopback_cells_per_slot(slot_size) */
-  void *request_cells;      /* mapped host memory: num_slots * cells_per_slot cells */
-  void *response_cells;     /* mapped host memory, same shape */
+  uint32_t tail_cells;      /* cudaq_rt_loopback_tail_cells(slot_size) */
+  void *request_heads;      /* mapped host memory: CUDAQ_RT_LOOPBACK_HEADS_BYTES(num_slots) */
+  void *request_tails;      /* mapped host memory: num_slots * tail_cells cells */
+  void *response_heads;     /* the same for responses */
+  void *response_tails;
   unsigned char *request_frames;  /* device memory: num_slots * slot_size, unpacked requests */
   unsigned char *response_frames; /* device memory: num_slots * slot_size, responses being built */
 } cudaq_rt_loopback_device_ctx;

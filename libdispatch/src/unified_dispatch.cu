@@ -26,7 +26,7 @@ extern "C" __global__ void cudaq_rt_unified_dispatch(cudaq_rt_dispatch_params p)
   while (cudaq_dev_rx_poll(session, &request, &response) == CUDAQ_DEV_RX_READY) {
     cudaq_rt_serve_frame(p.function_table, p.num_functions, p.slot_size, request, response,
                          &counters);
-    cudaq_rt_counters_store(p.stats, &counters);
     cudaq_dev_tx_publish(session, response);
+    cudaq_rt_counters_store(p.stats, &counters); // after the response: it is what the host waits on
   }
 }

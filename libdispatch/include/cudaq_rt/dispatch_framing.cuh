@@ -7,8 +7,8 @@
  *   cudaq_rt_dispatch_counters counters = cudaq_rt_counters_load(p.stats);
  *   while (cudaq_dev_rx_poll(session, &req, &resp) == CUDAQ_DEV_RX_READY) {
  *     cudaq_rt_serve_frame(p.function_table, p.num_functions, p.slot_size, req, resp, &counters);
- *     cudaq_rt_counters_store(p.stats, &counters);
  *     cudaq_dev_tx_publish(session, resp);
+ *     cudaq_rt_counters_store(p.stats, &counters);
  *   }
  *
  * Counters are kept in registers and only *stored* to the mapped cudaq_rt_dispatch_stats: a
@@ -47,10 +47,18 @@ cudaq_rt_counters_load(const cudaq_rt_dispatch_stats *stats) {
   return c;
 }
 
-/* Posted stores only, with no fence: the host may see a response a moment before its count. */
+/* Posted stores only, with no fence: the host may see a response a moment before its count.
+ * Where stats is 16-aligned, two 16-byte stores (each 8-byte half lands whole), else four. Call
+ * it after publishing the response, so that these stores do not go out ahead of the response's. */
 static __device__ __forceinline__ void cudaq_rt_counters_store(cudaq_rt_dispatch_stats *stats,
                                                                const cudaq_rt_dispatch_counters *c) {
-  if (stats) {
+  if (stats && ((unsigned long long)stats & 15u) == 0) {
+    asm volatile("st.volatile.v2.u64 [%0], {%1, %2};" ::"l"(stats), "l"(c->requests), "l"(c->ok)
+                 : "memory");
+    asm volatile("st.volatile.v2.u64 [%0], {%1, %2};" ::"l"(&stats->handler_errors),
+                 "l"(c->handler_errors), "l"(c->protocol_errors)
+                 : "memory");
+  } else if (stats) {
     volatile cudaq_rt_dispatch_stats *s = stats;
     s->requests = c->requests;
     s->ok = c->ok;
