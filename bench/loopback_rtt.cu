@@ -179,7 +179,7 @@ int run_floor(const std::string &label, bool wc, int loads, int n) {
   cudaStream_t stream;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
   floor_kernel<<<1, 1, 0, stream>>>((const volatile uint4 *)reqd, (volatile uint4 *)respd, loads,
-                                   (volatile int *)ctld, sink);
+                                    (volatile int *)ctld, sink);
   check(cudaGetLastError(), "launch");
   auto *rq = static_cast<volatile uint64_t *>(reqh);
   auto *rs = static_cast<volatile uint64_t *>(resph);
@@ -333,12 +333,14 @@ int run_dispatch(const std::string &label, const std::string &config, int latenc
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   std::atomic_ref<int>(*static_cast<int *>(mapped)).store(1);
   check(cudaStreamSynchronize(stream), "dispatch kernel");
-  const auto *stats = reinterpret_cast<const cudaq_rt_dispatch_stats *>(static_cast<char *>(mapped) + 64);
+  const auto *stats =
+      reinterpret_cast<const cudaq_rt_dispatch_stats *>(static_cast<char *>(mapped) + 64);
   ok &= stats->requests == uint64_t(latency_n + 1000 + throughput_n);
 
-  std::printf("ROW %-28s lat med %6.2f p99 %6.2f min %6.2f us | tput %5.2f M/s | send %.2f us | %s\n",
-              label.c_str(), pct(us, 0.5), pct(us, 0.99), pct(us, 0), throughput_n / secs / 1e6,
-              pct(send_us, 0.5), ok ? "ok" : "WRONG");
+  std::printf(
+      "ROW %-28s lat med %6.2f p99 %6.2f min %6.2f us | tput %5.2f M/s | send %.2f us | %s\n",
+      label.c_str(), pct(us, 0.5), pct(us, 0.99), pct(us, 0), throughput_n / secs / 1e6,
+      pct(send_us, 0.5), ok ? "ok" : "WRONG");
   if (trace) {
     std::vector<Stamps> st(cap);
     unsigned long long c[4];
@@ -360,13 +362,14 @@ int run_dispatch(const std::string &label, const std::string &config, int latenc
       if (w > 300)
         fetches.push_back(w);
     }
-    std::printf("STAGES %-25s SM %.2f GHz | latency run, ns median: lookup %.0f, handler %.0f, "
-                "header %.0f, publish+counters %.0f, after-ready total %.0f | throughput run: "
-                "%.0f ns per request, probe (when one was needed) %.0f ns, %.2f requests per probe\n",
-                label.c_str(), ghz, pct(stage(l0, l1, 1, 2), 0.5), pct(stage(l0, l1, 2, 3), 0.5),
-                pct(stage(l0, l1, 3, 4), 0.5), pct(stage(l0, l1, 4, 5), 0.5),
-                pct(stage(l0, l1, 1, 5), 0.5), pct(per, 0.5), pct(fetches, 0.5),
-                fetches.empty() ? 0.0 : double(per.size()) / double(fetches.size()));
+    std::printf(
+        "STAGES %-25s SM %.2f GHz | latency run, ns median: lookup %.0f, handler %.0f, "
+        "header %.0f, publish+counters %.0f, after-ready total %.0f | throughput run: "
+        "%.0f ns per request, probe (when one was needed) %.0f ns, %.2f requests per probe\n",
+        label.c_str(), ghz, pct(stage(l0, l1, 1, 2), 0.5), pct(stage(l0, l1, 2, 3), 0.5),
+        pct(stage(l0, l1, 3, 4), 0.5), pct(stage(l0, l1, 4, 5), 0.5), pct(stage(l0, l1, 1, 5), 0.5),
+        pct(per, 0.5), pct(fetches, 0.5),
+        fetches.empty() ? 0.0 : double(per.size()) / double(fetches.size()));
   }
   ops->destroy(bridge);
   return ok ? 0 : 1;

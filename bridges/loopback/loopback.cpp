@@ -20,13 +20,13 @@ struct cudaq_rt_bridge {
   uint32_t num_slots = 0;
   uint32_t slot_size = 0;
   uint32_t tail_cells = 0;
-  uint64_t *request_heads = nullptr;  // host view, 2 halves per cell (see loopback_ring.h)
+  uint64_t *request_heads = nullptr; // host view, 2 halves per cell (see loopback_ring.h)
   uint64_t *request_tails = nullptr;
   uint64_t *response_heads = nullptr;
   uint64_t *response_tails = nullptr;
-  void *request_block = nullptr;      // cudaHostAlloc: the request ring (write-combined)
-  void *response_block = nullptr;     // cudaHostAlloc: the response ring (cached)
-  void *device_block = nullptr;       // cudaMalloc: device ctx + staging frames
+  void *request_block = nullptr;  // cudaHostAlloc: the request ring (write-combined)
+  void *response_block = nullptr; // cudaHostAlloc: the response ring (cached)
+  void *device_block = nullptr;   // cudaMalloc: device ctx + staging frames
   cudaq_rt_loopback_device_ctx *device_ctx = nullptr;
   uint64_t sent = 0;     // requests written to the ring
   uint64_t received = 0; // responses taken
@@ -70,8 +70,12 @@ uint64_t *cell_half(const cudaq_rt_bridge *b, uint64_t *heads, uint64_t *tails, 
                                                        b->tail_cells);
 }
 
-uint32_t stamp_of(uint64_t half) { return uint32_t(half); }
-uint32_t data_of(uint64_t half) { return uint32_t(half >> 32); }
+uint32_t stamp_of(uint64_t half) {
+  return uint32_t(half);
+}
+uint32_t data_of(uint64_t half) {
+  return uint32_t(half >> 32);
+}
 
 bool parse_u32(std::string_view text, uint32_t &out) {
   if (text.empty() || text.size() > 10)
@@ -102,7 +106,8 @@ bool parse_config(std::string_view config, uint32_t &slots, uint32_t &slot_size)
       continue;
     size_t eq = item.find('=');
     std::string_view key = item.substr(0, eq);
-    std::string_view value = eq == std::string_view::npos ? std::string_view{} : item.substr(eq + 1);
+    std::string_view value =
+        eq == std::string_view::npos ? std::string_view{} : item.substr(eq + 1);
     uint32_t *target = key == "slots" ? &slots : key == "slot_size" ? &slot_size : nullptr;
     if (!target)
       return fail_create("unknown option '" + std::string(key) +
@@ -116,8 +121,7 @@ bool parse_config(std::string_view config, uint32_t &slots, uint32_t &slot_size)
                        std::to_string(CUDAQ_RT_LOOPBACK_MAX_SLOTS));
   if (slot_size < CUDAQ_RT_LOOPBACK_MIN_SLOT_SIZE || slot_size > CUDAQ_RT_LOOPBACK_MAX_SLOT_SIZE ||
       slot_size % 16 != 0)
-    return fail_create("slot_size=" + std::to_string(slot_size) +
-                       " must be a multiple of 16 in " +
+    return fail_create("slot_size=" + std::to_string(slot_size) + " must be a multiple of 16 in " +
                        std::to_string(CUDAQ_RT_LOOPBACK_MIN_SLOT_SIZE) + ".." +
                        std::to_string(CUDAQ_RT_LOOPBACK_MAX_SLOT_SIZE));
   return true;
@@ -156,7 +160,8 @@ cudaq_rt_bridge_result create(const char *config, cudaq_rt_bridge **out) {
   b->slot_size = slot_size;
   b->tail_cells = cudaq_rt_loopback_tail_cells(slot_size);
   const size_t heads_bytes = CUDAQ_RT_LOOPBACK_HEADS_BYTES(slots);
-  const size_t ring_bytes = heads_bytes + size_t(slots) * b->tail_cells * CUDAQ_RT_LOOPBACK_CELL_SIZE;
+  const size_t ring_bytes =
+      heads_bytes + size_t(slots) * b->tail_cells * CUDAQ_RT_LOOPBACK_CELL_SIZE;
   const size_t frames_bytes = size_t(slots) * slot_size;
   const size_t ctx_bytes = 256; // keeps the staging frames 256-aligned
 
@@ -223,9 +228,15 @@ const char *last_error(const cudaq_rt_bridge *b) {
   return b ? b->error.c_str() : create_error.c_str();
 }
 
-void *device_context(cudaq_rt_bridge *b) { return b->device_ctx; }
-uint32_t slot_size(cudaq_rt_bridge *b) { return b->slot_size; }
-uint32_t num_slots(cudaq_rt_bridge *b) { return b->num_slots; }
+void *device_context(cudaq_rt_bridge *b) {
+  return b->device_ctx;
+}
+uint32_t slot_size(cudaq_rt_bridge *b) {
+  return b->slot_size;
+}
+uint32_t num_slots(cudaq_rt_bridge *b) {
+  return b->num_slots;
+}
 
 cudaq_rt_bridge_result send(cudaq_rt_bridge *b, const void *frame, size_t size) {
   if (size < CUDAQ_RT_HEADER_SIZE || size > b->slot_size) {
@@ -270,8 +281,8 @@ cudaq_rt_bridge_result receive(cudaq_rt_bridge *b, void *buffer, size_t capacity
     return CUDAQ_RT_BRIDGE_AGAIN;
   const uint32_t len = data_of(control);
   if (len < CUDAQ_RT_HEADER_SIZE || len > b->slot_size) {
-    b->error = "receive: response " + std::to_string(k) + " claims " + std::to_string(len) +
-               " bytes";
+    b->error =
+        "receive: response " + std::to_string(k) + " claims " + std::to_string(len) + " bytes";
     return CUDAQ_RT_BRIDGE_ERROR;
   }
   if (capacity < len) {

@@ -38,7 +38,7 @@ struct Session {
 };
 static_assert(sizeof(Session) <= CUDAQ_RT_SESSION_STORAGE_SIZE, "session must fit the storage");
 
-constexpr uint32_t kBatch = 8; // cells loaded per round trip when unpacking a large payload
+constexpr uint32_t kBatch = 8;  // cells loaded per round trip when unpacking a large payload
 constexpr uint32_t kLine = 128; // bytes per L1 line
 
 // 16-byte accesses to mapped host memory. volatile (relaxed, system scope) so that every poll

@@ -119,8 +119,9 @@ static inline CUDAQ_RT_LOOPBACK_HD uint64_t cudaq_rt_loopback_tail_cell(uint32_t
 }
 
 /* Bytes of one ring's heads. */
-#define CUDAQ_RT_LOOPBACK_HEADS_BYTES(n) \
-  ((size_t)(n) * CUDAQ_RT_LOOPBACK_HEAD_CELLS * CUDAQ_RT_LOOPBACK_LINE_CELLS * CUDAQ_RT_LOOPBACK_CELL_SIZE)
+#define CUDAQ_RT_LOOPBACK_HEADS_BYTES(n)                                                           \
+  ((size_t)(n)*CUDAQ_RT_LOOPBACK_HEAD_CELLS * CUDAQ_RT_LOOPBACK_LINE_CELLS *                       \
+   CUDAQ_RT_LOOPBACK_CELL_SIZE)
 
 /* The stamp of the frame with sequence number k in a ring of n slots. */
 #define CUDAQ_RT_LOOPBACK_LAP(k, n) ((uint32_t)((k) / (n)) + 1u)
@@ -129,11 +130,11 @@ static inline CUDAQ_RT_LOOPBACK_HD uint64_t cudaq_rt_loopback_tail_cell(uint32_t
 typedef struct cudaq_rt_loopback_device_ctx {
   uint32_t magic; /* CUDAQ_RT_LOOPBACK_CTX_MAGIC */
   uint32_t num_slots;
-  uint32_t slot_size;       /* frame bytes per slot, header included; a multiple of 16 */
-  uint32_t tail_cells;      /* cudaq_rt_loopback_tail_cells(slot_size) */
-  void *request_heads;      /* mapped host memory: CUDAQ_RT_LOOPBACK_HEADS_BYTES(num_slots) */
-  void *request_tails;      /* mapped host memory: num_slots * tail_cells cells */
-  void *response_heads;     /* the same for responses */
+  uint32_t slot_size;   /* frame bytes per slot, header included; a multiple of 16 */
+  uint32_t tail_cells;  /* cudaq_rt_loopback_tail_cells(slot_size) */
+  void *request_heads;  /* mapped host memory: CUDAQ_RT_LOOPBACK_HEADS_BYTES(num_slots) */
+  void *request_tails;  /* mapped host memory: num_slots * tail_cells cells */
+  void *response_heads; /* the same for responses */
   void *response_tails;
   unsigned char *request_frames;  /* device memory: num_slots * slot_size, unpacked requests */
   unsigned char *response_frames; /* device memory: num_slots * slot_size, responses being built */

@@ -66,8 +66,7 @@ struct Driver {
 template <class F> void resolve(F &fn, const char *name) {
   void *p = nullptr;
   cudaDriverEntryPointQueryResult found;
-  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &found) !=
-          cudaSuccess ||
+  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &found) != cudaSuccess ||
       found != cudaDriverEntryPointSuccess || !p)
     fail(std::string("the driver has no ") + name);
   fn = reinterpret_cast<F>(p);
@@ -169,8 +168,8 @@ void expect_response(const Bytes &r, int32_t status, uint32_t request_id, const 
   auto h = header_of(r);
   expect(r.size() == sizeof h + h.result_len, what + ": frame size matches result_len");
   expect(h.magic == CUDAQ_RT_RESPONSE_MAGIC, what + ": response magic");
-  expect(h.status == status, what + ": status " + std::to_string(h.status) + ", expected " +
-                                 std::to_string(status));
+  expect(h.status == status,
+         what + ": status " + std::to_string(h.status) + ", expected " + std::to_string(status));
   expect(h.request_id == request_id, what + ": request_id echoed");
   expect(h.ptp_timestamp == 0x1122334455667788ull + request_id, what + ": timestamp echoed");
   expect(Bytes(r.begin() + sizeof h, r.end()) == result, what + ": result bytes");
@@ -257,8 +256,8 @@ int main(int argc, char **argv) {
     if (!bytes)
       fail(bytes.error().str());
     cubin.assign(bytes->begin(), bytes->end());
-    std::printf("cubin: %s from %s (%zu B, %s)\n", want.c_str(), package_path.c_str(),
-                cubin.size(), rec->cubin.str().c_str());
+    std::printf("cubin: %s from %s (%zu B, %s)\n", want.c_str(), package_path.c_str(), cubin.size(),
+                rec->cubin.str().c_str());
   } else {
     cubin = read_file(cubin_path);
   }
@@ -311,7 +310,8 @@ int main(int argc, char **argv) {
   params.num_functions = uint32_t(table.size());
   params.function_table = device_table;
   params.shutdown_flag = static_cast<volatile int *>(device_mapped);
-  params.stats = reinterpret_cast<cudaq_rt_dispatch_stats *>(static_cast<char *>(device_mapped) + 64);
+  params.stats =
+      reinterpret_cast<cudaq_rt_dispatch_stats *>(static_cast<char *>(device_mapped) + 64);
 
   cudaStream_t stream;
   check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -436,8 +436,7 @@ int main(int argc, char **argv) {
     expect(all_right, "every latency-run echo came back right");
     std::printf("latency: echo 8 B, %d sequential requests: median %.2f us, p99 %.2f us, "
                 "min %.2f us\n",
-                latency_requests, percentile(us, 0.5), percentile(us, 0.99),
-                percentile(us, 0.0));
+                latency_requests, percentile(us, 0.5), percentile(us, 0.99), percentile(us, 0.0));
   }
 
   { // Throughput: keep the ring full.

@@ -50,8 +50,8 @@ cudaq_rt_counters_load(const cudaq_rt_dispatch_stats *stats) {
 /* Posted stores only, with no fence: the host may see a response a moment before its count.
  * Where stats is 16-aligned, two 16-byte stores (each 8-byte half lands whole), else four. Call
  * it after publishing the response, so that these stores do not go out ahead of the response's. */
-static __device__ __forceinline__ void cudaq_rt_counters_store(cudaq_rt_dispatch_stats *stats,
-                                                               const cudaq_rt_dispatch_counters *c) {
+static __device__ __forceinline__ void
+cudaq_rt_counters_store(cudaq_rt_dispatch_stats *stats, const cudaq_rt_dispatch_counters *c) {
   if (stats && ((unsigned long long)stats & 15u) == 0) {
     asm volatile("st.volatile.v2.u64 [%0], {%1, %2};" ::"l"(stats), "l"(c->requests), "l"(c->ok)
                  : "memory");
@@ -79,8 +79,8 @@ static __device__ __forceinline__ void cudaq_rt_counters_record(cudaq_rt_dispatc
 }
 
 /* 0 when the request header may be handed to a handler, else the protocol status to answer. */
-static __device__ __forceinline__ int
-cudaq_rt_validate_request(const cudaq_rt_request_header *req, uint32_t slot_size) {
+static __device__ __forceinline__ int cudaq_rt_validate_request(const cudaq_rt_request_header *req,
+                                                                uint32_t slot_size) {
   if (req->magic != CUDAQ_RT_REQUEST_MAGIC)
     return CUDAQ_RT_STATUS_BAD_MAGIC;
   if (slot_size < CUDAQ_RT_HEADER_SIZE || req->arg_len > slot_size - CUDAQ_RT_HEADER_SIZE)
@@ -119,9 +119,10 @@ cudaq_rt_write_response_header(cudaq_rt_response_header *resp, int32_t status, u
  * calls its handler with max_result_len = slot_size - 24, and always writes the response header,
  * echoing request_id and ptp_timestamp (also for a bad magic: they are all a client has to match
  * the answer). Returns the status written and records it in `counters` (may be NULL). */
-static __device__ __forceinline__ int
-cudaq_rt_serve_frame(const cudaq_rt_function_entry *table, uint32_t table_size, uint32_t slot_size,
-                     const void *request, void *response, cudaq_rt_dispatch_counters *counters) {
+static __device__ __forceinline__ int cudaq_rt_serve_frame(const cudaq_rt_function_entry *table,
+                                                           uint32_t table_size, uint32_t slot_size,
+                                                           const void *request, void *response,
+                                                           cudaq_rt_dispatch_counters *counters) {
   const cudaq_rt_request_header *req = (const cudaq_rt_request_header *)request;
   cudaq_rt_response_header *resp = (cudaq_rt_response_header *)response;
   const uint32_t request_id = req->request_id;
