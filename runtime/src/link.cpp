@@ -255,10 +255,11 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
   // Blob bytes live here for the duration of the link; LinkInput spans point into them.
   std::vector<std::unique_ptr<std::string>> blobs;
   std::vector<InputFile> files;
+  // Packed containers only: what a link added is taken afresh from where it came from.
   auto package_inputs = [&](auto pred, auto name_of) -> Expected<std::vector<LinkInput>> {
     std::vector<LinkInput> out;
     for (const ContainerRecord &c : m.containers) {
-      if (!pred(c))
+      if (!c.packed() || !pred(c))
         continue;
       auto bytes = pkg->read_blob(c.digest);
       if (!bytes)
@@ -301,6 +302,7 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
     plan.kernel = builtin_dispatcher_kernel;
     NewContainer nc{container_record(*builtin, sha256(builtin->bytes), Role::dispatcher, ""),
                     std::nullopt};
+    nc.record.added_by = "cudaq-rt-link";
     plan.inputs.push_back(
         {"dispatcher builtin", nc.record.digest, builtin->bytes, nc.record.entries});
     if (!m.find_container(nc.record.digest))
@@ -323,7 +325,7 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
   // The bridge's device hooks.
   std::set<std::string> packed_bridges;
   for (const ContainerRecord &c : m.containers)
-    if (c.role == Role::bridge)
+    if (c.role == Role::bridge && c.packed())
       packed_bridges.insert(c.bridge);
   if (opt.bridge.empty() && packed_bridges.size() > 1)
     return make_error(subject, "the package holds ", packed_bridges.size(),
@@ -359,6 +361,7 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
         return std::move(containers).take_error();
       for (const Container &c : *containers) {
         NewContainer nc{container_record(c, sha256(c.bytes), Role::bridge, plan.bridge), src};
+        nc.record.added_by = "cudaq-rt-link";
         nc.record.origins.push_back({0, u.member, c.offset, index++});
         plan.inputs.push_back({cat("bridge ", plan.bridge, " ", f.path(), "#", index - 1),
                                nc.record.digest, c.bytes, nc.record.entries});

@@ -127,6 +127,8 @@ json Manifest::to_json() const {
     json jc = {{"digest", c.digest.str()}, {"size", c.size}, {"role", role_name(c.role)}};
     if (c.role == Role::bridge)
       jc["bridge"] = c.bridge;
+    if (!c.added_by.empty())
+      jc["added_by"] = c.added_by;
     jc["origins"] = json::array();
     for (const Origin &o : c.origins) {
       json jo = {{"source", o.source}, {"offset", o.offset}, {"index", o.index}};
@@ -226,6 +228,11 @@ Expected<Manifest> Manifest::parse(const std::string &text, const std::string &s
       c.role = role(jc, p);
       if (c.role == Role::bridge)
         c.bridge = str(jc, "bridge", p);
+      if (jc.contains("added_by")) {
+        c.added_by = str(jc, "added_by", p);
+        if (c.added_by != "cudaq-rt-link")
+          throw Bad{cat(p, ".added_by: unknown producer '", c.added_by, "'")};
+      }
       const json &origins = array(jc, "origins", p);
       for (size_t k = 0; k < origins.size(); ++k) {
         std::string po = cat(p, ".origins[", k, "]");

@@ -327,6 +327,24 @@ class LinkTest(unittest.TestCase):
         self.assertEqual([l["arch"] for l in m["links"]], ["sm_80", "sm_90"])
         self.assertEqual(validate_schema.validate(self.schema, m), [])
 
+    def test_code_a_link_added_is_never_a_later_links_input(self):
+        # The built-in dispatcher and the installed bridge's hooks are stored for the record,
+        # marked as added by the link; a relink takes them afresh from the runtime and the bridge
+        # library (whose host side is what will run), not from the package's copy.
+        m = self.linked_manifest
+        added = [c for c in m["containers"] if c.get("added_by") == "cudaq-rt-link"]
+        self.assertEqual(sorted(c["role"] for c in added), ["bridge", "dispatcher"])
+        self.assertTrue(all("added_by" not in c for c in self.base_manifest["containers"]))
+        pkg, cache = self.fresh()
+        self.link(pkg, "--arch", "sm_80", cache=cache)
+        again = self.link_json(pkg, "--arch", "sm_80", "--dry-run", cache=cache)
+        names = again["archs"][0]["inputs"]
+        self.assertEqual(names[0], "dispatcher builtin")
+        self.assertTrue(names[1].startswith("bridge loopback ") and
+                        names[1].endswith("libcudaq_rt_bridge_loopback.so#0"), names)
+        self.assertEqual(len(names), 5, names)  # no second copy of the hooks or the dispatcher
+        self.assertEqual(validate_schema.validate(self.schema, self.manifest(pkg)), [])
+
     def test_cache_stats_with_link_is_one_json_document(self):
         pkg, cache = self.fresh()
         doc = json.loads(self.link(pkg, "--arch", "sm_80", "--json", "--cache-stats",

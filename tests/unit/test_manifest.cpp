@@ -47,6 +47,7 @@ Manifest full_manifest() {
   c2.digest = d("container1");
   c2.size = 16;
   c2.role = Role::dispatcher;
+  c2.added_by = "cudaq-rt-link";
   m.containers = {c, c2};
   m.exports = {
       {"add_one", "handler", 0xdeadbeefu, "cudaq_rt_handler__add_one", Role::application, {0, 1}}};
@@ -124,6 +125,9 @@ TEST_CASE("a manifest survives to_json_text and parse unchanged") {
   CHECK(c.entries[1].kind_code == 77);
   CHECK(back->containers[1].role == Role::dispatcher);
   CHECK(back->containers[1].bridge.empty());
+  CHECK(back->containers[0].packed());
+  CHECK(back->containers[1].added_by == "cudaq-rt-link");
+  CHECK_FALSE(back->containers[1].packed());
   REQUIRE(back->exports.size() == 1);
   CHECK(back->exports[0].function_id == 0xdeadbeefu);
   CHECK(back->exports[0].symbol == "cudaq_rt_handler__add_one");
@@ -146,6 +150,7 @@ TEST_CASE("the JSON carries the media type and leaves out empty optional fields"
   json j = full_manifest().to_json();
   CHECK(j["media_type"] == manifest_media_type);
   CHECK(j["containers"][1].contains("bridge") == false);
+  CHECK(j["containers"][0].contains("added_by") == false);
   CHECK(j["containers"][0]["origins"][1].contains("member") == false);
   CHECK(j["containers"][0]["entries"][1].contains("options") == false);
   CHECK(j["containers"][0]["entries"][0]["version"] == json::array({13, 4}));
@@ -208,6 +213,8 @@ TEST_CASE("parse errors name the field") {
         "sha256:<64 hex> digest");
   CHECK(error_after([](json &j) { j["containers"][0]["role"] = "driver"; }) ==
         "'m.json': containers[0].role: unknown role 'driver'");
+  CHECK(error_after([](json &j) { j["containers"][1]["added_by"] = "me"; }) ==
+        "'m.json': containers[1].added_by: unknown producer 'me'");
   CHECK(error_after([](json &j) { j["containers"][0].erase("bridge"); }) ==
         "'m.json': containers[0]: missing \"bridge\"");
   CHECK(error_after([](json &j) { j["containers"][0]["origins"][0]["source"] = 2; }) ==

@@ -51,8 +51,15 @@ struct ContainerRecord {
   uint64_t size = 0;
   Role role = Role::application;
   std::string bridge; // for Role::bridge
+  // Empty for code cudaq-rt-pack packed; "cudaq-rt-link" for code a link took from elsewhere
+  // (the built-in dispatch kernel, an installed bridge's hooks) and stored so that every input
+  // of a link record resolves inside the package. Such containers are a record, never an input
+  // of a later link: that takes them fresh from where they came from.
+  std::string added_by;
   std::vector<Origin> origins;
   std::vector<EntryRecord> entries;
+
+  bool packed() const { return added_by.empty(); }
 
   bool has_ltoir() const;
   // The SM numbers of the LTO-IR entries, ascending.
