@@ -325,6 +325,8 @@ std::string format_listing(const Manifest &m, const std::string &what) {
     for (const Origin &o : c.origins)
       out << "  [" << o.source << "]" << (o.member.empty() ? "" : "(" + o.member + ")") << "#"
           << o.index << "@" << hex(o.offset);
+    if (!c.packed())
+      out << "  (added by " << c.added_by << ")";
     out << "\n";
     for (const EntryRecord &e : c.entries) {
       out << "    " << e.kind << " sm_" << e.arch << "  " << e.payload_size << " bytes";
