@@ -27,6 +27,10 @@ BUILD_DIR = os.environ.get("CUDAQ_RT_BUILD_DIR", os.path.join(HERE, "../../build
 CMAKE = os.environ.get("CMAKE_COMMAND", "cmake")
 NINJA = os.environ.get("CMAKE_MAKE_PROGRAM", "ninja")
 NVCC = os.environ.get("NVCC", "nvcc")
+# The installed tree's own compile and link flags: a sanitizer build of cudaq-rt needs the
+# outside program built the same way, or the sanitizer runtime does not load first.
+CXX_FLAGS = os.environ.get("CUDAQ_RT_CXX_FLAGS", "")
+EXE_LINKER_FLAGS = os.environ.get("CUDAQ_RT_EXE_LINKER_FLAGS", "")
 PROJECT = os.path.join(HERE, "outside_project")
 
 HANDLERS = {"negate_i32", "xor_bytes"}
@@ -63,7 +67,9 @@ class CMakePackage(unittest.TestCase):
         run([CMAKE, "--install", BUILD_DIR, "--prefix", cls.prefix])
         run([CMAKE, "-S", cls.source, "-B", cls.build, "-G", "Ninja",
              "-DCMAKE_MAKE_PROGRAM=" + NINJA, "-DCMAKE_CUDA_COMPILER=" + NVCC,
-             "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_PREFIX_PATH=" + cls.prefix], env=cls.env)
+             "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_PREFIX_PATH=" + cls.prefix,
+             "-DCMAKE_CXX_FLAGS=" + CXX_FLAGS, "-DCMAKE_EXE_LINKER_FLAGS=" + EXE_LINKER_FLAGS],
+            env=cls.env)
         cls.first_build = run([CMAKE, "--build", cls.build], env=cls.env)
         cls.package = os.path.join(cls.build, "packages", "outside.cudaqpkg")
         cls.manifest_path = os.path.join(cls.package, "manifest.json")
