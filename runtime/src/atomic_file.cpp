@@ -1,6 +1,7 @@
 #include "cudaq_rt/atomic_file.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <random>
@@ -92,8 +93,19 @@ Expected<std::string> read_file(const fs::path &path) {
   return out;
 }
 
+fs::path entry_path(const fs::path &p) {
+  std::error_code ec;
+  fs::path abs = fs::absolute(p, ec);
+  if (ec)
+    abs = p;
+  abs = abs.lexically_normal();
+  if (!abs.has_filename() && abs.has_parent_path() && abs != abs.root_path())
+    abs = abs.parent_path();
+  return abs;
+}
+
 Expected<TempDir> TempDir::create_beside(const fs::path &final_path) {
-  fs::path abs = fs::absolute(final_path);
+  fs::path abs = entry_path(final_path);
   fs::path dir = abs.parent_path();
   fs::path tmp = dir / ("." + abs.filename().string() + unique_suffix());
   if (::mkdir(tmp.c_str(), 0755) != 0)
@@ -113,9 +125,21 @@ TempDir::~TempDir() {
 }
 
 Status TempDir::commit(const fs::path &final_path, bool replace) {
-  fs::path abs = fs::absolute(final_path);
+  fs::path abs = entry_path(final_path);
+  std::error_code ec;
+  bool exists = fs::exists(fs::symlink_status(abs, ec));
+  if (replace && exists) {
+    if (::renameat2(AT_FDCWD, path_.c_str(), AT_FDCWD, abs.c_str(), RENAME_EXCHANGE) == 0) {
+      // path_ now holds the old directory.
+      fs::remove_all(path_, ec);
+      path_.clear();
+      return fsync_path(abs.parent_path());
+    }
+    if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
+      return make_error(abs.string(), "cannot replace: ", errno_text(errno));
+  }
   fs::path aside;
-  if (replace && fs::exists(fs::symlink_status(abs))) {
+  if (replace && exists) {
     aside = abs.parent_path() / ("." + abs.filename().string() + unique_suffix() + ".old");
     if (::rename(abs.c_str(), aside.c_str()) != 0)
       return make_error(abs.string(), "cannot move the existing one aside: ", errno_text(errno));
@@ -131,10 +155,8 @@ Status TempDir::commit(const fs::path &final_path, bool replace) {
     return make_error(abs.string(), "cannot rename into place: ", errno_text(err));
   }
   path_.clear();
-  if (!aside.empty()) {
-    std::error_code ec;
+  if (!aside.empty())
     fs::remove_all(aside, ec);
-  }
   return fsync_path(abs.parent_path());
 }
 

@@ -10,6 +10,16 @@ const char *export_kind_name(ExportKind k) {
   return k == ExportKind::handler ? "handler" : "dispatch-kernel";
 }
 
+bool is_c_identifier(std::string_view name) {
+  auto alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
+  if (name.empty() || !alpha(name[0]))
+    return false;
+  for (char c : name)
+    if (!alpha(c) && !(c >= '0' && c <= '9'))
+      return false;
+  return true;
+}
+
 std::string handler_symbol(const std::string &name) {
   return CUDAQ_RT_HANDLER_SYMBOL_PREFIX + name;
 }
@@ -43,7 +53,8 @@ Expected<std::vector<ExportRecord>> parse_export_records(std::span<const uint8_t
       return make_error(subject, where, " has version ", r.version, "; this cudaq-rt reads ",
                         "version ", CUDAQ_RT_EXPORT_VERSION);
     if (r.name_size == 0 || r.name_size >= CUDAQ_RT_EXPORT_NAME_CAPACITY ||
-        r.name[r.name_size] != '\0' || std::strlen(r.name) != r.name_size)
+        r.name[r.name_size] != '\0' || std::strlen(r.name) != r.name_size ||
+        !is_c_identifier(std::string_view(r.name, r.name_size)))
       return make_error(subject, where, " has a malformed name");
     ExportRecord e;
     e.name.assign(r.name, r.name_size);

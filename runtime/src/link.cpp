@@ -104,36 +104,6 @@ std::string describe_entries(const std::vector<EntryRecord> &entries) {
   return s.empty() ? "no code" : s;
 }
 
-// An exclusive lock beside the package for the read-modify-write of a link, so two links of
-// one package do not lose each other's records.
-class PackageLock {
-public:
-  static Expected<PackageLock> acquire(const fs::path &package) {
-    fs::path abs = fs::absolute(package);
-    fs::path lock = abs.parent_path() / ("." + abs.filename().string() + ".lock");
-    int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0)
-      return make_error(lock.string(), "cannot create lock file: ", std::strerror(errno));
-    while (::flock(fd, LOCK_EX) != 0)
-      if (errno != EINTR) {
-        int err = errno;
-        ::close(fd);
-        return make_error(lock.string(), "cannot lock: ", std::strerror(err));
-      }
-    return PackageLock(fd);
-  }
-  PackageLock(PackageLock &&o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
-  PackageLock &operator=(PackageLock &&) = delete;
-  ~PackageLock() {
-    if (fd_ >= 0)
-      ::close(fd_);
-  }
-
-private:
-  explicit PackageLock(int fd) : fd_(fd) {}
-  int fd_;
-};
-
 struct Plan {
   std::string dispatcher;        // "builtin" or the custom kernel's name
   std::string kernel;            // the kernel to launch
@@ -237,12 +207,13 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
   }
 
   // Only an existing package gets a lock file beside it: a mistyped path leaves nothing behind.
+  const fs::path package = entry_path(opt.package);
   std::error_code ec;
-  if (!fs::is_directory(opt.package, ec))
+  if (!fs::is_directory(package, ec))
     return Package::open(opt.package).take_error();
   std::optional<PackageLock> lock;
   if (!opt.dry_run && opt.store_in_package) {
-    auto l = PackageLock::acquire(opt.package);
+    auto l = PackageLock::acquire(package);
     if (!l)
       return std::move(l).take_error();
     lock.emplace(std::move(*l));
@@ -510,8 +481,10 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
         md.info_log = a.info_log;
         md.link_time_ms = rec.link_ms;
         md.created = std::time(nullptr);
+        // The cubin is good whatever the cache does: a full disk or a read-only shared cache
+        // costs the next process a link, not this one its result.
         if (auto st = cache.put(a.key, cubins[i], md); !st)
-          a.error = st.error();
+          a.warnings.push_back("not cached: " + st.error().str());
       }
       a.record = std::move(rec);
     }
@@ -547,7 +520,7 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
         if (auto st = write_file_atomic(dir / name, as_bytes(*text)); !st)
           return std::move(st).take_error();
       if (!cubins[i].empty())
-        if (auto st = write_file_atomic(dir / (plan.kernel + ".cubin"), cubins[i]); !st)
+        if (auto st = write_file_atomic(dir / "module.cubin", cubins[i]); !st)
           return std::move(st).take_error();
     }
   }
@@ -558,7 +531,7 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
   // Store: every old blob still referenced, the new containers, the cubins; the new records
   // replace old ones for the same (arch, bridge, dispatcher).
   Manifest next_m = m;
-  auto writer = PackageWriter::create(opt.package);
+  auto writer = PackageWriter::create(package);
   if (!writer)
     return std::move(writer).take_error();
   for (NewContainer &nc : plan.new_containers) {

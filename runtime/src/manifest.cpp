@@ -1,5 +1,7 @@
 #include "cudaq_rt/manifest.h"
 
+#include "cudaq_rt/export_records.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -276,6 +278,8 @@ Expected<Manifest> Manifest::parse(const std::string &text, const std::string &s
       std::string p = cat("exports[", i, "]");
       ExportEntry e;
       e.name = str(exports[i], "name", p);
+      if (!is_c_identifier(e.name))
+        throw Bad{cat(p, ".name: '", e.name, "' is not a C identifier")};
       e.kind = str(exports[i], "kind", p);
       e.function_id = static_cast<uint32_t>(uint(exports[i], "function_id", p));
       e.symbol = str(exports[i], "symbol", p);

@@ -283,6 +283,15 @@ Expected<PackResult> pack(const PackOptions &options) {
   if (!fs::is_directory(options.output_dir, ec))
     return make_error(options.output_dir.string(), "output directory does not exist");
 
+  // Replacing a package is a read-modify-write race with cudaq-rt-link storing into it: take the
+  // lock link takes. Without --force the final rename cannot clobber anything, so no lock.
+  std::optional<PackageLock> lock;
+  if (options.force) {
+    auto l = PackageLock::acquire(dir);
+    if (!l)
+      return std::move(l).take_error();
+    lock.emplace(std::move(*l));
+  }
   auto writer = PackageWriter::create(dir);
   if (!writer)
     return std::move(writer).take_error();

@@ -2,6 +2,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -68,6 +70,26 @@ Expected<std::string> Package::read_blob(const Digest &d) const {
     return make_error(b.string(), "blob does not match its digest ", d.str(),
                       " (the package is corrupt or was modified)");
   return bytes;
+}
+
+Expected<PackageLock> PackageLock::acquire(const fs::path &package) {
+  fs::path abs = entry_path(package);
+  fs::path lock = abs.parent_path() / ("." + abs.filename().string() + ".lock");
+  int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return make_error(lock.string(), "cannot create lock file: ", std::strerror(errno));
+  while (::flock(fd, LOCK_EX) != 0)
+    if (errno != EINTR) {
+      int err = errno;
+      ::close(fd);
+      return make_error(lock.string(), "cannot lock: ", std::strerror(err));
+    }
+  return PackageLock(fd);
+}
+
+PackageLock::~PackageLock() {
+  if (fd_ >= 0)
+    ::close(fd_);
 }
 
 Expected<PackageWriter> PackageWriter::create(const fs::path &final_dir) {

@@ -345,6 +345,39 @@ class LinkTest(unittest.TestCase):
         self.assertEqual(len(names), 5, names)  # no second copy of the hooks or the dispatcher
         self.assertEqual(validate_schema.validate(self.schema, self.manifest(pkg)), [])
 
+    def test_package_named_with_a_trailing_slash(self):
+        # As shell completion writes it: the temporary directory and the lock go beside the
+        # package, not into it.
+        pkg, cache = self.fresh()
+        self.link(pkg + "/", "--arch", "sm_80", cache=cache)
+        self.assertEqual(sorted(os.listdir(pkg)), ["blobs", "manifest.json"])
+        self.assertEqual(sorted(os.listdir(os.path.dirname(pkg))),
+                         [".app.cudaqpkg.lock", "app.cudaqpkg", "cache"])
+        self.assertEqual([l["arch"] for l in self.manifest(pkg)["links"]], ["sm_80"])
+
+    def test_a_cache_that_cannot_store_costs_a_warning_not_the_link(self):
+        pkg, cache = self.fresh()
+        os.makedirs(os.path.join(cache, "v1"))
+        for i in range(256):  # every shard a regular file: no entry can be written
+            open(os.path.join(cache, "v1", "%02x" % i), "w").close()
+        r = self.link(pkg, "--arch", "sm_80", cache=cache)
+        self.assertRegex(r.stderr, r"^cudaq-rt-link: warning: sm_80: not cached: ")
+        self.assertEqual([l["arch"] for l in self.manifest(pkg)["links"]], ["sm_80"])
+
+    def test_no_cache_needs_no_cache_settings(self):
+        pkg, cache = self.fresh()
+        env = self.env(cache, CUDAQ_RT_CACHE_MAXSIZE="bogus")
+        for k in ("HOME", "XDG_CACHE_HOME", "CUDAQ_RT_CACHE_DIR"):
+            env.pop(k, None)
+        r = run([LINK, pkg, "--arch", "sm_80", "--no-cache", "--no-store"], env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # --cache-dir stands in for the environment's directory (and is made absolute).
+        env.pop("CUDAQ_RT_CACHE_MAXSIZE")
+        r = run([LINK, pkg, "--arch", "sm_80", "--no-store", "--cache-dir",
+                 os.path.relpath(cache)], env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(os.path.isdir(os.path.join(cache, "v1")))
+
     def test_cache_stats_with_link_is_one_json_document(self):
         pkg, cache = self.fresh()
         doc = json.loads(self.link(pkg, "--arch", "sm_80", "--json", "--cache-stats",
@@ -454,7 +487,7 @@ class LinkTest(unittest.TestCase):
             self.assertEqual(read(os.path.join(d, "options.txt")).decode().splitlines(),
                              l["options"])
             self.assertTrue(os.path.isfile(os.path.join(d, "nvjitlink.log")))
-            self.assertEqual(read(os.path.join(d, KERNEL + ".cubin")),
+            self.assertEqual(read(os.path.join(d, "module.cubin")),
                              self.blob(pkg, l["cubin"]["digest"]))
 
     def test_no_kernels_used_keeps_more_code(self):
@@ -478,7 +511,7 @@ class LinkTest(unittest.TestCase):
         # The default link drops the kernel nothing launches and keeps every handler.
         temps = os.path.join(os.path.dirname(pkg), "temps")
         self.link(pkg, "--arch", "sm_80", "--no-store", "--save-temps", temps, cache=cache)
-        _, _, symbols = cubin_info(read(os.path.join(temps, "sm_80", KERNEL + ".cubin")))
+        _, _, symbols = cubin_info(read(os.path.join(temps, "sm_80", "module.cubin")))
         self.assertNotIn(unused, symbols)
         for s in handlers:
             self.assertEqual(symbols.get(s), "object", s)
@@ -528,7 +561,7 @@ class LinkTest(unittest.TestCase):
     def test_unknown_arch(self):
         pkg, _ = self.fresh()
         for bad in ("sm_9x", "sm_", "compute_90", "sm_090", "90"):
-            self.link_fails(pkg, ["--arch", bad], [f"unknown arch '{bad}'", "sm_NN"])
+            self.link_fails(pkg, ["--arch", bad], [f"unknown arch '{bad}'", "sm_NN"], status=2)
 
     def test_no_arch_is_a_usage_error(self):
         pkg, _ = self.fresh()

@@ -89,6 +89,15 @@ TEST_CASE("a name of the longest size that fits is accepted") {
   CHECK((*r)[0].name == longest);
 }
 
+TEST_CASE("export names are C identifiers") {
+  CHECK(is_c_identifier("sum_i32"));
+  CHECK(is_c_identifier("_x9"));
+  CHECK_FALSE(is_c_identifier(""));
+  CHECK_FALSE(is_c_identifier("9x"));
+  CHECK_FALSE(is_c_identifier("a.b"));
+  CHECK_FALSE(is_c_identifier("../x"));
+}
+
 TEST_CASE("malformed records get exact messages") {
   auto good = record(CUDAQ_RT_EXPORT_HANDLER_KIND, "add_one");
 
@@ -136,6 +145,10 @@ TEST_CASE("malformed records get exact messages") {
     auto embedded_nul = good; // "add\0one" with size 7
     embedded_nul.name[3] = '\0';
     CHECK(error_of(section({embedded_nul})) == at0 + " has a malformed name");
+    for (const char *bad : {"../../up", "a-b", "9lives", "caf\xc3\xa9"}) {
+      auto r = record(CUDAQ_RT_EXPORT_HANDLER_KIND, bad);
+      CHECK_MESSAGE(error_of(section({r})) == at0 + " has a malformed name", bad);
+    }
   }
   SUBCASE("wrong function_id") {
     auto r = good;

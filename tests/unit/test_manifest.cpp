@@ -230,6 +230,8 @@ TEST_CASE("parse errors name the field") {
   CHECK(error_after([](json &j) {
           j["exports"][0]["sources"] = {0, 5};
         }) == "'m.json': exports[0].sources: not an index into sources");
+  CHECK(error_after([](json &j) { j["exports"][0]["name"] = "../../escaped"; }) ==
+        "'m.json': exports[0].name: '../../escaped' is not a C identifier");
   CHECK(error_after([](json &j) { j["exports"][0]["role"] = 1; }) ==
         "'m.json': exports[0].role: expected a string");
   CHECK(error_after([](json &j) {

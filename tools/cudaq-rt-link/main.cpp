@@ -2,11 +2,13 @@
 // Options are documented in man/cudaq-rt-link.1; keep the two in step.
 #include "../common/driver.h"
 
+#include "cudaq_rt/atomic_file.h"
 #include "cudaq_rt/link.h"
 
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 
@@ -135,8 +137,6 @@ int main(int argc, char **argv) {
   auto *prune_opt = app.add_option("--cache-prune", prune_text,
                                    "Evict least recently used entries down to SIZE bytes "
                                    "(K/M/G suffixes; 0 clears the cache)")
-                        ->expected(0, 1)
-                        ->default_str("0")
                         ->group("Cache");
 
   if (int rc = driver::parse(tool, app, argc, argv); rc >= 0)
@@ -144,7 +144,7 @@ int main(int argc, char **argv) {
   opts.opt_level = opt_level.empty() ? "" : "-O" + opt_level;
   opts.kernels_used = !no_kernels_used;
   if (*prune_opt) {
-    prune = prune_text.empty() ? std::optional<uint64_t>(0) : parse_cache_size(prune_text);
+    prune = parse_cache_size(prune_text);
     if (!prune) {
       std::fprintf(stderr, "%s: error: --cache-prune: '%s' is not a size\n", tool,
                    prune_text.c_str());
@@ -152,13 +152,21 @@ int main(int argc, char **argv) {
     }
   }
 
-  auto config = CacheConfig::from_environment();
+  // The command line overrides the environment before it is read: --no-cache needs no cache
+  // settings at all, and --cache-dir needs no $HOME.
+  Expected<CacheConfig> config = CacheConfig{.dir = {}, .enabled = false};
+  if (!cache_dir.empty())
+    cache_dir = entry_path(cache_dir).string();
+  if (!no_cache)
+    config = CacheConfig::from_environment([&](const char *var) -> const char * {
+      if (!cache_dir.empty() && std::string_view(var) == "CUDAQ_RT_CACHE_DIR")
+        return cache_dir.c_str();
+      return std::getenv(var);
+    });
   if (!config)
     return driver::fail(tool, config.error());
-  if (!cache_dir.empty())
-    config->dir = cache_dir;
   // A dry run reads no entry, so it must not create the cache directory either.
-  if (no_cache || (opts.dry_run && !cache_stats && !prune))
+  if (opts.dry_run && !cache_stats && !prune)
     config->enabled = false;
   auto cache = LinkCache::open(*config);
   if (!cache)
@@ -181,6 +189,14 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "%s: error: no target arch: give --arch sm_NN[,sm_NN...]\n", tool);
     return driver::exit_usage;
   }
+  for (const std::string &a : opts.archs)
+    if (!parse_arch(a)) {
+      std::fprintf(stderr,
+                   "%s: error: --arch: unknown arch '%s': expected sm_NN with an optional a or f "
+                   "suffix, e.g. sm_90\n",
+                   tool, a.c_str());
+      return driver::exit_usage;
+    }
   if (!save_temps.empty())
     opts.save_temps = save_temps;
 
@@ -189,6 +205,8 @@ int main(int argc, char **argv) {
     return driver::fail(tool, report.error());
 
   for (const ArchLink &a : report->archs) {
+    for (const std::string &w : a.warnings)
+      driver::warn(tool, a.arch + ": " + w);
     if (a.error) {
       std::fprintf(stderr, "%s: error: %s\n", tool, a.error->str().c_str());
       std::istringstream details(a.details);

@@ -11,6 +11,10 @@
 
 namespace cudaq_rt {
 
+// An absolute, lexically normal path naming the thing itself: "pkg.cudaqpkg/" and
+// "./pkg.cudaqpkg" both give "/cwd/pkg.cudaqpkg", so its parent is the directory it lives in.
+std::filesystem::path entry_path(const std::filesystem::path &p);
+
 // Writes `data` to `path` atomically (replacing any file there).
 Status write_file_atomic(const std::filesystem::path &path, std::span<const uint8_t> data);
 
@@ -27,8 +31,10 @@ public:
   ~TempDir();
 
   const std::filesystem::path &path() const { return path_; }
-  // Renames the directory to final_path. With `replace`, an existing final_path is swapped out
-  // (renamed aside, then removed) so the new one still appears in one rename.
+  // Renames the directory to final_path. With `replace`, an existing final_path is exchanged with
+  // the new one in one renameat2(RENAME_EXCHANGE), so the path always names a whole directory,
+  // then the old one is removed. Where the filesystem cannot exchange, the old one is renamed
+  // aside first (the path is missing for that moment).
   Status commit(const std::filesystem::path &final_path, bool replace);
 
 private:

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace cudaq_rt {
@@ -23,6 +24,10 @@ struct ExportRecord {
 // Parses every record of a .cudaq_rt_exports section; zero padding between records is skipped.
 Expected<std::vector<ExportRecord>> parse_export_records(std::span<const uint8_t> section,
                                                          const std::string &subject);
+
+// Export names are C identifiers: the macros paste them into symbol names, and nothing else can
+// name a device global or a kernel that -kernels-used/-variables-used and the loader look up.
+bool is_c_identifier(std::string_view name);
 
 // The device global that carries a handler's pointer: cudaq_rt_handler__<name>.
 std::string handler_symbol(const std::string &name);

@@ -42,6 +42,7 @@ struct ArchLink {
   std::string info_log;
   std::optional<Error> error;
   std::string details; // with an error: nvJitLink's log and the inputs, several lines
+  std::vector<std::string> warnings;
 };
 
 struct LinkReport {

@@ -33,6 +33,22 @@ private:
   Manifest manifest_;
 };
 
+// An exclusive lock on `.NAME.cudaqpkg.lock` beside a package, held by every writer for its
+// read-modify-write (cudaq-rt-link storing cubins, cudaq-rt-pack --force replacing the package),
+// so that no writer loses another's update. The lock file stays: unlinking it under the lock
+// would let a waiter lock an orphaned file.
+class PackageLock {
+public:
+  static Expected<PackageLock> acquire(const std::filesystem::path &package);
+  PackageLock(PackageLock &&o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  PackageLock &operator=(PackageLock &&) = delete;
+  ~PackageLock();
+
+private:
+  explicit PackageLock(int fd) : fd_(fd) {}
+  int fd_;
+};
+
 // Builds a package in a temporary directory beside its final path; commit() renames it into place
 // in one step. Destroyed without commit, it removes everything it wrote.
 class PackageWriter {
