@@ -29,9 +29,9 @@ std::span<const uint8_t> as_span(llvm::StringRef s) {
   return {reinterpret_cast<const uint8_t *>(s.data()), s.size()};
 }
 
-// Fills `unit` from one ELF image. `base` is the start of the file, to report file offsets.
-Status read_elf(const llvm::object::ELFObjectFileBase &elf, const uint8_t *base,
-                const std::string &name, CodeUnit &unit) {
+// Fills `unit` from one ELF image.
+Status read_elf(const llvm::object::ELFObjectFileBase &elf, const std::string &name,
+                CodeUnit &unit) {
   for (const llvm::object::SectionRef &sec : elf.sections()) {
     llvm::Expected<llvm::StringRef> sec_name = sec.getName();
     if (!sec_name)
@@ -48,8 +48,6 @@ Status read_elf(const llvm::object::ELFObjectFileBase &elf, const uint8_t *base,
     if (relfatbin) {
       unit.has_relfatbin = true;
       unit.relfatbin = as_span(*contents);
-      unit.relfatbin_file_offset =
-          static_cast<uint64_t>(reinterpret_cast<const uint8_t *>(contents->data()) - base);
     } else {
       unit.exports = as_span(*contents);
     }
@@ -115,6 +113,8 @@ Expected<InputFile> InputFile::open(const std::string &path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     return make_error(path, "is a directory");
+  // Taken before the mapping, so that a write in between shows as a changed mtime later.
+  auto mtime = std::filesystem::last_write_time(path, ec);
   // IsVolatile=false lets LLVM mmap the file; RequiresNullTerminator=false avoids a copy.
   auto buf = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
                                          /*RequiresNullTerminator=*/false);
@@ -123,12 +123,11 @@ Expected<InputFile> InputFile::open(const std::string &path) {
 
   InputFile in;
   in.path_ = path;
-  in.mtime_ = std::filesystem::last_write_time(path, ec);
+  in.mtime_ = mtime;
   in.map_ = std::make_unique<Mapping>();
   in.map_->buffer = std::move(*buf);
   llvm::MemoryBufferRef ref = in.map_->buffer->getMemBufferRef();
   auto data = as_span(ref.getBuffer());
-  const uint8_t *base = data.data();
 
   if (data.size() >= 4) {
     uint32_t magic;
@@ -181,7 +180,7 @@ Expected<InputFile> InputFile::open(const std::string &path) {
         continue;
       CodeUnit u;
       u.member = name->str();
-      if (auto st = read_elf(*elf, base, cat(path, "(", u.member, ")"), u); !st)
+      if (auto st = read_elf(*elf, cat(path, "(", u.member, ")"), u); !st)
         return std::move(st).take_error();
       in.units_.push_back(u);
       in.map_->members.push_back(std::move(*mbin));
@@ -196,7 +195,7 @@ Expected<InputFile> InputFile::open(const std::string &path) {
     return make_error(path, "not an ELF file, a static archive or a fatbin");
   in.kind_ = elf_kind(*elf);
   CodeUnit u;
-  if (auto st = read_elf(*elf, base, path, u); !st)
+  if (auto st = read_elf(*elf, path, u); !st)
     return std::move(st).take_error();
   in.units_.push_back(u);
   return in;

@@ -64,10 +64,6 @@ struct NewContainer {
   std::optional<Source> source;
 };
 
-std::string short_digest(const Digest &d) {
-  return d.str().substr(0, 19);
-}
-
 std::string now_utc() {
   std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -75,16 +71,6 @@ std::string now_utc() {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
-}
-
-// The oldest SM a container can be linked for, or nullopt if it holds nothing linkable.
-// LTO-IR and PTX serve their arch and every newer one; a relocatable cubin only its own.
-std::optional<uint32_t> oldest_arch(const std::vector<EntryRecord> &entries) {
-  std::optional<uint32_t> best;
-  for (const EntryRecord &e : entries)
-    if (e.kind == "ltoir" || e.kind == "ptx" || e.kind == "cubin")
-      best = best ? std::min(*best, e.arch) : e.arch;
-  return best;
 }
 
 bool serves(const std::vector<EntryRecord> &entries, uint32_t sm) {
@@ -95,6 +81,34 @@ bool serves(const std::vector<EntryRecord> &entries, uint32_t sm) {
       return true;
   }
   return false;
+}
+
+// What all the inputs together can serve, for the message when a target is out of reach. LTO-IR
+// and PTX reach their arch and every newer one, a relocatable cubin only its own: so the answer
+// is "sm_M and newer" (M the newest of the inputs' oldest LTO-IR/PTX), plus any older arch every
+// input has a cubin or more for, or a finite list when an input holds cubins alone.
+std::string servable_archs(const std::vector<LinkInput> &inputs) {
+  std::optional<uint32_t> forward = 0; // nullopt: some input reaches no arch beyond its cubins
+  std::set<uint32_t> archs;
+  for (const LinkInput &in : inputs) {
+    std::optional<uint32_t> oldest;
+    for (const EntryRecord &e : in.entries) {
+      archs.insert(e.arch);
+      if (e.kind == "ltoir" || e.kind == "ptx")
+        oldest = oldest ? std::min(*oldest, e.arch) : e.arch;
+    }
+    forward = forward && oldest ? std::optional(std::max(*forward, *oldest)) : std::nullopt;
+  }
+  std::string below;
+  for (uint32_t sm : archs)
+    if ((!forward || sm < *forward) &&
+        std::all_of(inputs.begin(), inputs.end(),
+                    [&](const LinkInput &in) { return serves(in.entries, sm); }))
+      below += cat(below.empty() ? "" : ",", "sm_", sm);
+  if (forward)
+    return below.empty() ? cat("sm_", *forward, " and newer")
+                         : cat(below, " and sm_", *forward, " and newer");
+  return below.empty() ? std::string("no arch (its inputs' cubins share none)") : "only " + below;
 }
 
 std::string describe_entries(const std::vector<EntryRecord> &entries) {
@@ -143,8 +157,8 @@ Error explain_failure(const std::string &subject, const std::string &arch,
     details += '\n';
   details += "inputs:\n";
   for (const LinkInput &in : inputs)
-    details += cat("  ", in.name, "  ", short_digest(in.digest), "  (",
-                   describe_entries(in.entries), ")\n");
+    details +=
+        cat("  ", in.name, "  ", in.digest.short_str(), "  (", describe_entries(in.entries), ")\n");
   std::string why;
   if (f.error_log.find("Unresolved extern") != std::string::npos ||
       f.error_log.find("ndefined reference") != std::string::npos)
@@ -154,6 +168,37 @@ Error explain_failure(const std::string &subject, const std::string &arch,
   return make_error(subject, arch, ": nvJitLink failed at ", f.stage, " (",
                     nvjitlink_result_name(f.result), "): ", why,
                     first_line.empty() ? "no error log" : first_line);
+}
+
+// Code a link added (an older bridge library's hooks, say) that no link record uses any more
+// goes, and so do sources that nothing refers to then; what pack packed always stays.
+void drop_unused_link_additions(Manifest &m) {
+  std::set<Digest> used;
+  for (const LinkRecord &l : m.links)
+    used.insert(l.inputs.begin(), l.inputs.end());
+  std::erase_if(m.containers,
+                [&](const ContainerRecord &c) { return !c.packed() && !used.count(c.digest); });
+  std::vector<bool> referenced(m.sources.size(), false);
+  for (const ContainerRecord &c : m.containers)
+    for (const Origin &o : c.origins)
+      referenced[o.source] = true;
+  for (const ExportEntry &e : m.exports)
+    for (size_t s : e.sources)
+      referenced[s] = true;
+  std::vector<size_t> new_index(m.sources.size());
+  std::vector<Source> kept;
+  for (size_t i = 0; i < m.sources.size(); ++i)
+    if (referenced[i]) {
+      new_index[i] = kept.size();
+      kept.push_back(std::move(m.sources[i]));
+    }
+  m.sources = std::move(kept);
+  for (ContainerRecord &c : m.containers)
+    for (Origin &o : c.origins)
+      o.source = new_index[o.source];
+  for (ExportEntry &e : m.exports)
+    for (size_t &s : e.sources)
+      s = new_index[s];
 }
 
 Expected<std::vector<Container>> split_blob(const std::string &bytes, const std::string &subject) {
@@ -242,13 +287,17 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
       if (parsed->size() != 1)
         return make_error(pkg->blob_path(c.digest).string(), "blob holds ", parsed->size(),
                           " containers, not one");
-      out.push_back({name_of(c), c.digest, as_bytes(*blobs.back()), c.entries});
+      // The checks below go by the verified bytes, not by what the manifest says of them.
+      std::vector<EntryRecord> entries;
+      for (const Entry &e : parsed->front().entries)
+        entries.push_back(entry_record(e));
+      out.push_back({name_of(c), c.digest, as_bytes(*blobs.back()), std::move(entries)});
     }
     return out;
   };
   auto origin_name = [&](const ContainerRecord &c) {
     if (c.origins.empty())
-      return short_digest(c.digest);
+      return c.digest.short_str();
     const Origin &o = c.origins[0];
     return cat(fs::path(m.sources[o.source].path).filename().string(),
                o.member.empty() ? "" : "(" + o.member + ")", "#", o.index);
@@ -321,8 +370,17 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
       return std::move(file).take_error();
     files.push_back(std::move(*file));
     const InputFile &f = files.back();
-    Source src{fs::weakly_canonical(f.path()).string(), input_kind_name(f.kind()), f.bytes().size(),
-               sha256(f.bytes())};
+    // The library's own digest is only needed to record a container the package lacks.
+    std::optional<Source> src;
+    auto source = [&] {
+      if (!src) {
+        std::error_code ec;
+        fs::path path = fs::weakly_canonical(f.path(), ec);
+        src = Source{(ec ? fs::path(f.path()) : path).string(), input_kind_name(f.kind()),
+                     f.bytes().size(), sha256(f.bytes())};
+      }
+      return *src;
+    };
     size_t index = 0;
     for (const CodeUnit &u : f.units()) {
       if (!u.has_relfatbin)
@@ -331,13 +389,16 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
       if (!containers)
         return std::move(containers).take_error();
       for (const Container &c : *containers) {
-        NewContainer nc{container_record(c, sha256(c.bytes), Role::bridge, plan.bridge), src};
+        NewContainer nc{container_record(c, sha256(c.bytes), Role::bridge, plan.bridge),
+                        std::nullopt};
         nc.record.added_by = "cudaq-rt-link";
         nc.record.origins.push_back({0, u.member, c.offset, index++});
         plan.inputs.push_back({cat("bridge ", plan.bridge, " ", f.path(), "#", index - 1),
                                nc.record.digest, c.bytes, nc.record.entries});
-        if (!m.find_container(nc.record.digest))
+        if (!m.find_container(nc.record.digest)) {
+          nc.source = source();
           plan.new_containers.push_back(std::move(nc));
+        }
       }
     }
     if (index == 0)
@@ -368,17 +429,12 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
       break;
     }
 
-  // Which archs can every input serve?
-  uint32_t oldest = 0;
-  for (const LinkInput &in : plan.inputs)
-    if (auto a = oldest_arch(in.entries))
-      oldest = std::max(oldest, *a);
   for (const TargetArch &t : targets)
     for (const LinkInput &in : plan.inputs)
       if (!serves(in.entries, t.sm))
         return make_error(subject, "cannot link for ", t.str(), ": ", in.name, " holds ",
-                          describe_entries(in.entries), "; this package can serve sm_", oldest,
-                          " and newer", oldest ? "" : " (nothing)");
+                          describe_entries(in.entries), "; this package can serve ",
+                          servable_archs(plan.inputs));
 
   bool lto = std::any_of(plan.inputs.begin(), plan.inputs.end(), [](const LinkInput &in) {
     return std::any_of(in.entries.begin(), in.entries.end(),
@@ -561,6 +617,7 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
     if (auto st = writer->add_blob(rec.cubin, cubins[i]); !st)
       return std::move(st).take_error();
   }
+  drop_unused_link_additions(next_m);
   // Blobs written above are skipped by carry_blob; everything else the new manifest names
   // comes from the old package, verified on the way.
   for (const ContainerRecord &c : next_m.containers)

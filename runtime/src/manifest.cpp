@@ -40,10 +40,14 @@ std::string str(const json &j, const char *key, const std::string &path) {
   return v.get<std::string>();
 }
 
-uint64_t uint(const json &j, const char *key, const std::string &path) {
+uint64_t uint(const json &j, const char *key, const std::string &path,
+              uint64_t max = UINT64_MAX) {
   const json &v = field(j, key, path);
   if (!v.is_number_unsigned())
     throw Bad{cat(path, ".", key, ": expected a non-negative integer")};
+  if (v.get<uint64_t>() > max)
+    throw Bad{cat(path, ".", key, ": ", v.get<uint64_t>(), " is out of range (at most ", max,
+                  ")")};
   return v.get<uint64_t>();
 }
 
@@ -252,11 +256,12 @@ Expected<Manifest> Manifest::parse(const std::string &text, const std::string &s
         std::string pe = cat(p, ".entries[", k, "]");
         EntryRecord e;
         e.kind = str(je, "kind", pe);
-        e.kind_code = static_cast<uint16_t>(uint(je, "kind_code", pe));
-        e.arch = static_cast<uint32_t>(uint(je, "arch", pe));
+        e.kind_code = static_cast<uint16_t>(uint(je, "kind_code", pe, UINT16_MAX));
+        e.arch = static_cast<uint32_t>(uint(je, "arch", pe, UINT32_MAX));
         const json &v = field(je, "version", pe);
         if (!v.is_array() || v.size() != 2 || !v[0].is_number_unsigned() ||
-            !v[1].is_number_unsigned())
+            !v[1].is_number_unsigned() || v[0].get<uint64_t>() > 0xFFFF ||
+            v[1].get<uint64_t>() > 0xFFFF)
           throw Bad{cat(pe, ".version: expected [major, minor]")};
         e.version_major = v[0].get<uint16_t>();
         e.version_minor = v[1].get<uint16_t>();
@@ -281,7 +286,7 @@ Expected<Manifest> Manifest::parse(const std::string &text, const std::string &s
       if (!is_c_identifier(e.name))
         throw Bad{cat(p, ".name: '", e.name, "' is not a C identifier")};
       e.kind = str(exports[i], "kind", p);
-      e.function_id = static_cast<uint32_t>(uint(exports[i], "function_id", p));
+      e.function_id = static_cast<uint32_t>(uint(exports[i], "function_id", p, UINT32_MAX));
       e.symbol = str(exports[i], "symbol", p);
       e.role = role(exports[i], p);
       for (const json &s : array(exports[i], "sources", p))

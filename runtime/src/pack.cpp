@@ -1,5 +1,6 @@
 #include "cudaq_rt/pack.h"
 
+#include "cudaq_rt/atomic_file.h"
 #include "cudaq_rt/digest.h"
 #include "cudaq_rt/export_records.h"
 #include "cudaq_rt/fatbin.h"
@@ -31,17 +32,15 @@ bool subset(const std::set<Digest> &a, const std::set<Digest> &b) {
   return std::includes(b.begin(), b.end(), a.begin(), a.end());
 }
 
+// The first application input's file name up to its first '.' (the first input's, if none is
+// application code).
 std::string default_name(const std::vector<PackInput> &inputs) {
-  for (const PackInput &in : inputs)
-    if (in.role == Role::application) {
-      std::string file = fs::path(in.path).filename().string();
-      return file.substr(0, file.find('.'));
-    }
-  return inputs.empty() ? "" : fs::path(inputs[0].path).filename().string();
-}
-
-std::string short_digest(const Digest &d) {
-  return d.str().substr(0, 7 + 12);
+  if (inputs.empty())
+    return "";
+  auto app = std::find_if(inputs.begin(), inputs.end(),
+                          [](const PackInput &in) { return in.role == Role::application; });
+  std::string file = fs::path(app != inputs.end() ? app->path : inputs[0].path).filename().string();
+  return file.substr(0, file.find('.'));
 }
 
 std::string arch_list(const std::vector<uint32_t> &archs) {
@@ -152,7 +151,7 @@ std::vector<std::string> code_warnings(const Manifest &m) {
   };
   auto where_of = [&](const ContainerRecord &c) {
     if (c.origins.empty())
-      return short_digest(c.digest);
+      return c.digest.short_str();
     const Origin &o = c.origins[0];
     return m.sources[o.source].path + (o.member.empty() ? "" : "(" + o.member + ")");
   };
@@ -171,7 +170,7 @@ std::vector<std::string> code_warnings(const Manifest &m) {
     bool one = g.containers.size() == 1;
     std::string how = how_of(first, !one);
     std::string what = one ? cat("container ", first.origins.empty() ? 0 : first.origins[0].index,
-                                 " (", short_digest(first.digest), ") has no LTO-IR: it can")
+                                 " (", first.digest.short_str(), ") has no LTO-IR: it can")
                            : cat(g.containers.size(), " containers have no LTO-IR: they can");
     out.push_back(cat("'", where_of(first), "': ", what, " only be linked ", how, "; build ",
                       one ? "it" : "them", " with -gencode arch=compute_NN,code=lto_NN"));
@@ -195,8 +194,13 @@ Expected<Inspection> inspect(const std::vector<PackInput> &inputs, const std::st
     auto in = InputFile::open(pin.path);
     if (!in)
       return std::move(in).take_error();
+    fs::path abs = entry_path(pin.path);
     std::error_code ec;
-    fs::path abs = fs::weakly_canonical(fs::absolute(pin.path), ec);
+    if (fs::path canonical = fs::weakly_canonical(abs, ec); !ec)
+      abs = canonical;
+    if (std::any_of(m.sources.begin(), m.sources.end(),
+                    [&](const Source &s) { return s.path == abs.string(); }))
+      return make_error(pin.path, "is given twice");
     m.sources.push_back(
         {abs.string(), input_kind_name(in->kind()), in->bytes().size(), sha256(in->bytes())});
 
@@ -261,9 +265,6 @@ Expected<Inspection> inspect(const std::vector<PackInput> &inputs, const std::st
   // The default name is checked only now, so that an input that cannot be read (a directory
   // named ".") is reported as such rather than as the name it would give.
   m.name = name_in.empty() ? default_name(inputs) : name_in;
-  if (!valid_package_name(m.name))
-    return make_error(inputs.front().path, "gives no valid package name ('", m.name,
-                      "'): name the package with --name");
   auto exports = resolve_exports(found);
   if (!exports)
     return std::move(exports).take_error();
@@ -276,6 +277,10 @@ Expected<PackResult> pack(const PackOptions &options) {
   auto inspection = inspect(options.inputs, options.name);
   if (!inspection)
     return std::move(inspection).take_error();
+  // Only a package needs a name that can be a directory; a listing does not.
+  if (!valid_package_name(inspection->manifest.name))
+    return make_error(options.inputs.front().path, "gives no valid package name ('",
+                      inspection->manifest.name, "'): name the package with --name");
   fs::path dir = options.output_dir / (inspection->manifest.name + package_suffix);
   std::error_code ec;
   if (!options.force && fs::exists(fs::symlink_status(dir, ec)))
@@ -325,10 +330,10 @@ std::string format_listing(const Manifest &m, const std::string &what) {
   out << "sources:\n";
   for (size_t i = 0; i < m.sources.size(); ++i)
     out << "  [" << i << "] " << m.sources[i].path << "  " << m.sources[i].kind << ", "
-        << m.sources[i].size << " bytes, " << short_digest(m.sources[i].digest) << "\n";
+        << m.sources[i].size << " bytes, " << m.sources[i].digest.short_str() << "\n";
   out << "containers:\n";
   for (const ContainerRecord &c : m.containers) {
-    out << "  " << short_digest(c.digest) << "  " << c.size << " bytes  " << role_name(c.role);
+    out << "  " << c.digest.short_str() << "  " << c.size << " bytes  " << role_name(c.role);
     if (c.role == Role::bridge)
       out << " " << c.bridge;
     for (const Origin &o : c.origins)
@@ -362,7 +367,7 @@ std::string format_listing(const Manifest &m, const std::string &what) {
     out << "links:\n";
     for (const LinkRecord &l : m.links)
       out << "  " << l.arch << "  " << l.mode << "  bridge " << (l.bridge.empty() ? "-" : l.bridge)
-          << "  dispatcher " << l.dispatcher << "  cubin " << short_digest(l.cubin) << " ("
+          << "  dispatcher " << l.dispatcher << "  cubin " << l.cubin.short_str() << " ("
           << l.cubin_size << " bytes)  nvJitLink " << l.nvjitlink_version << "\n";
   }
   return out.str();

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
+#include <optional>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -69,6 +70,7 @@ Expected<std::string> Package::read_blob(const Digest &d) const {
   if (sha256(*bytes) != d)
     return make_error(b.string(), "blob does not match its digest ", d.str(),
                       " (the package is corrupt or was modified)");
+  verified_.insert(d);
   return bytes;
 }
 
@@ -125,14 +127,25 @@ Status PackageWriter::add_blob(const Digest &d, std::span<const uint8_t> bytes) 
 Status PackageWriter::carry_blob(const Package &from, const Digest &d) {
   if (written_.count(d))
     return Status::ok();
-  auto bytes = from.read_blob(d); // a tampered blob must not travel into the new package
-  if (!bytes)
-    return std::move(bytes).take_error();
+  // A tampered blob must not travel into the new package: verify it, unless this process has.
+  std::optional<std::string> bytes;
+  if (!from.verified(d)) {
+    auto read = from.read_blob(d);
+    if (!read)
+      return std::move(read).take_error();
+    bytes = std::move(*read);
+  }
   // A hard link shares the bytes without writing them again; blobs are never modified in place.
   fs::path dst = tmp_.path() / blob_relpath(d);
   if (::link(from.blob_path(d).c_str(), dst.c_str()) == 0) {
     written_.insert(d);
     return Status::ok();
+  }
+  if (!bytes) {
+    auto read = from.read_blob(d);
+    if (!read)
+      return std::move(read).take_error();
+    bytes = std::move(*read);
   }
   return add_blob(d, as_bytes(*bytes));
 }

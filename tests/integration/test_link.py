@@ -345,6 +345,27 @@ class LinkTest(unittest.TestCase):
         self.assertEqual(len(names), 5, names)  # no second copy of the hooks or the dispatcher
         self.assertEqual(validate_schema.validate(self.schema, self.manifest(pkg)), [])
 
+    def test_relink_drops_link_additions_no_record_uses(self):
+        # As after an upgrade of the bridge library: an added container no link record names.
+        pkg, cache = self.fresh()
+        self.link(pkg, "--arch", "sm_80", cache=cache)
+        m = self.manifest(pkg)
+        bridge = next(c for c in m["containers"] if c["role"] == "bridge")
+        stale_bytes = self.blob(pkg, bridge["digest"]) + bytes(8)
+        stale = dict(bridge, digest=sha256(stale_bytes), size=len(stale_bytes))
+        with open(os.path.join(pkg, "blobs", "sha256", stale["digest"][7:]), "wb") as f:
+            f.write(stale_bytes)
+        m["containers"].append(stale)
+        with open(os.path.join(pkg, "manifest.json"), "w") as f:
+            json.dump(m, f)
+        self.link(pkg, "--arch", "sm_80", cache=cache)
+        after = self.manifest(pkg)
+        self.assertNotIn(stale["digest"], [c["digest"] for c in after["containers"]])
+        self.assertFalse(os.path.exists(os.path.join(pkg, "blobs", "sha256", stale["digest"][7:])))
+        self.assertEqual(after["containers"], m["containers"][:-1])
+        self.assertEqual(after["sources"], m["sources"])
+        self.assertEqual(validate_schema.validate(self.schema, after), [])
+
     def test_package_named_with_a_trailing_slash(self):
         # As shell completion writes it: the temporary directory and the lock go beside the
         # package, not into it.

@@ -17,6 +17,8 @@ struct Digest {
 
   std::string hex() const;
   std::string str() const { return "sha256:" + hex(); }
+  // `sha256:` and the first 12 hex digits, for listings and messages.
+  std::string short_str() const { return str().substr(0, 7 + 12); }
   // Accepts `sha256:<64 lowercase hex>` only.
   static std::optional<Digest> parse(std::string_view text);
   friend bool operator==(const Digest &, const Digest &) = default;

@@ -21,7 +21,6 @@ const char *input_kind_name(InputKind k);
 struct CodeUnit {
   std::string member;                 // archive member name; empty for the file itself
   std::span<const uint8_t> relfatbin; // __nv_relfatbin contents (the whole file for .fatbin)
-  uint64_t relfatbin_file_offset = 0; // where relfatbin starts in the file
   bool has_relfatbin = false;         // an empty section still counts as present
   bool has_nv_fatbin = false;         // whole-program device code (built without -rdc)
   std::span<const uint8_t> exports;   // .cudaq_rt_exports contents

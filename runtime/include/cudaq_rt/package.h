@@ -28,9 +28,13 @@ public:
   // Every digest the manifest refers to (containers and linked cubins).
   std::set<Digest> referenced_blobs() const;
 
+  // Whether read_blob has verified this blob in this process.
+  bool verified(const Digest &d) const { return verified_.count(d) != 0; }
+
 private:
   std::filesystem::path dir_;
   Manifest manifest_;
+  mutable std::set<Digest> verified_;
 };
 
 // An exclusive lock on `.NAME.cudaqpkg.lock` beside a package, held by every writer for its
@@ -57,7 +61,8 @@ public:
 
   // Adds a blob under its digest; adding the same digest twice writes it once.
   Status add_blob(const Digest &d, std::span<const uint8_t> bytes);
-  // Carries a verified blob over from an existing package (hard link where possible).
+  // Carries a blob over from an existing package: a hard link where possible, after verifying
+  // the blob unless read_blob already did in this process.
   Status carry_blob(const Package &from, const Digest &d);
   // Writes manifest.json and renames the directory to its final path. Without `replace`, an
   // existing package there is an error.
