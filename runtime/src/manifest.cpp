@@ -40,14 +40,12 @@ std::string str(const json &j, const char *key, const std::string &path) {
   return v.get<std::string>();
 }
 
-uint64_t uint(const json &j, const char *key, const std::string &path,
-              uint64_t max = UINT64_MAX) {
+uint64_t uint(const json &j, const char *key, const std::string &path, uint64_t max = UINT64_MAX) {
   const json &v = field(j, key, path);
   if (!v.is_number_unsigned())
     throw Bad{cat(path, ".", key, ": expected a non-negative integer")};
   if (v.get<uint64_t>() > max)
-    throw Bad{cat(path, ".", key, ": ", v.get<uint64_t>(), " is out of range (at most ", max,
-                  ")")};
+    throw Bad{cat(path, ".", key, ": ", v.get<uint64_t>(), " is out of range (at most ", max, ")")};
   return v.get<uint64_t>();
 }
 
