@@ -53,25 +53,33 @@ std::vector<fs::path> bridge_search_path() {
       rest = colon == std::string_view::npos ? std::string_view{} : rest.substr(colon + 1);
     }
   }
-  // Installed layout: <prefix>/bin/<tool> or <prefix>/lib*/libcudaq_rt.so beside
-  // <prefix>/lib/cudaq-rt/bridges. Look relative to the executable and to the object holding
-  // this code (the shared runtime library, in a program installed elsewhere).
+  // Installed layout: <prefix>/bin/<tool>, <prefix>/<libdir>/libcudaq_rt.so and the bridges in
+  // <prefix>/lib/cudaq-rt/bridges. Look relative to the executable and, for a program installed
+  // elsewhere, to the shared runtime library holding this code.
   auto add = [&](fs::path dir) {
     dir = dir.lexically_normal();
     if (std::find(dirs.begin(), dirs.end(), dir) == dirs.end())
       dirs.push_back(std::move(dir));
   };
-  auto add_installed = [&](const fs::path &binary) {
-    add(binary.parent_path() / ".." / "lib" / "cudaq-rt" / "bridges");
-  };
   std::error_code ec;
   fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec)
-    add_installed(exe);
+    add(exe.parent_path() / ".." / "lib" / "cudaq-rt" / "bridges");
+  fs::path object;
   Dl_info self{};
   if (::dladdr(reinterpret_cast<void *>(&bridge_search_path), &self) != 0 && self.dli_fname)
-    add_installed(fs::weakly_canonical(self.dli_fname, ec));
-  add(CUDAQ_RT_BUILD_BRIDGE_DIR);
+    object = fs::weakly_canonical(self.dli_fname, ec);
+  if (!object.empty() && object != exe)
+    add(object.parent_path() / CUDAQ_RT_LIBDIR_TO_BRIDGES);
+  // The build tree's bridges, only for programs that run from the build tree: an installed tool
+  // must never load code from wherever it happened to be built.
+  auto in_build_tree = [](const fs::path &p) {
+    fs::path root = fs::path(CUDAQ_RT_BUILD_ROOT).lexically_normal();
+    auto [r, _] = std::mismatch(root.begin(), root.end(), p.begin(), p.end());
+    return !p.empty() && r == root.end();
+  };
+  if (in_build_tree(exe) || in_build_tree(object))
+    add(CUDAQ_RT_BUILD_BRIDGE_DIR);
   return dirs;
 }
 
