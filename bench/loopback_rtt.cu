@@ -104,7 +104,10 @@ __global__ void trace_dispatch(cudaq_rt_dispatch_params p, Stamps *trace, uint32
       status = handler((const char *)request + CUDAQ_RT_HEADER_SIZE,
                        (char *)response + CUDAQ_RT_HEADER_SIZE, req->arg_len, max_result_len,
                        &result_len);
-      if (result_len > max_result_len) {
+      if (status < 0) {
+        status = CUDAQ_RT_STATUS_HANDLER_FAULT;
+        result_len = 0;
+      } else if (result_len > max_result_len) {
         status = CUDAQ_RT_STATUS_RESULT_TOO_LARGE;
         result_len = 0;
       }

@@ -1,81 +1,21 @@
-// The loopback bridge's host side: allocates the ring and feeds it from this process (the run
-// tool's one-shot calls and benchmarks, and the GPU tests). The ring protocol is explained in
-// loopback_ring.h.
-#include "cudaq_rt/bridge.h"
-#include "cudaq_rt/wire.h"
-#include "loopback_ring.h"
+// The loopback bridge's host side: allocates the ring and feeds it from this process (a
+// launcher's one-shot calls, benchmarks, the GPU tests). The ring protocol is explained in
+// loopback_ring.h; send and receive are in loopback_host.h. One host thread drives an instance,
+// and one device thread serves it (loopback_ring.h), at a time.
+#include "loopback_host.h"
 
 #include <cuda_runtime.h>
 
-#include <atomic>
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <string_view>
 
-struct cudaq_rt_bridge {
-  uint32_t num_slots = 0;
-  uint32_t slot_size = 0;
-  uint32_t tail_cells = 0;
-  uint64_t *request_heads = nullptr; // host view, 2 halves per cell (see loopback_ring.h)
-  uint64_t *request_tails = nullptr;
-  uint64_t *response_heads = nullptr;
-  uint64_t *response_tails = nullptr;
-  void *request_block = nullptr;  // cudaHostAlloc: the request ring (write-combined)
-  void *response_block = nullptr; // cudaHostAlloc: the response ring (cached)
-  void *device_block = nullptr;   // cudaMalloc: device ctx + staging frames
-  cudaq_rt_loopback_device_ctx *device_ctx = nullptr;
-  uint64_t sent = 0;     // requests written to the ring
-  uint64_t received = 0; // responses taken
-  std::string error;
-};
-
 namespace {
 
+using namespace cudaq_rt::loopback;
+
 thread_local std::string create_error;
-
-// A response that has started to arrive completes within microseconds; a half missing for this
-// many polls means the kernel died mid-publish.
-constexpr uint64_t kMaxHalfPolls = uint64_t(1) << 32;
-
-uint64_t load_half(const uint64_t *p) {
-  return std::atomic_ref<const uint64_t>(*p).load(std::memory_order_acquire);
-}
-
-void store_half(uint64_t *p, uint32_t stamp, uint32_t data) {
-  std::atomic_ref<uint64_t>(*p).store(uint64_t(stamp) | (uint64_t(data) << 32),
-                                      std::memory_order_release);
-}
-
-// Pushes this thread's stores to the request ring out to memory now: write-combined stores can
-// otherwise sit in a fill buffer for an unbounded time.
-void flush_stores() {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_sfence();
-#else
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-#endif
-}
-
-// The first half of frame cell c of `slot` (c = 0: control).
-uint64_t *cell_half(const cudaq_rt_bridge *b, uint64_t *heads, uint64_t *tails, uint64_t slot,
-                    size_t c) {
-  return c < CUDAQ_RT_LOOPBACK_HEAD_CELLS
-             ? heads + 2 * cudaq_rt_loopback_head_cell(uint32_t(slot), uint32_t(c))
-             : tails + 2 * cudaq_rt_loopback_tail_cell(uint32_t(slot),
-                                                       uint32_t(c - CUDAQ_RT_LOOPBACK_HEAD_CELLS),
-                                                       b->tail_cells);
-}
-
-uint32_t stamp_of(uint64_t half) {
-  return uint32_t(half);
-}
-uint32_t data_of(uint64_t half) {
-  return uint32_t(half >> 32);
-}
 
 bool parse_u32(std::string_view text, uint32_t &out) {
   if (text.empty() || text.size() > 10)
@@ -207,6 +147,8 @@ cudaq_rt_bridge_result create(const char *config, cudaq_rt_bridge **out) {
   ctx.response_tails = static_cast<char *>(device_responses) + heads_bytes;
   ctx.request_frames = device + ctx_bytes;
   ctx.response_frames = device + ctx_bytes + frames_bytes;
+  ctx.resume_slot = 0; // the first kernel starts where send() does: request 0, slot 0
+  ctx.resume_lap = cudaq_rt_loopback_lap(0, slots);
   b->device_ctx = reinterpret_cast<cudaq_rt_loopback_device_ctx *>(device);
   // Synchronous copies: the dispatch kernel is not running yet, so nothing can queue behind it.
   if (!cuda_ok(cudaMemset(device, 0, ctx_bytes + 2 * frames_bytes), "cudaMemset", create_error) ||
@@ -238,77 +180,13 @@ uint32_t num_slots(cudaq_rt_bridge *b) {
   return b->num_slots;
 }
 
+// The ring work is in loopback_host.h, where the tests reach it.
 cudaq_rt_bridge_result send(cudaq_rt_bridge *b, const void *frame, size_t size) {
-  if (size < CUDAQ_RT_HEADER_SIZE || size > b->slot_size) {
-    b->error = "send: a frame of " + std::to_string(size) + " bytes does not fit a slot (" +
-               std::to_string(CUDAQ_RT_HEADER_SIZE) + ".." + std::to_string(b->slot_size) + ")";
-    return CUDAQ_RT_BRIDGE_ERROR;
-  }
-  if (b->sent - b->received == b->num_slots)
-    return CUDAQ_RT_BRIDGE_AGAIN;
-  const uint64_t k = b->sent;
-  const uint32_t lap = CUDAQ_RT_LOOPBACK_LAP(k, b->num_slots);
-  const uint64_t slot = k % b->num_slots;
-  const auto *bytes = static_cast<const unsigned char *>(frame);
-  // Data word w (4 bytes) is half w % 2 of frame cell 1 + w / 2.
-  const size_t words = (size + 3) / 4;
-  for (size_t w = 0; w < words; ++w) {
-    uint32_t data = 0;
-    std::memcpy(&data, bytes + 4 * w, size - 4 * w < 4 ? size - 4 * w : 4);
-    store_half(cell_half(b, b->request_heads, b->request_tails, slot, 1 + w / 2) + w % 2, lap,
-               data);
-  }
-  if (words % 2) // the last cell's second half: stamped too, so the GPU sees the cell complete
-    store_half(cell_half(b, b->request_heads, b->request_tails, slot, 1 + words / 2) + 1, lap, 0);
-  // Control last, so a poll that sees it usually finds the whole frame already there.
-  uint64_t *control = cell_half(b, b->request_heads, b->request_tails, slot, 0);
-  store_half(control + 1, lap, 0);
-  store_half(control, lap, uint32_t(size));
-  if (CUDAQ_RT_LOOPBACK_REQUEST_WC)
-    flush_stores();
-  ++b->sent;
-  return CUDAQ_RT_BRIDGE_OK;
+  return send_request(b, frame, size);
 }
 
 cudaq_rt_bridge_result receive(cudaq_rt_bridge *b, void *buffer, size_t capacity, size_t *size) {
-  if (b->received == b->sent)
-    return CUDAQ_RT_BRIDGE_AGAIN;
-  const uint64_t k = b->received;
-  const uint32_t lap = CUDAQ_RT_LOOPBACK_LAP(k, b->num_slots);
-  const uint64_t slot = k % b->num_slots;
-  const uint64_t control = load_half(cell_half(b, b->response_heads, b->response_tails, slot, 0));
-  if (stamp_of(control) != lap)
-    return CUDAQ_RT_BRIDGE_AGAIN;
-  const uint32_t len = data_of(control);
-  if (len < CUDAQ_RT_HEADER_SIZE || len > b->slot_size) {
-    b->error =
-        "receive: response " + std::to_string(k) + " claims " + std::to_string(len) + " bytes";
-    return CUDAQ_RT_BRIDGE_ERROR;
-  }
-  if (capacity < len) {
-    b->error = "receive: the response is " + std::to_string(len) + " bytes, the buffer " +
-               std::to_string(capacity);
-    return CUDAQ_RT_BRIDGE_ERROR;
-  }
-  auto *out = static_cast<unsigned char *>(buffer);
-  const size_t words = (len + 3) / 4;
-  for (size_t w = 0; w < words; ++w) {
-    const uint64_t *at =
-        cell_half(b, b->response_heads, b->response_tails, slot, 1 + w / 2) + w % 2;
-    uint64_t half = load_half(at);
-    for (uint64_t polls = 0; stamp_of(half) != lap; ++polls) {
-      if (polls == kMaxHalfPolls) {
-        b->error = "receive: response " + std::to_string(k) + " never completed";
-        return CUDAQ_RT_BRIDGE_ERROR;
-      }
-      half = load_half(at);
-    }
-    const uint32_t data = data_of(half);
-    std::memcpy(out + 4 * w, &data, len - 4 * w < 4 ? len - 4 * w : 4);
-  }
-  *size = len;
-  ++b->received;
-  return CUDAQ_RT_BRIDGE_OK;
+  return receive_response(b, buffer, capacity, size);
 }
 
 const cudaq_rt_bridge_ops loopback_ops = {

@@ -1,7 +1,8 @@
 // The loopback bridge's device hooks. The ring protocol is explained in loopback_ring.h.
 //
-// All three hooks are called by one serving thread. The session lives in the 256 bytes the
-// dispatch kernel provides, so nothing here allocates.
+// All three hooks are called by one serving thread (one per bridge instance at a time: the
+// session below is plain, unsynchronised state). The session lives in the 256 bytes the dispatch
+// kernel provides, so nothing here allocates.
 //
 // What this code avoids, because each cost the serving thread time on every request on an H200
 // (bench/loopback_rtt.cu measures every stage; numbers in bench/loopback_rtt.md):
@@ -27,6 +28,7 @@ struct Session {
   unsigned char *request_frames;
   unsigned char *response_frames;
   volatile int *shutdown_flag;
+  cudaq_rt_loopback_device_ctx *ctx; // where the position is left for the next kernel
   uint32_t num_slots;
   uint32_t slot_size;
   uint32_t tail_cells;
@@ -59,12 +61,11 @@ __device__ __forceinline__ void store_cell(volatile uint4 *p, uint4 v) {
 }
 
 __device__ __forceinline__ bool stamped(const uint4 &cell, uint32_t lap) {
-  return cell.x == lap && cell.z == lap;
+  return cudaq_rt_loopback_stamped(cell.x, cell.z, lap);
 }
 
-// Cells a frame of `frame_len` bytes occupies, control included.
 __device__ __forceinline__ uint32_t frame_cells(uint32_t frame_len) {
-  return 1u + (frame_len + CUDAQ_RT_LOOPBACK_CELL_DATA - 1u) / CUDAQ_RT_LOOPBACK_CELL_DATA;
+  return cudaq_rt_loopback_frame_cells(frame_len);
 }
 
 constexpr uint32_t kHead = CUDAQ_RT_LOOPBACK_HEAD_CELLS;
@@ -81,8 +82,19 @@ __device__ __forceinline__ Cell *cell_at(Cell *heads, Cell *tails, uint32_t tail
 __device__ __forceinline__ void next_slot(uint32_t &slot, uint32_t &lap, uint32_t n) {
   if (++slot == n) {
     slot = 0;
-    ++lap;
+    lap = cudaq_rt_loopback_next_lap(lap); // skips 0, as the host's cudaq_rt_loopback_lap does
   }
+}
+
+// A request whose bytes do not cover 24 + arg_len (cudaq_rt/wire.h): the staging frame past its
+// end still holds an earlier request's bytes, so no handler may see it. Header words it did not
+// bring are zeroed (the response echoes request_id and ptp_timestamp: they must not be another
+// client's), and the magic becomes the marker the dispatch kernel answers with
+// CUDAQ_RT_STATUS_TRUNCATED.
+__device__ __forceinline__ void mark_truncated(uint2 *frame, uint32_t len) {
+  for (uint32_t w = (len + 7u) / 8u; w < CUDAQ_RT_HEADER_SIZE / 8u; ++w)
+    frame[w] = make_uint2(0u, 0u);
+  frame[0].x = CUDAQ_RT_TRUNCATED_MAGIC;
 }
 
 // Loads the staged frame's lines (all in flight together) and folds them into the session, so
@@ -101,13 +113,15 @@ __device__ __forceinline__ void warm_lines(Session *s, const unsigned char *fram
 
 // Unpacks one ready frame: the cells already probed come from registers, the rest is loaded 8
 // cells per round trip; any half the host has not stamped yet (torn, or still being written) is
-// reloaded.
+// reloaded. A frame shorter than its header claims is staged marked (mark_truncated).
 template <uint32_t P>
 __device__ __forceinline__ uint32_t unpack(const Session *s, uint32_t slot, uint2 *frame,
                                            uint32_t lap, const uint4 (&probe)[P]) {
+  static_assert(P >= 3, "the probe holds the header's arg_len (frame cell 2)");
   const volatile uint4 *head = s->request_heads + cudaq_rt_loopback_head_cell(slot, 0);
   const uint32_t len = probe[0].y < s->slot_size ? probe[0].y : s->slot_size;
   const uint32_t cells = frame_cells(len);
+  uint32_t arg_len = 0xFFFFFFFFu; // stays so when the frame does not reach the header's arg_len
 #pragma unroll
   for (uint32_t c = 1; c < P; ++c)
     if (c < cells) {
@@ -115,6 +129,8 @@ __device__ __forceinline__ uint32_t unpack(const Session *s, uint32_t slot, uint
       while (!stamped(v, lap))
         v = load_cell(head + c * kLineCells);
       frame[c - 1] = make_uint2(v.y, v.w);
+      if (c == 2) // header bytes 8..11 (c is a constant after unrolling: a register move)
+        arg_len = v.y;
     }
   for (uint32_t c = P; c < cells; c += kBatch) {
     uint4 v[kBatch];
@@ -133,6 +149,8 @@ __device__ __forceinline__ uint32_t unpack(const Session *s, uint32_t slot, uint
         frame[c + b - 1] = make_uint2(v[b].y, v[b].w);
       }
   }
+  if (!cudaq_rt_loopback_request_whole(len, arg_len))
+    mark_truncated(frame, len);
   return len;
 }
 
@@ -159,6 +177,7 @@ __device__ bool fetch(Session *s) {
 
   uint4 probe[W][P];
   uint32_t ready;
+  bool confirming = false; // the flag was seen set with nothing ready: this probe confirms it
   for (;;) {
     // One round trip: every load below is independent and issued before the first is used.
 #pragma unroll
@@ -169,16 +188,26 @@ __device__ bool fetch(Session *s) {
           probe[w][c] = load_cell(cells[w] + c * kLineCells); // one line per cell
       }
     const int shutdown = *shutdown_flag;
-    if (shutdown)
-      return false;
     // Requests are handed out in order: count the ready slots from the first.
     ready = 0;
 #pragma unroll
     for (uint32_t w = 0; w < W; ++w)
       if (ready == w && w < probe_slots && stamped(probe[w][0], lap[w]))
         ++ready;
+    // What this probe found is served even when the flag is set: those requests were sent, and
+    // the host waits for their answers.
     if (ready > 0)
       break;
+    if (shutdown) {
+      if (confirming)
+        return false;
+      // The loads of one batch complete in any order: the flag's may have seen the host's store
+      // while the ring loads still saw the ring as it was before requests the host sent ahead of
+      // it. A fence, then one more probe: that one sees every request sent before the flag was
+      // set. One round trip more, once per kernel.
+      __threadfence_system();
+      confirming = true;
+    }
   }
 
 #pragma unroll
@@ -201,9 +230,10 @@ __device__ bool fetch(Session *s) {
 
 extern "C" __device__ void *cudaq_dev_enter_kernel(void *storage, void *ctx,
                                                    volatile int *shutdown_flag) {
-  const cudaq_rt_loopback_device_ctx *c = static_cast<const cudaq_rt_loopback_device_ctx *>(ctx);
+  cudaq_rt_loopback_device_ctx *c = static_cast<cudaq_rt_loopback_device_ctx *>(ctx);
   if (!storage || !c || !shutdown_flag || c->magic != CUDAQ_RT_LOOPBACK_CTX_MAGIC ||
-      c->num_slots == 0 || c->slot_size < CUDAQ_RT_LOOPBACK_MIN_SLOT_SIZE)
+      c->num_slots == 0 || c->slot_size < CUDAQ_RT_LOOPBACK_MIN_SLOT_SIZE ||
+      c->resume_slot >= c->num_slots || c->resume_lap == 0)
     return nullptr;
   Session *s = static_cast<Session *>(storage);
   s->request_heads = static_cast<const volatile uint4 *>(c->request_heads);
@@ -213,12 +243,16 @@ extern "C" __device__ void *cudaq_dev_enter_kernel(void *storage, void *ctx,
   s->request_frames = c->request_frames;
   s->response_frames = c->response_frames;
   s->shutdown_flag = shutdown_flag;
+  s->ctx = c;
   s->num_slots = c->num_slots;
   s->slot_size = c->slot_size;
   s->tail_cells = c->tail_cells;
-  s->head_slot = 0;
-  s->fetched_slot = 0;
-  s->fetched_lap = 1u; // CUDAQ_RT_LOOPBACK_LAP(0, n)
+  // Where the previous kernel on this instance stopped (0 and lap 1 for the first): the host's
+  // sent/received counters carry on from there, so starting at slot 0 again would serve old
+  // requests still stamped with their lap, or wait forever for a lap that is not coming.
+  s->head_slot = c->resume_slot;
+  s->fetched_slot = c->resume_slot;
+  s->fetched_lap = c->resume_lap;
   s->pending = 0;
   s->sink = 0;
   return s;
@@ -226,8 +260,16 @@ extern "C" __device__ void *cudaq_dev_enter_kernel(void *storage, void *ctx,
 
 extern "C" __device__ int cudaq_dev_rx_poll(void *session, void **request, void **response) {
   Session *s = static_cast<Session *>(session);
-  if (s->pending == 0 && !fetch(s))
+  if (s->pending == 0 && !fetch(s)) {
+    // Every frame fetched has been handed out (pending == 0, so head_slot == fetched_slot), and
+    // the dispatch loop has published each before polling again (cudaq_rt/dispatch.h): the next
+    // kernel starts at the next frame to fetch. Plain stores, made visible to the next kernel
+    // by this one's end. A custom kernel that still holds unpublished frames may publish them
+    // after this (tx_publish does not depend on what is stored here), but must, before it ends.
+    s->ctx->resume_slot = s->fetched_slot;
+    s->ctx->resume_lap = s->fetched_lap;
     return CUDAQ_DEV_RX_SHUTDOWN;
+  }
   const size_t offset = (size_t)s->head_slot * s->slot_size;
   *request = s->request_frames + offset;
   *response = s->response_frames + offset;
@@ -242,7 +284,8 @@ extern "C" __device__ void cudaq_dev_tx_publish(void *session, void *response) {
       (uint32_t)((static_cast<unsigned char *>(response) - s->response_frames) / s->slot_size);
   // The frame in this slot is the latest one fetched into it (the host cannot reuse a slot before
   // it has this response): this lap if the slot precedes the next one to fetch, else the last.
-  const uint32_t lap = slot < s->fetched_slot ? s->fetched_lap : s->fetched_lap - 1u;
+  const uint32_t lap =
+      slot < s->fetched_slot ? s->fetched_lap : cudaq_rt_loopback_prev_lap(s->fetched_lap);
 
   // The header and the first payload bytes in one batch of loads; result_len is header word 2.
   constexpr uint32_t kFirst = 8; // uint2 words: the 24-byte header + 40 payload bytes

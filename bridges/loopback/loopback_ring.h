@@ -1,6 +1,8 @@
 /* The loopback bridge's ring: frames between host threads of this process and the dispatch kernel,
  * through mapped pinned host memory. Shared by the device hooks (loopback_device.cu) and the host
- * operations (loopback.cpp).
+ * operations (loopback.cpp, loopback_host.h); everything marked CUDAQ_RT_LOOPBACK_HD here is plain
+ * C on the host too, so that the unit test (tests/unit/test_loopback_ring.cpp) checks the layout
+ * and the stamp rules on the CPU.
  *
  * What it costs
  * -------------
@@ -16,8 +18,14 @@
  * The protocol
  * ------------
  * The ring has N slots. Request k (k = 0, 1, ... counted by the host in send order) goes to slot
- * k % N and carries the stamp lap(k) = k / N + 1 (a 32-bit count that wraps; zeroed memory never
- * matches the first lap, and a slot's previous lap never matches its next one).
+ * k % N and carries the stamp lap(k) = (k / N) % (2^32 - 1) + 1: laps run 1, 2, ..., 0xFFFFFFFF,
+ * then 1 again, never 0, so that zeroed memory (a cell never written) never looks stamped, and a
+ * slot's previous lap never matches its next one. What is left is an ABA: a cell that no frame
+ * touched for exactly 2^32 - 1 laps (a payload cell past the end of every frame sent to its slot
+ * in between) carries the stamp of the lap that comes round again; if the GPU loaded it in the
+ * moment before the host's new store to it landed, it would take the old bytes. Header and control
+ * cells are written every lap, so only payload cells of a slot whose frames shrank and then, 2^32
+ * - 1 laps later to the lap, grew again are exposed.
  *
  * A frame travels as 16-byte cells, each holding two self-validating 8-byte halves
  * { u32 stamp, u32 data }. Cell 0 is control ({ stamp, frame_len, stamp, 0 }); cells 1.. carry the
@@ -38,15 +46,32 @@
  *     outstanding slot, then waits until every half of the frame carries the lap.
  *   credits: a slot is the host's again once it has taken the slot's response, so the response
  *     *is* the credit tx_publish returns; the host keeps at most N requests in flight.
+ *   short frames: the control cell's frame_len is the bytes the host sent. A frame shorter than
+ *     24 + its header's arg_len (send() refuses to write one; a raw writer could) is staged with
+ *     CUDAQ_RT_TRUNCATED_MAGIC in place of its magic (cudaq_rt/wire.h), so the dispatch kernel
+ *     answers it CUDAQ_RT_STATUS_TRUNCATED instead of running a handler on the staging frame's
+ *     stale bytes.
  *   shutdown: the dispatch params' mapped shutdown flag is loaded in the same batch as every poll
- *     (no extra round trip); once seen, rx_poll answers SHUTDOWN and requests not yet handed out
- *     stay unanswered.
+ *     (no extra round trip), and counts only when that probe found no request ready: what a probe
+ *     sees is served first. Loads of one batch complete in any order, so a flag seen set with
+ *     nothing ready is confirmed by one more probe, ordered after it by a fence; only when that one
+ *     finds nothing either does rx_poll answer SHUTDOWN. So every request sent (send() returned)
+ *     before the host set the flag gets its response; a request sent after may not get one from
+ *     this kernel (it stays in the ring, and a kernel relaunched on the instance serves it first).
+ *   relaunch: at SHUTDOWN the serving thread has handed out every frame it fetched, and the
+ *     dispatch loop publishes each before it polls again (cudaq_rt/dispatch.h), so the ring
+ *     position (next slot, its lap) is exact. rx_poll stores it in the device ctx, and the next
+ *     kernel on this bridge instance starts from it, where the host's sent/received counters are.
+ *   one serving thread: the session (slot, lap, pending frames) lives in that thread's storage; a
+ *     bridge instance serves one dispatch kernel, one thread, at a time.
  *
  * So a request costs the GPU one read round trip (plus one per 8 further cells of a large payload,
  * in flight together) and posted writes; with several requests queued, one probe picks up to
  * CUDAQ_RT_LOOPBACK_PROBE_SLOTS of them at once. */
 #ifndef CUDAQ_RT_LOOPBACK_RING_H
 #define CUDAQ_RT_LOOPBACK_RING_H
+
+#include "cudaq_rt/wire.h"
 
 #include <stdint.h>
 
@@ -123,10 +148,45 @@ static inline CUDAQ_RT_LOOPBACK_HD uint64_t cudaq_rt_loopback_tail_cell(uint32_t
   ((size_t)(n)*CUDAQ_RT_LOOPBACK_HEAD_CELLS * CUDAQ_RT_LOOPBACK_LINE_CELLS *                       \
    CUDAQ_RT_LOOPBACK_CELL_SIZE)
 
-/* The stamp of the frame with sequence number k in a ring of n slots. */
-#define CUDAQ_RT_LOOPBACK_LAP(k, n) ((uint32_t)((k) / (n)) + 1u)
+/* Laps: 1..0xFFFFFFFF, then 1 again; 0 is never a lap (zeroed memory). */
+#define CUDAQ_RT_LOOPBACK_LAP_PERIOD 0xFFFFFFFFu /* laps before the stamps repeat */
 
-/* What cudaq_dev_enter_kernel receives as ctx; lives in device memory, written once by create. */
+static inline CUDAQ_RT_LOOPBACK_HD uint32_t cudaq_rt_loopback_next_lap(uint32_t lap) {
+  return lap == 0xFFFFFFFFu ? 1u : lap + 1u;
+}
+
+static inline CUDAQ_RT_LOOPBACK_HD uint32_t cudaq_rt_loopback_prev_lap(uint32_t lap) {
+  return lap <= 1u ? 0xFFFFFFFFu : lap - 1u;
+}
+
+/* The stamp of the frame with sequence number k in a ring of n slots (host side: the device keeps
+ * a running (slot, lap) and never divides 64-bit numbers). */
+static inline CUDAQ_RT_LOOPBACK_HD uint32_t cudaq_rt_loopback_lap(uint64_t k, uint32_t n) {
+  return (uint32_t)((k / n) % CUDAQ_RT_LOOPBACK_LAP_PERIOD) + 1u;
+}
+
+/* Both halves of a cell ({ stamp, data, stamp, data }) carry `lap`: the cell holds this lap's
+ * bytes, however its halves arrived. */
+static inline CUDAQ_RT_LOOPBACK_HD int cudaq_rt_loopback_stamped(uint32_t stamp0, uint32_t stamp1,
+                                                                 uint32_t lap) {
+  return stamp0 == lap && stamp1 == lap;
+}
+
+/* Cells a frame of `frame_len` bytes occupies, control included. */
+static inline CUDAQ_RT_LOOPBACK_HD uint32_t cudaq_rt_loopback_frame_cells(uint32_t frame_len) {
+  return 1u + (frame_len + CUDAQ_RT_LOOPBACK_CELL_DATA - 1u) / CUDAQ_RT_LOOPBACK_CELL_DATA;
+}
+
+/* A request of `frame_len` bytes (as its control cell says) whose header claims `arg_len` payload
+ * bytes is whole when the bytes cover header and payload; else the device stages it as truncated
+ * (cudaq_rt/wire.h). Longer than claimed is harmless: a handler reads only arg_len bytes. */
+static inline CUDAQ_RT_LOOPBACK_HD int cudaq_rt_loopback_request_whole(uint32_t frame_len,
+                                                                       uint32_t arg_len) {
+  return frame_len >= CUDAQ_RT_HEADER_SIZE && arg_len <= frame_len - CUDAQ_RT_HEADER_SIZE;
+}
+
+/* What cudaq_dev_enter_kernel receives as ctx; lives in device memory (cudaMalloc), written by
+ * create, and by the serving thread at SHUTDOWN (resume_*). The host never reads it back. */
 typedef struct cudaq_rt_loopback_device_ctx {
   uint32_t magic; /* CUDAQ_RT_LOOPBACK_CTX_MAGIC */
   uint32_t num_slots;
@@ -138,6 +198,12 @@ typedef struct cudaq_rt_loopback_device_ctx {
   void *response_tails;
   unsigned char *request_frames;  /* device memory: num_slots * slot_size, unpacked requests */
   unsigned char *response_frames; /* device memory: num_slots * slot_size, responses being built */
+  /* Where the next kernel starts: the slot of the next request and the lap it will carry. create
+   * sets 0 and 1; the serving thread stores its position here when rx_poll answers SHUTDOWN (see
+   * "relaunch" above). Plain stores to device memory: the end of the kernel makes them visible to
+   * the next one, which the launcher orders after it (cudaq_rt/dispatch.h). */
+  uint32_t resume_slot;
+  uint32_t resume_lap;
 } cudaq_rt_loopback_device_ctx;
 
 #endif /* CUDAQ_RT_LOOPBACK_RING_H */

@@ -1,5 +1,6 @@
-// The unified dispatch kernel: the persistent kernel cudaq-rt-run launches when the application
-// brings no dispatch kernel of its own.
+// The unified dispatch kernel: the persistent kernel a launcher (the future cudaq-rt-run; today
+// tests/gpu/loopback_dispatch_test.cpp) starts when the application brings no dispatch kernel of
+// its own.
 //
 // Launch shape: one block of one thread (<<<1, 1>>>). Serving is sequential by contract (the
 // bridge hands out one frame at a time and every request gets exactly one response, in order),

@@ -12,7 +12,21 @@
  *   }
  *
  * The hooks are resolved at device-link time: the kernel, the bridge's hooks and the handlers
- * are linked into one module by cudaq-rt-link. */
+ * are linked into one module by cudaq-rt-link.
+ *
+ * What a dispatch kernel promises the bridge (the unified kernel keeps all of it):
+ *   - one session per bridge instance at a time, driven by one thread: the hooks keep their state
+ *     in the session without atomics (a kernel with several serving threads needs a bridge
+ *     instance, and a transport_ctx, per thread);
+ *   - every frame rx_poll hands out is published with tx_publish exactly once, before the kernel
+ *     ends (one still held when rx_poll answers SHUTDOWN too);
+ *   - it stops serving only when rx_poll answers SHUTDOWN. A bridge may keep its ring position in
+ *     transport_ctx at that point (the loopback bridge does), so that a later launch on the same
+ *     instance resumes where this one stopped; a kernel that returns earlier leaves that position
+ *     stale, and the instance must then be destroyed rather than relaunched.
+ * A relaunch on the same instance must be ordered after the previous kernel finished (same
+ * stream, or the host waited for it): that also makes what the previous kernel stored in
+ * transport_ctx visible to the next. */
 #ifndef CUDAQ_RT_DISPATCH_H
 #define CUDAQ_RT_DISPATCH_H
 
@@ -21,7 +35,9 @@
 #define CUDAQ_RT_UNIFIED_DISPATCH_KERNEL "cudaq_rt_unified_dispatch"
 #define CUDAQ_RT_SESSION_STORAGE_SIZE 256u
 
-/* cudaq_dev_rx_poll's answers. */
+/* cudaq_dev_rx_poll's answers. READY hands out a whole request frame: a bridge that received
+ * fewer bytes than 24 + arg_len hands it out with CUDAQ_RT_TRUNCATED_MAGIC in place of its magic
+ * (cudaq_rt/wire.h), since the hook has no way to say how many bytes arrived. */
 #define CUDAQ_DEV_RX_READY 0
 #define CUDAQ_DEV_RX_SHUTDOWN 1
 
@@ -39,12 +55,17 @@ typedef struct cudaq_rt_dispatch_stats {
   unsigned long long requests;        /* frames taken from rx_poll */
   unsigned long long ok;              /* handler returned 0 */
   unsigned long long handler_errors;  /* handler returned > 0 */
-  unsigned long long protocol_errors; /* bad magic, unknown function, oversize */
+  unsigned long long protocol_errors; /* status < 0: bad magic, unknown function, oversize,
+                                         truncated frame, handler fault (see wire.h) */
 } cudaq_rt_dispatch_stats;
 
 typedef struct cudaq_rt_dispatch_params {
-  void *transport_ctx;    /* the bridge's device-accessible context */
-  uint32_t slot_size;     /* bytes per frame slot, header included */
+  void *transport_ctx; /* the bridge's device-accessible context */
+  /* Bytes per frame slot, header included: must be the bridge instance's own slot_size (a
+   * launcher takes it from the bridge, cudaq_rt_bridge_ops::slot_size). It bounds arg_len and is
+   * what a handler is told it may write (slot_size - 24); a larger value lets a handler write past
+   * the bridge's response frame. */
+  uint32_t slot_size;
   uint32_t num_functions; /* rows in function_table */
   const cudaq_rt_function_entry *function_table;
   volatile int *shutdown_flag;    /* set to non-zero by the host to stop serving */

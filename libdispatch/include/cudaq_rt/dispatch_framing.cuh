@@ -15,7 +15,11 @@
  * read-modify-write there would cost a PCIe round trip (about a microsecond) per counter per
  * request. Each counter is one aligned 8-byte store, which the host never sees torn. So one
  * cudaq_rt_dispatch_stats belongs to one serving thread; a kernel with several serving threads
- * gives each its own block of counters (or sums them itself). */
+ * gives each its own block of counters (or sums them itself).
+ *
+ * A bridge session is single-threaded too: the loop above runs in one thread per
+ * cudaq_dev_enter_kernel, i.e. per transport_ctx (cudaq_rt/dispatch.h says what else a kernel
+ * promises the bridge). */
 #ifndef CUDAQ_RT_DISPATCH_FRAMING_CUH
 #define CUDAQ_RT_DISPATCH_FRAMING_CUH
 
@@ -78,9 +82,14 @@ static __device__ __forceinline__ void cudaq_rt_counters_record(cudaq_rt_dispatc
     ++c->protocol_errors;
 }
 
-/* 0 when the request header may be handed to a handler, else the protocol status to answer. */
+/* 0 when the request header may be handed to a handler, else the protocol status to answer.
+ * slot_size is the bridge's (cudaq_rt_dispatch_params.slot_size). A frame the bridge received
+ * short carries CUDAQ_RT_TRUNCATED_MAGIC (wire.h): its arg_len is not backed by bytes of this
+ * request, so it is refused before anything else is looked at. */
 static __device__ __forceinline__ int cudaq_rt_validate_request(const cudaq_rt_request_header *req,
                                                                 uint32_t slot_size) {
+  if (req->magic == CUDAQ_RT_TRUNCATED_MAGIC)
+    return CUDAQ_RT_STATUS_TRUNCATED;
   if (req->magic != CUDAQ_RT_REQUEST_MAGIC)
     return CUDAQ_RT_STATUS_BAD_MAGIC;
   if (slot_size < CUDAQ_RT_HEADER_SIZE || req->arg_len > slot_size - CUDAQ_RT_HEADER_SIZE)
@@ -116,7 +125,8 @@ cudaq_rt_write_response_header(cudaq_rt_response_header *resp, int32_t status, u
 }
 
 /* Answers one request frame into `response` (a distinct frame of slot_size bytes): validates it,
- * calls its handler with max_result_len = slot_size - 24, and always writes the response header,
+ * calls its handler with max_result_len = slot_size - 24 (slot_size: the bridge's, see
+ * cudaq_rt_dispatch_params), and always writes the response header,
  * echoing request_id and ptp_timestamp (also for a bad magic: they are all a client has to match
  * the answer). Returns the status written and records it in `counters` (may be NULL). */
 static __device__ __forceinline__ int cudaq_rt_serve_frame(const cudaq_rt_function_entry *table,
@@ -139,9 +149,15 @@ static __device__ __forceinline__ int cudaq_rt_serve_frame(const cudaq_rt_functi
       status = handler((const char *)request + CUDAQ_RT_HEADER_SIZE,
                        (char *)response + CUDAQ_RT_HEADER_SIZE, req->arg_len, max_result_len,
                        &result_len);
-      /* A handler that claims more than it was given room for may have written past the frame;
-       * what it wrote cannot be trusted, so none of it is sent. */
-      if (result_len > max_result_len) {
+      if (status < 0) {
+        /* Negative statuses are the protocol's (wire.h): passed through, a handler's -1 would
+         * read as "unknown function". It broke its contract, so its result is not sent either,
+         * and the frame counts as a protocol error. */
+        status = CUDAQ_RT_STATUS_HANDLER_FAULT;
+        result_len = 0;
+      } else if (result_len > max_result_len) {
+        /* A handler that claims more than it was given room for may have written past the
+         * frame; what it wrote cannot be trusted, so none of it is sent. */
         status = CUDAQ_RT_STATUS_RESULT_TOO_LARGE;
         result_len = 0;
       }

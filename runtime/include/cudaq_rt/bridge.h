@@ -12,7 +12,8 @@
  *   The runtime dlopens the library, calls the entry point once, checks the ABI version and the
  *   table size, and drives the bridge through the table.
  *
- * Life of a bridge instance, as cudaq-rt-run drives it:
+ * Life of a bridge instance, as a launcher drives it (the future cudaq-rt-run; today the GPU test
+ * tests/gpu/loopback_dispatch_test.cpp and bench/loopback_rtt.cu):
  *
  *   ops = cudaq_rt_bridge_entry();                       check abi_version, struct_size
  *   ops->create("slots=64,slot_size=1024", &bridge);      allocates the ring, device context
@@ -20,7 +21,9 @@
  *   slot_size = ops->slot_size(bridge);                   -> cudaq_rt_dispatch_params.slot_size
  *   launch the dispatch kernel; then, for a host-fed bridge (CUDAQ_RT_BRIDGE_CAP_HOST_FRAMES):
  *     ops->send(bridge, frame, n);  ops->receive(bridge, buf, cap, &n);   any number of times
- *   set the shutdown flag, wait for the kernel, then ops->destroy(bridge).
+ *   set the shutdown flag and wait for the kernel; to serve again, clear the flag and launch again
+ *   on the same instance (the loopback bridge resumes where the last kernel stopped; the rules
+ *   are in cudaq_rt/dispatch.h); at the end, ops->destroy(bridge).
  *
  * Operations return a cudaq_rt_bridge_result; on CUDAQ_RT_BRIDGE_ERROR, last_error() says why
  * (last_error(NULL) for a failed create). An instance is used by one host thread at a time.
@@ -78,7 +81,9 @@ typedef struct cudaq_rt_bridge_ops {
   uint32_t (*num_slots)(cudaq_rt_bridge *bridge);
 
   /* CUDAQ_RT_BRIDGE_CAP_HOST_FRAMES only (else NULL). Queues one request frame of `size` bytes
-   * (at most slot_size); AGAIN when every slot is in flight. Frames are served in order. */
+   * (at most slot_size); AGAIN when every slot is in flight. Frames are served in order. A frame
+   * that is not whole, i.e. whose header's arg_len is not size - 24, is an error and is not
+   * queued: the device would have to answer it CUDAQ_RT_STATUS_TRUNCATED (cudaq_rt/wire.h). */
   cudaq_rt_bridge_result (*send)(cudaq_rt_bridge *bridge, const void *frame, size_t size);
   /* Takes the oldest response, in the order the requests were sent; AGAIN when it is not there
    * yet. `capacity` below the frame's size is an error and the frame stays queued. */

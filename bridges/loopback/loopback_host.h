@@ -1,0 +1,195 @@
+// The loopback bridge's host side, as far as it needs no CUDA: the bridge instance, send()'s
+// checks, the encoder that writes a request into the ring and the decoder that takes a response
+// out of it. The ring protocol is explained in loopback_ring.h.
+//
+// In a header, rather than in loopback.cpp, so that the tests reach the same code:
+//   - tests/unit/test_loopback_ring.cpp runs it on the CPU, on rings in ordinary memory, against
+//     a CPU model of the device side;
+//   - tests/gpu/loopback_dispatch_test.cpp writes, through write_request(), frames that send()
+//     refuses, to check what the device side answers to them.
+// The instance's layout is still the bridge's own business: only code built from this tree, with
+// this header, may look inside a cudaq_rt_bridge.
+#ifndef CUDAQ_RT_LOOPBACK_HOST_H
+#define CUDAQ_RT_LOOPBACK_HOST_H
+
+#include "cudaq_rt/bridge.h"
+#include "cudaq_rt/wire.h"
+#include "loopback_ring.h"
+
+#include <atomic>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+struct cudaq_rt_bridge {
+  uint32_t num_slots = 0;
+  uint32_t slot_size = 0;
+  uint32_t tail_cells = 0;
+  uint64_t *request_heads = nullptr; // host view, 2 halves per cell (see loopback_ring.h)
+  uint64_t *request_tails = nullptr;
+  uint64_t *response_heads = nullptr;
+  uint64_t *response_tails = nullptr;
+  void *request_block = nullptr;  // cudaHostAlloc: the request ring
+  void *response_block = nullptr; // cudaHostAlloc: the response ring
+  void *device_block = nullptr;   // cudaMalloc: device ctx + staging frames
+  cudaq_rt_loopback_device_ctx *device_ctx = nullptr;
+  // Sequence numbers of the next request to write and the next response to take. They go on
+  // across kernel launches: the device ctx keeps the device's side of the same position.
+  uint64_t sent = 0;
+  uint64_t received = 0;
+  std::string error;
+};
+
+namespace cudaq_rt::loopback {
+
+// A response that has started to arrive completes within microseconds; a half missing for this
+// many polls means the kernel died mid-publish.
+constexpr uint64_t kMaxHalfPolls = uint64_t(1) << 32;
+
+inline uint64_t load_half(const uint64_t *p) {
+  return std::atomic_ref<const uint64_t>(*p).load(std::memory_order_acquire);
+}
+
+inline void store_half(uint64_t *p, uint32_t stamp, uint32_t data) {
+  std::atomic_ref<uint64_t>(*p).store(uint64_t(stamp) | (uint64_t(data) << 32),
+                                      std::memory_order_release);
+}
+
+inline uint32_t stamp_of(uint64_t half) {
+  return uint32_t(half);
+}
+inline uint32_t data_of(uint64_t half) {
+  return uint32_t(half >> 32);
+}
+
+// Pushes this thread's stores to the request ring out to memory now: write-combined stores can
+// otherwise sit in a fill buffer for an unbounded time.
+inline void flush_stores() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_sfence();
+#else
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+#endif
+}
+
+// The first half of frame cell c of `slot` (c = 0: control) in the ring made of heads and tails.
+inline uint64_t *cell_half(uint64_t *heads, uint64_t *tails, uint32_t tail_cells, uint32_t slot,
+                           uint32_t c) {
+  return c < CUDAQ_RT_LOOPBACK_HEAD_CELLS
+             ? heads + 2 * cudaq_rt_loopback_head_cell(slot, c)
+             : tails + 2 * cudaq_rt_loopback_tail_cell(slot, c - CUDAQ_RT_LOOPBACK_HEAD_CELLS,
+                                                       tail_cells);
+}
+
+// Why send() refuses `frame` (size bytes) for a ring of slot_size-byte slots; empty when it may go.
+// A frame must be whole (cudaq_rt/wire.h): its header's arg_len is exactly size - 24. A shorter
+// payload would leave the device staging frame's tail, an earlier request's bytes, where the
+// handler reads its payload; the device answers such a frame CUDAQ_RT_STATUS_TRUNCATED, but a
+// client that builds one has a bug better reported here, at the call.
+inline std::string check_request(const void *frame, size_t size, uint32_t slot_size) {
+  if (size < CUDAQ_RT_HEADER_SIZE || size > slot_size)
+    return "send: a frame of " + std::to_string(size) + " bytes does not fit a slot (" +
+           std::to_string(CUDAQ_RT_HEADER_SIZE) + ".." + std::to_string(slot_size) + ")";
+  cudaq_rt_request_header h;
+  std::memcpy(&h, frame, sizeof h);
+  if (h.arg_len != size - CUDAQ_RT_HEADER_SIZE)
+    return "send: the header's arg_len is " + std::to_string(h.arg_len) + " but the frame of " +
+           std::to_string(size) + " bytes carries " + std::to_string(size - CUDAQ_RT_HEADER_SIZE) +
+           " payload bytes (a frame is 24 header bytes + arg_len)";
+  return {};
+}
+
+// Writes `frame` (size <= slot_size bytes, not checked otherwise) as the next request: AGAIN when
+// every slot is in flight. This is send() without check_request().
+inline cudaq_rt_bridge_result write_request(cudaq_rt_bridge *b, const void *frame, size_t size) {
+  if (b->sent - b->received == b->num_slots)
+    return CUDAQ_RT_BRIDGE_AGAIN;
+  const uint64_t k = b->sent;
+  const uint32_t lap = cudaq_rt_loopback_lap(k, b->num_slots);
+  const uint32_t slot = uint32_t(k % b->num_slots);
+  auto cell = [&](uint32_t c) {
+    return cell_half(b->request_heads, b->request_tails, b->tail_cells, slot, c);
+  };
+  const auto *bytes = static_cast<const unsigned char *>(frame);
+  // Data word w (4 bytes) is half w % 2 of frame cell 1 + w / 2.
+  const size_t words = (size + 3) / 4;
+  for (size_t w = 0; w < words; ++w) {
+    uint32_t data = 0;
+    std::memcpy(&data, bytes + 4 * w, size - 4 * w < 4 ? size - 4 * w : 4);
+    store_half(cell(uint32_t(1 + w / 2)) + w % 2, lap, data);
+  }
+  if (words % 2) // the last cell's second half: stamped too, so the GPU sees the cell complete
+    store_half(cell(uint32_t(1 + words / 2)) + 1, lap, 0);
+  // Control last, so a poll that sees it usually finds the whole frame already there.
+  uint64_t *control = cell(0);
+  store_half(control + 1, lap, 0);
+  store_half(control, lap, uint32_t(size));
+  if (CUDAQ_RT_LOOPBACK_REQUEST_WC)
+    flush_stores();
+  ++b->sent;
+  return CUDAQ_RT_BRIDGE_OK;
+}
+
+// The bridge's send operation.
+inline cudaq_rt_bridge_result send_request(cudaq_rt_bridge *b, const void *frame, size_t size) {
+  if (std::string why = check_request(frame, size, b->slot_size); !why.empty()) {
+    b->error = std::move(why);
+    return CUDAQ_RT_BRIDGE_ERROR;
+  }
+  return write_request(b, frame, size);
+}
+
+// The bridge's receive operation; max_half_polls bounds the wait for a response's missing halves
+// (the tests shorten it).
+inline cudaq_rt_bridge_result receive_response(cudaq_rt_bridge *b, void *buffer, size_t capacity,
+                                               size_t *size,
+                                               uint64_t max_half_polls = kMaxHalfPolls) {
+  if (b->received == b->sent)
+    return CUDAQ_RT_BRIDGE_AGAIN;
+  const uint64_t k = b->received;
+  const uint32_t lap = cudaq_rt_loopback_lap(k, b->num_slots);
+  const uint32_t slot = uint32_t(k % b->num_slots);
+  auto cell = [&](uint32_t c) {
+    return cell_half(b->response_heads, b->response_tails, b->tail_cells, slot, c);
+  };
+  const uint64_t control = load_half(cell(0));
+  if (stamp_of(control) != lap)
+    return CUDAQ_RT_BRIDGE_AGAIN;
+  const uint32_t len = data_of(control);
+  if (len < CUDAQ_RT_HEADER_SIZE || len > b->slot_size) {
+    b->error =
+        "receive: response " + std::to_string(k) + " claims " + std::to_string(len) + " bytes";
+    return CUDAQ_RT_BRIDGE_ERROR;
+  }
+  if (capacity < len) {
+    b->error = "receive: the response is " + std::to_string(len) + " bytes, the buffer " +
+               std::to_string(capacity);
+    return CUDAQ_RT_BRIDGE_ERROR;
+  }
+  auto *out = static_cast<unsigned char *>(buffer);
+  const size_t words = (len + 3) / 4;
+  for (size_t w = 0; w < words; ++w) {
+    const uint64_t *at = cell(uint32_t(1 + w / 2)) + w % 2;
+    uint64_t half = load_half(at);
+    for (uint64_t polls = 0; stamp_of(half) != lap; ++polls) {
+      if (polls == max_half_polls) {
+        b->error = "receive: response " + std::to_string(k) + " never completed";
+        return CUDAQ_RT_BRIDGE_ERROR;
+      }
+      half = load_half(at);
+    }
+    const uint32_t data = data_of(half);
+    std::memcpy(out + 4 * w, &data, len - 4 * w < 4 ? len - 4 * w : 4);
+  }
+  *size = len;
+  ++b->received;
+  return CUDAQ_RT_BRIDGE_OK;
+}
+
+} // namespace cudaq_rt::loopback
+
+#endif // CUDAQ_RT_LOOPBACK_HOST_H
