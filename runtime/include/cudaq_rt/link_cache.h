@@ -1,6 +1,7 @@
 // The content-addressed cache of linked cubins shared by `cudaq-rt-link` (ahead of time) and the
-// load-time link of a launcher (the future `cudaq-rt-run`). The key, the on-disk format and the argument for why several
-// processes may use one cache at once are in the comment at the top of link_cache.cpp.
+// load-time link of a launcher (the future `cudaq-rt-run`). The key, the on-disk format and the
+// argument for why several processes may use one cache at once are in the comment at the top of
+// link_cache.cpp.
 #pragma once
 
 #include "cudaq_rt/digest.h"
