@@ -36,6 +36,8 @@ struct Session {
   uint32_t fetched_slot; // slot of the next frame to probe for
   uint32_t fetched_lap;  // and the lap it must carry
   uint32_t pending;      // frames unpacked and not handed out yet (they precede fetched_slot)
+  uint32_t draining;     // the shutdown flag was seen and fenced: every later probe sees all
+                         // requests sent before it was set
   uint32_t sink;         // keeps the L1 warm-up loads alive
 };
 static_assert(sizeof(Session) <= CUDAQ_RT_SESSION_STORAGE_SIZE, "session must fit the storage");
@@ -177,37 +179,44 @@ __device__ bool fetch(Session *s) {
 
   uint4 probe[W][P];
   uint32_t ready;
-  bool confirming = false; // the flag was seen set with nothing ready: this probe confirms it
   for (;;) {
-    // One round trip: every load below is independent and issued before the first is used.
+    // One round trip: every load below is independent and issued before the first is used. Two
+    // things keep it so in the machine code (a load whose result is needed before the next load
+    // issues makes the batch two round trips, +2 us a request on the H200: bench/loopback_rtt.md):
+    //   - the probe is not live across polls: a slot not probed (a ring of fewer than W slots)
+    //     reads as zeroes, never stamped (laps skip 0), instead of keeping the last poll's
+    //     values. Carried over, its 80 registers pushed the kernel to 255 and into spilling a
+    //     probed cell between the loads (a spill store waits for its load);
+    //   - the first use of the probe sits behind a branch on the flag, loaded last: without the
+    //     branch, ptxas scheduled the stamp checks of the first slots among the last loads.
 #pragma unroll
     for (uint32_t w = 0; w < W; ++w)
-      if (w < probe_slots) {
 #pragma unroll
-        for (uint32_t c = 0; c < P; ++c)
-          probe[w][c] = load_cell(cells[w] + c * kLineCells); // one line per cell
-      }
+      for (uint32_t c = 0; c < P; ++c)
+        probe[w][c] = w < probe_slots ? load_cell(cells[w] + c * kLineCells) // a line per cell
+                                      : make_uint4(0u, 0u, 0u, 0u);
     const int shutdown = *shutdown_flag;
+    if (shutdown && !s->draining) {
+      // The loads of one batch complete in any order: the flag's may have seen the host's store
+      // while the ring loads still saw the ring as it was before requests the host sent ahead of
+      // it. A fence, then probe again: from now on every probe sees every request sent before
+      // the flag was set. One round trip more, once per kernel.
+      __threadfence_system();
+      s->draining = 1;
+      continue;
+    }
     // Requests are handed out in order: count the ready slots from the first.
     ready = 0;
 #pragma unroll
     for (uint32_t w = 0; w < W; ++w)
       if (ready == w && w < probe_slots && stamped(probe[w][0], lap[w]))
         ++ready;
-    // What this probe found is served even when the flag is set: those requests were sent, and
-    // the host waits for their answers.
+    // What a probe finds is served even when the flag is set: those requests were sent, and the
+    // host waits for their answers. Nothing found after the fence: every one has been answered.
     if (ready > 0)
       break;
-    if (shutdown) {
-      if (confirming)
-        return false;
-      // The loads of one batch complete in any order: the flag's may have seen the host's store
-      // while the ring loads still saw the ring as it was before requests the host sent ahead of
-      // it. A fence, then one more probe: that one sees every request sent before the flag was
-      // set. One round trip more, once per kernel.
-      __threadfence_system();
-      confirming = true;
-    }
+    if (shutdown)
+      return false;
   }
 
 #pragma unroll
@@ -254,6 +263,7 @@ extern "C" __device__ void *cudaq_dev_enter_kernel(void *storage, void *ctx,
   s->fetched_slot = c->resume_slot;
   s->fetched_lap = c->resume_lap;
   s->pending = 0;
+  s->draining = 0;
   s->sink = 0;
   return s;
 }

@@ -52,12 +52,13 @@
  *     answers it CUDAQ_RT_STATUS_TRUNCATED instead of running a handler on the staging frame's
  *     stale bytes.
  *   shutdown: the dispatch params' mapped shutdown flag is loaded in the same batch as every poll
- *     (no extra round trip), and counts only when that probe found no request ready: what a probe
- *     sees is served first. Loads of one batch complete in any order, so a flag seen set with
- *     nothing ready is confirmed by one more probe, ordered after it by a fence; only when that one
- *     finds nothing either does rx_poll answer SHUTDOWN. So every request sent (send() returned)
- *     before the host set the flag gets its response; a request sent after may not get one from
- *     this kernel (it stays in the ring, and a kernel relaunched on the instance serves it first).
+ *     (no extra round trip). Loads of one batch complete in any order, so the ring loads of the
+ *     probe that first sees the flag set may predate requests the host sent before setting it:
+ *     the serving thread then fences and probes again (once per kernel), and from there on what a
+ *     probe finds is served, flag or not; only a probe after the fence that finds nothing makes
+ *     rx_poll answer SHUTDOWN. So every request sent (send() returned) before the host set the
+ *     flag gets its response; a request sent after may not get one from this kernel (it stays in
+ *     the ring, and a kernel relaunched on the instance serves it first).
  *   relaunch: at SHUTDOWN the serving thread has handed out every frame it fetched, and the
  *     dispatch loop publishes each before it polls again (cudaq_rt/dispatch.h), so the ring
  *     position (next slot, its lap) is exact. rx_poll stores it in the device ctx, and the next
