@@ -251,18 +251,7 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
       targets.push_back(*t);
   }
 
-  // Only an existing package gets a lock file beside it: a mistyped path leaves nothing behind.
   const fs::path package = entry_path(opt.package);
-  std::error_code ec;
-  if (!fs::is_directory(package, ec))
-    return Package::open(opt.package).take_error();
-  std::optional<PackageLock> lock;
-  if (!opt.dry_run && opt.store_in_package) {
-    auto l = PackageLock::acquire(package);
-    if (!l)
-      return std::move(l).take_error();
-    lock.emplace(std::move(*l));
-  }
   auto pkg = Package::open(opt.package);
   if (!pkg)
     return std::move(pkg).take_error();
@@ -584,9 +573,27 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
   if (!report.ok() || !opt.store_in_package)
     return report;
 
-  // Store: every old blob still referenced, the new containers, the cubins; the new records
-  // replace old ones for the same (arch, bridge, dispatcher).
-  Manifest next_m = m;
+  // Store, under the lock every writer of this package takes, into the package as it is now:
+  // links of other archs may have landed while this one ran (only the store is serialized, so
+  // they run in parallel). Unless the packed code itself was replaced meanwhile, their records
+  // stay, ours are added, and ours replace older ones for the same (arch, bridge, dispatcher).
+  auto lock = PackageLock::acquire(package);
+  if (!lock)
+    return std::move(lock).take_error();
+  auto current = Package::open(opt.package);
+  if (!current)
+    return std::move(current).take_error();
+  auto packed = [](const Manifest &x) {
+    std::vector<std::tuple<Digest, Role, std::string>> out;
+    for (const ContainerRecord &c : x.containers)
+      if (c.packed())
+        out.emplace_back(c.digest, c.role, c.bridge);
+    return out;
+  };
+  if (packed(current->manifest()) != packed(m))
+    return make_error(subject, "the package was replaced while it was being linked (by "
+                               "cudaq-rt-pack --force?): link it again");
+  Manifest next_m = current->manifest();
   auto writer = PackageWriter::create(package);
   if (!writer)
     return std::move(writer).take_error();
@@ -619,12 +626,12 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
   }
   drop_unused_link_additions(next_m);
   // Blobs written above are skipped by carry_blob; everything else the new manifest names
-  // comes from the old package, verified on the way.
+  // comes from the package as it is now, verified on the way.
   for (const ContainerRecord &c : next_m.containers)
-    if (auto st = writer->carry_blob(*pkg, c.digest); !st)
+    if (auto st = writer->carry_blob(*current, c.digest); !st)
       return std::move(st).take_error();
   for (const LinkRecord &l : next_m.links)
-    if (auto st = writer->carry_blob(*pkg, l.cubin); !st)
+    if (auto st = writer->carry_blob(*current, l.cubin); !st)
       return std::move(st).take_error();
   std::sort(next_m.links.begin(), next_m.links.end(), [](const LinkRecord &a, const LinkRecord &b) {
     auto sm = [](const LinkRecord &l) { return parse_arch(l.arch).value_or(TargetArch{}).sm; };
