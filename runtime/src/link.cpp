@@ -32,17 +32,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
-#include <chrono>
-#include <cstring>
 #include <ctime>
-#include <fcntl.h>
-#include <map>
-#include <mutex>
 #include <set>
-#include <sys/file.h>
 #include <thread>
-#include <unistd.h>
 
 namespace fs = std::filesystem;
 
