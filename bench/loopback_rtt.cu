@@ -99,19 +99,8 @@ __global__ void trace_dispatch(cudaq_rt_dispatch_params p, Stamps *trace, uint32
         status = CUDAQ_RT_STATUS_UNKNOWN_FUNCTION;
     }
     st.t[2] = clock64();
-    if (handler) {
-      const uint32_t max_result_len = p.slot_size - CUDAQ_RT_HEADER_SIZE;
-      status = handler((const char *)request + CUDAQ_RT_HEADER_SIZE,
-                       (char *)response + CUDAQ_RT_HEADER_SIZE, req->arg_len, max_result_len,
-                       &result_len);
-      if (status < 0) {
-        status = CUDAQ_RT_STATUS_HANDLER_FAULT;
-        result_len = 0;
-      } else if (result_len > max_result_len) {
-        status = CUDAQ_RT_STATUS_RESULT_TOO_LARGE;
-        result_len = 0;
-      }
-    }
+    if (handler)
+      status = cudaq_rt_call_handler(handler, request, response, p.slot_size, &result_len);
     st.t[3] = clock64();
     cudaq_rt_write_response_header((cudaq_rt_response_header *)response, status, result_len,
                                    request_id, ptp);

@@ -124,6 +124,32 @@ cudaq_rt_write_response_header(cudaq_rt_response_header *resp, int32_t status, u
   resp->ptp_timestamp = ptp_timestamp;
 }
 
+/* Calls a validated request's handler with max_result_len = slot_size - 24 and holds it to its
+ * contract: the status to answer, and *result_len (0 whenever the result is not sent). */
+static __device__ __forceinline__ int cudaq_rt_call_handler(cudaq_rt_handler_fn handler,
+                                                            const void *request, void *response,
+                                                            uint32_t slot_size,
+                                                            uint32_t *result_len) {
+  const cudaq_rt_request_header *req = (const cudaq_rt_request_header *)request;
+  const uint32_t max_result_len = slot_size - CUDAQ_RT_HEADER_SIZE;
+  int status =
+      handler((const char *)request + CUDAQ_RT_HEADER_SIZE, (char *)response + CUDAQ_RT_HEADER_SIZE,
+              req->arg_len, max_result_len, result_len);
+  if (status < 0) {
+    /* Negative statuses are the protocol's (wire.h): passed through, a handler's -1 would read
+     * as "unknown function". It broke its contract, so its result is not sent either, and the
+     * frame counts as a protocol error. */
+    status = CUDAQ_RT_STATUS_HANDLER_FAULT;
+    *result_len = 0;
+  } else if (*result_len > max_result_len) {
+    /* A handler that claims more than it was given room for may have written past the frame;
+     * what it wrote cannot be trusted, so none of it is sent. */
+    status = CUDAQ_RT_STATUS_RESULT_TOO_LARGE;
+    *result_len = 0;
+  }
+  return status;
+}
+
 /* Answers one request frame into `response` (a distinct frame of slot_size bytes): validates it,
  * calls its handler with max_result_len = slot_size - 24 (slot_size: the bridge's, see
  * cudaq_rt_dispatch_params), and always writes the response header,
@@ -145,22 +171,7 @@ static __device__ __forceinline__ int cudaq_rt_serve_frame(const cudaq_rt_functi
     if (!handler) {
       status = CUDAQ_RT_STATUS_UNKNOWN_FUNCTION;
     } else {
-      const uint32_t max_result_len = slot_size - CUDAQ_RT_HEADER_SIZE;
-      status = handler((const char *)request + CUDAQ_RT_HEADER_SIZE,
-                       (char *)response + CUDAQ_RT_HEADER_SIZE, req->arg_len, max_result_len,
-                       &result_len);
-      if (status < 0) {
-        /* Negative statuses are the protocol's (wire.h): passed through, a handler's -1 would
-         * read as "unknown function". It broke its contract, so its result is not sent either,
-         * and the frame counts as a protocol error. */
-        status = CUDAQ_RT_STATUS_HANDLER_FAULT;
-        result_len = 0;
-      } else if (result_len > max_result_len) {
-        /* A handler that claims more than it was given room for may have written past the
-         * frame; what it wrote cannot be trusted, so none of it is sent. */
-        status = CUDAQ_RT_STATUS_RESULT_TOO_LARGE;
-        result_len = 0;
-      }
+      status = cudaq_rt_call_handler(handler, request, response, slot_size, &result_len);
     }
   }
   cudaq_rt_write_response_header(resp, status, result_len, request_id, ptp_timestamp);
