@@ -12,7 +12,7 @@
 #ifndef CUDAQ_RT_LOOPBACK_HOST_H
 #define CUDAQ_RT_LOOPBACK_HOST_H
 
-#include "cudaq_rt/bridge.h"
+#include "cudaq_rt/bridge_plugin.h"
 #include "cudaq_rt/wire.h"
 #include "loopback_ring.h"
 

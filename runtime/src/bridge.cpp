@@ -87,13 +87,18 @@ std::string bridge_library_file_name(std::string_view name) {
   return cat(CUDAQ_RT_BRIDGE_LIBRARY_PREFIX, name, ".so");
 }
 
-Expected<BridgeLibrary> BridgeLibrary::open(std::string_view name_or_path) {
+Expected<BridgeLocation> find_bridge(std::string_view name_or_path) {
   if (looks_like_path(name_or_path)) {
     fs::path path(name_or_path);
     std::error_code ec;
     if (!fs::exists(path, ec))
       return make_error(path.string(), "no such bridge library");
-    return load(path);
+    std::string stem = path.filename().string();
+    stem = stem.substr(0, stem.find(".so"));
+    const std::string_view prefix = CUDAQ_RT_BRIDGE_LIBRARY_PREFIX;
+    if (stem.starts_with(prefix) && stem.size() > prefix.size())
+      stem.erase(0, prefix.size());
+    return BridgeLocation{stem, path};
   }
   if (!is_bridge_name(name_or_path))
     return make_error("", "bad bridge name '", name_or_path,
@@ -104,9 +109,16 @@ Expected<BridgeLibrary> BridgeLibrary::open(std::string_view name_or_path) {
     std::error_code ec;
     fs::path candidate = dir / file;
     if (fs::is_regular_file(candidate, ec))
-      return load(candidate);
+      return BridgeLocation{std::string(name_or_path), candidate};
   }
   return make_error("", "unknown bridge '", name_or_path, "' (searched: ", join(dirs), ")");
+}
+
+Expected<BridgeLibrary> BridgeLibrary::open(std::string_view name_or_path) {
+  auto where = find_bridge(name_or_path);
+  if (!where)
+    return std::move(where).take_error();
+  return load(where->path);
 }
 
 Expected<BridgeLibrary> BridgeLibrary::load(const fs::path &path) {

@@ -617,10 +617,36 @@ Expected<CacheConfig> CacheConfig::from_environment(const Getenv &getenv) {
   } else if (std::string home = var("HOME"); !home.empty()) {
     c.dir = fs::path(home) / ".cache" / "cudaq-rt";
   } else if (c.enabled) {
-    return make_error("", "no directory for the link cache: set CUDAQ_RT_CACHE_DIR, "
-                          "XDG_CACHE_HOME or HOME, or set CUDAQ_RT_CACHE_DISABLE=1");
+    c.enabled = false;
+    c.unavailable = "no directory for the link cache: set CUDAQ_RT_CACHE_DIR, XDG_CACHE_HOME or "
+                    "HOME, or set CUDAQ_RT_CACHE_DISABLE=1";
   }
   return c;
+}
+
+Expected<LinkCache> open_link_cache(const CacheRequest &request,
+                                    std::vector<std::string> &warnings) {
+  if (request.disable) {
+    CacheConfig off;
+    off.enabled = false;
+    return LinkCache::open(off);
+  }
+  const std::string dir = request.dir.empty() ? "" : entry_path(request.dir).string();
+  auto config = CacheConfig::from_environment([&](const char *var) -> const char * {
+    if (!dir.empty() && std::string_view(var) == "CUDAQ_RT_CACHE_DIR")
+      return dir.c_str();
+    return std::getenv(var);
+  });
+  if (!config)
+    return std::move(config).take_error();
+  if (!config->unavailable.empty())
+    warnings.push_back("not using a link cache: " + config->unavailable);
+  auto cache = LinkCache::open(*config);
+  if (cache)
+    return cache;
+  warnings.push_back("not using a link cache: " + cache.error().str());
+  config->enabled = false;
+  return LinkCache::open(*config);
 }
 
 json CacheStats::to_json() const {

@@ -1,6 +1,7 @@
 #include "cudaq_rt/pack.h"
 
 #include "cudaq_rt/atomic_file.h"
+#include "cudaq_rt/containers.h"
 #include "cudaq_rt/digest.h"
 #include "cudaq_rt/export_records.h"
 #include "cudaq_rt/fatbin.h"
@@ -98,35 +99,6 @@ Expected<std::vector<ExportEntry>> resolve_exports(const std::vector<FoundExport
 }
 
 } // namespace
-
-EntryRecord entry_record(const Entry &e) {
-  EntryRecord r;
-  r.kind = entry_kind_name(e.kind);
-  r.kind_code = e.kind;
-  r.arch = e.arch;
-  r.version_major = e.version_major;
-  r.version_minor = e.version_minor;
-  r.flags = e.flags;
-  r.compression = compression_name(e.compression);
-  r.payload_size = e.payload_size;
-  r.compressed_size = e.compressed_size;
-  r.uncompressed_size = e.uncompressed_size;
-  r.options = e.options;
-  r.name = e.name;
-  return r;
-}
-
-ContainerRecord container_record(const Container &c, const Digest &digest, Role role,
-                                 const std::string &bridge) {
-  ContainerRecord r;
-  r.digest = digest;
-  r.size = c.bytes.size();
-  r.role = role;
-  r.bridge = bridge;
-  for (const Entry &e : c.entries)
-    r.entries.push_back(entry_record(e));
-  return r;
-}
 
 std::vector<std::string> code_warnings(const Manifest &m) {
   // One warning per input and kind of shortfall: a library of hundreds of translation units
@@ -226,31 +198,27 @@ Expected<Inspection> inspect(const std::vector<PackInput> &inputs, const std::st
       if (!u.has_relfatbin)
         continue;
       std::string unit = in->unit_name(u);
-      const char *what = in->kind() == InputKind::fatbin ? "fatbin" : relfatbin_what;
-      auto containers = split_containers(u.relfatbin, unit, what);
+      auto containers = read_unit_containers(*in, u, i, pin.role, pin.bridge);
       if (!containers)
         return std::move(containers).take_error();
       std::set<Digest> unit_digests;
-      for (size_t k = 0; k < containers->size(); ++k) {
-        const Container &c = (*containers)[k];
-        Digest d = sha256(c.bytes);
+      for (UnitContainer &c : *containers) {
+        const Digest d = c.record.digest;
         unit_digests.insert(d);
-        Origin origin{i, u.member, c.offset, k};
         auto [it, fresh] = container_index.emplace(d, m.containers.size());
         if (!fresh) {
           ContainerRecord &rec = m.containers[it->second];
           if (rec.role != pin.role || rec.bridge != pin.bridge)
-            return make_error(unit, what, ": container ", k, " at offset ", hex(c.offset),
-                              " is also packed as ", role_name(rec.role), " code from '",
-                              m.sources[rec.origins[0].source].path,
+            return make_error(unit, in->kind() == InputKind::fatbin ? "fatbin" : relfatbin_what,
+                              ": container ", c.record.origins[0].index, " at offset ",
+                              hex(c.container.offset), " is also packed as ", role_name(rec.role),
+                              " code from '", m.sources[rec.origins[0].source].path,
                               "': one container cannot play two roles");
-          rec.origins.push_back(origin);
+          rec.origins.push_back(c.record.origins[0]);
           continue;
         }
-        out.container_bytes.push_back(c.bytes);
-        ContainerRecord rec = container_record(c, d, pin.role, pin.bridge);
-        rec.origins.push_back(origin);
-        m.containers.push_back(std::move(rec));
+        out.container_bytes.push_back(c.container.bytes);
+        m.containers.push_back(std::move(c.record));
       }
       auto records = parse_export_records(u.exports, unit);
       if (!records)

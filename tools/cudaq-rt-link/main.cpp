@@ -33,10 +33,12 @@ json arch_json(const ArchLink &a) {
   json j = {{"arch", a.arch},         {"cache_key", a.key.digest.str()},
             {"key", a.key.to_json()}, {"inputs", a.input_names},
             {"options", a.options},   {"cache_hit", a.cache_hit}};
+  // link_ms is the link's own time (on a hit, the run that linked it); time_ms is this run's.
   if (a.record)
     j["cubin"] = {{"digest", a.record->cubin.str()},
                   {"size", a.record->cubin_size},
-                  {"link_ms", a.record->link_ms}};
+                  {"link_ms", a.record->link_ms},
+                  {"time_ms", a.time_ms}};
   if (a.error)
     j["error"] = a.error->str();
   if (!a.info_log.empty())
@@ -95,11 +97,11 @@ int main(int argc, char **argv) {
   app.add_option("package", package, "The package to link (NAME.cudaqpkg)")->group("Link");
   app.add_option("-a,--arch", archs, "Target GPUs: sm_NN[a|f], comma-separated or repeated")
       ->group("Link");
-  app.add_option("--bridge", opts.bridge,
+  app.add_option("--bridge", opts.settings.bridge,
                  "Bridge whose device hooks are linked: a name (loopback) or a library path "
                  "(default: the package's bridge, else loopback)")
       ->group("Link");
-  app.add_option("--dispatcher", opts.dispatcher,
+  app.add_option("--dispatcher", opts.settings.dispatcher,
                  "Dispatch kernel: 'builtin' or a custom kernel the package exports (default: "
                  "the package's custom kernel, else builtin)")
       ->group("Link");
@@ -109,13 +111,14 @@ int main(int argc, char **argv) {
   app.add_option("-O", opt_level, "nvJitLink optimization level: -O0 or -O3 (part of the key)")
       ->check(CLI::IsMember({"0", "3"}))
       ->group("nvJitLink");
-  app.add_option("-X,--Xnvjitlink", opts.extra_options,
+  app.add_option("-X,--Xnvjitlink", opts.settings.extra_options,
                  "Pass an option to nvJitLink (part of the cache key)")
       ->group("nvJitLink");
   app.add_flag("--no-kernels-used", no_kernels_used,
                "Keep every kernel instead of passing -kernels-used/-variables-used")
       ->group("nvJitLink");
-  app.add_flag("-v,--verbose", opts.verbose, "Print nvJitLink's info log, with -verbose -time")
+  app.add_flag("-v,--verbose", opts.settings.verbose,
+               "Print nvJitLink's info log, with -verbose -time")
       ->group("Output");
   app.add_flag("--json", as_json, "Print one JSON document on stdout")->group("Output");
   app.add_flag("--dry-run", opts.dry_run,
@@ -141,8 +144,8 @@ int main(int argc, char **argv) {
 
   if (int rc = driver::parse(tool, app, argc, argv); rc >= 0)
     return rc;
-  opts.opt_level = opt_level.empty() ? "" : "-O" + opt_level;
-  opts.kernels_used = !no_kernels_used;
+  opts.settings.opt_level = opt_level.empty() ? "" : "-O" + opt_level;
+  opts.settings.kernels_used = !no_kernels_used;
   if (*prune_opt) {
     prune = parse_cache_size(prune_text);
     if (!prune) {
@@ -152,25 +155,15 @@ int main(int argc, char **argv) {
     }
   }
 
-  // The command line overrides the environment before it is read: --no-cache needs no cache
-  // settings at all, and --cache-dir needs no $HOME.
-  Expected<CacheConfig> config = CacheConfig{.dir = {}, .enabled = false};
-  if (!cache_dir.empty())
-    cache_dir = entry_path(cache_dir).string();
-  if (!no_cache)
-    config = CacheConfig::from_environment([&](const char *var) -> const char * {
-      if (!cache_dir.empty() && std::string_view(var) == "CUDAQ_RT_CACHE_DIR")
-        return cache_dir.c_str();
-      return std::getenv(var);
-    });
-  if (!config)
-    return driver::fail(tool, config.error());
-  // A dry run reads no entry, so it must not create the cache directory either.
-  if (opts.dry_run && !cache_stats && !prune)
-    config->enabled = false;
-  auto cache = LinkCache::open(*config);
+  // A dry run reads no entry, so it needs no cache and must not create one.
+  std::vector<std::string> cache_warnings;
+  auto cache = open_link_cache(
+      {.dir = cache_dir, .disable = no_cache || (opts.dry_run && !cache_stats && !prune)},
+      cache_warnings);
   if (!cache)
     return driver::fail(tool, cache.error());
+  for (const std::string &w : cache_warnings)
+    driver::warn(tool, w);
 
   if (package.empty()) {
     if (cache_stats || prune) {
@@ -213,7 +206,7 @@ int main(int argc, char **argv) {
       for (std::string line; std::getline(details, line);)
         std::fprintf(stderr, "%s: note: %s\n", tool, line.c_str());
     }
-    if (opts.verbose && !a.info_log.empty() && !as_json)
+    if (opts.settings.verbose && !a.info_log.empty() && !as_json)
       std::fprintf(stderr, "%s: %s: nvJitLink info log:\n%s", tool, a.arch.c_str(),
                    a.info_log.c_str());
   }
@@ -241,9 +234,14 @@ int main(int argc, char **argv) {
         for (const std::string &n : a.input_names)
           std::printf("  input: %s\n", n.c_str());
       } else if (a.record) {
-        std::printf("%s  %s  %llu bytes  %.1f ms  %s\n", a.arch.c_str(),
-                    a.cache_hit ? "cached" : "linked", (unsigned long long)a.record->cubin_size,
-                    a.record->link_ms, a.record->cubin.str().c_str());
+        if (a.cache_hit)
+          std::printf("%s  cached  %llu bytes  %.1f ms (linked in %.1f ms)  %s\n", a.arch.c_str(),
+                      (unsigned long long)a.record->cubin_size, a.time_ms, a.record->link_ms,
+                      a.record->cubin.str().c_str());
+        else
+          std::printf("%s  linked  %llu bytes  %.1f ms  %s\n", a.arch.c_str(),
+                      (unsigned long long)a.record->cubin_size, a.record->link_ms,
+                      a.record->cubin.str().c_str());
       }
     }
   }

@@ -1,109 +1,9 @@
-/* cudaq_rt/bridge.h: the bridge plugin interface.
- *
- * A bridge is a transport provider: a shared library that moves request frames into a ring the
- * GPU reads and response frames out of it. It has two halves:
- *
- * - device code: the three hooks of cudaq_rt/dispatch.h (cudaq_dev_enter_kernel, cudaq_dev_rx_poll,
- *   cudaq_dev_tx_publish), compiled relocatable with LTO-IR so that the library's own
- *   `__nv_relfatbin` section carries them; cudaq-rt-link reads them from the library file and
- *   links them with a dispatch kernel and the application's handlers;
- * - host code: one exported C function, cudaq_rt_bridge_entry, returning a static, versioned table
- *   of operations (the shape of LLVM's pass-plugin entry point and of CUDA-Q's bridge interface).
- *   The runtime dlopens the library, calls the entry point once, checks the ABI version and the
- *   table size, and drives the bridge through the table.
- *
- * Life of a bridge instance, as a launcher drives it (the future cudaq-rt-run; today the GPU test
- * tests/gpu/loopback_dispatch_test.cpp and bench/loopback_rtt.cu):
- *
- *   ops = cudaq_rt_bridge_entry();                       check abi_version, struct_size
- *   ops->create("slots=64,slot_size=1024", &bridge);      allocates the ring, device context
- *   ctx = ops->device_context(bridge);                    -> cudaq_rt_dispatch_params.transport_ctx
- *   slot_size = ops->slot_size(bridge);                   -> cudaq_rt_dispatch_params.slot_size
- *   launch the dispatch kernel; then, for a host-fed bridge (CUDAQ_RT_BRIDGE_CAP_HOST_FRAMES):
- *     ops->send(bridge, frame, n);  ops->receive(bridge, buf, cap, &n);   any number of times
- *   set the shutdown flag and wait for the kernel; to serve again, clear the flag and launch again
- *   on the same instance (the loopback bridge resumes where the last kernel stopped; the rules
- *   are in cudaq_rt/dispatch.h); at the end, ops->destroy(bridge).
- *
- * Operations return a cudaq_rt_bridge_result; on CUDAQ_RT_BRIDGE_ERROR, last_error() says why
- * (last_error(NULL) for a failed create). An instance is used by one host thread at a time.
- *
- * This part is C, so a bridge can be written in C; the C++ part below is the runtime's loader. */
-#ifndef CUDAQ_RT_BRIDGE_H
-#define CUDAQ_RT_BRIDGE_H
+// cudaq_rt/bridge.h: the runtime's loader of bridge plugins (the C ABI a bridge implements is
+// cudaq_rt/bridge_plugin.h). Finds a bridge library by name on the search path, dlopens it, checks
+// its versioned entry point, and wraps its instances.
+#pragma once
 
-#include <stddef.h>
-#include <stdint.h>
-
-/* Bumped on any incompatible change to cudaq_rt_bridge_ops. Fields are only ever appended within
- * one version, and the runtime uses an appended field only when struct_size covers it. */
-#define CUDAQ_RT_BRIDGE_ABI_VERSION 1u
-#define CUDAQ_RT_BRIDGE_ENTRY_SYMBOL "cudaq_rt_bridge_entry"
-/* Bridge NAME lives in lib<prefix>NAME.so. */
-#define CUDAQ_RT_BRIDGE_LIBRARY_PREFIX "libcudaq_rt_bridge_"
-
-typedef enum cudaq_rt_bridge_result {
-  CUDAQ_RT_BRIDGE_OK = 0,
-  /* Nothing to do now: no free slot for send, no response yet for receive. Try again. */
-  CUDAQ_RT_BRIDGE_AGAIN = 1,
-  CUDAQ_RT_BRIDGE_ERROR = -1
-} cudaq_rt_bridge_result;
-
-/* Capability bits. */
-#define CUDAQ_RT_BRIDGE_CAP_HOST_FRAMES 0x1u /* send/receive feed the ring from this process */
-
-/* One bridge instance; its layout is the bridge's own business. */
-typedef struct cudaq_rt_bridge cudaq_rt_bridge;
-
-typedef struct cudaq_rt_bridge_ops {
-  uint32_t abi_version; /* CUDAQ_RT_BRIDGE_ABI_VERSION */
-  uint32_t struct_size; /* sizeof(cudaq_rt_bridge_ops) as the bridge was built */
-  const char *name;     /* "loopback": what users pass to --bridge */
-  const char *description;
-  uint32_t capabilities; /* CUDAQ_RT_BRIDGE_CAP_* */
-  uint32_t reserved;
-
-  /* Creates an instance from a configuration string of comma-separated key=value pairs (NULL or
-   * "" for the defaults; unknown keys are an error). Allocates everything the device side needs,
-   * so a CUDA context must be current. */
-  cudaq_rt_bridge_result (*create)(const char *config, cudaq_rt_bridge **out);
-  /* Frees the instance; the dispatch kernel must have stopped. NULL is ignored. */
-  void (*destroy)(cudaq_rt_bridge *bridge);
-  /* Why the last call on `bridge` failed, or why the last create on this thread failed when
-   * `bridge` is NULL. Valid until the next call on the same instance (or thread). */
-  const char *(*last_error)(const cudaq_rt_bridge *bridge);
-
-  /* The device-accessible context to pass as cudaq_dev_enter_kernel's `ctx`. */
-  void *(*device_context)(cudaq_rt_bridge *bridge);
-  /* Bytes per frame, 24-byte header included: the dispatch kernel's slot_size. */
-  uint32_t (*slot_size)(cudaq_rt_bridge *bridge);
-  /* Frames the ring holds at once: how many requests can be in flight. */
-  uint32_t (*num_slots)(cudaq_rt_bridge *bridge);
-
-  /* CUDAQ_RT_BRIDGE_CAP_HOST_FRAMES only (else NULL). Queues one request frame of `size` bytes
-   * (at most slot_size); AGAIN when every slot is in flight. Frames are served in order. A frame
-   * that is not whole, i.e. whose header's arg_len is not size - 24, is an error and is not
-   * queued: the device would have to answer it CUDAQ_RT_STATUS_TRUNCATED (cudaq_rt/wire.h). */
-  cudaq_rt_bridge_result (*send)(cudaq_rt_bridge *bridge, const void *frame, size_t size);
-  /* Takes the oldest response, in the order the requests were sent; AGAIN when it is not there
-   * yet. `capacity` below the frame's size is an error and the frame stays queued. */
-  cudaq_rt_bridge_result (*receive)(cudaq_rt_bridge *bridge, void *buffer, size_t capacity,
-                                    size_t *size);
-} cudaq_rt_bridge_ops;
-
-#ifdef __cplusplus
-extern "C" {
-#endif
-/* What a bridge library exports (with default visibility). Returns a table with static storage
- * duration; never NULL. */
-typedef const cudaq_rt_bridge_ops *(*cudaq_rt_bridge_entry_fn)(void);
-const cudaq_rt_bridge_ops *cudaq_rt_bridge_entry(void);
-#ifdef __cplusplus
-}
-#endif
-
-#ifdef __cplusplus
-
+#include "cudaq_rt/bridge_plugin.h"
 #include "cudaq_rt/error.h"
 
 #include <cstdint>
@@ -127,7 +27,6 @@ public:
   // bridge_search_path(), or a path to a shared library (anything with a '/' or ending in .so).
   static Expected<BridgeLibrary> open(std::string_view name_or_path);
 
-  // The library file: cudaq-rt-link reads the bridge's device code from its __nv_relfatbin.
   const std::filesystem::path &path() const { return path_; }
   const cudaq_rt_bridge_ops &ops() const { return *ops_; }
   std::string_view name() const { return ops_->name; }
@@ -183,8 +82,14 @@ std::vector<std::filesystem::path> bridge_search_path();
 // "loopback" -> "libcudaq_rt_bridge_loopback.so".
 std::string bridge_library_file_name(std::string_view name);
 
+// The library file of a bridge, without loading it: linking reads the bridge's device hooks from
+// the file's __nv_relfatbin, and a build machine need not have what the bridge's host side links
+// against (a NIC's driver, say). `name` is what link records and messages call it: the NAME of
+// libcudaq_rt_bridge_NAME.so, else the file's stem.
+struct BridgeLocation {
+  std::string name;
+  std::filesystem::path path;
+};
+Expected<BridgeLocation> find_bridge(std::string_view name_or_path);
+
 } // namespace cudaq_rt
-
-#endif /* __cplusplus */
-
-#endif /* CUDAQ_RT_BRIDGE_H */

@@ -1,48 +1,136 @@
-// cudaq-rt-link's library: link a package's dispatch kernel, bridge hooks and handlers into one
-// cubin per GPU arch with nvJitLink, through the link cache, and record the result in the package.
+// Linking a package's dispatch kernel, bridge hooks and handlers into one cubin per GPU arch with
+// nvJitLink, through the link cache, in three steps that cudaq-rt-link and the load path share:
+//
+//   plan_link   package + bridge + dispatcher -> the inputs, in link order, and their checks
+//   link_arch   plan + arch + cache           -> a verified cubin and its link record
+//   store_links plan + cubins                 -> the package, replaced atomically under its lock
+//
+// link_package runs the three for a list of archs, in parallel: cudaq-rt-link.
 #pragma once
 
+#include "cudaq_rt/digest.h"
+#include "cudaq_rt/input_file.h"
 #include "cudaq_rt/link_cache.h"
 #include "cudaq_rt/manifest.h"
 
 #include <filesystem>
+#include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 namespace cudaq_rt {
 
-struct LinkOptions {
-  std::filesystem::path package;
-  std::vector<std::string> archs; // sm_NN with an optional a/f suffix
+class Package;
+
+// "sm_90a" -> {90, 'a'}; nullopt for anything else.
+struct TargetArch {
+  uint32_t sm = 0;
+  char suffix = 0; // 0, 'a' or 'f'
+  std::string str() const;
+};
+std::optional<TargetArch> parse_arch(std::string_view text);
+
+// What a link is asked for, whatever the arch.
+struct LinkSettings {
   // A bridge name or library path. Empty: the package's bridge if it packs exactly one, else
   // the installed `loopback`.
   std::string bridge;
-  // A custom dispatch kernel exported by the package. Empty: the package's if it exports exactly
-  // one, else the built-in unified dispatch kernel.
+  // A custom dispatch kernel exported by the package, or "builtin". Empty: the package's if it
+  // exports exactly one, else the built-in unified dispatch kernel.
   std::string dispatcher;
-  unsigned jobs = 0;        // 0: one per arch, at most the machine's cores
   bool kernels_used = true; // -kernels-used/-variables-used: drop all code but the module's
   std::string opt_level;    // "-O0" or "-O3"; empty: nvJitLink's default
-  std::vector<std::string> extra_options; // -Xnvjitlink, part of the key
+  std::vector<std::string> extra_options; // passed through; part of the key
   bool verbose = false;                   // -verbose -time; the info log is returned
-  bool dry_run = false;                   // plan and print keys, link nothing, write nothing
-  std::optional<std::filesystem::path> save_temps; // inputs, cubin and log per arch
-  bool store_in_package = true;
 };
 
-// One arch's outcome, as printed and as returned by --json.
+// One container that goes into the link, with what the checks need to know about it.
+struct LinkInput {
+  std::string name; // for messages and nvJitLink's log
+  Digest digest;
+  std::span<const uint8_t> bytes; // owned by the LinkPlan
+  std::vector<EntryRecord> entries;
+};
+
+// Code the package does not hold yet (the bridge's hooks, the built-in dispatcher): stored in it
+// with the cubins, so that every input of a link record resolves inside the package.
+struct NewContainer {
+  ContainerRecord record;
+  std::optional<Source> source;
+};
+
+// Everything about a link but the arch: which code, in which order, with which options.
+class LinkPlan {
+public:
+  std::string subject;    // the package, for messages
+  std::string dispatcher; // "builtin" or the custom kernel's name
+  std::string kernel;     // the kernel to launch
+  std::string bridge;     // the bridge's name
+  std::vector<LinkInput> inputs;
+  std::vector<NewContainer> new_containers;
+  std::vector<std::string> handlers;        // exported handler names, as in the manifest
+  std::vector<std::string> handler_symbols; // their cudaq_rt_handler__<name> globals
+  bool lto = false;                         // some input carries LTO-IR
+  NvJitLinkIdentity nvjitlink;
+  LinkSettings settings;
+  // The packed code the plan was made from: a store refuses a package whose code was replaced.
+  std::vector<std::tuple<Digest, Role, std::string>> packed;
+
+  std::vector<Digest> input_digests() const;
+  // Whether the inputs can be linked for `arch`; the error says what the package can serve.
+  Status check_target(const TargetArch &arch) const;
+  std::vector<std::string> options(const TargetArch &arch) const;
+  LinkKey key(const TargetArch &arch) const;
+
+private:
+  friend Expected<LinkPlan> plan_link(const Package &, const LinkSettings &);
+  // What the inputs' spans point into: blob bytes, and mapped bridge libraries.
+  std::vector<std::shared_ptr<const std::string>> blobs_;
+  std::vector<std::shared_ptr<const InputFile>> files_;
+};
+
+// Chooses the dispatcher and the bridge, gathers the inputs and checks everything that can be
+// told before nvJitLink runs (LTO-IR from another toolkit, options that are not UTF-8).
+Expected<LinkPlan> plan_link(const Package &package, const LinkSettings &settings);
+
+// One arch's outcome.
 struct ArchLink {
   std::string arch;
   LinkKey key;
   std::vector<std::string> input_names; // "dispatcher builtin", "bridge loopback #0", "app.o #1"
   std::vector<std::string> options;     // as passed to nvJitLink
   bool cache_hit = false;
-  std::optional<LinkRecord> record; // set when it linked (or hit)
+  double time_ms = 0;               // this run: the link, or the cache lookup
+  std::optional<LinkRecord> record; // set when it linked (or hit); link_ms is the link's own
+  std::vector<uint8_t> cubin;
   std::string info_log;
   std::optional<Error> error;
   std::string details; // with an error: nvJitLink's log and the inputs, several lines
   std::vector<std::string> warnings;
+};
+
+// The arch's key, and nothing else: what a dry run shows.
+ArchLink describe_arch(const LinkPlan &plan, const TargetArch &arch);
+// Looks the arch up in the cache, else links it; verifies the cubin (arch, dispatch kernel, every
+// handler global) and caches what it linked. Failures are in the result's `error`.
+ArchLink link_arch(const LinkPlan &plan, const TargetArch &arch, const LinkCache &cache);
+
+// Stores the cubins and link records of `links` (all successful) in the package, under the lock
+// every writer of the package takes, into the package as it is then: records other links stored
+// meanwhile stay, and ours replace older ones for the same (arch, bridge, dispatcher).
+Status store_links(const std::filesystem::path &package, const LinkPlan &plan,
+                   std::span<const ArchLink> links);
+
+struct LinkOptions {
+  std::filesystem::path package;
+  std::vector<std::string> archs; // sm_NN with an optional a/f suffix
+  LinkSettings settings;
+  unsigned jobs = 0;    // 0: one per arch, at most the machine's cores
+  bool dry_run = false; // plan and print keys, link nothing, write nothing
+  std::optional<std::filesystem::path> save_temps; // inputs, cubin and log per arch
+  bool store_in_package = true;
 };
 
 struct LinkReport {
@@ -53,18 +141,10 @@ struct LinkReport {
   bool ok() const;
 };
 
-// Links every arch (in parallel); when every arch succeeded, stores the cubins and link records
-// in the package in one atomic replace. A failure of any arch leaves the package unchanged.
+// cudaq-rt-link: plans once, links every arch (in parallel) and, when every arch succeeded,
+// stores them all in one atomic replace. A failure of any arch leaves the package unchanged.
 // Errors that stop everything (no package, unknown bridge, bad arch) come back as an Error;
 // per-arch failures are in the report.
 Expected<LinkReport> link_package(const LinkOptions &options, const LinkCache &cache);
-
-// "sm_90a" -> {90, 'a'}; nullopt for anything else.
-struct TargetArch {
-  uint32_t sm = 0;
-  char suffix = 0; // 0, 'a' or 'f'
-  std::string str() const;
-};
-std::optional<TargetArch> parse_arch(std::string_view text);
 
 } // namespace cudaq_rt

@@ -1,5 +1,5 @@
 // The content-addressed cache of linked cubins shared by `cudaq-rt-link` (ahead of time) and the
-// load-time link of a launcher (the future `cudaq-rt-run`). The key, the on-disk format and the
+// load path's link at load (`cudaq-rt-run`). The key, the on-disk format and the
 // argument for why several processes may use one cache at once are in the comment at the top of
 // link_cache.cpp.
 #pragma once
@@ -87,11 +87,14 @@ struct CacheConfig {
   std::filesystem::path dir;
   bool enabled = true;
   uint64_t max_bytes = default_max_bytes; // 0: no limit
+  // Why the cache is off although nothing turned it off (no directory to put it in), or empty.
+  std::string unavailable;
 
   // CUDAQ_RT_CACHE_DIR (an absolute path; default $XDG_CACHE_HOME/cudaq-rt, else
   // $HOME/.cache/cudaq-rt), CUDAQ_RT_CACHE_DISABLE (1/true/yes/on or 0/false/no/off),
   // CUDAQ_RT_CACHE_MAXSIZE (bytes, with an optional K, M or G suffix of powers of 1024; 0 means no
-  // limit). A value that cannot be understood is an Error naming the variable.
+  // limit). A value that cannot be understood is an Error naming the variable. No directory at
+  // all (none of the three set) leaves the cache off, saying why in `unavailable`.
   using Getenv = std::function<const char *(const char *)>;
   static Expected<CacheConfig> from_environment();
   static Expected<CacheConfig> from_environment(const Getenv &getenv);
@@ -120,6 +123,20 @@ struct PruneResult {
   uint64_t entries = 0;
   uint64_t bytes = 0;
 };
+
+// What a tool asks for: `dir` (its --cache-dir) overrides $CUDAQ_RT_CACHE_DIR, `disable` (its
+// --no-cache, or a command that reads no entry) leaves the environment unread.
+struct CacheRequest {
+  std::filesystem::path dir;
+  bool disable = false;
+};
+
+class LinkCache;
+// Opens the cache a tool asked for. A setting that cannot be understood is an error; a cache that
+// has no directory, or whose directory cannot be created, is a warning and no cache: a link
+// works without one.
+Expected<LinkCache> open_link_cache(const CacheRequest &request,
+                                    std::vector<std::string> &warnings);
 
 class LinkCache {
 public:

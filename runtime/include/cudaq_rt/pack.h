@@ -46,12 +46,6 @@ struct PackResult {
 // Writes output_dir/NAME.cudaqpkg atomically. On any error nothing is left behind.
 Expected<PackResult> pack(const PackOptions &options);
 
-// How a container and its entries are described in a manifest (no origins yet). `digest` is the
-// container's SHA-256, which the caller has computed already.
-EntryRecord entry_record(const Entry &e);
-ContainerRecord container_record(const Container &c, const Digest &digest, Role role,
-                                 const std::string &bridge);
-
 // Warnings about a package's code, e.g. a translation unit without LTO-IR.
 std::vector<std::string> code_warnings(const Manifest &m);
 

@@ -1,0 +1,374 @@
+// What goes into a link: one module per GPU arch from three parties' device code.
+//
+// Inputs, in link order: the dispatch kernel (the built-in unified kernel's LTO-IR, or the
+// package's custom one), the bridge's device hooks (from the package, or from the installed
+// bridge library's own __nv_relfatbin, read as a file: linking never loads a bridge, whose host
+// side may need a NIC driver a build machine lacks), then the application's containers. Each is
+// one fatbin container, added as NVJITLINK_INPUT_FATBIN: nvJitLink reads only the first container
+// of an input, which is why pack split them.
+//
+// Options: -arch=sm_NN always; -lto when any input carries LTO-IR (without it nvJitLink would
+// JIT the PTX entries instead, silently); -kernels-used=<dispatch kernel> so NVVM drops every
+// kernel the module will never launch (a 36-kernel link: 256 ms -> 17 ms), with
+// -variables-used=cudaq_rt_handler__<name> for every exported handler, so the pointer globals
+// the runtime reads to build the function table, and the handlers they point to, survive.
+//
+// Everything that can be told from the package is checked before nvJitLink runs (arch too old
+// for the LTO-IR, LTO-IR from another toolkit, options that are not UTF-8), because nvJitLink's
+// own messages for these name neither the input nor the fix.
+#include "cudaq_rt/link.h"
+
+#include "cudaq_rt/bridge.h"
+#include "cudaq_rt/builtin_dispatcher.h"
+#include "cudaq_rt/containers.h"
+#include "cudaq_rt/export_records.h"
+#include "cudaq_rt/fatbin.h"
+#include "cudaq_rt/package.h"
+
+#include <algorithm>
+#include <set>
+
+namespace fs = std::filesystem;
+
+namespace cudaq_rt {
+namespace {
+
+bool serves(const std::vector<EntryRecord> &entries, uint32_t sm) {
+  for (const EntryRecord &e : entries) {
+    if ((e.kind == "ltoir" || e.kind == "ptx") && e.arch <= sm)
+      return true;
+    if (e.kind == "cubin" && e.arch == sm)
+      return true;
+  }
+  return false;
+}
+
+// What all the inputs together can serve, for the message when a target is out of reach. LTO-IR
+// and PTX reach their arch and every newer one, a relocatable cubin only its own: so the answer
+// is "sm_M and newer" (M the newest of the inputs' oldest LTO-IR/PTX), plus any older arch every
+// input has a cubin or more for, or a finite list when an input holds cubins alone.
+std::string servable_archs(const std::vector<LinkInput> &inputs) {
+  std::optional<uint32_t> forward = 0; // nullopt: some input reaches no arch beyond its cubins
+  std::set<uint32_t> archs;
+  for (const LinkInput &in : inputs) {
+    std::optional<uint32_t> oldest;
+    for (const EntryRecord &e : in.entries) {
+      archs.insert(e.arch);
+      if (e.kind == "ltoir" || e.kind == "ptx")
+        oldest = oldest ? std::min(*oldest, e.arch) : e.arch;
+    }
+    forward = forward && oldest ? std::optional(std::max(*forward, *oldest)) : std::nullopt;
+  }
+  std::string below;
+  for (uint32_t sm : archs)
+    if ((!forward || sm < *forward) &&
+        std::all_of(inputs.begin(), inputs.end(),
+                    [&](const LinkInput &in) { return serves(in.entries, sm); }))
+      below += cat(below.empty() ? "" : ",", "sm_", sm);
+  if (forward)
+    return below.empty() ? cat("sm_", *forward, " and newer")
+                         : cat(below, " and sm_", *forward, " and newer");
+  return below.empty() ? std::string("no arch (its inputs' cubins share none)") : "only " + below;
+}
+
+std::string describe_entries(const std::vector<EntryRecord> &entries) {
+  std::string s;
+  for (const EntryRecord &e : entries)
+    s += cat(s.empty() ? "" : ", ", e.kind, " sm_", e.arch);
+  return s.empty() ? "no code" : s;
+}
+
+// LTO-IR written by a newer toolkit than this nvJitLink, or by another major, cannot be linked.
+// The entry header carries the producer's LTO-IR version; the built-in dispatcher was compiled
+// by the toolkit this library was built with, so its version is the newest this build knows.
+Status check_ltoir_versions(const LinkPlan &plan, const EntryRecord &ours) {
+  for (const LinkInput &in : plan.inputs)
+    for (const EntryRecord &e : in.entries) {
+      if (e.kind != "ltoir")
+        continue;
+      bool other_major = e.version_major != ours.version_major;
+      bool newer = !other_major && e.version_minor > ours.version_minor;
+      if (other_major || newer)
+        return make_error(plan.subject, in.name, ": LTO-IR version ", e.version_major, ".",
+                          e.version_minor, " was written by ",
+                          other_major ? "another major CUDA version" : "a newer CUDA toolkit",
+                          " than this nvJitLink ", plan.nvjitlink.version(), " reads (LTO-IR ",
+                          ours.version_major, ".", ours.version_minor,
+                          "): rebuild it with this toolkit or link with a newer one");
+    }
+  return Status::ok();
+}
+
+// nvJitLink options end up in JSON (the manifest, cache metadata), which holds only UTF-8: an
+// option that is not would be recorded as something else than what was used.
+bool valid_utf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80             ? 1
+               : (c & 0xE0) == 0xC0 ? 2
+               : (c & 0xF0) == 0xE0 ? 3
+               : (c & 0xF8) == 0xF0 ? 4
+                                    : 0;
+    if (n == 0 || i + n > s.size() || (n == 2 && c < 0xC2))
+      return false;
+    uint32_t cp = n == 1 ? c : c & (0x7F >> n);
+    for (size_t k = 1; k < n; ++k) {
+      const auto t = static_cast<unsigned char>(s[i + k]);
+      if ((t & 0xC0) != 0x80)
+        return false;
+      cp = (cp << 6) | (t & 0x3F);
+    }
+    if ((n == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+        (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+      return false;
+    i += n;
+  }
+  return true;
+}
+
+} // namespace
+
+std::string TargetArch::str() const {
+  return suffix ? cat("sm_", sm, suffix) : cat("sm_", sm);
+}
+
+std::optional<TargetArch> parse_arch(std::string_view text) {
+  if (text.substr(0, 3) != "sm_" || text.size() < 5)
+    return std::nullopt;
+  text.remove_prefix(3);
+  TargetArch a;
+  if (text.back() == 'a' || text.back() == 'f') {
+    a.suffix = text.back();
+    text.remove_suffix(1);
+  }
+  if (text.empty() || text.size() > 3 || text[0] == '0')
+    return std::nullopt;
+  for (char c : text) {
+    if (c < '0' || c > '9')
+      return std::nullopt;
+    a.sm = a.sm * 10 + static_cast<uint32_t>(c - '0');
+  }
+  if (a.sm < 50)
+    return std::nullopt;
+  return a;
+}
+
+std::vector<Digest> LinkPlan::input_digests() const {
+  std::vector<Digest> out;
+  for (const LinkInput &in : inputs)
+    out.push_back(in.digest);
+  return out;
+}
+
+Status LinkPlan::check_target(const TargetArch &arch) const {
+  for (const LinkInput &in : inputs)
+    if (!serves(in.entries, arch.sm))
+      return make_error(subject, "cannot link for ", arch.str(), ": ", in.name, " holds ",
+                        describe_entries(in.entries), "; this package can serve ",
+                        servable_archs(inputs));
+  return Status::ok();
+}
+
+std::vector<std::string> LinkPlan::options(const TargetArch &arch) const {
+  std::vector<std::string> out{"-arch=" + arch.str()};
+  if (lto)
+    out.push_back("-lto");
+  if (!settings.opt_level.empty())
+    out.push_back(settings.opt_level);
+  if (settings.kernels_used && lto) {
+    out.push_back("-kernels-used=" + kernel);
+    for (const std::string &s : handler_symbols)
+      out.push_back("-variables-used=" + s);
+  }
+  out.insert(out.end(), settings.extra_options.begin(), settings.extra_options.end());
+  if (settings.verbose) {
+    out.push_back("-verbose");
+    out.push_back("-time");
+  }
+  return out;
+}
+
+LinkKey LinkPlan::key(const TargetArch &arch) const {
+  return LinkKey::make(arch.str(), options(arch), nvjitlink, input_digests());
+}
+
+Expected<LinkPlan> plan_link(const Package &pkg, const LinkSettings &settings) {
+  const Manifest &m = pkg.manifest();
+  LinkPlan plan;
+  plan.subject = pkg.dir().string();
+  plan.settings = settings;
+  for (const std::string &o : settings.extra_options)
+    if (!valid_utf8(o))
+      return make_error(plan.subject, "nvJitLink option '", o,
+                        "' is not valid UTF-8: a link record could not say what was used");
+  for (const ContainerRecord &c : m.containers)
+    if (c.packed())
+      plan.packed.emplace_back(c.digest, c.role, c.bridge);
+
+  // Packed containers only: what a link added is taken afresh from where it came from.
+  auto package_inputs = [&](auto pred, auto name_of) -> Status {
+    for (const ContainerRecord &c : m.containers) {
+      if (!c.packed() || !pred(c))
+        continue;
+      auto bytes = pkg.read_blob(c.digest);
+      if (!bytes)
+        return std::move(bytes).take_error();
+      auto blob = std::make_shared<const std::string>(std::move(*bytes));
+      plan.blobs_.push_back(blob);
+      auto parsed = split_containers(as_bytes(*blob), pkg.blob_path(c.digest).string(), "blob");
+      if (!parsed)
+        return std::move(parsed).take_error();
+      if (parsed->size() != 1)
+        return make_error(pkg.blob_path(c.digest).string(), "blob holds ", parsed->size(),
+                          " containers, not one");
+      // The checks go by the verified bytes, not by what the manifest says of them.
+      std::vector<EntryRecord> entries;
+      for (const Entry &e : parsed->front().entries)
+        entries.push_back(entry_record(e));
+      plan.inputs.push_back({name_of(c), c.digest, as_bytes(*blob), std::move(entries)});
+    }
+    return Status::ok();
+  };
+  auto origin_name = [&](const ContainerRecord &c) {
+    if (c.origins.empty())
+      return c.digest.short_str();
+    const Origin &o = c.origins[0];
+    return cat(fs::path(m.sources[o.source].path).filename().string(),
+               o.member.empty() ? "" : "(" + o.member + ")", "#", o.index);
+  };
+
+  // The dispatch kernel.
+  std::vector<std::string> custom;
+  for (const ExportEntry &e : m.exports)
+    if (e.kind == export_kind_name(ExportKind::dispatch_kernel))
+      custom.push_back(e.name);
+  if (settings.dispatcher.empty() && custom.size() > 1)
+    return make_error(plan.subject, "the package exports ", custom.size(),
+                      " dispatch kernels: choose one by name");
+  plan.dispatcher = !settings.dispatcher.empty() ? settings.dispatcher
+                    : custom.size() == 1         ? custom[0]
+                                                 : "builtin";
+  auto builtin = parse_container(builtin_dispatcher_fatbin(), "built-in dispatcher", "fatbin");
+  if (!builtin)
+    return std::move(builtin).take_error();
+  if (plan.dispatcher == "builtin") {
+    plan.kernel = builtin_dispatcher_kernel;
+    NewContainer nc{container_record(*builtin, sha256(builtin->bytes), Role::dispatcher, ""),
+                    std::nullopt};
+    nc.record.added_by = "cudaq-rt-link";
+    plan.inputs.push_back(
+        {"dispatcher builtin", nc.record.digest, builtin->bytes, nc.record.entries});
+    if (!m.find_container(nc.record.digest))
+      plan.new_containers.push_back(std::move(nc));
+  } else {
+    if (std::find(custom.begin(), custom.end(), plan.dispatcher) == custom.end())
+      return make_error(plan.subject, "no dispatch kernel '", plan.dispatcher,
+                        "' in the package (it exports ",
+                        custom.empty() ? std::string("none") : custom[0],
+                        custom.size() > 1 ? ", ..." : "", "; 'builtin' is the unified kernel)");
+    plan.kernel = plan.dispatcher;
+    if (auto st = package_inputs(
+            [](const ContainerRecord &c) { return c.role == Role::dispatcher; },
+            [&](const ContainerRecord &c) { return "dispatcher " + origin_name(c); });
+        !st)
+      return std::move(st).take_error();
+  }
+
+  // The bridge's device hooks.
+  std::set<std::string> packed_bridges;
+  for (const ContainerRecord &c : m.containers)
+    if (c.role == Role::bridge && c.packed())
+      packed_bridges.insert(c.bridge);
+  if (settings.bridge.empty() && packed_bridges.size() > 1)
+    return make_error(plan.subject, "the package holds ", packed_bridges.size(),
+                      " bridges: choose one by name");
+  plan.bridge = !settings.bridge.empty()     ? settings.bridge
+                : packed_bridges.size() == 1 ? *packed_bridges.begin()
+                                             : "loopback";
+  if (packed_bridges.count(plan.bridge)) {
+    if (auto st = package_inputs(
+            [&](const ContainerRecord &c) {
+              return c.role == Role::bridge && c.bridge == plan.bridge;
+            },
+            [&](const ContainerRecord &c) {
+              return "bridge " + plan.bridge + " " + origin_name(c);
+            });
+        !st)
+      return std::move(st).take_error();
+  } else {
+    auto where = find_bridge(plan.bridge);
+    if (!where)
+      return std::move(where).take_error();
+    plan.bridge = where->name;
+    auto opened = InputFile::open(where->path.string());
+    if (!opened)
+      return std::move(opened).take_error();
+    auto file = std::make_shared<const InputFile>(std::move(*opened));
+    plan.files_.push_back(file);
+    // The library's own digest is only needed to record a container the package lacks.
+    std::optional<Source> src;
+    auto source = [&] {
+      if (!src) {
+        std::error_code ec;
+        fs::path path = fs::weakly_canonical(file->path(), ec);
+        src = Source{(ec ? fs::path(file->path()) : path).string(), input_kind_name(file->kind()),
+                     file->bytes().size(), sha256(file->bytes())};
+      }
+      return *src;
+    };
+    size_t index = 0;
+    for (const CodeUnit &u : file->units()) {
+      if (!u.has_relfatbin)
+        continue;
+      auto containers = read_unit_containers(*file, u, 0, Role::bridge, plan.bridge);
+      if (!containers)
+        return std::move(containers).take_error();
+      for (UnitContainer &c : *containers) {
+        NewContainer nc{std::move(c.record), std::nullopt};
+        nc.record.added_by = "cudaq-rt-link";
+        nc.record.origins[0].index = index;
+        plan.inputs.push_back({cat("bridge ", plan.bridge, " ", file->path(), "#", index++),
+                               nc.record.digest, c.container.bytes, nc.record.entries});
+        if (!m.find_container(nc.record.digest)) {
+          nc.source = source();
+          plan.new_containers.push_back(std::move(nc));
+        }
+      }
+    }
+    if (index == 0)
+      return make_error(file->path(), "bridge '", plan.bridge,
+                        "' carries no device code "
+                        "(no __nv_relfatbin): its hooks cannot be linked");
+  }
+
+  // The application.
+  if (auto st = package_inputs([](const ContainerRecord &c) { return c.role == Role::application; },
+                               origin_name);
+      !st)
+    return std::move(st).take_error();
+  for (const ExportEntry &e : m.exports)
+    if (e.kind == export_kind_name(ExportKind::handler)) {
+      plan.handlers.push_back(e.name);
+      plan.handler_symbols.push_back(e.symbol);
+    }
+
+  auto identity = loaded_nvjitlink_identity();
+  if (!identity)
+    return std::move(identity).take_error();
+  plan.nvjitlink = *identity;
+  // The built-in dispatcher's LTO-IR is this build's toolkit's: the reference for every input,
+  // whichever dispatch kernel is linked.
+  for (const Entry &e : builtin->entries)
+    if (e.is_ltoir()) {
+      if (auto st = check_ltoir_versions(plan, entry_record(e)); !st)
+        return std::move(st).take_error();
+      break;
+    }
+  plan.lto = std::any_of(plan.inputs.begin(), plan.inputs.end(), [](const LinkInput &in) {
+    return std::any_of(in.entries.begin(), in.entries.end(),
+                       [](const EntryRecord &e) { return e.kind == "ltoir"; });
+  });
+  return plan;
+}
+
+} // namespace cudaq_rt
