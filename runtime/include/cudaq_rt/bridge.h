@@ -57,6 +57,9 @@ public:
   uint32_t num_slots() const { return ops_->num_slots(bridge_); }
   const cudaq_rt_bridge_ops &ops() const { return *ops_; }
   cudaq_rt_bridge *get() const { return bridge_; }
+  // Gives up the instance without destroying it: for an instance a hung kernel still uses, whose
+  // destroy would wait for that kernel.
+  void abandon() { bridge_ = nullptr; }
 
   // Host-fed bridges: false when the ring is full (send) or the response is not there yet
   // (receive, else the frame's size).

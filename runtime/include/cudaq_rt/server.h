@@ -1,0 +1,129 @@
+// The load path: a package on a GPU, serving. The one launcher every program uses (cudaq-rt-run,
+// the tests, the benchmarks): open and verify the package, choose a cubin for the GPU's exact
+// arch (select_cubin.h), load it eagerly, build the function table, set host-given globals,
+// create the bridge instance and launch the dispatch kernel; then stop it, and say why when it
+// cannot be stopped or has failed. server.cpp explains the order of these steps.
+#pragma once
+
+#include "cudaq_rt/bridge.h"
+#include "cudaq_rt/dispatch.h"
+#include "cudaq_rt/gpu.h"
+#include "cudaq_rt/link_cache.h"
+#include "cudaq_rt/request_args.h"
+#include "cudaq_rt/select_cubin.h"
+
+#include <chrono>
+#include <deque>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace cudaq_rt {
+
+struct LoadOptions {
+  std::filesystem::path package;
+  int device = 0;
+  LinkSettings link;         // bridge, dispatcher, and the options of a link at load
+  std::string bridge_config; // the bridge instance's "key=value,..."
+  CubinPolicy policy;
+  CacheRequest cache;
+  std::vector<GlobalValue> globals; // written before launch; each exactly its global's size
+  std::optional<LaunchShape> shape; // default 1 block of 1 thread
+  double stop_timeout_s = 5;
+};
+
+// Milliseconds spent on each step of start().
+struct LoadTimes {
+  double context_ms = 0; // driver and the device's primary context
+  double open_ms = 0;    // package open, every blob verified, the link planned
+  double cubin_ms = 0;   // package or cache lookup, or the link at load
+  double load_ms = 0;    // module load, kernel and globals resolved, table built, bridge created
+  double launch_ms = 0;
+  // From the launch to the first response received (set by the first receive()).
+  std::optional<double> first_response_ms;
+};
+
+struct LoadReport {
+  std::filesystem::path package;
+  GpuDevice device;
+  CubinSource source = CubinSource::package;
+  LinkRecord record; // of the cubin that was loaded
+  std::string bridge;
+  std::string dispatcher;
+  std::string kernel;
+  std::vector<std::string> handlers; // as exported, in the manifest's order
+  uint32_t slot_size = 0;
+  uint32_t num_slots = 0;
+  LaunchShape shape;
+  LoadTimes times;
+  std::vector<std::string> warnings;
+};
+
+class Server {
+public:
+  // Everything up to and including the launch; on any error, nothing is left running.
+  static Expected<std::unique_ptr<Server>> start(const LoadOptions &options,
+                                                 Gpu &gpu = driver_gpu());
+  // Stops a running kernel first. A hung kernel's resources are left to the process's end:
+  // freeing them would wait for the kernel.
+  ~Server();
+  Server(const Server &) = delete;
+  Server &operator=(const Server &) = delete;
+
+  const LoadReport &report() const { return report_; }
+  Bridge &bridge() { return *bridge_; }
+  // The counters, read live from mapped memory.
+  cudaq_rt_dispatch_stats stats() const;
+  // The handler name behind a function_id, or empty.
+  std::string handler_name(uint32_t function_id) const;
+
+  // Host-fed bridges: queue a request frame (false: every slot is in flight), take the oldest
+  // response (nullopt: not there yet). The server remembers what is in flight, to say which
+  // request a failed kernel was serving.
+  Expected<bool> send(std::span<const uint8_t> frame);
+  Expected<std::optional<size_t>> receive(std::span<uint8_t> buffer);
+
+  // An error once the kernel has ended by itself (a fault, a trap), naming what it served.
+  Status check();
+  // Sets the shutdown flag and waits up to the stop timeout. A kernel that does not stop is hung:
+  // the error names it and what it was serving, and hung() turns true.
+  Status stop();
+  // Launches the kernel again on the same bridge instance, after stop().
+  Status relaunch();
+  bool running() const { return running_; }
+  bool hung() const { return hung_; }
+
+private:
+  explicit Server(Gpu &gpu) : gpu_(gpu) {}
+  Status launch();
+  std::string serving() const; // "request_id 7 (handler 'echo')", or empty
+  Error failed(const std::string &what) const;
+
+  struct InFlight {
+    uint32_t request_id;
+    uint32_t function_id;
+  };
+
+  Gpu &gpu_;
+  std::optional<Bridge> bridge_;
+  LoadReport report_;
+  std::vector<std::pair<uint32_t, std::string>> names_; // function_id -> handler, sorted
+  GpuLibrary library_ = nullptr;
+  GpuFunction kernel_ = nullptr;
+  GpuPointer table_ = 0;
+  MappedMemory control_{};
+  GpuStream stream_ = nullptr;
+  cudaq_rt_dispatch_params params_{};
+  double stop_timeout_s_ = 5;
+  std::deque<InFlight> in_flight_;
+  uint64_t requests_at_launch_ = 0;
+  uint64_t received_since_launch_ = 0;
+  std::chrono::steady_clock::time_point launched_at_;
+  bool running_ = false;
+  bool hung_ = false;
+  bool faulted_ = false;
+};
+
+} // namespace cudaq_rt

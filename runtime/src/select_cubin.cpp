@@ -1,0 +1,104 @@
+#include "cudaq_rt/select_cubin.h"
+
+#include "cudaq_rt/package.h"
+
+#include <chrono>
+
+namespace cudaq_rt {
+
+const char *cubin_source_name(CubinSource s) {
+  switch (s) {
+  case CubinSource::package:
+    return "package";
+  case CubinSource::cache:
+    return "cache";
+  case CubinSource::link:
+    return "link at load";
+  }
+  return "?";
+}
+
+Expected<CubinChoice> select_cubin(const Package &package, const LinkPlan &plan,
+                                   const TargetArch &arch, const LinkCache &cache,
+                                   const CubinPolicy &policy) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  auto elapsed_ms = [&] {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  };
+  CubinChoice c;
+  c.arch = arch.str();
+  const std::string what =
+      cat(c.arch, " (bridge ", plan.bridge, ", dispatcher ", plan.dispatcher, ")");
+
+  // 1. The package.
+  const std::vector<Digest> inputs = plan.input_digests();
+  bool stale = false;
+  for (const LinkRecord &l : package.manifest().links) {
+    if (l.arch != c.arch || l.bridge != plan.bridge || l.dispatcher != plan.dispatcher)
+      continue;
+    if (l.inputs != inputs) {
+      stale = true;
+      continue;
+    }
+    auto bytes = package.read_blob(l.cubin);
+    if (!bytes)
+      return std::move(bytes).take_error();
+    c.source = CubinSource::package;
+    c.cubin.assign(bytes->begin(), bytes->end());
+    c.record = l;
+    c.ms = elapsed_ms();
+    return c;
+  }
+  if (stale)
+    c.warnings.push_back(cat("the package's cubin for ", what,
+                             " was linked from other code than this runtime's bridge hooks and "
+                             "dispatcher: not used"));
+
+  // 2. The cache.
+  if (auto hit = cache.get(plan.key(arch))) {
+    c.source = CubinSource::cache;
+    c.cubin = std::move(hit->cubin);
+    c.record.arch = c.arch;
+    c.record.bridge = plan.bridge;
+    c.record.dispatcher = plan.dispatcher;
+    c.record.mode = plan.lto ? "lto" : "cubin";
+    c.record.options = plan.options(arch);
+    c.record.nvjitlink_version = plan.nvjitlink.version();
+    c.record.inputs = inputs;
+    c.record.cache_key = plan.key(arch).digest;
+    c.record.cubin = sha256(c.cubin);
+    c.record.cubin_size = c.cubin.size();
+    c.record.link_ms = hit->metadata.link_time_ms;
+    c.ms = elapsed_ms();
+    return c;
+  }
+
+  // 3. A link, checked as cudaq-rt-link checks it.
+  if (auto st = plan.check_target(arch); !st)
+    return make_error(plan.subject, "this GPU is ", c.arch, ": ", st.error().message);
+  if (!policy.allow_link) {
+    std::string linked;
+    for (const LinkRecord &l : package.manifest().links)
+      linked += cat(linked.empty() ? "" : ", ", l.arch, " (", l.bridge, ", ", l.dispatcher, ")");
+    return make_error(plan.subject, "no cubin for ", what, " in the package",
+                      stale ? " that matches this runtime" : "", " or the link cache, and linking "
+                      "at load is off; the package has cubins for ",
+                      linked.empty() ? std::string("no arch") : linked,
+                      ": link it ahead of time for ", c.arch);
+  }
+  ArchLink a = link_arch(plan, arch, cache);
+  if (a.error)
+    return std::move(*a.error);
+  c.warnings.insert(c.warnings.end(), a.warnings.begin(), a.warnings.end());
+  if (policy.store)
+    if (auto st = store_links(package.dir(), plan, std::span<const ArchLink>(&a, 1)); !st)
+      return std::move(st).take_error();
+  c.source = a.cache_hit ? CubinSource::cache : CubinSource::link;
+  c.cubin = std::move(a.cubin);
+  c.record = *a.record;
+  c.ms = elapsed_ms();
+  return c;
+}
+
+} // namespace cudaq_rt

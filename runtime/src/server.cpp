@@ -1,0 +1,349 @@
+// The load path, in the order it must run.
+//
+// 1. The GPU first: its exact arch decides which cubin serves it, and the bridge's host side
+//    (built with the CUDA runtime) allocates in the context that is current, so the device's
+//    primary context is made current before anything else.
+// 2. The package is opened (every blob's digest verified) and the link planned exactly as
+//    cudaq-rt-link plans it (link_plan.cpp): the plan is what decides whether the package's own
+//    cubin is still the one this runtime would link, and it is the key into the cache.
+// 3. A cubin: the package's, the cache's, or a link at load (select_cubin.cpp).
+// 4. Everything the persistent kernel will touch is loaded and resolved before it starts: a
+//    module load, a lazily loaded function, or a synchronous copy issued while it runs can wait
+//    behind it forever (CUDA-Q realtime met this deadlock under CUDA's default lazy loading).
+//    So: the module, its dispatch kernel (loaded with cuFuncLoad), every handler's
+//    cudaq_rt_handler__<name> pointer (read into the sorted function table), every host-given
+//    global (size-checked, written), the bridge instance, and the control block in mapped memory.
+// 5. The launch, on a non-blocking stream so that nothing on the legacy default stream queues
+//    behind the kernel. It is stopped through the shutdown flag in mapped memory, never by a copy.
+//
+// A kernel that ends by itself has failed (the unified kernel stops only when rx_poll says
+// SHUTDOWN): a handler's illegal address or trap surfaces as the stream's error, and the counters
+// (stored after each publish) tell which request it was serving. A kernel that does not stop
+// within the timeout is hung; its memory is then never freed, since freeing it would wait for it.
+#include "cudaq_rt/server.h"
+
+#include "cudaq_rt/package.h"
+#include "cudaq_rt/wire.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+namespace cudaq_rt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// The control block in mapped memory: the shutdown flag, then the counters on a line of their
+// own (the host writes one, the GPU the other).
+constexpr size_t control_bytes = 4096;
+constexpr size_t stats_offset = 64;
+
+} // namespace
+
+Expected<std::unique_ptr<Server>> Server::start(const LoadOptions &opt, Gpu &gpu) {
+  std::unique_ptr<Server> s(new Server(gpu));
+  LoadReport &r = s->report_;
+  r.package = opt.package;
+  s->stop_timeout_s_ = opt.stop_timeout_s;
+  const std::string subject = opt.package.string();
+
+  auto t = Clock::now();
+  auto device = gpu.open(opt.device);
+  if (!device)
+    return std::move(device).take_error();
+  r.device = *device;
+  r.times.context_ms = ms_since(t);
+
+  t = Clock::now();
+  auto package = Package::open(opt.package);
+  if (!package)
+    return std::move(package).take_error();
+  auto plan = plan_link(*package, opt.link);
+  if (!plan)
+    return std::move(plan).take_error();
+  r.bridge = plan->bridge;
+  r.dispatcher = plan->dispatcher;
+  r.kernel = plan->kernel;
+  r.handlers = plan->handlers;
+  r.times.open_ms = ms_since(t);
+
+  t = Clock::now();
+  std::vector<std::string> cache_warnings;
+  auto cache = open_link_cache(opt.cache, cache_warnings);
+  if (!cache)
+    return std::move(cache).take_error();
+  r.warnings = cache_warnings;
+  auto arch = parse_arch(r.device.arch());
+  if (!arch)
+    return make_error("", "GPU ", r.device.ordinal, " (", r.device.name, ") reports sm_",
+                      r.device.sm, ", which no link can target");
+  auto cubin = select_cubin(*package, *plan, *arch, *cache, opt.policy);
+  if (!cubin)
+    return std::move(cubin).take_error();
+  r.source = cubin->source;
+  r.record = cubin->record;
+  r.warnings.insert(r.warnings.end(), cubin->warnings.begin(), cubin->warnings.end());
+  r.times.cubin_ms = ms_since(t);
+
+  t = Clock::now();
+  const std::string where = cat(subject, ": ", r.device.arch());
+  auto in = [&](Error e) {
+    e.message = cat(where, ": ", e.message);
+    e.subject.clear();
+    return e;
+  };
+  auto library = gpu.load(cubin->cubin);
+  if (!library)
+    return in(std::move(library).take_error());
+  s->library_ = *library;
+  auto kernel = gpu.kernel(s->library_, r.kernel);
+  if (!kernel)
+    return in(std::move(kernel).take_error());
+  s->kernel_ = *kernel;
+
+  std::vector<cudaq_rt_function_entry> table;
+  for (const std::string &name : r.handlers) {
+    const std::string symbol = CUDAQ_RT_HANDLER_SYMBOL_PREFIX + name;
+    auto g = gpu.global(s->library_, symbol);
+    if (!g)
+      return in(std::move(g).take_error());
+    if (!*g)
+      return in(make_error("", "the module lacks handler ", name, "'s global ", symbol));
+    if ((*g)->size != sizeof(cudaq_rt_handler_fn))
+      return in(make_error("", symbol, " is ", (*g)->size, " bytes, not a function pointer"));
+    cudaq_rt_function_entry e{cudaq_rt_function_id(name.c_str()), 0, nullptr};
+    if (auto st = gpu.copy_from_device(
+            std::span(reinterpret_cast<uint8_t *>(&e.handler), sizeof e.handler), (*g)->address);
+        !st)
+      return in(std::move(st).take_error());
+    table.push_back(e);
+    s->names_.emplace_back(e.function_id, name);
+  }
+  std::sort(table.begin(), table.end(),
+            [](const auto &a, const auto &b) { return a.function_id < b.function_id; });
+  std::sort(s->names_.begin(), s->names_.end());
+  if (!table.empty()) {
+    auto p = gpu.allocate(table.size() * sizeof table[0]);
+    if (!p)
+      return in(std::move(p).take_error());
+    s->table_ = *p;
+    if (auto st = gpu.copy_to_device(
+            s->table_, std::span(reinterpret_cast<const uint8_t *>(table.data()),
+                                 table.size() * sizeof table[0]));
+        !st)
+      return in(std::move(st).take_error());
+  }
+
+  for (const GlobalValue &v : opt.globals) {
+    auto g = gpu.global(s->library_, v.name);
+    if (!g)
+      return in(std::move(g).take_error());
+    if (!*g)
+      return in(make_error("", "no __device__ global '", v.name,
+                           "' in the linked module (a global that no handler uses is dropped "
+                           "by the link)"));
+    if ((*g)->size != v.bytes.size())
+      return in(make_error("", "global '", v.name, "' is ", (*g)->size, " bytes, but ",
+                           v.bytes.size(), " bytes were given"));
+    if (auto st = gpu.copy_to_device((*g)->address, v.bytes); !st)
+      return in(std::move(st).take_error());
+  }
+
+  auto bridge_library = BridgeLibrary::open(opt.link.bridge.empty() ? r.bridge : opt.link.bridge);
+  if (!bridge_library)
+    return std::move(bridge_library).take_error();
+  if (bridge_library->name() != r.bridge)
+    return make_error(bridge_library->path().string(), "bridge library calls itself '",
+                      bridge_library->name(), "', but the module was linked with bridge '",
+                      r.bridge, "' hooks");
+  auto bridge = bridge_library->create(opt.bridge_config);
+  if (!bridge)
+    return std::move(bridge).take_error();
+  s->bridge_.emplace(std::move(*bridge));
+  r.slot_size = s->bridge_->slot_size();
+  r.num_slots = s->bridge_->num_slots();
+
+  auto control = gpu.allocate_mapped(control_bytes);
+  if (!control)
+    return in(std::move(control).take_error());
+  s->control_ = *control;
+  std::memset(s->control_.host, 0, control_bytes);
+  auto stream = gpu.create_stream();
+  if (!stream)
+    return in(std::move(stream).take_error());
+  s->stream_ = *stream;
+
+  cudaq_rt_dispatch_params &p = s->params_;
+  p.transport_ctx = s->bridge_->device_context();
+  p.slot_size = r.slot_size;
+  p.num_functions = static_cast<uint32_t>(table.size());
+  p.function_table = reinterpret_cast<const cudaq_rt_function_entry *>(s->table_);
+  p.shutdown_flag = reinterpret_cast<volatile int *>(s->control_.device);
+  p.stats = reinterpret_cast<cudaq_rt_dispatch_stats *>(s->control_.device + stats_offset);
+  r.shape = opt.shape.value_or(LaunchShape{});
+  r.times.load_ms = ms_since(t);
+
+  t = Clock::now();
+  if (auto st = s->launch(); !st)
+    return std::move(st).take_error();
+  r.times.launch_ms = ms_since(t);
+  return s;
+}
+
+Server::~Server() {
+  if (running_ && !hung_)
+    (void)stop();
+  if (hung_) {
+    if (bridge_)
+      bridge_->abandon();
+    return;
+  }
+  if (stream_)
+    gpu_.destroy_stream(stream_);
+  bridge_.reset();
+  if (control_.host)
+    gpu_.release_mapped(control_);
+  if (table_)
+    gpu_.release(table_);
+  if (library_)
+    gpu_.unload(library_);
+}
+
+Status Server::launch() {
+  std::atomic_ref<int>(*static_cast<int *>(control_.host)).store(0, std::memory_order_release);
+  requests_at_launch_ = stats().requests;
+  received_since_launch_ = 0;
+  in_flight_.clear();
+  void *args[] = {&params_};
+  launched_at_ = Clock::now();
+  if (auto st = gpu_.launch(kernel_, report_.shape, args, stream_); !st)
+    return make_error(report_.package.string(), report_.device.arch(), ": the dispatch kernel ",
+                      report_.kernel, ": ", st.error().message);
+  running_ = true;
+  return Status::ok();
+}
+
+Status Server::relaunch() {
+  if (running_ || hung_ || faulted_)
+    return make_error(report_.package.string(), "the dispatch kernel ", report_.kernel,
+                      running_ ? " is running" : " cannot be launched again after a failure");
+  return launch();
+}
+
+cudaq_rt_dispatch_stats Server::stats() const {
+  auto *raw = reinterpret_cast<cudaq_rt_dispatch_stats *>(static_cast<char *>(control_.host) +
+                                                          stats_offset);
+  auto load = [](unsigned long long &v) {
+    return std::atomic_ref<unsigned long long>(v).load(std::memory_order_acquire);
+  };
+  cudaq_rt_dispatch_stats s;
+  s.requests = load(raw->requests);
+  s.ok = load(raw->ok);
+  s.handler_errors = load(raw->handler_errors);
+  s.protocol_errors = load(raw->protocol_errors);
+  return s;
+}
+
+std::string Server::handler_name(uint32_t function_id) const {
+  auto it = std::lower_bound(names_.begin(), names_.end(), std::pair(function_id, std::string()));
+  return it != names_.end() && it->first == function_id ? it->second : std::string();
+}
+
+Expected<bool> Server::send(std::span<const uint8_t> frame) {
+  auto sent = bridge_->send(frame);
+  if (sent && *sent && frame.size() >= sizeof(cudaq_rt_request_header)) {
+    cudaq_rt_request_header h;
+    std::memcpy(&h, frame.data(), sizeof h);
+    in_flight_.push_back({h.request_id, h.function_id});
+  }
+  return sent;
+}
+
+Expected<std::optional<size_t>> Server::receive(std::span<uint8_t> buffer) {
+  auto got = bridge_->receive(buffer);
+  if (got && *got && **got >= sizeof(cudaq_rt_response_header)) {
+    cudaq_rt_response_header h;
+    std::memcpy(&h, buffer.data(), sizeof h);
+    auto it = std::find_if(in_flight_.begin(), in_flight_.end(),
+                           [&](const InFlight &f) { return f.request_id == h.request_id; });
+    if (it != in_flight_.end()) {
+      in_flight_.erase(it);
+      ++received_since_launch_;
+    }
+    if (!report_.times.first_response_ms)
+      report_.times.first_response_ms = ms_since(launched_at_);
+  }
+  return got;
+}
+
+std::string Server::serving() const {
+  if (in_flight_.empty())
+    return "";
+  // The counters are stored after each publish: requests finished since the launch, less those
+  // already taken by the host, is how far into what is in flight the kernel got.
+  const uint64_t finished = stats().requests - requests_at_launch_;
+  size_t index = 0;
+  if (finished >= received_since_launch_ && finished - received_since_launch_ < in_flight_.size())
+    index = static_cast<size_t>(finished - received_since_launch_);
+  const InFlight &f = in_flight_[index];
+  std::string name = handler_name(f.function_id);
+  return cat("request_id ", f.request_id,
+             name.empty() ? cat(" (function_id ", hex(f.function_id), ")")
+                          : cat(" (handler '", name, "')"));
+}
+
+Error Server::failed(const std::string &what) const {
+  std::string where = serving();
+  return make_error(report_.package.string(), report_.device.arch(), ": the dispatch kernel ",
+                    report_.kernel, " ", what, where.empty() ? "" : ", serving " + where);
+}
+
+Status Server::check() {
+  if (!running_)
+    return Status::ok();
+  StreamState st = gpu_.query(stream_);
+  if (!st.done)
+    return Status::ok();
+  running_ = false;
+  if (st.fault) {
+    faulted_ = true;
+    return failed("failed: " + st.fault->message);
+  }
+  faulted_ = true;
+  return failed("ended by itself (its bridge session did not start, or it does not keep the "
+                "dispatch contract)");
+}
+
+Status Server::stop() {
+  if (!running_)
+    return Status::ok();
+  std::atomic_ref<int>(*static_cast<int *>(control_.host)).store(1, std::memory_order_release);
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(std::max(0.0, stop_timeout_s_)));
+  for (;;) {
+    StreamState st = gpu_.query(stream_);
+    if (st.done) {
+      running_ = false;
+      if (st.fault) {
+        faulted_ = true;
+        return failed("failed: " + st.fault->message);
+      }
+      return Status::ok();
+    }
+    if (Clock::now() >= deadline) {
+      hung_ = true;
+      return failed(cat("did not stop within ", stop_timeout_s_, " s: it is hung"));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+} // namespace cudaq_rt
