@@ -29,6 +29,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <sstream>
 #include <thread>
 
 namespace cudaq_rt {
@@ -195,6 +196,94 @@ Expected<std::unique_ptr<Server>> Server::start(const LoadOptions &opt, Gpu &gpu
     return std::move(st).take_error();
   r.times.launch_ms = ms_since(t);
   return s;
+}
+
+Expected<LoadPreview> preview_load(const LoadOptions &opt, Gpu &gpu) {
+  LoadPreview p;
+  p.package = opt.package;
+  auto device = gpu.open(opt.device);
+  if (!device)
+    return std::move(device).take_error();
+  p.device = *device;
+  auto package = Package::open(opt.package);
+  if (!package)
+    return std::move(package).take_error();
+  auto plan = plan_link(*package, opt.link);
+  if (!plan)
+    return std::move(plan).take_error();
+  p.bridge = plan->bridge;
+  p.dispatcher = plan->dispatcher;
+  p.handlers = plan->handlers;
+  p.links = package->manifest().links;
+  auto cache = open_link_cache(opt.cache, p.warnings);
+  if (!cache)
+    return std::move(cache).take_error();
+  auto arch = parse_arch(p.device.arch());
+  if (!arch) {
+    p.why_not = cat("GPU ", p.device.ordinal, " reports sm_", p.device.sm);
+    return p;
+  }
+  auto found = select_cubin(*package, *plan, *arch, *cache, {.allow_link = false, .store = false});
+  if (found) {
+    p.source = found->source;
+    p.warnings.insert(p.warnings.end(), found->warnings.begin(), found->warnings.end());
+  } else if (auto st = plan->check_target(*arch); opt.policy.allow_link && st) {
+    p.source = CubinSource::link;
+  } else {
+    p.why_not = st ? found.error().str() : st.error().str();
+  }
+  return p;
+}
+
+std::string format_preview(const LoadPreview &p) {
+  std::ostringstream out;
+  out << p.package.string() << ": bridge " << p.bridge << ", dispatcher " << p.dispatcher << "\n";
+  out << "handlers:\n";
+  for (const std::string &h : p.handlers)
+    out << "  " << h << "  function_id " << hex(cudaq_rt_function_id(h.c_str())) << "\n";
+  out << "linked:\n";
+  for (const LinkRecord &l : p.links)
+    out << "  " << l.arch << "  bridge " << l.bridge << "  dispatcher " << l.dispatcher << "  "
+        << l.cubin.short_str() << " (" << l.cubin_size << " bytes)\n";
+  if (p.links.empty())
+    out << "  (nothing)\n";
+  out << "GPU " << p.device.ordinal << ": " << p.device.name << " (" << p.device.arch()
+      << ", driver " << p.device.driver() << "): ";
+  if (p.source)
+    out << "would load from the " << cubin_source_name(*p.source) << "\n";
+  else
+    out << "cannot load: " << p.why_not << "\n";
+  return out.str();
+}
+
+nlohmann::json preview_json(const LoadPreview &p) {
+  nlohmann::json handlers = nlohmann::json::array();
+  for (const std::string &h : p.handlers)
+    handlers.push_back({{"name", h}, {"function_id", cudaq_rt_function_id(h.c_str())}});
+  nlohmann::json links = nlohmann::json::array();
+  for (const LinkRecord &l : p.links)
+    links.push_back({{"arch", l.arch},
+                     {"bridge", l.bridge},
+                     {"dispatcher", l.dispatcher},
+                     {"cubin", l.cubin.str()},
+                     {"size", l.cubin_size}});
+  nlohmann::json j = {{"package", p.package.string()},
+                      {"bridge", p.bridge},
+                      {"dispatcher", p.dispatcher},
+                      {"handlers", handlers},
+                      {"links", links},
+                      {"device",
+                       {{"ordinal", p.device.ordinal},
+                        {"name", p.device.name},
+                        {"arch", p.device.arch()},
+                        {"driver", p.device.driver()}}},
+                      {"loadable", p.loadable()},
+                      {"warnings", p.warnings}};
+  if (p.source)
+    j["source"] = cubin_source_name(*p.source);
+  else
+    j["why_not"] = p.why_not;
+  return j;
 }
 
 Server::~Server() {

@@ -12,6 +12,8 @@
 #include "cudaq_rt/request_args.h"
 #include "cudaq_rt/select_cubin.h"
 
+#include <nlohmann/json.hpp>
+
 #include <chrono>
 #include <deque>
 #include <filesystem>
@@ -60,6 +62,24 @@ struct LoadReport {
   LoadTimes times;
   std::vector<std::string> warnings;
 };
+
+// What would load on a GPU, found the way start() finds it, without loading anything: the
+// runtime's view of a package (cudaq-rt-run --list).
+struct LoadPreview {
+  std::filesystem::path package;
+  GpuDevice device;
+  std::string bridge;
+  std::string dispatcher;
+  std::vector<std::string> handlers;
+  std::vector<LinkRecord> links;      // the package's
+  std::optional<CubinSource> source; // where the cubin would come from; nullopt: nowhere
+  std::string why_not;                // with no source
+  std::vector<std::string> warnings;
+  bool loadable() const { return source.has_value(); }
+};
+Expected<LoadPreview> preview_load(const LoadOptions &options, Gpu &gpu = driver_gpu());
+std::string format_preview(const LoadPreview &preview);
+nlohmann::json preview_json(const LoadPreview &preview);
 
 class Server {
 public:
