@@ -208,8 +208,7 @@ Status append_file(const std::string &path, size_t room, std::vector<uint8_t> &o
   if (!S_ISREG(st.st_mode))
     return fail(cat("'", path, "' is not a regular file"));
   if (uintmax_t(st.st_size) > room)
-    return fail(cat("'", path, "' is ", uintmax_t(st.st_size), " bytes, more than the ", room,
-                    " the payload has room for"));
+    return fail(cat("'", path, "' is ", uintmax_t(st.st_size), " bytes; only ", room, " fit"));
   const size_t size = size_t(st.st_size), at = out.size();
   // One byte more than fstat said, so that a file that grew meanwhile is caught, not cut short.
   out.resize(at + size + 1);
