@@ -2,6 +2,10 @@
 // byte up in a correction table held in a __device__ global. The table is written into the linked
 // module before the dispatch kernel starts (cudaq-rt-run --global cudaq_rt_example_lut=@FILE), so
 // the same package serves any code without being rebuilt.
+//
+// The link must keep the table's symbol visible: nvJitLink internalizes every global that no
+// -variables-used names (the symbol turns local in the cubin, seen with CUDA 13.0), so link with
+// `cudaq-rt-link --Xnvjitlink=-variables-used=cudaq_rt_example_lut`.
 #include "cudaq_rt/exports.h"
 
 #include <stdint.h>

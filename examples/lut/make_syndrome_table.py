@@ -8,11 +8,14 @@ and in block B (bits 3-5). A single flip of qubit 0 fires Z0Z1 only, qubit 1 bot
 only. Bytes with any of bits 4-7 set are not syndromes of this code and map to 0xff.
 
     python3 make_syndrome_table.py [OUT]      # default: syndrome_table.bin beside this script
+    cudaq-rt-link app.cudaqpkg --arch sm_90 --Xnvjitlink=-variables-used=cudaq_rt_example_lut
     cudaq-rt-run app.cudaqpkg --global cudaq_rt_example_lut=@syndrome_table.bin \\
-        --call lut_decode --arg hex:01020308  # prints 01040220
+        --call lut_decode --arg hex:01020308  # answers ok: 01040220
 
-The table as printf would write it: the 16 valid entries are, for syndromes 0x00..0x0f,
-00 01 04 02 08 09 0c 0a 20 21 24 22 10 11 14 12.
+The same table without Python (the 16 syndromes 0x00..0x0f, then 240 times 0xff):
+
+    { printf '\\000\\001\\004\\002\\010\\011\\014\\012\\040\\041\\044\\042\\020\\021\\024\\022'
+      head -c 240 /dev/zero | tr '\\0' '\\377'; } > syndrome_table.bin
 """
 import os
 import sys

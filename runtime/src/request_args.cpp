@@ -88,14 +88,19 @@ Error fail(std::string message) {
   return Error{"", std::move(message)};
 }
 
+// The largest value of an integer type, and the magnitude of its smallest.
+uint64_t integer_max(const ScalarInfo &t) {
+  const unsigned value_bits = unsigned(t.size * 8) - (t.is_signed ? 1 : 0);
+  return value_bits == 64 ? std::numeric_limits<uint64_t>::max() : (uint64_t(1) << value_bits) - 1;
+}
+uint64_t integer_min_magnitude(const ScalarInfo &t) {
+  return t.is_signed ? integer_max(t) + 1 : 0;
+}
+
 // "-128..127" for i8, "0..255" for u8.
 std::string integer_range(const ScalarInfo &t) {
-  const unsigned bits = unsigned(t.size * 8);
-  if (!t.is_signed)
-    return cat("0..",
-               bits == 64 ? std::numeric_limits<uint64_t>::max() : (uint64_t(1) << bits) - 1);
-  const uint64_t max = (uint64_t(1) << (bits - 1)) - 1;
-  return cat("-", max + 1, "..", max);
+  return t.is_signed ? cat("-", integer_min_magnitude(t), "..", integer_max(t))
+                     : cat("0..", integer_max(t));
 }
 
 // One integer element, written as t.size little-endian bytes at `out`.
@@ -115,12 +120,8 @@ Status encode_integer(std::string_view text, const ScalarInfo &t, uint8_t *out) 
   auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), magnitude, base);
   if (digits.empty() || end != digits.data() + digits.size() || ec == std::errc::invalid_argument)
     return fail(cat("'", text, "' is not an integer (decimal or 0x hex)"));
-  const unsigned bits = unsigned(t.size * 8);
-  const uint64_t positive_max =
-      t.is_signed ? (uint64_t(1) << (bits - 1)) - 1
-                  : (bits == 64 ? std::numeric_limits<uint64_t>::max() : (uint64_t(1) << bits) - 1);
-  const uint64_t negative_max = t.is_signed ? positive_max + 1 : 0;
-  if (ec == std::errc::result_out_of_range || magnitude > (negative ? negative_max : positive_max))
+  if (ec == std::errc::result_out_of_range ||
+      magnitude > (negative ? integer_min_magnitude(t) : integer_max(t)))
     return fail(cat(text, " is out of range for ", t.name, " (", integer_range(t), ")"));
   // Two's complement of the magnitude; the low t.size bytes are the value.
   const uint64_t bits_of_value = negative ? uint64_t(0) - magnitude : magnitude;
@@ -208,8 +209,7 @@ Status append_file(const std::string &path, size_t room, std::vector<uint8_t> &o
   if (!S_ISREG(st.st_mode))
     return fail(cat("'", path, "' is not a regular file"));
   if (uintmax_t(st.st_size) > room)
-    return fail(cat("'", path, "' is ", uintmax_t(st.st_size), " bytes, more than the ", room,
-                    " the payload has room for"));
+    return fail(cat("'", path, "' is ", uintmax_t(st.st_size), " bytes; only ", room, " fit"));
   const size_t size = size_t(st.st_size), at = out.size();
   // One byte more than fstat said, so that a file that grew meanwhile is caught, not cut short.
   out.resize(at + size + 1);

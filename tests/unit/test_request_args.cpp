@@ -188,8 +188,8 @@ TEST_CASE("@file: a regular file's bytes, bounded") {
 
   // The bound is the room left in the payload, what is already there counted.
   CHECK(encode("@" + bin, 3) == Bytes{0, 1, 0xff});
-  CHECK(encode_error("@" + bin, 4) == "argument '@" + bin + "': '" + bin +
-                                          "' is 3 bytes, more than the 2 the payload has room for");
+  CHECK(encode_error("@" + bin, 4) ==
+        "argument '@" + bin + "': '" + bin + "' is 3 bytes; only 2 fit");
 
   CHECK(encode_error("@" + dir.path.string()) ==
         "argument '@" + dir.path.string() + "': '" + dir.path.string() + "' is not a regular file");
@@ -309,8 +309,7 @@ TEST_CASE("globals: NAME=SPEC") {
   CHECK(g->bytes == Bytes(5, 'z'));
   Expected<GlobalValue> big = parse_global("lut=@" + table, 4);
   REQUIRE_FALSE(big);
-  CHECK(big.error().str() == "global 'lut=@" + table + "': '" + table +
-                                 "' is 5 bytes, more than the 4 the payload has room for");
+  CHECK(big.error().str() == "global 'lut=@" + table + "': '" + table + "' is 5 bytes; only 4 fit");
 
   CHECK(parse_global("lut", 8).error().str() ==
         "global 'lut': expected NAME=TYPE:VALUE or NAME=@FILE");
