@@ -4,8 +4,8 @@
 // the same package serves any code without being rebuilt.
 //
 // The link must keep the table's symbol visible: nvJitLink internalizes every global that no
-// -variables-used names (the symbol turns local in the cubin, seen with CUDA 13.0), so link with
-// `cudaq-rt-link --Xnvjitlink=-variables-used=cudaq_rt_example_lut`.
+// -variables-used names (the symbol turns local in the cubin, seen with CUDA 13.0). Exporting it
+// with CUDAQ_RT_EXPORT_GLOBAL makes every link name it.
 #include "cudaq_rt/exports.h"
 
 #include <stdint.h>
@@ -25,6 +25,7 @@ __device__ uint8_t cudaq_rt_example_lut[256] = {
 #undef CUDAQ_RT_ROW_
 };
 }
+CUDAQ_RT_EXPORT_GLOBAL(cudaq_rt_example_lut);
 
 // lut_decode: input is syndrome bytes; output one correction byte per syndrome byte,
 // cudaq_rt_example_lut[syndrome].

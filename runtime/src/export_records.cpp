@@ -7,7 +7,15 @@
 namespace cudaq_rt {
 
 const char *export_kind_name(ExportKind k) {
-  return k == ExportKind::handler ? "handler" : "dispatch-kernel";
+  switch (k) {
+  case ExportKind::handler:
+    return "handler";
+  case ExportKind::dispatch_kernel:
+    return "dispatch-kernel";
+  case ExportKind::global:
+    return "global";
+  }
+  return "?";
 }
 
 bool is_c_identifier(std::string_view name) {
@@ -66,6 +74,8 @@ Expected<std::vector<ExportRecord>> parse_export_records(std::span<const uint8_t
                           hex(r.function_id), " but FNV-1a of its name is ", hex(e.function_id));
     } else if (r.kind == CUDAQ_RT_EXPORT_DISPATCH_KERNEL_KIND) {
       e.kind = ExportKind::dispatch_kernel;
+    } else if (r.kind == CUDAQ_RT_EXPORT_GLOBAL_KIND) {
+      e.kind = ExportKind::global;
     } else {
       return make_error(subject, where, " has unknown kind ", r.kind);
     }

@@ -11,7 +11,9 @@
 // JIT the PTX entries instead, silently); -kernels-used=<dispatch kernel> so NVVM drops every
 // kernel the module will never launch (a 36-kernel link: 256 ms -> 17 ms), with
 // -variables-used=cudaq_rt_handler__<name> for every exported handler, so the pointer globals
-// the runtime reads to build the function table, and the handlers they point to, survive.
+// the runtime reads to build the function table, and the handlers they point to, survive; so does
+// every exported host-set global (CUDAQ_RT_EXPORT_GLOBAL), which nvJitLink would otherwise make
+// internal to the module, out of the driver's reach by name.
 //
 // Everything that can be told from the package is checked before nvJitLink runs (arch too old
 // for the LTO-IR, LTO-IR from another toolkit, options that are not UTF-8), because nvJitLink's
@@ -178,6 +180,8 @@ std::vector<std::string> LinkPlan::options(const TargetArch &arch) const {
   if (settings.kernels_used && lto) {
     out.push_back("-kernels-used=" + kernel);
     for (const std::string &s : handler_symbols)
+      out.push_back("-variables-used=" + s);
+    for (const std::string &s : globals)
       out.push_back("-variables-used=" + s);
   }
   out.insert(out.end(), settings.extra_options.begin(), settings.extra_options.end());
@@ -346,10 +350,14 @@ Expected<LinkPlan> plan_link(const Package &pkg, const LinkSettings &settings) {
                                origin_name);
       !st)
     return std::move(st).take_error();
+  // Symbols are derived from the names (C identifiers, checked on read), never taken from the
+  // manifest's own `symbol`: an option built from a tampered string could say anything.
   for (const ExportEntry &e : m.exports)
     if (e.kind == export_kind_name(ExportKind::handler)) {
       plan.handlers.push_back(e.name);
-      plan.handler_symbols.push_back(e.symbol);
+      plan.handler_symbols.push_back(handler_symbol(e.name));
+    } else if (e.kind == export_kind_name(ExportKind::global)) {
+      plan.globals.push_back(e.name);
     }
 
   auto identity = loaded_nvjitlink_identity();

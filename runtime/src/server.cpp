@@ -135,9 +135,9 @@ Expected<std::unique_ptr<Server>> Server::start(const LoadOptions &opt, Gpu &gpu
     if (!p)
       return in(std::move(p).take_error());
     s->table_ = *p;
-    if (auto st = gpu.copy_to_device(
-            s->table_, std::span(reinterpret_cast<const uint8_t *>(table.data()),
-                                 table.size() * sizeof table[0]));
+    if (auto st =
+            gpu.copy_to_device(s->table_, std::span(reinterpret_cast<const uint8_t *>(table.data()),
+                                                    table.size() * sizeof table[0]));
         !st)
       return in(std::move(st).take_error());
   }
@@ -148,8 +148,8 @@ Expected<std::unique_ptr<Server>> Server::start(const LoadOptions &opt, Gpu &gpu
       return in(std::move(g).take_error());
     if (!*g)
       return in(make_error("", "no __device__ global '", v.name,
-                           "' in the linked module (a global that no handler uses is dropped "
-                           "by the link)"));
+                           "' in the linked module (the link keeps a global visible by name only "
+                           "when it is exported with CUDAQ_RT_EXPORT_GLOBAL)"));
     if ((*g)->size != v.bytes.size())
       return in(make_error("", "global '", v.name, "' is ", (*g)->size, " bytes, but ",
                            v.bytes.size(), " bytes were given"));

@@ -66,6 +66,19 @@ TEST_CASE("handler and dispatch-kernel records are read in order, across zero pa
   CHECK((*r)[2].function_id == cudaq_rt_function_id("echo"));
 }
 
+TEST_CASE("a global record names a host-set __device__ global") {
+  auto r = parse_export_records(section({record(CUDAQ_RT_EXPORT_GLOBAL_KIND, "decoder_table"),
+                                         record(CUDAQ_RT_EXPORT_HANDLER_KIND, "decode")}),
+                                "app");
+  REQUIRE(r);
+  REQUIRE(r->size() == 2);
+  CHECK((*r)[0].kind == ExportKind::global);
+  CHECK((*r)[0].name == "decoder_table");
+  CHECK((*r)[0].function_id == 0);
+  CHECK((*r)[1].kind == ExportKind::handler);
+  CHECK(error_of(section({record(4, "next_kind")})) == at0 + " has unknown kind 4");
+}
+
 TEST_CASE("an empty or all-zero section holds no records") {
   auto empty = parse_export_records({}, "app");
   REQUIRE(empty);
@@ -78,6 +91,7 @@ TEST_CASE("an empty or all-zero section holds no records") {
 TEST_CASE("names and symbols") {
   CHECK(std::string(export_kind_name(ExportKind::handler)) == "handler");
   CHECK(std::string(export_kind_name(ExportKind::dispatch_kernel)) == "dispatch-kernel");
+  CHECK(std::string(export_kind_name(ExportKind::global)) == "global");
   CHECK(handler_symbol("add_one") == "cudaq_rt_handler__add_one");
 }
 

@@ -25,6 +25,7 @@
 #define CUDAQ_RT_EXPORT_VERSION 1u
 #define CUDAQ_RT_EXPORT_HANDLER_KIND 1u
 #define CUDAQ_RT_EXPORT_DISPATCH_KERNEL_KIND 2u
+#define CUDAQ_RT_EXPORT_GLOBAL_KIND 3u
 #define CUDAQ_RT_EXPORT_NAME_CAPACITY 112u
 #define CUDAQ_RT_HANDLER_SYMBOL_PREFIX "cudaq_rt_handler__"
 
@@ -82,6 +83,13 @@ typedef int (*cudaq_rt_handler_fn)(const void *input, void *output, uint32_t arg
  * (cudaq_rt/dispatch.h) as a custom dispatch kernel that cudaq-rt-pack records in the manifest. */
 #define CUDAQ_RT_EXPORT_DISPATCH_KERNEL(kernel)                                                    \
   CUDAQ_RT_EXPORT_RECORD_(CUDAQ_RT_EXPORT_DISPATCH_KERNEL_KIND, 0u, kernel)
+
+/* Marks a __device__ global with C linkage (defined in an extern "C" block) as state the host
+ * sets before the dispatch kernel starts (cudaq-rt-run --global NAME=...). nvJitLink makes every
+ * global that no -variables-used names internal to the module, where the driver cannot find it
+ * by name: cudaq-rt-link names each exported global, so it stays visible. */
+#define CUDAQ_RT_EXPORT_GLOBAL(global)                                                             \
+  CUDAQ_RT_EXPORT_RECORD_(CUDAQ_RT_EXPORT_GLOBAL_KIND, 0u, global)
 
 #endif /* __CUDACC__ */
 

@@ -1,5 +1,5 @@
-// Reads the host-side export records that CUDAQ_RT_EXPORT_HANDLER and
-// CUDAQ_RT_EXPORT_DISPATCH_KERNEL leave in .cudaq_rt_exports (layout in cudaq_rt/exports.h).
+// Reads the host-side export records that CUDAQ_RT_EXPORT_HANDLER, CUDAQ_RT_EXPORT_DISPATCH_KERNEL
+// and CUDAQ_RT_EXPORT_GLOBAL leave in .cudaq_rt_exports (layout in cudaq_rt/exports.h).
 #pragma once
 
 #include "cudaq_rt/error.h"
@@ -12,7 +12,7 @@
 
 namespace cudaq_rt {
 
-enum class ExportKind { handler, dispatch_kernel };
+enum class ExportKind { handler, dispatch_kernel, global };
 const char *export_kind_name(ExportKind k);
 
 struct ExportRecord {

@@ -72,6 +72,7 @@ public:
   std::vector<NewContainer> new_containers;
   std::vector<std::string> handlers;        // exported handler names, as in the manifest
   std::vector<std::string> handler_symbols; // their cudaq_rt_handler__<name> globals
+  std::vector<std::string> globals;         // exported host-set globals (CUDAQ_RT_EXPORT_GLOBAL)
   bool lto = false;                         // some input carries LTO-IR
   NvJitLinkIdentity nvjitlink;
   LinkSettings settings;
