@@ -310,6 +310,7 @@ Status Server::launch() {
   requests_at_launch_ = stats().requests;
   received_since_launch_ = 0;
   in_flight_.clear();
+  last_answered_.reset();
   void *args[] = {&params_};
   launched_at_ = Clock::now();
   if (auto st = gpu_.launch(kernel_, report_.shape, args, stream_); !st)
@@ -363,6 +364,7 @@ Expected<std::optional<size_t>> Server::receive(std::span<uint8_t> buffer) {
     auto it = std::find_if(in_flight_.begin(), in_flight_.end(),
                            [&](const InFlight &f) { return f.request_id == h.request_id; });
     if (it != in_flight_.end()) {
+      last_answered_ = *it;
       in_flight_.erase(it);
       ++received_since_launch_;
     }
@@ -372,26 +374,29 @@ Expected<std::optional<size_t>> Server::receive(std::span<uint8_t> buffer) {
   return got;
 }
 
-std::string Server::serving() const {
-  if (in_flight_.empty())
-    return "";
-  // The counters are stored after each publish: requests finished since the launch, less those
-  // already taken by the host, is how far into what is in flight the kernel got.
-  const uint64_t finished = stats().requests - requests_at_launch_;
-  size_t index = 0;
-  if (finished >= received_since_launch_ && finished - received_since_launch_ < in_flight_.size())
-    index = static_cast<size_t>(finished - received_since_launch_);
-  const InFlight &f = in_flight_[index];
+std::string Server::describe(const InFlight &f) const {
   std::string name = handler_name(f.function_id);
   return cat("request_id ", f.request_id,
              name.empty() ? cat(" (function_id ", hex(f.function_id), ")")
                           : cat(" (handler '", name, "')"));
 }
 
+std::string Server::serving() const {
+  if (in_flight_.empty())
+    return last_answered_ ? "after answering " + describe(*last_answered_) : "";
+  // The counters are stored after each publish: requests finished since the launch, less those
+  // already taken by the host, is how far into what is in flight the kernel got.
+  const uint64_t finished = stats().requests - requests_at_launch_;
+  size_t index = 0;
+  if (finished >= received_since_launch_ && finished - received_since_launch_ < in_flight_.size())
+    index = static_cast<size_t>(finished - received_since_launch_);
+  return "serving " + describe(in_flight_[index]);
+}
+
 Error Server::failed(const std::string &what) const {
   std::string where = serving();
   return make_error(report_.package.string(), report_.device.arch(), ": the dispatch kernel ",
-                    report_.kernel, " ", what, where.empty() ? "" : ", serving " + where);
+                    report_.kernel, " ", what, where.empty() ? "" : ", " + where);
 }
 
 Status Server::check() {

@@ -71,8 +71,11 @@ std::string to_hex(std::span<const uint8_t> bytes) {
 }
 
 json times_json(const LoadTimes &t) {
-  json j = {{"context_ms", t.context_ms}, {"open_ms", t.open_ms}, {"cubin_ms", t.cubin_ms},
-            {"load_ms", t.load_ms},       {"launch_ms", t.launch_ms}};
+  json j = {{"context_ms", t.context_ms},
+            {"open_ms", t.open_ms},
+            {"cubin_ms", t.cubin_ms},
+            {"load_ms", t.load_ms},
+            {"launch_ms", t.launch_ms}};
   j["first_response_ms"] = t.first_response_ms ? json(*t.first_response_ms) : json(nullptr);
   return j;
 }
@@ -181,7 +184,7 @@ Outcome run_request(Server &server, const Request &r, uint32_t request_id, doubl
     std::fprintf(stderr, "%s\n", status_text(resp.status).c_str());
   } else if (!decoded) {
     std::printf("%s: (%s)\n", status_text(resp.status).c_str(), decoded.error().str().c_str());
-  } else if (resp.status < 0) {
+  } else if (resp.status < 0 || resp.result.empty()) {
     std::printf("%s\n", status_text(resp.status).c_str());
   } else {
     std::printf("%s: %s\n", status_text(resp.status).c_str(), decoded->c_str());
@@ -412,9 +415,9 @@ int main(int argc, char **argv) {
                       "p99.9 %.2f  max %.2f\n"
                       "throughput: %.0f requests/s\n",
                       r.handler.c_str(), (unsigned long long)result->requests, r.payload.size(),
-                      std::min(inflight, s.report().num_slots),
-                      (unsigned long long)result->wrong, l.min_us, l.mean_us, l.p50_us, l.p90_us,
-                      l.p99_us, l.p999_us, l.max_us, result->requests_per_s);
+                      std::min(inflight, s.report().num_slots), (unsigned long long)result->wrong,
+                      l.min_us, l.mean_us, l.p50_us, l.p90_us, l.p99_us, l.p999_us, l.max_us,
+                      result->requests_per_s);
         }
         if (result->wrong)
           status = driver::exit_failure;

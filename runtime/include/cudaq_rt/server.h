@@ -71,9 +71,9 @@ struct LoadPreview {
   std::string bridge;
   std::string dispatcher;
   std::vector<std::string> handlers;
-  std::vector<LinkRecord> links;      // the package's
+  std::vector<LinkRecord> links;     // the package's
   std::optional<CubinSource> source; // where the cubin would come from; nullopt: nowhere
-  std::string why_not;                // with no source
+  std::string why_not;               // with no source
   std::vector<std::string> warnings;
   bool loadable() const { return source.has_value(); }
 };
@@ -118,13 +118,15 @@ public:
 private:
   explicit Server(Gpu &gpu) : gpu_(gpu) {}
   Status launch();
-  std::string serving() const; // "request_id 7 (handler 'echo')", or empty
+  std::string serving() const; // "serving request_id 7 (handler 'echo')", or empty
+
   Error failed(const std::string &what) const;
 
   struct InFlight {
     uint32_t request_id;
     uint32_t function_id;
   };
+  std::string describe(const InFlight &f) const;
 
   Gpu &gpu_;
   std::optional<Bridge> bridge_;
@@ -138,6 +140,9 @@ private:
   cudaq_rt_dispatch_params params_{};
   double stop_timeout_s_ = 5;
   std::deque<InFlight> in_flight_;
+  // The last request answered: a fault the GPU reports after the handler returned (a store to a
+  // bad address completes late) is attributed to it.
+  std::optional<InFlight> last_answered_;
   uint64_t requests_at_launch_ = 0;
   uint64_t received_since_launch_ = 0;
   std::chrono::steady_clock::time_point launched_at_;

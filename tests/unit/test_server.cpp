@@ -1,0 +1,360 @@
+// The load path (server.h, select_cubin.h, client.h) against a fake GPU: which cubin is taken,
+// what is refused, and how a kernel that hangs or faults is reported, all without a GPU. The
+// package is the real example application, packed with the loopback bridge's hooks under the name
+// of a host-only bridge (host_bridge.c), and links happen for real with nvJitLink.
+#include "cudaq_rt/client.h"
+#include "cudaq_rt/pack.h"
+#include "cudaq_rt/package.h"
+#include "cudaq_rt/server.h"
+#include "cudaq_rt/wire_frames.h"
+#include "scratch_dir.h"
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+
+using namespace cudaq_rt;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Plays the driver with host memory. Its kernel serves until the shutdown flag is set, unless it
+// is told to hang (never ends) or to fault (ends with a CUDA error).
+class FakeGpu final : public Gpu {
+public:
+  enum class Kernel { serves, hangs, faults };
+  Kernel kernel_behaviour = Kernel::serves;
+  int sm = 90;
+  std::map<std::string, size_t> device_globals; // beyond the handlers' pointers
+  std::map<GpuPointer, std::vector<uint8_t>> written;
+  int launches = 0, releases = 0, unloads = 0, streams_destroyed = 0, mapped_released = 0;
+
+  Expected<GpuDevice> open(int ordinal) override {
+    if (ordinal != 0)
+      return make_error("", "no GPU ", ordinal, ": this machine has 1 GPU (0)");
+    return GpuDevice{0, "Fake GPU", sm, 13000};
+  }
+  Expected<GpuLibrary> load(std::span<const uint8_t> image) override {
+    loaded_bytes = image.size();
+    return reinterpret_cast<GpuLibrary>(0x1);
+  }
+  void unload(GpuLibrary) override { ++unloads; }
+  Expected<GpuFunction> kernel(GpuLibrary, const std::string &name) override {
+    kernel_name = name;
+    return reinterpret_cast<GpuFunction>(0x2);
+  }
+  Expected<std::optional<GpuGlobal>> global(GpuLibrary, const std::string &name) override {
+    if (name.rfind("cudaq_rt_handler__", 0) == 0)
+      return std::optional(GpuGlobal{0x10000 + name.size(), 8});
+    auto it = device_globals.find(name);
+    if (it == device_globals.end())
+      return std::optional<GpuGlobal>();
+    return std::optional(GpuGlobal{0x20000, it->second});
+  }
+  Expected<GpuPointer> allocate(size_t) override { return GpuPointer{0x30000}; }
+  void release(GpuPointer) override { ++releases; }
+  Expected<MappedMemory> allocate_mapped(size_t bytes) override {
+    void *p = std::calloc(1, bytes);
+    control = p;
+    return MappedMemory{p, reinterpret_cast<GpuPointer>(p)};
+  }
+  void release_mapped(MappedMemory m) override {
+    std::free(m.host);
+    ++mapped_released;
+  }
+  Status copy_to_device(GpuPointer dst, std::span<const uint8_t> src) override {
+    written[dst].assign(src.begin(), src.end());
+    return Status::ok();
+  }
+  Status copy_from_device(std::span<uint8_t> dst, GpuPointer) override {
+    std::memset(dst.data(), 0xab, dst.size());
+    return Status::ok();
+  }
+  Expected<GpuStream> create_stream() override { return reinterpret_cast<GpuStream>(0x3); }
+  void destroy_stream(GpuStream) override { ++streams_destroyed; }
+  Status launch(GpuFunction, LaunchShape, void **args, GpuStream) override {
+    ++launches;
+    params = *static_cast<cudaq_rt_dispatch_params *>(args[0]);
+    return Status::ok();
+  }
+  StreamState query(GpuStream) override {
+    switch (kernel_behaviour) {
+    case Kernel::serves:
+      return {std::atomic_ref<int>(*const_cast<int *>(params.shutdown_flag)).load() != 0,
+              std::nullopt};
+    case Kernel::hangs:
+      return {};
+    case Kernel::faults:
+      return {true, make_error("", "CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory access was "
+                                   "encountered)")};
+    }
+    return {};
+  }
+
+  // The stats block the kernel would write, in the control block's mapped memory.
+  cudaq_rt_dispatch_stats *stats() {
+    return reinterpret_cast<cudaq_rt_dispatch_stats *>(static_cast<char *>(control) + 64);
+  }
+
+  cudaq_rt_dispatch_params params{};
+  void *control = nullptr;
+  size_t loaded_bytes = 0;
+  std::string kernel_name;
+};
+
+// The example application packed once per process, with the loopback bridge's hooks packed as
+// bridge `host`, whose host side is host_bridge.c.
+struct Fixture {
+  ScratchDir dir{"cudaq_rt_test_server"};
+  fs::path package;
+
+  Fixture() {
+    ::setenv("CUDAQ_RT_BRIDGE_PATH", CUDAQ_RT_TEST_HOST_BRIDGE_DIR, 1);
+    PackOptions o;
+    o.inputs = {{CUDAQ_RT_TEST_EXAMPLE_APP, Role::application, ""},
+                {CUDAQ_RT_TEST_LOOPBACK_BRIDGE, Role::bridge, "host"}};
+    o.output_dir = dir.path;
+    o.name = "example";
+    auto packed = pack(o);
+    REQUIRE_MESSAGE(packed, (packed ? "" : packed.error().str()));
+    package = packed->dir;
+  }
+
+  // A copy of the package as packed, for a test that writes into it.
+  fs::path fresh_copy(const std::string &name) {
+    fs::path copy = dir.path / (name + package_suffix);
+    fs::copy(package, copy, fs::copy_options::recursive);
+    return copy;
+  }
+
+  LoadOptions options(const fs::path &pkg, const std::string &cache) const {
+    LoadOptions o;
+    o.package = pkg;
+    o.cache = {.dir = cache.empty() ? fs::path() : dir.path / cache, .disable = cache.empty()};
+    o.stop_timeout_s = 0.2;
+    return o;
+  }
+};
+
+Fixture &fixture() {
+  static Fixture f;
+  return f;
+}
+
+std::string error_of(const Expected<std::unique_ptr<Server>> &s) {
+  return s ? std::string("(started)") : s.error().str();
+}
+
+} // namespace
+
+TEST_CASE("the load path takes the package's cubin, else the cache's, else links at load") {
+  Fixture &f = fixture();
+  const fs::path pkg = f.fresh_copy("paths");
+  FakeGpu gpu;
+
+  auto first = Server::start(f.options(pkg, "paths-cache"), gpu);
+  REQUIRE_MESSAGE(first, error_of(first));
+  CHECK((*first)->report().source == CubinSource::link);
+  CHECK((*first)->report().bridge == "host");
+  CHECK((*first)->report().kernel == "cudaq_rt_unified_dispatch");
+  CHECK(gpu.kernel_name == "cudaq_rt_unified_dispatch");
+  CHECK(gpu.loaded_bytes == (*first)->report().record.cubin_size);
+  CHECK((*first)->stop());
+  first->reset();
+
+  auto second = Server::start(f.options(pkg, "paths-cache"), gpu);
+  REQUIRE_MESSAGE(second, error_of(second));
+  CHECK((*second)->report().source == CubinSource::cache);
+  second->reset();
+
+  // --store: the link at load lands in the package, and the next start needs neither a cache nor
+  // a link.
+  LoadOptions store = f.options(pkg, "");
+  store.policy.store = true;
+  auto third = Server::start(store, gpu);
+  REQUIRE_MESSAGE(third, error_of(third));
+  CHECK((*third)->report().source == CubinSource::link);
+  third->reset();
+  auto stored = Package::open(pkg);
+  REQUIRE(stored);
+  REQUIRE(stored->manifest().links.size() == 1);
+  CHECK(stored->manifest().links[0].arch == "sm_90");
+  CHECK(stored->manifest().links[0].bridge == "host");
+
+  LoadOptions no_link = f.options(pkg, "");
+  no_link.policy.allow_link = false;
+  auto fourth = Server::start(no_link, gpu);
+  REQUIRE_MESSAGE(fourth, error_of(fourth));
+  CHECK((*fourth)->report().source == CubinSource::package);
+  CHECK(gpu.launches == 4);
+}
+
+TEST_CASE("with linking at load off, a GPU the package and cache have no cubin for is refused") {
+  Fixture &f = fixture();
+  FakeGpu gpu;
+  gpu.sm = 100;
+  LoadOptions o = f.options(f.package, "");
+  o.policy.allow_link = false;
+  CHECK(error_of(Server::start(o, gpu)) ==
+        "'" + f.package.string() +
+            "': no cubin for sm_100 (bridge host, dispatcher builtin) in the package or the "
+            "link cache, and linking at load is off; the package has cubins for no arch: link it "
+            "ahead of time for sm_100");
+  CHECK(gpu.launches == 0);
+
+  // A GPU older than the package's LTO-IR: which archs the package serves, and which this is.
+  gpu.sm = 75;
+  std::string e = error_of(Server::start(f.options(f.package, ""), gpu));
+  CHECK(e.find("this GPU is sm_75: cannot link for sm_75: ") != std::string::npos);
+  CHECK(e.find("this package can serve sm_80 and newer") != std::string::npos);
+}
+
+TEST_CASE("globals are written by name before launch, and checked against the module") {
+  Fixture &f = fixture();
+  FakeGpu gpu;
+  gpu.device_globals["decoder_table"] = 4;
+  LoadOptions o = f.options(f.package, "shared-cache");
+  o.globals = {{"decoder_table", {1, 2, 3, 4}}};
+  auto s = Server::start(o, gpu);
+  REQUIRE_MESSAGE(s, error_of(s));
+  CHECK(gpu.written[0x20000] == std::vector<uint8_t>{1, 2, 3, 4});
+  s->reset();
+
+  o.globals = {{"decoder_table", {1, 2}}};
+  CHECK(error_of(Server::start(o, gpu)) ==
+        f.package.string() + ": sm_90: global 'decoder_table' is 4 bytes, but 2 bytes were given");
+  o.globals = {{"no_such_table", {1}}};
+  CHECK(error_of(Server::start(o, gpu)) ==
+        f.package.string() +
+            ": sm_90: no __device__ global 'no_such_table' in the linked module (the link keeps a "
+            "global visible by name only when it is exported with CUDAQ_RT_EXPORT_GLOBAL)");
+}
+
+TEST_CASE("the function table holds every handler, sorted by function_id") {
+  Fixture &f = fixture();
+  FakeGpu gpu;
+  auto s = Server::start(f.options(f.package, "shared-cache"), gpu);
+  REQUIRE_MESSAGE(s, error_of(s));
+  const auto &handlers = (*s)->report().handlers;
+  CHECK(handlers ==
+        std::vector<std::string>{"axpy_f32", "echo", "lut_decode", "parity", "sum_i32"});
+  const std::vector<uint8_t> &table = gpu.written[0x30000];
+  REQUIRE(table.size() == handlers.size() * sizeof(cudaq_rt_function_entry));
+  std::vector<cudaq_rt_function_entry> rows(handlers.size());
+  std::memcpy(rows.data(), table.data(), table.size());
+  for (size_t i = 1; i < rows.size(); ++i)
+    CHECK(rows[i - 1].function_id < rows[i].function_id);
+  for (const std::string &h : handlers)
+    CHECK(std::any_of(rows.begin(), rows.end(), [&](const cudaq_rt_function_entry &r) {
+      return r.function_id == cudaq_rt_function_id(h.c_str());
+    }));
+  CHECK(gpu.params.num_functions == handlers.size());
+  CHECK(gpu.params.slot_size == 1024);
+  CHECK((*s)->handler_name(cudaq_rt_function_id("parity")) == "parity");
+  CHECK((*s)->handler_name(12345) == "");
+}
+
+TEST_CASE("a kernel that does not stop is reported hung within the timeout, and left alone") {
+  Fixture &f = fixture();
+  FakeGpu gpu;
+  gpu.kernel_behaviour = FakeGpu::Kernel::hangs;
+  {
+    auto s = Server::start(f.options(f.package, "shared-cache"), gpu);
+    REQUIRE_MESSAGE(s, error_of(s));
+    auto frame = build_request_frame("sum_i32", {}, 41, 0);
+    REQUIRE(frame);
+    REQUIRE((*s)->send(*frame));
+    const auto t0 = std::chrono::steady_clock::now();
+    Status st = (*s)->stop();
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    REQUIRE_FALSE(st);
+    CHECK(st.error().str() ==
+          "'" + f.package.string() +
+              "': sm_90: the dispatch kernel cudaq_rt_unified_dispatch did not stop within 0.2 s: "
+              "it is hung, serving request_id 41 (handler 'sum_i32')");
+    CHECK(waited >= 0.2);
+    CHECK(waited < 2.0);
+    CHECK((*s)->hung());
+  }
+  // Freeing what a running kernel uses would wait for it: nothing was released.
+  CHECK(gpu.releases == 0);
+  CHECK(gpu.unloads == 0);
+  CHECK(gpu.mapped_released == 0);
+  CHECK(gpu.streams_destroyed == 0);
+}
+
+TEST_CASE("a stopped kernel's resources are all released, and it can be launched again") {
+  Fixture &f = fixture();
+  FakeGpu gpu;
+  {
+    auto s = Server::start(f.options(f.package, "shared-cache"), gpu);
+    REQUIRE_MESSAGE(s, error_of(s));
+    CHECK((*s)->stop());
+    CHECK_FALSE((*s)->running());
+    CHECK((*s)->relaunch());
+    CHECK(gpu.launches == 2);
+    CHECK((*s)->running());
+  } // the destructor stops it
+  CHECK(gpu.releases == 1);
+  CHECK(gpu.unloads == 1);
+  CHECK(gpu.mapped_released == 1);
+  CHECK(gpu.streams_destroyed == 1);
+}
+
+TEST_CASE("a kernel that faults is reported with the request it was serving") {
+  Fixture &f = fixture();
+  FakeGpu gpu;
+  auto s = Server::start(f.options(f.package, "shared-cache"), gpu);
+  REQUIRE_MESSAGE(s, error_of(s));
+  for (uint32_t id : {7u, 8u, 9u}) {
+    auto frame = build_request_frame("echo", std::vector<uint8_t>{1, 2}, id, 0);
+    REQUIRE(frame);
+    REQUIRE((*s)->send(*frame));
+  }
+  CHECK((*s)->check()); // still running
+  // The counters say one request was finished: the kernel died serving the second.
+  gpu.stats()->requests = 1;
+  gpu.kernel_behaviour = FakeGpu::Kernel::faults;
+  Status st = (*s)->check();
+  REQUIRE_FALSE(st);
+  CHECK(st.error().str() == "'" + f.package.string() +
+                                "': sm_90: the dispatch kernel cudaq_rt_unified_dispatch failed: "
+                                "CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory access was "
+                                "encountered), serving request_id 8 (handler 'echo')");
+  CHECK_FALSE((*s)->running());
+  CHECK_FALSE((*s)->relaunch());
+}
+
+TEST_CASE("a call gives up at its timeout when no response comes") {
+  Fixture &f = fixture();
+  FakeGpu gpu;
+  auto s = Server::start(f.options(f.package, "shared-cache"), gpu);
+  REQUIRE_MESSAGE(s, error_of(s));
+  auto frame = build_request_frame("echo", {}, 1, 0);
+  REQUIRE(frame);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto reply = call(**s, *frame, 0.2);
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  REQUIRE_FALSE(reply);
+  CHECK(reply.error().str() == "'" + f.package.string() + "': sm_90: no response within 0.2 s");
+  CHECK(waited < 2.0);
+}
+
+TEST_CASE("a GPU that does not exist, and a bridge configuration the bridge refuses") {
+  Fixture &f = fixture();
+  FakeGpu gpu;
+  LoadOptions o = f.options(f.package, "shared-cache");
+  o.device = 3;
+  CHECK(error_of(Server::start(o, gpu)) == "no GPU 3: this machine has 1 GPU (0)");
+  o.device = 0;
+  o.bridge_config = "slots=8";
+  std::string e = error_of(Server::start(o, gpu));
+  CHECK(e.find("bridge 'host': host bridge: takes no configuration") != std::string::npos);
+  CHECK(gpu.launches == 0);
+}
