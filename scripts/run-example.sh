@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: set up, build, pack the bundled example handlers, link them ahead of time for
-# sm_80 and sm_90 (and this machine's GPU), and, where a GPU is present, load the linked module,
-# launch the unified dispatch kernel and serve the examples through the loopback bridge.
+# sm_80 and sm_90 (and this machine's GPU), and, where a GPU is present, call and benchmark them
+# with cudaq-rt-run (load the linked module, launch the unified dispatch kernel, serve through the
+# loopback bridge). Without a GPU it says what it would run, and stops after the link.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,10 +31,28 @@ echo "== link ($archs)"
 "$bin/cudaq-rt-link" "$out/example.cudaqpkg" --arch "$archs"
 "$bin/cudaq-rt-pack" --list "$out/example.cudaqpkg"
 
+run="$bin/cudaq-rt-run $out/example.cudaqpkg"
+table=examples/lut/syndrome_table.bin
+calls=(
+  "--call sum_i32 --arg i32:1,2,3,-10 --result i64"
+  "--call axpy_f32 --arg f32:2,1,2,3,10,20,30 --result f32"
+  "--call parity --arg hex:0103ff --result hex"
+  "--call echo --arg str:hello --result str"
+  "--call lut_decode --arg hex:01020308 --global cudaq_rt_example_lut=@$table"
+  "--bench 20000"
+  "--bench 100000 --inflight 32"
+)
+
 if [ -z "$gpu_arch" ]; then
   echo "== no GPU on this machine: stopping after the link (the cubins are in $out/example.cudaqpkg)"
+  echo "   on a GPU, this would run:"
+  for c in "${calls[@]}"; do echo "   $run $c"; done
   exit 0
 fi
 
-echo "== run on $gpu_arch"
-build/tests/gpu/loopback_dispatch_test --package "$out/example.cudaqpkg"
+echo "== run on $gpu_arch (cudaq-rt-run, loopback bridge)"
+for c in "${calls[@]}"; do
+  echo "\$ cudaq-rt-run example.cudaqpkg $c"
+  # shellcheck disable=SC2086
+  $run $c
+done

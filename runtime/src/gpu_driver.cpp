@@ -58,9 +58,11 @@ const Expected<DriverApi> &driver_api() {
     void *lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
       const char *why = ::dlerror();
-      return make_error("", "no CUDA driver on this machine: ", why ? why : "libcuda.so.1 not found");
+      return make_error("",
+                        "no CUDA driver on this machine: ", why ? why : "libcuda.so.1 not found");
     }
-    auto get_proc = reinterpret_cast<decltype(&cuGetProcAddress)>(::dlsym(lib, "cuGetProcAddress_v2"));
+    auto get_proc =
+        reinterpret_cast<decltype(&cuGetProcAddress)>(::dlsym(lib, "cuGetProcAddress_v2"));
     if (!get_proc)
       return make_error("", "the CUDA driver is too old: libcuda.so.1 has no cuGetProcAddress_v2 "
                             "(CUDA 12.0 or newer is needed)");
@@ -158,16 +160,14 @@ public:
 
   Expected<GpuLibrary> load(std::span<const uint8_t> image) override {
     CUlibrary lib = nullptr;
-    if (CUresult rc = api().libraryLoadData(&lib, image.data(), nullptr, nullptr, 0, nullptr,
-                                            nullptr, 0);
+    if (CUresult rc =
+            api().libraryLoadData(&lib, image.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
         rc != CUDA_SUCCESS)
       return failure("loading the cubin (cuLibraryLoadData)", rc);
     return static_cast<GpuLibrary>(lib);
   }
 
-  void unload(GpuLibrary library) override {
-    api().libraryUnload(static_cast<CUlibrary>(library));
-  }
+  void unload(GpuLibrary library) override { api().libraryUnload(static_cast<CUlibrary>(library)); }
 
   Expected<GpuFunction> kernel(GpuLibrary library, const std::string &name) override {
     CUkernel k = nullptr;
@@ -202,9 +202,7 @@ public:
     return static_cast<GpuPointer>(p);
   }
 
-  void release(GpuPointer p) override {
-    api().memFree(static_cast<CUdeviceptr>(p));
-  }
+  void release(GpuPointer p) override { api().memFree(static_cast<CUdeviceptr>(p)); }
 
   Expected<MappedMemory> allocate_mapped(size_t bytes) override {
     MappedMemory m;
@@ -221,9 +219,7 @@ public:
     return m;
   }
 
-  void release_mapped(MappedMemory m) override {
-    api().memFreeHost(m.host);
-  }
+  void release_mapped(MappedMemory m) override { api().memFreeHost(m.host); }
 
   Status copy_to_device(GpuPointer dst, std::span<const uint8_t> src) override {
     if (CUresult rc = api().memcpyHtoD(static_cast<CUdeviceptr>(dst), src.data(), src.size());
@@ -251,9 +247,9 @@ public:
   }
 
   Status launch(GpuFunction kernel, LaunchShape shape, void **args, GpuStream stream) override {
-    if (CUresult rc = api().launchKernel(static_cast<CUfunction>(kernel), shape.blocks, 1, 1,
-                                         shape.threads, 1, 1, 0, static_cast<CUstream>(stream),
-                                         args, nullptr);
+    if (CUresult rc =
+            api().launchKernel(static_cast<CUfunction>(kernel), shape.blocks, 1, 1, shape.threads,
+                               1, 1, 0, static_cast<CUstream>(stream), args, nullptr);
         rc != CUDA_SUCCESS)
       return failure(cat("launching ", shape.blocks, "x", shape.threads, " (cuLaunchKernel)"), rc);
     return Status::ok();
@@ -291,6 +287,17 @@ private:
 Gpu &driver_gpu() {
   static DriverGpu gpu;
   return gpu;
+}
+
+std::optional<std::string> no_gpu_reason() {
+  if (!driver_api())
+    return driver_api().error().str();
+  const DriverApi &cu = *driver_api();
+  int count = 0;
+  if (cu.init(0) == CUDA_ERROR_NO_DEVICE ||
+      (cu.deviceGetCount(&count) == CUDA_SUCCESS && count == 0))
+    return std::string("no CUDA GPU on this machine");
+  return std::nullopt;
 }
 
 } // namespace cudaq_rt

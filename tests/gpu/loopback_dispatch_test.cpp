@@ -1,30 +1,23 @@
-// End-to-end test of the device side: the unified dispatch kernel (embedded in the runtime), the
-// loopback bridge's hooks and the example application's handlers, linked into one module,
-// loaded, launched as a persistent kernel and driven through the loopback ring. Checks every
-// example handler, the protocol errors (and that the server keeps serving after them), the
-// counters, then measures round-trip latency and throughput; then that requests sent just before
-// shutdown are all answered, and that a second kernel launched on the same bridge instance goes
-// on where the first stopped (answers and counters).
+// End-to-end test of the device side through the runtime's load path (cudaq_rt/server.h): the
+// unified dispatch kernel (embedded in the runtime), the loopback bridge's hooks and the example
+// application's handlers, linked into one module by cudaq-rt-link, loaded, launched as a persistent
+// kernel and driven through the loopback ring. Checks every example handler, the protocol errors
+// (and that the server keeps serving after them), the counters, then measures round-trip latency
+// and throughput; then that requests sent just before shutdown are all answered, and that a
+// second kernel launched on the same bridge instance goes on where the first stopped (answers and
+// counters).
 //
-//   loopback_dispatch_test [--bridge NAME|PATH] (--package DIR | --cubin FILE)
-//                          [--latency-requests N]
+//   loopback_dispatch_test [--bridge NAME|PATH] --package DIR [--latency-requests N]
 //
-// --package takes the cubin cudaq-rt-link stored for this GPU's arch (read through the package
-// reader, so its digest is verified); --cubin loads a cubin file as it is. Without a GPU the
-// test exits 77 (ctest: skipped).
+// The package must hold a cubin for this GPU (the load path runs with linking at load off, so the
+// test loads what cudaq-rt-link stored). Without a GPU the test exits 77 (ctest: skipped).
 //
 // With the loopback bridge, the test also writes frames that send() refuses straight into the
 // ring (loopback_host.h's write_request(): send() without its checks), to see what the device
 // side answers to them.
-#include "cudaq_rt/bridge.h"
-#include "cudaq_rt/builtin_dispatcher.h"
-#include "cudaq_rt/dispatch.h"
-#include "cudaq_rt/package.h"
+#include "cudaq_rt/server.h"
 #include "cudaq_rt/wire.h"
 #include "loopback_host.h"
-
-#include <cuda.h>
-#include <cuda_runtime.h>
 
 #include <algorithm>
 #include <atomic>
@@ -51,59 +44,6 @@ const char *const kHandlers[] = {"sum_i32", "axpy_f32", "parity", "echo"};
   std::exit(1);
 }
 
-Bytes read_file(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    fail("'" + path + "': cannot open");
-  return Bytes(std::istreambuf_iterator<char>(in), {});
-}
-
-// The driver API through cudart's entry-point lookup, so that the test links no libcuda and can
-// start (and skip) on a machine without a driver.
-struct Driver {
-  decltype(&cuGetErrorString) getErrorString;
-  decltype(&cuLibraryLoadData) libraryLoadData;
-  decltype(&cuLibraryUnload) libraryUnload;
-  decltype(&cuLibraryGetKernel) libraryGetKernel;
-  decltype(&cuLibraryGetGlobal) libraryGetGlobal;
-  decltype(&cuKernelGetFunction) kernelGetFunction;
-  decltype(&cuMemcpyDtoH) memcpyDtoH;
-  decltype(&cuLaunchKernel) launchKernel;
-} cu;
-
-template <class F> void resolve(F &fn, const char *name) {
-  void *p = nullptr;
-  cudaDriverEntryPointQueryResult found;
-  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &found) != cudaSuccess ||
-      found != cudaDriverEntryPointSuccess || !p)
-    fail(std::string("the driver has no ") + name);
-  fn = reinterpret_cast<F>(p);
-}
-
-void resolve_driver() {
-  resolve(cu.getErrorString, "cuGetErrorString");
-  resolve(cu.libraryLoadData, "cuLibraryLoadData");
-  resolve(cu.libraryUnload, "cuLibraryUnload");
-  resolve(cu.libraryGetKernel, "cuLibraryGetKernel");
-  resolve(cu.libraryGetGlobal, "cuLibraryGetGlobal");
-  resolve(cu.kernelGetFunction, "cuKernelGetFunction");
-  resolve(cu.memcpyDtoH, "cuMemcpyDtoH");
-  resolve(cu.launchKernel, "cuLaunchKernel");
-}
-
-void check_cu(CUresult rc, const char *what) {
-  if (rc != CUDA_SUCCESS) {
-    const char *s = nullptr;
-    cu.getErrorString(rc, &s);
-    fail(std::string(what) + ": " + (s ? s : "unknown driver error"));
-  }
-}
-
-void check_cuda(cudaError_t rc, const char *what) {
-  if (rc != cudaSuccess)
-    fail(std::string(what) + ": " + cudaGetErrorString(rc));
-}
-
 Bytes request(uint32_t function_id, const void *payload, uint32_t len, uint32_t request_id,
               uint32_t magic = CUDAQ_RT_REQUEST_MAGIC, uint32_t claimed_len = UINT32_MAX) {
   cudaq_rt_request_header h{magic, function_id, claimed_len == UINT32_MAX ? len : claimed_len,
@@ -115,14 +55,13 @@ Bytes request(uint32_t function_id, const void *payload, uint32_t len, uint32_t 
   return frame;
 }
 
-struct Server {
-  cudaq_rt::Bridge &bridge;
-  cudaStream_t stream;
+struct Client {
+  cudaq_rt::Server &server;
   Bytes buffer;
 
   void send(const Bytes &frame) {
     for (;;) {
-      auto sent = bridge.send(frame);
+      auto sent = server.send(frame);
       if (!sent)
         fail(sent.error().str());
       if (*sent)
@@ -134,15 +73,14 @@ struct Server {
   Bytes receive() {
     const auto deadline = Clock::now() + std::chrono::seconds(10);
     for (uint64_t polls = 0;; ++polls) {
-      auto got = bridge.receive(buffer);
+      auto got = server.receive(buffer);
       if (!got)
         fail(got.error().str());
       if (*got)
         return Bytes(buffer.begin(), buffer.begin() + long(**got));
       if ((polls & 0xfff) == 0) {
-        cudaError_t q = cudaStreamQuery(stream);
-        if (q != cudaErrorNotReady)
-          fail(std::string("the dispatch kernel stopped: ") + cudaGetErrorString(q));
+        if (auto st = server.check(); !st)
+          fail(st.error().str());
         if (Clock::now() > deadline)
           fail("no response within 10 s");
       }
@@ -197,11 +135,10 @@ double percentile(std::vector<double> v, double p) {
 } // namespace
 
 int main(int argc, char **argv) {
-  // BRIEF §4: a module load while the persistent kernel runs can deadlock. Load everything
-  // before launch, eagerly.
-  setenv("CUDA_MODULE_LOADING", "EAGER", 1);
-
-  std::string bridge_name = "loopback", cubin_path, package_path;
+  cudaq_rt::LoadOptions options;
+  options.link.bridge = "loopback";
+  options.bridge_config = "slots=64,slot_size=1024";
+  options.policy.allow_link = false;
   int latency_requests = 20000;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -213,11 +150,9 @@ int main(int argc, char **argv) {
       return argv[++i];
     };
     if (a == "--bridge")
-      bridge_name = value();
-    else if (a == "--cubin")
-      cubin_path = value();
+      options.link.bridge = value();
     else if (a == "--package")
-      package_path = value();
+      options.package = value();
     else if (a == "--latency-requests")
       latency_requests = std::stoi(value());
     else {
@@ -225,125 +160,33 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  if (cubin_path.empty() == package_path.empty()) {
-    std::fprintf(stderr, "loopback_dispatch_test: error: give one of --package or --cubin\n");
+  if (options.package.empty()) {
+    std::fprintf(stderr, "loopback_dispatch_test: error: give --package\n");
     return 2;
   }
-
-  auto library = cudaq_rt::BridgeLibrary::open(bridge_name);
-  if (!library)
-    fail(library.error().str());
-
-  // Skipped only where there is no GPU: no device, or no driver installed at all (cudart then
-  // reports an "insufficient" driver, and cudaDriverGetVersion gives 0: the CPU-only CI
-  // machines). Any other error, a driver too old for this runtime included, is on a machine that
-  // may well have a GPU: a failure worth seeing.
-  int devices = 0, driver = 0;
-  cudaError_t rc = cudaGetDeviceCount(&devices);
-  const bool no_driver = rc == cudaErrorInsufficientDriver &&
-                         cudaDriverGetVersion(&driver) == cudaSuccess && driver == 0;
-  if (rc == cudaErrorNoDevice || no_driver || (rc == cudaSuccess && devices == 0)) {
-    std::printf("skipped: no CUDA device (%s)\n", no_driver           ? "no CUDA driver installed"
-                                                  : rc != cudaSuccess ? cudaGetErrorString(rc)
-                                                                      : "device count is 0");
+  // Skipped only where there is no GPU (no driver installed, or no device): any other failure,
+  // a driver too old for the cubin included, is on a machine that may well have a GPU.
+  if (auto why = cudaq_rt::no_gpu_reason()) {
+    std::printf("skipped: %s\n", why->c_str());
     return 77;
   }
-  check_cuda(rc, "cudaGetDeviceCount");
-  check_cuda(cudaSetDevice(0), "cudaSetDevice");
-  check_cuda(cudaFree(nullptr), "initialising the primary context");
-  resolve_driver();
-  cudaDeviceProp prop{};
-  check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-  const unsigned arch = unsigned(prop.major * 10 + prop.minor);
-  std::printf("device: %s (sm_%u)\n", prop.name, arch);
-
-  Bytes cubin;
-  if (!package_path.empty()) {
-    auto pkg = cudaq_rt::Package::open(package_path);
-    if (!pkg)
-      fail(pkg.error().str());
-    const std::string want = "sm_" + std::to_string(arch);
-    auto rec = std::find_if(pkg->manifest().links.begin(), pkg->manifest().links.end(),
-                            [&](const cudaq_rt::LinkRecord &l) { return l.arch == want; });
-    if (rec == pkg->manifest().links.end())
-      fail("'" + package_path + "': no cubin linked for " + want + " (cudaq-rt-link --arch " +
-           want + ")");
-    auto bytes = pkg->read_blob(rec->cubin);
-    if (!bytes)
-      fail(bytes.error().str());
-    cubin.assign(bytes->begin(), bytes->end());
-    std::printf("cubin: %s from %s (%zu B, %s)\n", want.c_str(), package_path.c_str(), cubin.size(),
-                rec->cubin.str().c_str());
-  } else {
-    cubin = read_file(cubin_path);
-  }
-
-  // Load and resolve everything before the persistent kernel starts.
-  CUlibrary lib;
-  check_cu(cu.libraryLoadData(&lib, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
-           "cuLibraryLoadData");
-  CUkernel kernel;
-  check_cu(cu.libraryGetKernel(&kernel, lib, cudaq_rt::builtin_dispatcher_kernel),
-           "cuLibraryGetKernel(cudaq_rt_unified_dispatch)");
-  CUfunction function;
-  check_cu(cu.kernelGetFunction(&function, kernel), "cuKernelGetFunction");
-  std::vector<cudaq_rt_function_entry> table;
-  for (const char *name : kHandlers) {
-    CUdeviceptr global;
-    size_t size = 0;
-    const std::string symbol = std::string(CUDAQ_RT_HANDLER_SYMBOL_PREFIX) + name;
-    check_cu(cu.libraryGetGlobal(&global, &size, lib, symbol.c_str()), symbol.c_str());
-    if (size != sizeof(cudaq_rt_handler_fn))
-      fail(symbol + " is " + std::to_string(size) + " bytes, not a function pointer");
-    cudaq_rt_function_entry e{cudaq_rt_function_id(name), 0, nullptr};
-    check_cu(cu.memcpyDtoH(&e.handler, global, sizeof e.handler), "reading a handler pointer");
-    table.push_back(e);
-  }
-  std::sort(table.begin(), table.end(),
-            [](const auto &a, const auto &b) { return a.function_id < b.function_id; });
-  cudaq_rt_function_entry *device_table = nullptr;
-  check_cuda(cudaMalloc(&device_table, table.size() * sizeof table[0]), "cudaMalloc(table)");
-  check_cuda(cudaMemcpy(device_table, table.data(), table.size() * sizeof table[0],
-                        cudaMemcpyHostToDevice),
-             "copying the function table");
-
-  auto bridge = library->create("slots=64,slot_size=1024");
-  if (!bridge)
-    fail(bridge.error().str());
+  auto started = cudaq_rt::Server::start(options);
+  if (!started)
+    fail(started.error().str());
+  cudaq_rt::Server &loaded = **started;
+  const cudaq_rt::LoadReport &report = loaded.report();
+  std::printf("device: %s (%s)\ncubin: %s from the %s (%llu B, %s)\n", report.device.name.c_str(),
+              report.device.arch().c_str(), report.record.arch.c_str(),
+              cudaq_rt::cubin_source_name(report.source),
+              (unsigned long long)report.record.cubin_size, report.record.cubin.str().c_str());
+  cudaq_rt::Bridge *bridge = &loaded.bridge();
   const uint32_t slot_size = bridge->slot_size();
-
-  void *mapped = nullptr;
-  check_cuda(cudaHostAlloc(&mapped, 4096, cudaHostAllocMapped), "cudaHostAlloc(control)");
-  std::memset(mapped, 0, 4096);
-  auto *shutdown = static_cast<int *>(mapped);
-  auto *stats = reinterpret_cast<cudaq_rt_dispatch_stats *>(static_cast<char *>(mapped) + 64);
-  void *device_mapped = nullptr;
-  check_cuda(cudaHostGetDevicePointer(&device_mapped, mapped, 0), "cudaHostGetDevicePointer");
-
-  cudaq_rt_dispatch_params params{};
-  params.transport_ctx = bridge->device_context();
-  params.slot_size = slot_size;
-  params.num_functions = uint32_t(table.size());
-  params.function_table = device_table;
-  params.shutdown_flag = static_cast<volatile int *>(device_mapped);
-  params.stats =
-      reinterpret_cast<cudaq_rt_dispatch_stats *>(static_cast<char *>(device_mapped) + 64);
-
-  cudaStream_t stream;
-  check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  void *args[] = {&params};
-  auto launch = [&] {
-    check_cu(cu.launchKernel(function, 1, 1, 1, 1, 1, 1, 0, stream, args, nullptr),
-             "launching the dispatch kernel");
-  };
-  // Stops the kernel through mapped memory (never a copy that could queue behind it) and waits.
   auto stop = [&] {
-    std::atomic_ref<int>(*shutdown).store(1, std::memory_order_release);
-    check_cuda(cudaStreamSynchronize(stream), "waiting for the dispatch kernel to stop");
+    if (auto st = loaded.stop(); !st)
+      fail(st.error().str());
   };
-  launch();
 
-  Server server{*bridge, stream, Bytes(slot_size)};
+  Client server{loaded, Bytes(slot_size)};
   uint32_t id = 1;
   uint64_t expected_requests = 0, expected_ok = 0, expected_handler_errors = 0,
            expected_protocol_errors = 0;
@@ -417,7 +260,7 @@ int main(int argc, char **argv) {
   { // A frame that is not whole (arg_len != size - 24): send() refuses it, whichever way it is off
     // (bridge.h), and queues nothing.
     for (uint32_t claimed : {100u, 1u, slot_size - 23}) {
-      auto sent = bridge->send(
+      auto sent = loaded.send(
           request(cudaq_rt_function_id("echo"), "ab", 2, id, CUDAQ_RT_REQUEST_MAGIC, claimed));
       expect(!sent && sent.error().str().find("arg_len") != std::string::npos,
              "send refuses a 26-byte frame claiming arg_len " + std::to_string(claimed) + ": " +
@@ -428,7 +271,7 @@ int main(int argc, char **argv) {
       }
     }
   }
-  if (library->name() == "loopback") {
+  if (report.bridge == "loopback") {
     // The device side of the same rule, with frames written to the ring raw. Before the fix, the
     // handler ran on the staging slot's stale bytes: echo answered with an earlier request's
     // payload. First fill the staging slot the short frame will land in with something to leak.
@@ -478,14 +321,7 @@ int main(int argc, char **argv) {
     std::printf("not the loopback bridge: truncated frames on the device side not checked\n");
   }
 
-  auto read_stats = [&] {
-    cudaq_rt_dispatch_stats s;
-    s.requests = std::atomic_ref<unsigned long long>(stats->requests).load();
-    s.ok = std::atomic_ref<unsigned long long>(stats->ok).load();
-    s.handler_errors = std::atomic_ref<unsigned long long>(stats->handler_errors).load();
-    s.protocol_errors = std::atomic_ref<unsigned long long>(stats->protocol_errors).load();
-    return s;
-  };
+  auto read_stats = [&] { return loaded.stats(); };
   { // The counters are posted stores that may trail the last response by a moment.
     const auto deadline = Clock::now() + std::chrono::seconds(1);
     cudaq_rt_dispatch_stats s = read_stats();
@@ -531,7 +367,7 @@ int main(int argc, char **argv) {
     const auto t0 = Clock::now();
     while (received < total) {
       while (sent < total && sent - received < slots) {
-        auto ok = bridge->send(request(cudaq_rt_function_id("echo"), &payload, 8, id));
+        auto ok = loaded.send(request(cudaq_rt_function_id("echo"), &payload, 8, id));
         if (!ok)
           fail(ok.error().str());
         if (!*ok)
@@ -560,7 +396,7 @@ int main(int argc, char **argv) {
         in[j] = uint8_t(i * 7 + j);
       const uint32_t rid = id++;
       auto ok =
-          bridge->send(request(cudaq_rt_function_id("echo"), in.data(), uint32_t(in.size()), rid));
+          loaded.send(request(cudaq_rt_function_id("echo"), in.data(), uint32_t(in.size()), rid));
       if (!ok || !*ok)
         fail(std::string(what) + ": send " + std::to_string(i) + " " +
              (ok ? "found the ring full" : ok.error().str()));
@@ -578,7 +414,7 @@ int main(int argc, char **argv) {
     stop();
     uint32_t answered = 0;
     for (auto &[rid, in] : batch) {
-      auto got = bridge->receive(server.buffer);
+      auto got = loaded.receive(server.buffer);
       if (!got)
         fail(got.error().str());
       if (!*got)
@@ -597,8 +433,8 @@ int main(int argc, char **argv) {
   { // Relaunch on the same bridge instance: the kernel resumes at the ring position the last one
     // stopped at (wherever the host's counters are: not a multiple of the ring), and the counters
     // go on from the values in stats.
-    std::atomic_ref<int>(*shutdown).store(0, std::memory_order_release);
-    launch();
+    if (auto st = loaded.relaunch(); !st)
+      fail(st.error().str());
     for (int round = 0; round < 3; ++round) {
       auto batch = send_batch(bridge->num_slots() - 1, "after relaunch");
       for (auto &[rid, in] : batch)
@@ -622,10 +458,6 @@ int main(int argc, char **argv) {
              std::to_string(expected_requests) + ", ok " + std::to_string(expected_ok) +
              ", handler errors " + std::to_string(expected_handler_errors) + ", protocol errors " +
              std::to_string(expected_protocol_errors));
-  check_cuda(cudaStreamDestroy(stream), "cudaStreamDestroy");
-  check_cuda(cudaFreeHost(mapped), "cudaFreeHost");
-  check_cuda(cudaFree(device_table), "cudaFree");
-  check_cu(cu.libraryUnload(lib), "cuLibraryUnload");
 
   if (failures) {
     std::printf("%d check(s) failed\n", failures);

@@ -47,7 +47,7 @@ struct LaunchShape {
 
 // What a stream's work has come to.
 struct StreamState {
-  bool done = false;         // everything queued on it has finished
+  bool done = false;          // everything queued on it has finished
   std::optional<Error> fault; // it failed: the kernel faulted, trapped, was killed
 };
 
@@ -65,7 +65,8 @@ public:
   virtual void unload(GpuLibrary library) = 0;
   virtual Expected<GpuFunction> kernel(GpuLibrary library, const std::string &name) = 0;
   // nullopt: the module has no such global.
-  virtual Expected<std::optional<GpuGlobal>> global(GpuLibrary library, const std::string &name) = 0;
+  virtual Expected<std::optional<GpuGlobal>> global(GpuLibrary library,
+                                                    const std::string &name) = 0;
 
   virtual Expected<GpuPointer> allocate(size_t bytes) = 0;
   virtual void release(GpuPointer p) = 0;
@@ -84,5 +85,10 @@ public:
 
 // The machine's CUDA driver. Without one, every call fails with a line that says so.
 Gpu &driver_gpu();
+
+// Why this machine has no GPU to run on (no driver installed, or no device), or nullopt when it
+// has one. A test skips on the first; any other failure (a driver too old, a device that cannot
+// be opened) is on a machine with a GPU, and worth failing on.
+std::optional<std::string> no_gpu_reason();
 
 } // namespace cudaq_rt
