@@ -1,7 +1,7 @@
 # What `cmake --install` puts under the prefix, and the CMake package that find_package(cudaq-rt)
 # loads from there:
 #
-#   bin/                              cudaq-rt-pack, cudaq-rt-link
+#   bin/                              cudaq-rt-pack, cudaq-rt-link, cudaq-rt-run
 #   lib/libcudaq_rt.so*               the runtime library (below)
 #   lib/cudaq-rt/bridges/             the bundled bridges: the runtime looks in
 #                                     <executable>/../lib/cudaq-rt/bridges, so this stays "lib"
@@ -26,8 +26,9 @@ include(cmake/CudaqRtPackage.cmake)
 add_library(cudaq-rt::headers ALIAS cudaq_rt_device_headers)
 add_executable(cudaq-rt::pack ALIAS cudaq-rt-pack)
 add_executable(cudaq-rt::link ALIAS cudaq-rt-link)
+add_executable(cudaq-rt::run ALIAS cudaq-rt-run)
 
-add_library(cudaq_rt_shared SHARED $<TARGET_OBJECTS:cudaq_rt>
+add_library(cudaq_rt_shared SHARED $<TARGET_OBJECTS:cudaq_rt> $<TARGET_OBJECTS:cudaq_rt_cuda>
                                    $<TARGET_OBJECTS:cudaq_rt_builtin_dispatcher_blob>)
 target_include_directories(cudaq_rt_shared PUBLIC
   $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/runtime/include>
@@ -49,7 +50,7 @@ file(CONFIGURE OUTPUT "${CMAKE_BINARY_DIR}/cudaq_rt.map" CONTENT [[
 target_link_options(cudaq_rt_shared PRIVATE "LINKER:--exclude-libs,ALL"
                                             "LINKER:--version-script=${CMAKE_BINARY_DIR}/cudaq_rt.map")
 set_property(TARGET cudaq_rt_shared APPEND PROPERTY LINK_DEPENDS "${CMAKE_BINARY_DIR}/cudaq_rt.map")
-add_dependencies(cudaq_rt_shared cudaq_rt)
+add_dependencies(cudaq_rt_shared cudaq_rt cudaq_rt_cuda)
 set_target_properties(cudaq_rt_shared PROPERTIES
   OUTPUT_NAME cudaq_rt EXPORT_NAME runtime
   VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}
@@ -60,13 +61,14 @@ add_library(cudaq-rt::runtime ALIAS cudaq_rt_shared)
 # Installed tools keep the toolkit's directory in their RUNPATH for libnvJitLink, as in the build.
 set_target_properties(cudaq-rt-pack PROPERTIES EXPORT_NAME pack INSTALL_RPATH_USE_LINK_PATH ON)
 set_target_properties(cudaq-rt-link PROPERTIES EXPORT_NAME link INSTALL_RPATH_USE_LINK_PATH ON)
+set_target_properties(cudaq-rt-run PROPERTIES EXPORT_NAME run INSTALL_RPATH_USE_LINK_PATH ON)
 set_target_properties(cudaq_rt_device_headers PROPERTIES EXPORT_NAME headers)
 
 set(CUDAQ_RT_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/cudaq-rt")
 set(CUDAQ_RT_INSTALL_BRIDGEDIR "lib/cudaq-rt/bridges")
 set(CUDAQ_RT_INSTALL_SCHEMADIR "${CMAKE_INSTALL_DATADIR}/cudaq-rt/schemas")
 
-install(TARGETS cudaq-rt-pack cudaq-rt-link cudaq_rt_shared cudaq_rt_device_headers
+install(TARGETS cudaq-rt-pack cudaq-rt-link cudaq-rt-run cudaq_rt_shared cudaq_rt_device_headers
         EXPORT cudaq-rtTargets
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
