@@ -54,6 +54,30 @@ Expected<Response> parse_response_frame(std::span<const uint8_t> frame) {
   return response;
 }
 
+int run_exit_status(int32_t wire_status) {
+  return wire_status == 0  ? run_exit_ok
+         : wire_status > 0 ? run_exit_handler_error
+                           : run_exit_protocol_error;
+}
+
+int worse_run_exit_status(int a, int b) {
+  auto severity = [](int status) {
+    switch (status) {
+    case run_exit_failure:
+      return 4;
+    case run_exit_usage:
+      return 3;
+    case run_exit_protocol_error:
+      return 2;
+    case run_exit_handler_error:
+      return 1;
+    default:
+      return 0;
+    }
+  };
+  return severity(a) >= severity(b) ? a : b;
+}
+
 const char *wire_status_name(int32_t status) {
   if (status > 0)
     return "handler error";

@@ -4,6 +4,8 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 #include <cstring>
 
 using namespace cudaq_rt;
@@ -31,7 +33,8 @@ Bytes response(uint32_t magic, int32_t status, uint32_t result_len, const Bytes 
   put(b, 8, result_len);
   put(b, 12, request_id);
   put(b, 16, timestamp);
-  b.insert(b.end(), result.begin(), result.end());
+  b.resize(24 + result.size());
+  std::copy(result.begin(), result.end(), b.begin() + 24);
   return b;
 }
 
@@ -110,6 +113,22 @@ TEST_CASE("malformed responses are errors") {
   CHECK(r.error().str() ==
         "response has protocol status -2 (payload too large) and 1 result bytes; protocol errors "
         "carry none");
+}
+
+TEST_CASE("cudaq-rt-run's exit statuses: per response, and the worst of several") {
+  CHECK(run_exit_status(0) == 0);
+  CHECK(run_exit_status(1) == 3);
+  CHECK(run_exit_status(250) == 3);
+  CHECK(run_exit_status(CUDAQ_RT_STATUS_UNKNOWN_FUNCTION) == 4);
+  CHECK(run_exit_status(CUDAQ_RT_STATUS_TRUNCATED) == 4);
+  // Worst first: failure 1, usage 2, protocol error 4, handler error 3, ok 0.
+  const int order[] = {1, 2, 4, 3, 0};
+  for (int i = 0; i < 5; ++i)
+    for (int j = 0; j < 5; ++j) {
+      CAPTURE(order[i]);
+      CAPTURE(order[j]);
+      CHECK(worse_run_exit_status(order[i], order[j]) == order[std::min(i, j)]);
+    }
 }
 
 TEST_CASE("status names") {

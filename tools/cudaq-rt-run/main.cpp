@@ -24,35 +24,6 @@ using nlohmann::json;
 namespace {
 constexpr const char *tool = "cudaq-rt-run";
 
-// Exit statuses (man/cudaq-rt-run.1). With several requests the worst decides, in this order of
-// severity: failure, usage, protocol error, handler error, ok.
-constexpr int exit_ok = 0;
-constexpr int exit_handler_error = 3;
-constexpr int exit_protocol_error = 4;
-
-int severity(int status) {
-  switch (status) {
-  case driver::exit_failure:
-    return 4;
-  case driver::exit_usage:
-    return 3;
-  case exit_protocol_error:
-    return 2;
-  case exit_handler_error:
-    return 1;
-  default:
-    return 0;
-  }
-}
-
-int worse(int a, int b) {
-  return severity(a) >= severity(b) ? a : b;
-}
-
-int exit_for(int32_t wire_status) {
-  return wire_status == 0 ? exit_ok : wire_status > 0 ? exit_handler_error : exit_protocol_error;
-}
-
 // The payload bound before the bridge's slot size is known; the real one is checked after load.
 constexpr size_t parse_bound = size_t{16} << 20;
 
@@ -144,7 +115,7 @@ std::optional<Error> refuse(const Server &server, const Request &r) {
 }
 
 struct Outcome {
-  int status = exit_ok;
+  int status = run_exit_ok;
   std::optional<Error> fatal; // the kernel failed or stopped answering: nothing more is sent
 };
 
@@ -190,8 +161,8 @@ Outcome run_request(Server &server, const Request &r, uint32_t request_id, doubl
     std::printf("%s: %s\n", status_text(resp.status).c_str(), decoded->c_str());
   }
   std::fflush(stdout);
-  int status = exit_for(resp.status);
-  if (!decoded && status == exit_ok)
+  int status = run_exit_status(resp.status);
+  if (!decoded && status == run_exit_ok)
     status = driver::exit_usage;
   return {status, std::nullopt};
 }
@@ -322,7 +293,7 @@ int main(int argc, char **argv) {
     } else {
       std::cout << format_preview(*preview);
     }
-    return preview->loadable() ? exit_ok : driver::exit_failure;
+    return preview->loadable() ? run_exit_ok : driver::exit_failure;
   }
 
   auto server = Server::start(opts);
@@ -332,7 +303,7 @@ int main(int argc, char **argv) {
   for (const std::string &w : s.report().warnings)
     driver::warn(tool, w);
 
-  int status = exit_ok;
+  int status = run_exit_ok;
   std::optional<Error> fatal;
   json calls = json::array();
   if (*call_opt && !*bench_opt) {
@@ -357,7 +328,7 @@ int main(int argc, char **argv) {
           calls.push_back({{"line", n}, {"error", parsed.error().str()}});
         else
           std::printf("error: line %zu\n", n);
-        status = worse(status, driver::exit_usage);
+        status = worse_run_exit_status(status, driver::exit_usage);
         continue;
       }
       if (!*parsed)
@@ -365,7 +336,7 @@ int main(int argc, char **argv) {
       Request r{(*parsed)->handler, std::move((*parsed)->payload),
                 (*parsed)->result.value_or(*result_type)};
       Outcome o = run_request(s, r, static_cast<uint32_t>(n), timeout_s, as_json, calls);
-      status = worse(status, o.status);
+      status = worse_run_exit_status(status, o.status);
       fatal = o.fatal;
     }
   } else if (*bench_opt) {

@@ -34,4 +34,17 @@ Expected<Response> parse_response_frame(std::span<const uint8_t> frame);
 // for any status > 0, "unknown protocol error" for other negative ones.
 const char *wire_status_name(int32_t status);
 
+// cudaq-rt-run's exit statuses (man/cudaq-rt-run.1): what a response's status means for the
+// process, and which of two outcomes is the worse when several requests were sent (failure,
+// usage, protocol error, handler error, ok, from worst to best: the numbers do not sort so).
+enum RunExitStatus : int {
+  run_exit_ok = 0,
+  run_exit_failure = 1,
+  run_exit_usage = 2,
+  run_exit_handler_error = 3,
+  run_exit_protocol_error = 4
+};
+int run_exit_status(int32_t wire_status);
+int worse_run_exit_status(int a, int b);
+
 } // namespace cudaq_rt
