@@ -114,6 +114,11 @@ constexpr uint32_t entry_format_version = 1;
 constexpr size_t header_size = 128;
 constexpr size_t checked_header_size = 96; // the part the header digest covers
 constexpr int64_t stale_temp_seconds = 3600;
+// Six fixed-width lines; anything past this is not ours to read.
+constexpr size_t max_stats_bytes = 4096;
+// The largest entry get() reads without a size limit: an entry larger than the limit is never
+// stored, so a larger file is corrupt; without a limit, more than any cubin.
+constexpr uint64_t max_unlimited_entry_bytes = uint64_t{2} << 30;
 
 uint64_t evict_target(uint64_t limit) {
   return limit - limit / 10;
@@ -207,34 +212,41 @@ struct Counters {
   std::optional<uint64_t> bytes; // unknown until a scan has counted them
 };
 
-// The counters in <dir>/v1/stats, locked for as long as this object lives.
+// The counters in <dir>/v1/stats, locked for as long as this object lives. Created with mode
+// 0666 less the umask, so that every user of a group-shared cache can count. Never opened through
+// a symbolic link, and never written when it has other hard links: whoever can write to a shared
+// cache must not be able to make another user truncate a file of theirs.
 class LockedStats {
 public:
   explicit LockedStats(const fs::path &path) {
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0) {
-      error = errno;
+    auto file = RegularFile::open(path, {.write = true, .create_mode = 0666});
+    if (!file || !*file) {
+      error = file ? make_error(path.string(), "cannot create: ", std::strerror(ENOENT))
+                   : std::move(file).take_error();
       return;
     }
-    while (::flock(fd_, LOCK_EX) != 0) {
+    struct stat st;
+    if (::fstat((*file)->fd(), &st) == 0 && st.st_nlink != 1) {
+      error = make_error(path.string(), "has ", st.st_nlink,
+                         " hard links: refusing to write a file that is also elsewhere");
+      return;
+    }
+    while (::flock((*file)->fd(), LOCK_EX) != 0) {
       if (errno != EINTR) {
-        error = errno;
-        ::close(fd_);
-        fd_ = -1;
+        error = make_error(path.string(), "cannot lock: ", std::strerror(errno));
         return;
       }
     }
+    file_.emplace(std::move(**file));
+    fd_ = file_->fd();
     load();
-  }
-  ~LockedStats() {
-    if (fd_ >= 0)
-      ::close(fd_); // releases the lock
   }
   LockedStats(const LockedStats &) = delete;
   LockedStats &operator=(const LockedStats &) = delete;
 
   Counters c;
-  int error = 0; // errno when the file could not be opened or locked; counters then stay local
+  // Why the file could not be opened or locked; the counters then stay local.
+  std::optional<Error> error;
 
   void save() {
     if (fd_ < 0)
@@ -260,7 +272,7 @@ private:
     std::string text;
     char buf[512];
     off_t off = 0;
-    for (;;) {
+    while (text.size() < max_stats_bytes) {
       ssize_t n = ::pread(fd_, buf, sizeof buf, off);
       if (n < 0 && errno == EINTR)
         continue;
@@ -303,6 +315,7 @@ private:
     }
   }
 
+  std::optional<RegularFile> file_; // closing it releases the lock
   int fd_ = -1;
 };
 
@@ -324,9 +337,16 @@ std::vector<ScannedEntry> scan(const fs::path &root) {
     if (sname.size() != 2 || !is_hex(sname))
       continue;
     fs::path sdir = root / shard->d_name;
-    DIR *d = ::opendir(sdir.c_str());
-    if (!d)
+    // A shard that is a symbolic link leads out of the cache: evicting there would remove
+    // another user's files.
+    int sfd =
+        ::openat(::dirfd(top), shard->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = sfd < 0 ? nullptr : ::fdopendir(sfd);
+    if (!d) {
+      if (sfd >= 0)
+        ::close(sfd);
       continue;
+    }
     while (dirent *e = ::readdir(d)) {
       std::string_view name = e->d_name;
       bool entry = name.size() == 64 && is_hex(name);
@@ -651,14 +671,19 @@ std::optional<CacheEntry> LinkCache::get(const LinkKey &key) const {
   if (!config_.enabled)
     return std::nullopt;
   fs::path path = entry_path(key.digest);
-  Expected<std::string> file = read_file(path);
+  // Whatever is there that is not a whole entry (a FIFO, a link, a device, a file too large to be
+  // one) is read no further than its regular size, and is corrupt.
+  auto file = RegularFile::open(
+      path, {.max_bytes = config_.max_bytes != 0 ? config_.max_bytes : max_unlimited_entry_bytes});
+  bool present = !file || *file;
   std::optional<CacheEntry> entry;
-  if (file)
-    entry = decode_entry(*file, key.digest);
+  if (file && *file)
+    if (auto bytes = (*file)->read())
+      entry = decode_entry(*bytes, key.digest);
   if (entry) {
     timespec now[2] = {{0, UTIME_NOW}, {0, UTIME_NOW}};
-    ::utimensat(AT_FDCWD, path.c_str(), now, 0); // gone meanwhile: still a good hit
-  } else if (file) {
+    ::futimens((*file)->fd(), now); // gone meanwhile: still a good hit
+  } else if (present) {
     ::unlink(path.c_str());
   }
   LockedStats stats(root() / "stats");
@@ -666,10 +691,11 @@ std::optional<CacheEntry> LinkCache::get(const LinkKey &key) const {
     ++stats.c.hits;
   } else {
     ++stats.c.misses;
-    if (file) {
+    if (present) {
       ++stats.c.corrupt;
+      uint64_t size = file && *file ? (*file)->size() : 0;
       if (stats.c.bytes)
-        *stats.c.bytes -= std::min<uint64_t>(*stats.c.bytes, file->size());
+        *stats.c.bytes -= std::min<uint64_t>(*stats.c.bytes, size);
     }
   }
   stats.save();
@@ -713,7 +739,7 @@ Expected<CacheStats> LinkCache::stats() const {
     return s;
   LockedStats locked(root() / "stats");
   if (locked.error)
-    return make_error((root() / "stats").string(), "cannot lock: ", std::strerror(locked.error));
+    return *locked.error;
   PruneResult on_disk = evict_locked(root(), locked.c, std::nullopt, 0).remaining;
   locked.save();
   s.entries = on_disk.entries;
@@ -731,7 +757,7 @@ Expected<PruneResult> LinkCache::prune(uint64_t target_bytes) const {
     return PruneResult{};
   LockedStats stats(root() / "stats");
   if (stats.error)
-    return make_error((root() / "stats").string(), "cannot lock: ", std::strerror(stats.error));
+    return *stats.error;
   PruneResult removed = evict_locked(root(), stats.c, target_bytes, target_bytes).removed;
   stats.save();
   return removed;
