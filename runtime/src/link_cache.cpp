@@ -82,6 +82,16 @@
 //  - Shard directories are created on demand and never removed, so a writer never loses its
 //    directory to an eviction. Temporary files older than an hour belong to writers that were
 //    killed; scans remove them.
+//
+// Several users at once
+// ---------------------
+// A cache shared by a group is trusted by its members for its contents (an entry is checked
+// against itself, not against its writer), but not for what its names point to: an entry or the
+// stats file is opened without following a symbolic link and without blocking (RegularFile), an
+// entry is read only up to the cache's limit, the stats file is not written when it has other
+// hard links, and the scan does not enter a shard that is a symbolic link. Whoever can write to
+// the cache can thus make others relink, but not read, block on, truncate or remove a file of
+// theirs. man/cudaq-rt-link.1 gives the permission model.
 #include "cudaq_rt/link_cache.h"
 
 #include "cudaq_rt/atomic_file.h"

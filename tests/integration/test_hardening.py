@@ -93,8 +93,8 @@ class Hardening(unittest.TestCase):
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                   for args in (["--arch", "sm_80", "-O", "0"], ["--arch", "sm_80", "-O", "3"],
                                ["--arch", "sm_90"])]
-        for p in primes:
-            _, err = p.communicate(timeout=LINKING)
+        errors = [p.communicate(timeout=LINKING)[1] for p in primes]
+        for p, err in zip(primes, errors):
             if p.returncode != 0:
                 raise RuntimeError(f"priming the cache failed ({p.returncode}):\n{err}")
 
