@@ -681,19 +681,28 @@ std::optional<CacheEntry> LinkCache::get(const LinkKey &key) const {
   if (!config_.enabled)
     return std::nullopt;
   fs::path path = entry_path(key.digest);
-  // Whatever is there that is not a whole entry (a FIFO, a link, a device, a file too large to be
-  // one) is read no further than its regular size, and is corrupt.
-  auto file = RegularFile::open(
-      path, {.max_bytes = config_.max_bytes != 0 ? config_.max_bytes : max_unlimited_entry_bytes});
-  bool present = !file || *file;
-  std::optional<CacheEntry> entry;
+  // Whatever is there that is not a regular file no larger than an entry can be (a FIFO, a
+  // link, a device) is never read, and is corrupt. A regular entry this user cannot open or read
+  // is a miss, as before: it may be another user's good one.
+  const uint64_t limit = config_.max_bytes != 0 ? config_.max_bytes : max_unlimited_entry_bytes;
+  auto file = RegularFile::open(path, {.max_bytes = limit});
+  std::optional<std::string> bytes;
   if (file && *file)
-    if (auto bytes = (*file)->read())
-      entry = decode_entry(*bytes, key.digest);
+    if (auto read = (*file)->read())
+      bytes = std::move(*read);
+  std::optional<CacheEntry> entry;
+  if (bytes)
+    entry = decode_entry(*bytes, key.digest);
+  bool corrupt = bytes && !entry;
+  if (!file) {
+    struct stat st;
+    corrupt = ::lstat(path.c_str(), &st) == 0 &&
+              !(S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) <= limit);
+  }
   if (entry) {
     timespec now[2] = {{0, UTIME_NOW}, {0, UTIME_NOW}};
     ::futimens((*file)->fd(), now); // gone meanwhile: still a good hit
-  } else if (present) {
+  } else if (corrupt) {
     ::unlink(path.c_str());
   }
   LockedStats stats(root() / "stats");
@@ -701,11 +710,10 @@ std::optional<CacheEntry> LinkCache::get(const LinkKey &key) const {
     ++stats.c.hits;
   } else {
     ++stats.c.misses;
-    if (present) {
+    if (corrupt) {
       ++stats.c.corrupt;
-      uint64_t size = file && *file ? (*file)->size() : 0;
-      if (stats.c.bytes)
-        *stats.c.bytes -= std::min<uint64_t>(*stats.c.bytes, size);
+      if (stats.c.bytes && bytes)
+        *stats.c.bytes -= std::min<uint64_t>(*stats.c.bytes, bytes->size());
     }
   }
   stats.save();

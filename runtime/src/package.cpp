@@ -182,7 +182,10 @@ Status check_is_package(const fs::path &dir) {
   ::close(fd);
   if (!m)
     return refuse(m.error().str());
-  if (!*m)
+  // An empty directory holds nothing to lose: build tools make one for an output's parent
+  // (Ninja does for NAME.cudaqpkg/manifest.json).
+  std::error_code ec;
+  if (!*m && !fs::is_empty(dir, ec))
     return refuse("no manifest.json");
   return Status::ok();
 }

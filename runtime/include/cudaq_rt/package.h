@@ -56,8 +56,9 @@ private:
   mutable std::set<Digest> verified_;
 };
 
-// Whether `dir` is recognisably a package (a directory whose manifest.json parses), the only
-// thing cudaq-rt-pack --force may replace. The error says what it is instead.
+// Whether `dir` is recognisably a package (a directory whose manifest.json parses) or an empty
+// directory, the only things cudaq-rt-pack --force may replace. The error says what it is
+// instead.
 Status check_is_package(const std::filesystem::path &dir);
 
 // An exclusive lock on `.NAME.cudaqpkg.lock` beside a package, held by every writer for its
