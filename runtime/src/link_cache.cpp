@@ -89,9 +89,9 @@
 // against itself, not against its writer), but not for what its names point to: an entry or the
 // stats file is opened without following a symbolic link and without blocking (RegularFile), an
 // entry is read only up to the cache's limit, the stats file is not written when it has other
-// hard links, and the scan does not enter a shard that is a symbolic link. Whoever can write to
-// the cache can thus make others relink, but not read, block on, truncate or remove a file of
-// theirs. man/cudaq-rt-link.1 gives the permission model.
+// hard links, and no entry is read, written or evicted through a shard that is a symbolic link.
+// Whoever can write to the cache can thus make others relink, but not read, block on, truncate or
+// remove a file of theirs. man/cudaq-rt-link.1 gives the permission model.
 #include "cudaq_rt/link_cache.h"
 
 #include "cudaq_rt/atomic_file.h"
@@ -685,7 +685,12 @@ std::optional<CacheEntry> LinkCache::get(const LinkKey &key) const {
   // link, a device) is never read, and is corrupt. A regular entry this user cannot open or read
   // is a miss, as before: it may be another user's good one.
   const uint64_t limit = config_.max_bytes != 0 ? config_.max_bytes : max_unlimited_entry_bytes;
-  auto file = RegularFile::open(path, {.max_bytes = limit});
+  // Through the shard as it is, never through a link that leads out of the cache.
+  int shard = ::open(path.parent_path().c_str(),
+                     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  const std::string name = path.filename().string();
+  auto file = shard < 0 ? Expected<std::optional<RegularFile>>(std::optional<RegularFile>())
+                        : RegularFile::open_at(shard, name, path, {.max_bytes = limit});
   std::optional<std::string> bytes;
   if (file && *file)
     if (auto read = (*file)->read())
@@ -696,15 +701,17 @@ std::optional<CacheEntry> LinkCache::get(const LinkKey &key) const {
   bool corrupt = bytes && !entry;
   if (!file) {
     struct stat st;
-    corrupt = ::lstat(path.c_str(), &st) == 0 &&
+    corrupt = ::fstatat(shard, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
               !(S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) <= limit);
   }
   if (entry) {
     timespec now[2] = {{0, UTIME_NOW}, {0, UTIME_NOW}};
     ::futimens((*file)->fd(), now); // gone meanwhile: still a good hit
-  } else if (corrupt) {
-    ::unlink(path.c_str());
+  } else if (corrupt && ::unlinkat(shard, name.c_str(), 0) != 0 && errno == EISDIR) {
+    ::unlinkat(shard, name.c_str(), AT_REMOVEDIR); // an empty one; any other blocks only stores
   }
+  if (shard >= 0)
+    ::close(shard);
   LockedStats stats(root() / "stats");
   if (entry) {
     ++stats.c.hits;
@@ -732,6 +739,11 @@ Status LinkCache::put(const LinkKey &key, std::span<const uint8_t> cubin,
   if (fs::create_directories(path.parent_path(), ec); ec)
     return make_error(path.parent_path().string(),
                       "cannot create a cache directory: ", ec.message());
+  // create_directories accepts a link to a directory; an entry must not land outside the cache.
+  struct stat st;
+  if (::lstat(path.parent_path().c_str(), &st) == 0 && S_ISLNK(st.st_mode))
+    return make_error(path.parent_path().string(),
+                      "is a symbolic link, not a directory: nothing is written through it");
   if (Status st = write_file_atomic(path, bytes); !st)
     return st;
   LockedStats stats(root() / "stats");
