@@ -294,7 +294,7 @@ class Hardening(unittest.TestCase):
             self.assertIsNone(p.poll(), "pack finished before it could be stopped")
             self.assertLess(time.monotonic(), deadline)
             time.sleep(0.002)
-        time.sleep(0.1)
+        time.sleep(0.01)  # into the writing of its blobs
         return p
 
     def test_a_stopped_pack_removes_its_temporary_directory(self):
