@@ -58,11 +58,13 @@ void forget(const fs::path &p) {
 }
 
 // Removes the directory at `path` if nobody holds a flock on it: not its writer, not a reader.
+// Where directories cannot be locked at all (some network filesystems), readers hold nothing
+// either, and it goes at once.
 void remove_if_unheld(const fs::path &path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0)
     return;
-  if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+  if (::flock(fd, LOCK_EX | LOCK_NB) == 0 || errno != EWOULDBLOCK) {
     std::error_code ec;
     fs::remove_all(path, ec);
   }
@@ -269,14 +271,15 @@ Expected<TempDir> TempDir::create_beside(const fs::path &final_path) {
     registry().push_back(tmp);
   }
   int fd = ::open(tmp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0 || ::flock(fd, LOCK_EX) != 0) {
+  if (fd < 0) {
     int err = errno;
-    if (fd >= 0)
-      ::close(fd);
     std::error_code ec;
     fs::remove_all(tmp, ec);
     forget(tmp);
-    return make_error(tmp.string(), "cannot lock a temporary directory: ", errno_text(err));
+    return make_error(tmp.string(), "cannot open a temporary directory: ", errno_text(err));
+  }
+  // Without flock on directories, the pid in the name alone tells a live writer's directory.
+  while (::flock(fd, LOCK_EX) != 0 && errno == EINTR) {
   }
   return TempDir(tmp, fd);
 }
