@@ -15,8 +15,8 @@ namespace cudaq_rt {
 
 constexpr const char *package_suffix = ".cudaqpkg";
 
-// The largest manifest.json a reader accepts: far beyond any real package (a manifest of a
-// thousand containers is about 1 MiB), and small enough that a hostile one cannot exhaust memory.
+// The largest manifest.json a reader accepts: far beyond any real package's, and small enough
+// that a hostile one cannot exhaust memory.
 constexpr uint64_t max_manifest_bytes = uint64_t{64} << 20;
 
 // An open package: the directory as it was when opened, held open and flock(2)ed shared, so that
@@ -64,9 +64,8 @@ Status check_is_package(const std::filesystem::path &dir);
 // An exclusive lock on `.NAME.cudaqpkg.lock` beside a package, held by every writer for its
 // read-modify-write (cudaq-rt-link storing cubins, cudaq-rt-pack --force replacing the package),
 // so that no writer loses another's update. The lock file stays: unlinking it under the lock
-// would let a waiter lock an orphaned file.
-// The lock file is opened without following a symbolic link, so that whoever can write beside a
-// package cannot make a writer create or open a file elsewhere.
+// would let a waiter lock an orphaned file. It is opened without following a symbolic link, so
+// that whoever can write beside a package cannot make a writer create or open a file elsewhere.
 class PackageLock {
 public:
   static Expected<PackageLock> acquire(const std::filesystem::path &package);
