@@ -133,10 +133,13 @@ function(_cudaq_rt_package_step app)
   if(NOT BRIDGE_FILE)
     set(BRIDGE_FILE)
   endif()
+  # Unset, the property reads as "kernel-NOTFOUND", which must not become a dependency.
   get_target_property(kernel ${app} CUDAQ_RT_DISPATCH_KERNEL)
   set(dispatcher)
   if(kernel)
     set(dispatcher "$<TARGET_FILE:${kernel}>")
+  else()
+    set(kernel)
   endif()
   set(manifest "${OUTPUT}/${NAME}.cudaqpkg/manifest.json")
   add_custom_command(

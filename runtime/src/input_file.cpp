@@ -2,6 +2,7 @@
 // (__nv_relfatbin, .nv_fatbin, .cudaq_rt_exports) is found by section name, never by symbol.
 #include "cudaq_rt/input_file.h"
 
+#include "cudaq_rt/atomic_file.h"
 #include "cudaq_rt/fatbin.h"
 
 #include <llvm/Object/Archive.h>
@@ -110,16 +111,22 @@ std::string InputFile::unit_name(const CodeUnit &u) const {
 }
 
 Expected<InputFile> InputFile::open(const std::string &path) {
+  // Only a regular file has an end to read to: a FIFO would block the open, a pipe or /dev/zero
+  // would be read into memory without bound.
+  auto file = RegularFile::open(path, {.follow_symlinks = true});
+  if (!file)
+    return std::move(file).take_error();
+  if (!*file)
+    return make_error(path, "cannot open: ", std::strerror(ENOENT));
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    return make_error(path, "is a directory");
   // Taken before the mapping, so that a write in between shows as a changed mtime later.
   auto mtime = std::filesystem::last_write_time(path, ec);
   // IsVolatile=false lets LLVM mmap the file; RequiresNullTerminator=false avoids a copy.
-  auto buf = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
-                                         /*RequiresNullTerminator=*/false);
+  auto buf = llvm::MemoryBuffer::getOpenFile((*file)->fd(), path, (*file)->size(),
+                                             /*RequiresNullTerminator=*/false,
+                                             /*IsVolatile=*/false);
   if (!buf)
-    return make_error(path, "cannot open: ", buf.getError().message());
+    return make_error(path, "cannot read: ", buf.getError().message());
 
   InputFile in;
   in.path_ = path;

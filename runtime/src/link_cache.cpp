@@ -82,6 +82,16 @@
 //  - Shard directories are created on demand and never removed, so a writer never loses its
 //    directory to an eviction. Temporary files older than an hour belong to writers that were
 //    killed; scans remove them.
+//
+// Several users at once
+// ---------------------
+// A cache shared by a group is trusted by its members for its contents (an entry is checked
+// against itself, not against its writer), but not for what its names point to: an entry or the
+// stats file is opened without following a symbolic link and without blocking (RegularFile), an
+// entry is read only up to the cache's limit, the stats file is not written when it has other
+// hard links, and no entry is read, written or evicted through a shard that is a symbolic link.
+// Whoever can write to the cache can thus make others relink, but not read, block on, truncate or
+// remove a file of theirs. man/cudaq-rt-link.1 gives the permission model.
 #include "cudaq_rt/link_cache.h"
 
 #include "cudaq_rt/atomic_file.h"
@@ -114,6 +124,11 @@ constexpr uint32_t entry_format_version = 1;
 constexpr size_t header_size = 128;
 constexpr size_t checked_header_size = 96; // the part the header digest covers
 constexpr int64_t stale_temp_seconds = 3600;
+// Six fixed-width lines; anything past this is not ours to read.
+constexpr size_t max_stats_bytes = 4096;
+// The largest entry get() reads without a size limit: an entry larger than the limit is never
+// stored, so a larger file is corrupt; without a limit, more than any cubin.
+constexpr uint64_t max_unlimited_entry_bytes = uint64_t{2} << 30;
 
 uint64_t evict_target(uint64_t limit) {
   return limit - limit / 10;
@@ -207,34 +222,41 @@ struct Counters {
   std::optional<uint64_t> bytes; // unknown until a scan has counted them
 };
 
-// The counters in <dir>/v1/stats, locked for as long as this object lives.
+// The counters in <dir>/v1/stats, locked for as long as this object lives. Created with mode
+// 0666 less the umask, so that every user of a group-shared cache can count. Never opened through
+// a symbolic link, and never written when it has other hard links: whoever can write to a shared
+// cache must not be able to make another user truncate a file of theirs.
 class LockedStats {
 public:
   explicit LockedStats(const fs::path &path) {
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0) {
-      error = errno;
+    auto file = RegularFile::open(path, {.write = true, .create_mode = 0666});
+    if (!file || !*file) {
+      error = file ? make_error(path.string(), "cannot create: ", std::strerror(ENOENT))
+                   : std::move(file).take_error();
       return;
     }
-    while (::flock(fd_, LOCK_EX) != 0) {
+    struct stat st;
+    if (::fstat((*file)->fd(), &st) == 0 && st.st_nlink != 1) {
+      error = make_error(path.string(), "has ", st.st_nlink,
+                         " hard links: refusing to write a file that is also elsewhere");
+      return;
+    }
+    while (::flock((*file)->fd(), LOCK_EX) != 0) {
       if (errno != EINTR) {
-        error = errno;
-        ::close(fd_);
-        fd_ = -1;
+        error = make_error(path.string(), "cannot lock: ", std::strerror(errno));
         return;
       }
     }
+    file_.emplace(std::move(**file));
+    fd_ = file_->fd();
     load();
-  }
-  ~LockedStats() {
-    if (fd_ >= 0)
-      ::close(fd_); // releases the lock
   }
   LockedStats(const LockedStats &) = delete;
   LockedStats &operator=(const LockedStats &) = delete;
 
   Counters c;
-  int error = 0; // errno when the file could not be opened or locked; counters then stay local
+  // Why the file could not be opened or locked; the counters then stay local.
+  std::optional<Error> error;
 
   void save() {
     if (fd_ < 0)
@@ -260,7 +282,7 @@ private:
     std::string text;
     char buf[512];
     off_t off = 0;
-    for (;;) {
+    while (text.size() < max_stats_bytes) {
       ssize_t n = ::pread(fd_, buf, sizeof buf, off);
       if (n < 0 && errno == EINTR)
         continue;
@@ -303,6 +325,7 @@ private:
     }
   }
 
+  std::optional<RegularFile> file_; // closing it releases the lock
   int fd_ = -1;
 };
 
@@ -324,9 +347,16 @@ std::vector<ScannedEntry> scan(const fs::path &root) {
     if (sname.size() != 2 || !is_hex(sname))
       continue;
     fs::path sdir = root / shard->d_name;
-    DIR *d = ::opendir(sdir.c_str());
-    if (!d)
+    // A shard that is a symbolic link leads out of the cache: evicting there would remove
+    // another user's files.
+    int sfd =
+        ::openat(::dirfd(top), shard->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = sfd < 0 ? nullptr : ::fdopendir(sfd);
+    if (!d) {
+      if (sfd >= 0)
+        ::close(sfd);
       continue;
+    }
     while (dirent *e = ::readdir(d)) {
       std::string_view name = e->d_name;
       bool entry = name.size() == 64 && is_hex(name);
@@ -677,25 +707,46 @@ std::optional<CacheEntry> LinkCache::get(const LinkKey &key) const {
   if (!config_.enabled)
     return std::nullopt;
   fs::path path = entry_path(key.digest);
-  Expected<std::string> file = read_file(path);
+  // Whatever is there that is not a regular file no larger than an entry can be (a FIFO, a
+  // link, a device) is never read, and is corrupt. A regular entry this user cannot open or read
+  // is a miss, as before: it may be another user's good one.
+  const uint64_t limit = config_.max_bytes != 0 ? config_.max_bytes : max_unlimited_entry_bytes;
+  // Through the shard as it is, never through a link that leads out of the cache.
+  int shard = ::open(path.parent_path().c_str(),
+                     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  const std::string name = path.filename().string();
+  auto file = shard < 0 ? Expected<std::optional<RegularFile>>(std::optional<RegularFile>())
+                        : RegularFile::open_at(shard, name, path, {.max_bytes = limit});
+  std::optional<std::string> bytes;
+  if (file && *file)
+    if (auto read = (*file)->read())
+      bytes = std::move(*read);
   std::optional<CacheEntry> entry;
-  if (file)
-    entry = decode_entry(*file, key.digest);
+  if (bytes)
+    entry = decode_entry(*bytes, key.digest);
+  bool corrupt = bytes && !entry;
+  if (!file) {
+    struct stat st;
+    corrupt = ::fstatat(shard, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+              !(S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) <= limit);
+  }
   if (entry) {
     timespec now[2] = {{0, UTIME_NOW}, {0, UTIME_NOW}};
-    ::utimensat(AT_FDCWD, path.c_str(), now, 0); // gone meanwhile: still a good hit
-  } else if (file) {
-    ::unlink(path.c_str());
+    ::futimens((*file)->fd(), now); // gone meanwhile: still a good hit
+  } else if (corrupt && ::unlinkat(shard, name.c_str(), 0) != 0 && errno == EISDIR) {
+    ::unlinkat(shard, name.c_str(), AT_REMOVEDIR); // an empty one; any other blocks only stores
   }
+  if (shard >= 0)
+    ::close(shard);
   LockedStats stats(root() / "stats");
   if (entry) {
     ++stats.c.hits;
   } else {
     ++stats.c.misses;
-    if (file) {
+    if (corrupt) {
       ++stats.c.corrupt;
-      if (stats.c.bytes)
-        *stats.c.bytes -= std::min<uint64_t>(*stats.c.bytes, file->size());
+      if (stats.c.bytes && bytes)
+        *stats.c.bytes -= std::min<uint64_t>(*stats.c.bytes, bytes->size());
     }
   }
   stats.save();
@@ -714,6 +765,11 @@ Status LinkCache::put(const LinkKey &key, std::span<const uint8_t> cubin,
   if (fs::create_directories(path.parent_path(), ec); ec)
     return make_error(path.parent_path().string(),
                       "cannot create a cache directory: ", ec.message());
+  // create_directories accepts a link to a directory; an entry must not land outside the cache.
+  struct stat st;
+  if (::lstat(path.parent_path().c_str(), &st) == 0 && S_ISLNK(st.st_mode))
+    return make_error(path.parent_path().string(),
+                      "is a symbolic link, not a directory: nothing is written through it");
   if (Status st = write_file_atomic(path, bytes); !st)
     return st;
   LockedStats stats(root() / "stats");
@@ -739,7 +795,7 @@ Expected<CacheStats> LinkCache::stats() const {
     return s;
   LockedStats locked(root() / "stats");
   if (locked.error)
-    return make_error((root() / "stats").string(), "cannot lock: ", std::strerror(locked.error));
+    return *locked.error;
   PruneResult on_disk = evict_locked(root(), locked.c, std::nullopt, 0).remaining;
   locked.save();
   s.entries = on_disk.entries;
@@ -757,7 +813,7 @@ Expected<PruneResult> LinkCache::prune(uint64_t target_bytes) const {
     return PruneResult{};
   LockedStats stats(root() / "stats");
   if (stats.error)
-    return make_error((root() / "stats").string(), "cannot lock: ", std::strerror(stats.error));
+    return *stats.error;
   PruneResult removed = evict_locked(root(), stats.c, target_bytes, target_bytes).removed;
   stats.save();
   return removed;

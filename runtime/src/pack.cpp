@@ -269,6 +269,10 @@ Expected<PackResult> pack(const PackOptions &options) {
     if (!l)
       return std::move(l).take_error();
     lock.emplace(std::move(*l));
+    // --force replaces a package, never whatever else happens to have its name.
+    if (fs::exists(fs::symlink_status(dir, ec)))
+      if (auto st = check_is_package(dir); !st)
+        return std::move(st).take_error();
   }
   auto writer = PackageWriter::create(dir);
   if (!writer)

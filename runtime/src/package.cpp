@@ -13,8 +13,41 @@ namespace fs = std::filesystem;
 namespace cudaq_rt {
 namespace {
 
+// How often open() starts again on a package that a writer replaced under it before it could lock
+// it. Each retry needs a whole writer to finish in between, so this many is never reached by
+// writers that merely run often.
+constexpr int max_open_attempts = 100;
+
 fs::path blob_relpath(const Digest &d) {
   return fs::path("blobs") / "sha256" / d.hex();
+}
+
+// Whether the directory open as `fd` is still the one at `path`.
+bool still_at(int fd, const fs::path &path) {
+  struct stat a, b;
+  return ::fstat(fd, &a) == 0 && ::stat(path.c_str(), &b) == 0 && a.st_dev == b.st_dev &&
+         a.st_ino == b.st_ino;
+}
+
+int open_directory_at(int at, const char *name) {
+  return ::openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+}
+
+// The manifest of the package directory open as `fd`; nullopt if it has none.
+Expected<std::optional<Manifest>> read_manifest(int fd, const fs::path &dir) {
+  fs::path path = dir / "manifest.json";
+  auto file = RegularFile::open_at(fd, "manifest.json", path, {.max_bytes = max_manifest_bytes});
+  if (!file)
+    return std::move(file).take_error();
+  if (!*file)
+    return std::optional<Manifest>();
+  auto text = (*file)->read();
+  if (!text)
+    return std::move(text).take_error();
+  auto m = Manifest::parse(*text, path.string());
+  if (!m)
+    return std::move(m).take_error();
+  return std::optional<Manifest>(std::move(*m));
 }
 
 } // namespace
@@ -33,38 +66,93 @@ std::set<Digest> Package::referenced_blobs() const {
 }
 
 Expected<Package> Package::open(const fs::path &dir) {
-  std::error_code ec;
-  auto st = fs::status(dir, ec);
-  if (ec || !fs::exists(st))
-    return make_error(dir.string(), "no such package");
-  if (!fs::is_directory(st))
-    return make_error(dir.string(), "not a package (not a directory)");
-  fs::path manifest_path = dir / "manifest.json";
-  if (!fs::exists(manifest_path, ec))
-    return make_error(dir.string(), "not a package: no manifest.json");
-  auto text = read_file(manifest_path);
-  if (!text)
-    return std::move(text).take_error();
-  auto m = Manifest::parse(*text, manifest_path.string());
-  if (!m)
-    return std::move(m).take_error();
-  Package p;
-  p.dir_ = dir;
-  p.manifest_ = std::move(*m);
-  for (const Digest &d : p.referenced_blobs()) {
-    fs::path b = p.blob_path(d);
-    auto bst = fs::symlink_status(b, ec);
-    if (ec || !fs::exists(bst))
-      return make_error(dir.string(), "blob ", d.str(), " named by the manifest is missing");
-    if (!fs::is_regular_file(bst))
-      return make_error(b.string(), "blob is not a regular file");
+  for (int attempt = 0; attempt < max_open_attempts; ++attempt) {
+    int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+      int err = errno;
+      if (err == ENOENT)
+        return make_error(dir.string(), "no such package");
+      if (err == ENOTDIR)
+        return make_error(dir.string(), "not a package (not a directory)");
+      return make_error(dir.string(), "cannot open: ", std::strerror(err));
+    }
+    Package p;
+    p.dir_ = dir;
+    p.dir_fd_ = fd;
+    // The shared lock keeps a writer that replaces the package from removing this directory. A
+    // writer that replaced it between the open and the lock may be removing it now: start again
+    // on the new one. (A filesystem without flock on directories gets only the retries.)
+    while (::flock(fd, LOCK_SH) != 0 && errno == EINTR) {
+    }
+    if (!still_at(fd, dir))
+      continue;
+    auto m = read_manifest(fd, dir);
+    if (!m)
+      return std::move(m).take_error();
+    if (!*m)
+      return make_error(dir.string(), "not a package: no manifest.json");
+    p.manifest_ = std::move(**m);
+    fs::path blobs = dir / "blobs" / "sha256";
+    int err = 0;
+    if (int b = open_directory_at(fd, "blobs"); b >= 0) {
+      p.blobs_fd_ = open_directory_at(b, "sha256");
+      err = errno;
+      ::close(b);
+    } else {
+      err = errno;
+    }
+    if (p.blobs_fd_ < 0 && err != ENOENT)
+      return make_error(blobs.string(), "cannot open the blob directory: ",
+                        err == ELOOP ? "a symbolic link" : std::strerror(err));
+    for (const Digest &d : p.referenced_blobs()) {
+      struct stat st;
+      if (p.blobs_fd_ < 0 || ::fstatat(p.blobs_fd_, d.hex().c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return make_error(dir.string(), "blob ", d.str(), " named by the manifest is missing");
+      if (!S_ISREG(st.st_mode))
+        return make_error(p.blob_path(d).string(), "blob is not a regular file");
+    }
+    return p;
   }
-  return p;
+  return make_error(dir.string(), "was replaced ", max_open_attempts,
+                    " times while it was being opened: try again");
+}
+
+Package::Package(Package &&o) noexcept
+    : dir_(std::move(o.dir_)), manifest_(std::move(o.manifest_)), dir_fd_(o.dir_fd_),
+      blobs_fd_(o.blobs_fd_), verified_(std::move(o.verified_)) {
+  o.dir_fd_ = o.blobs_fd_ = -1;
+}
+
+Package::~Package() {
+  if (dir_fd_ < 0)
+    return;
+  bool replaced = !still_at(dir_fd_, dir_);
+  if (blobs_fd_ >= 0)
+    ::close(blobs_fd_);
+  ::close(dir_fd_); // releases the shared lock
+  if (replaced)
+    remove_stale_temporaries(dir_);
 }
 
 Expected<std::string> Package::read_blob(const Digest &d) const {
   fs::path b = blob_path(d);
-  auto bytes = read_file(b);
+  std::optional<uint64_t> recorded;
+  for (const ContainerRecord &c : manifest_.containers)
+    if (c.digest == d)
+      recorded = c.size;
+  for (const LinkRecord &l : manifest_.links)
+    if (l.cubin == d)
+      recorded = l.cubin_size;
+  auto file = blobs_fd_ < 0 ? Expected<std::optional<RegularFile>>(std::optional<RegularFile>())
+                            : RegularFile::open_at(blobs_fd_, d.hex(), b, {});
+  if (!file)
+    return std::move(file).take_error();
+  if (!*file)
+    return make_error(dir_.string(), "blob ", d.str(), " named by the manifest is missing");
+  if (recorded && (*file)->size() != *recorded)
+    return make_error(b.string(), "blob is ", (*file)->size(), " bytes, not the ", *recorded,
+                      " its manifest records (the package is corrupt or was modified)");
+  auto bytes = (*file)->read();
   if (!bytes)
     return bytes;
   if (sha256(*bytes) != d)
@@ -74,24 +162,46 @@ Expected<std::string> Package::read_blob(const Digest &d) const {
   return bytes;
 }
 
+Status check_is_package(const fs::path &dir) {
+  auto refuse = [&](const std::string &why) -> Status {
+    return make_error(dir.string(), "is not a package (", why,
+                      "): --force replaces only a package; move it away or pack under another "
+                      "name");
+  };
+  int fd = open_directory_at(AT_FDCWD, dir.c_str());
+  if (fd < 0) {
+    int err = errno;
+    struct stat st;
+    if (::lstat(dir.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
+      return refuse(S_ISREG(st.st_mode)   ? "a regular file"
+                    : S_ISLNK(st.st_mode) ? "a symbolic link"
+                                          : "not a directory");
+    return make_error(dir.string(), "cannot open: ", std::strerror(err));
+  }
+  auto m = read_manifest(fd, dir);
+  ::close(fd);
+  if (!m)
+    return refuse(m.error().str());
+  // An empty directory holds nothing to lose: build tools make one for an output's parent
+  // (Ninja does for NAME.cudaqpkg/manifest.json).
+  std::error_code ec;
+  if (!*m && !fs::is_empty(dir, ec))
+    return refuse("no manifest.json");
+  return Status::ok();
+}
+
 Expected<PackageLock> PackageLock::acquire(const fs::path &package) {
   fs::path abs = entry_path(package);
   fs::path lock = abs.parent_path() / ("." + abs.filename().string() + ".lock");
-  int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0)
-    return make_error(lock.string(), "cannot create lock file: ", std::strerror(errno));
-  while (::flock(fd, LOCK_EX) != 0)
-    if (errno != EINTR) {
-      int err = errno;
-      ::close(fd);
-      return make_error(lock.string(), "cannot lock: ", std::strerror(err));
-    }
-  return PackageLock(fd);
-}
-
-PackageLock::~PackageLock() {
-  if (fd_ >= 0)
-    ::close(fd_);
+  auto file = RegularFile::open(lock, {.create_mode = 0644});
+  if (!file)
+    return std::move(file).take_error();
+  if (!*file) // the directory it would be in is gone
+    return make_error(lock.string(), "cannot create lock file: ", std::strerror(ENOENT));
+  while (::flock((*file)->fd(), LOCK_EX) != 0)
+    if (errno != EINTR)
+      return make_error(lock.string(), "cannot lock: ", std::strerror(errno));
+  return PackageLock(std::move(**file));
 }
 
 Expected<PackageWriter> PackageWriter::create(const fs::path &final_dir) {
@@ -137,7 +247,8 @@ Status PackageWriter::carry_blob(const Package &from, const Digest &d) {
   }
   // A hard link shares the bytes without writing them again; blobs are never modified in place.
   fs::path dst = tmp_.path() / blob_relpath(d);
-  if (::link(from.blob_path(d).c_str(), dst.c_str()) == 0) {
+  if (from.blobs_fd() >= 0 &&
+      ::linkat(from.blobs_fd(), d.hex().c_str(), AT_FDCWD, dst.c_str(), 0) == 0) {
     written_.insert(d);
     return Status::ok();
   }

@@ -3,7 +3,8 @@
 
 Installs the build tree into a temporary prefix, configures and builds outside_project/ against
 it, in a temporary directory (find_package(cudaq-rt), cudaq_rt_device_code, cudaq_rt_add_dispatch_kernel,
-cudaq_rt_add_package), checks the package the build made, then checks that a rebuild with
+cudaq_rt_add_package), checks the packages the build made (one with a custom dispatch kernel, two
+without, with and without BRIDGE), then checks that a rebuild with
 nothing changed packs and links nothing, and that touching a handler source does.
 
 Environment (set by ctest): CUDAQ_RT_BUILD_DIR (the tree to install), CMAKE_COMMAND,
@@ -134,6 +135,25 @@ class CMakePackage(unittest.TestCase):
         # The runtime library, linked from outside: it loads, and searches next to the program.
         out = run([os.path.join(self.build, "bridge_path")], env=self.env)
         self.assertIn(os.path.join(self.tmp, "lib/cudaq-rt/bridges"), out)
+
+    def test_3b_packages_without_a_dispatch_kernel(self):
+        # cudaq_rt_add_package() alone, the common case: the built-in dispatch kernel, the
+        # default bridge whether BRIDGE names it or not, ARCHS given or the default.
+        schema = validate_schema.load(os.path.join(self.prefix,
+                                                   "share/cudaq-rt/schemas/manifest.schema.json"))
+        for target, name, archs in (("outside_plain", "outside_plain", ARCHS),
+                                    ("outside_bridged", "bridged", {"sm_80"})):
+            self.assertIn("Packing %s into %s.cudaqpkg" % (target, name), self.first_build)
+            with open(os.path.join(self.build, "packages", name + ".cudaqpkg",
+                                   "manifest.json")) as f:
+                m = json.load(f)
+            self.assertEqual(validate_schema.validate(schema, m), [])
+            self.assertEqual({e["name"] for e in m["exports"]}, HANDLERS)
+            self.assertEqual({c["role"] for c in m["containers"] if "added_by" not in c},
+                             {"application"})
+            self.assertEqual({l["arch"] for l in m["links"]}, archs)
+            for l in m["links"]:
+                self.assertEqual((l["dispatcher"], l["bridge"]), ("builtin", "loopback"))
 
     def test_4_rebuild(self):
         def step_pending():

@@ -573,3 +573,80 @@ TEST_CASE("several processes share one cache") {
   CHECK(entries == before.entries);
   CHECK(stats_of(cache).hits == before.hits + entries);
 }
+
+TEST_CASE("what is not a regular entry is corrupt, and never read, blocked on or followed") {
+  ScratchDir tmp;
+  LinkCache cache = open_cache(tmp.path, 1 << 20);
+  LinkKey key = key_for(1);
+  fs::path path = cache.entry_path(key.digest);
+  fs::create_directories(path.parent_path());
+  fs::path outside = tmp.path / "outside";
+  spit(outside, "a file of the user's");
+  uint64_t corrupt = 0;
+  SUBCASE("a FIFO") {
+    REQUIRE(::mkfifo(path.c_str(), 0644) == 0);
+  }
+  SUBCASE("a link to /dev/zero") {
+    fs::create_symlink("/dev/zero", path);
+  }
+  SUBCASE("a link to a file outside the cache") {
+    fs::create_symlink(outside, path);
+  }
+  SUBCASE("a directory") {
+    fs::create_directory(path);
+  }
+  SUBCASE("larger than the cache's limit") {
+    spit(path, "");
+    fs::resize_file(path, (1 << 20) + 1);
+  }
+  CHECK_FALSE(cache.get(key));
+  CHECK(stats_of(cache).corrupt == ++corrupt);
+  CHECK_FALSE(fs::exists(fs::symlink_status(path))); // removed, so the next put stores a good one
+  CHECK(slurp(outside) == "a file of the user's");
+  put_ok(cache, 1);
+  CHECK(cache.get(key));
+}
+
+TEST_CASE("a shared cache's names cannot make a user write or remove files elsewhere") {
+  ScratchDir tmp;
+  LinkCache cache = open_cache(tmp.path);
+  fs::path outside = tmp.path / "outside";
+  fs::create_directory(outside);
+  fs::path victim = outside / "precious";
+  spit(victim, "a file of the user's");
+
+  SUBCASE("the stats file is a link: not followed, not truncated") {
+    fs::create_symlink(victim, tmp.path / "v1" / "stats");
+    put_ok(cache, 1); // the counters are advisory: the entry is stored
+    CHECK(cache.get(key_for(1)));
+    auto s = cache.stats();
+    REQUIRE_FALSE(s);
+    CHECK(s.error().str() ==
+          "'" + (tmp.path / "v1" / "stats").string() + "': is a symbolic link, not a regular file");
+  }
+  SUBCASE("the stats file has another hard link") {
+    fs::create_hard_link(victim, tmp.path / "v1" / "stats");
+    put_ok(cache, 1);
+    auto s = cache.stats();
+    REQUIRE_FALSE(s);
+    CHECK(s.error().str() == "'" + (tmp.path / "v1" / "stats").string() +
+                                 "': has 2 hard links: refusing to write a file that is also "
+                                 "elsewhere");
+  }
+  SUBCASE("a shard is a link to another directory") {
+    LinkKey key = key_for(1);
+    fs::path shard = cache.entry_path(key.digest).parent_path();
+    fs::create_directory_symlink(outside, shard);
+    fs::path planted = outside / cache.entry_path(key.digest).filename();
+    spit(planted, "not an entry, but a file of the user's named like one");
+    CHECK_FALSE(cache.get(key));
+    Status st = cache.put(key, cubin_for(1), metadata_for(key));
+    REQUIRE_FALSE(st);
+    CHECK(st.error().str() == "'" + shard.string() +
+                                  "': is a symbolic link, not a directory: nothing is written "
+                                  "through it");
+    CHECK(cache.prune(0));
+    CHECK(slurp(planted) == "not an entry, but a file of the user's named like one");
+  }
+  CHECK(slurp(victim) == "a file of the user's");
+}

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace fs = std::filesystem;
@@ -192,4 +194,105 @@ TEST_CASE("a tampered blob is detected on read and is not carried into a new pac
   REQUIRE(carried);
   CHECK(*carried == blob_b);
   CHECK_FALSE(fs::exists(q->blob_path(sha256(blob_a))));
+}
+
+TEST_CASE("a reader keeps the package it opened while a writer replaces it") {
+  ScratchDir s;
+  fs::path dir = make_package(s.path);
+  std::optional<Package> reader;
+  {
+    auto p = Package::open(dir);
+    REQUIRE(p);
+    reader.emplace(std::move(*p));
+  }
+  // The new package drops blob_a, which the reader's manifest still names.
+  auto w = PackageWriter::create(dir);
+  REQUIRE(w);
+  REQUIRE(w->add_blob(sha256(blob_b), as_bytes(blob_b)));
+  REQUIRE(w->commit(manifest_for("app", {blob_b}), true));
+  CHECK(Package::open(dir)->referenced_blobs() == std::set<Digest>{sha256(blob_b)});
+
+  auto bytes = reader->read_blob(sha256(blob_a));
+  REQUIRE(bytes);
+  CHECK(*bytes == blob_a);
+  auto beside = entries(s.path);
+  REQUIRE(beside.size() == 2); // the old package, held by the reader
+  CHECK(beside[0].rfind(".app.cudaqpkg.old-", 0) == 0);
+  reader.reset(); // the last reader of the old package removes it
+  CHECK(entries(s.path) == std::vector<std::string>{"app.cudaqpkg"});
+}
+
+TEST_CASE("open reads a manifest only if it is a regular file of a sane size") {
+  ScratchDir s;
+  fs::path dir = make_package(s.path);
+  fs::path manifest = dir / "manifest.json";
+  fs::remove(manifest);
+  auto fails_with = [&](const std::string &message) {
+    auto p = Package::open(dir);
+    REQUIRE_FALSE(p);
+    CHECK(p.error().str() == "'" + manifest.string() + "': " + message);
+  };
+  SUBCASE("a FIFO does not block") {
+    REQUIRE(::mkfifo(manifest.c_str(), 0644) == 0);
+    fails_with("is a FIFO or pipe, not a regular file");
+  }
+  SUBCASE("a symbolic link is not followed") {
+    fs::create_symlink("/dev/zero", manifest);
+    fails_with("is a symbolic link, not a regular file");
+  }
+  SUBCASE("a directory") {
+    fs::create_directory(manifest);
+    fails_with("is a directory");
+  }
+  SUBCASE("larger than the limit") {
+    write(manifest, "");
+    fs::resize_file(manifest, max_manifest_bytes + 1);
+    fails_with(
+        cat("is ", max_manifest_bytes + 1, " bytes, more than the limit of ", max_manifest_bytes));
+  }
+}
+
+TEST_CASE("a blob of another size than its manifest records is not read") {
+  ScratchDir s;
+  fs::path dir = make_package(s.path);
+  auto p = Package::open(dir);
+  REQUIRE(p);
+  fs::path a = p->blob_path(sha256(blob_a));
+  write(a, blob_a + std::string(1 << 20, 'x'));
+  auto bytes = p->read_blob(sha256(blob_a));
+  REQUIRE_FALSE(bytes);
+  CHECK(bytes.error().str() == cat("'", a.string(), "': blob is ", blob_a.size() + (1 << 20),
+                                   " bytes, not the ", blob_a.size(),
+                                   " its manifest records (the package is corrupt or was "
+                                   "modified)"));
+}
+
+TEST_CASE("only a package is recognised as one") {
+  ScratchDir s;
+  CHECK(check_is_package(make_package(s.path)));
+  const std::string tail =
+      "): --force replaces only a package; move it away or pack under another name";
+  fs::path notes = s.path / "notes.cudaqpkg";
+  fs::create_directory(notes);
+  CHECK(check_is_package(notes)); // empty, as a build tool makes it for its output
+  write(notes / "thesis.txt", "work");
+  Status st = check_is_package(notes);
+  REQUIRE_FALSE(st);
+  CHECK(st.error().str() == "'" + notes.string() + "': is not a package (no manifest.json" + tail);
+  fs::remove_all(notes);
+  write(notes, "a file");
+  st = check_is_package(notes);
+  REQUIRE_FALSE(st);
+  CHECK(st.error().str() == "'" + notes.string() + "': is not a package (a regular file" + tail);
+}
+
+TEST_CASE("the lock file is never reached through a symbolic link") {
+  ScratchDir s;
+  fs::path target = s.path / "created-elsewhere";
+  fs::path lock = s.path / ".app.cudaqpkg.lock";
+  fs::create_symlink(target, lock);
+  auto l = PackageLock::acquire(s.path / "app.cudaqpkg");
+  REQUIRE_FALSE(l);
+  CHECK(l.error().str() == "'" + lock.string() + "': is a symbolic link, not a regular file");
+  CHECK_FALSE(fs::exists(fs::symlink_status(target)));
 }

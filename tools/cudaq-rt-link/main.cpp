@@ -80,6 +80,7 @@ int cache_command(const LinkCache &cache, bool stats, std::optional<uint64_t> pr
 } // namespace
 
 int main(int argc, char **argv) {
+  remove_temporaries_on_signals();
   CLI::App app{"Link a package's dispatch kernel, bridge hooks and handlers into one cubin per GPU "
                "arch with nvJitLink, through a content-addressed link cache.",
                tool};

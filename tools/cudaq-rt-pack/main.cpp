@@ -2,6 +2,7 @@
 // Options are documented in man/cudaq-rt-pack.1; keep the two in step.
 #include "../common/driver.h"
 
+#include "cudaq_rt/atomic_file.h"
 #include "cudaq_rt/pack.h"
 #include "cudaq_rt/package.h"
 
@@ -51,6 +52,7 @@ int list(const std::string &path, bool json) {
 } // namespace
 
 int main(int argc, char **argv) {
+  remove_temporaries_on_signals();
   CLI::App app{"Extract relocatable device code (__nv_relfatbin) from executables, shared "
                "libraries, objects, static archives and fatbins into a package NAME.cudaqpkg/.",
                tool};
