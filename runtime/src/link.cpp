@@ -153,6 +153,11 @@ ArchLink describe_arch(const LinkPlan &plan, const TargetArch &arch) {
 }
 
 ArchLink link_arch(const LinkPlan &plan, const TargetArch &arch, const LinkCache &cache) {
+  return link_arch(plan, arch, cache, LinkMiss::link);
+}
+
+ArchLink link_arch(const LinkPlan &plan, const TargetArch &arch, const LinkCache &cache,
+                   LinkMiss on_miss) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   ArchLink a = describe_arch(plan, arch);
@@ -174,6 +179,8 @@ ArchLink link_arch(const LinkPlan &plan, const TargetArch &arch, const LinkCache
     a.cubin = std::move(hit->cubin);
     rec.link_ms = hit->metadata.link_time_ms;
     a.info_log = hit->metadata.info_log;
+  } else if (on_miss == LinkMiss::report) {
+    return a;
   } else {
     std::vector<NvJitLinkInput> inputs;
     for (const LinkInput &in : plan.inputs)

@@ -55,23 +55,27 @@ Expected<CubinChoice> select_cubin(const Package &package, const LinkPlan &plan,
                              " was linked from other code than this runtime's bridge hooks and "
                              "dispatcher: not used"));
 
-  // 2. The cache.
-  if (auto hit = cache.get(plan.key(arch))) {
-    c.source = CubinSource::cache;
-    c.cubin = std::move(hit->cubin);
-    c.record.arch = c.arch;
-    c.record.bridge = plan.bridge;
-    c.record.dispatcher = plan.dispatcher;
-    c.record.mode = plan.lto ? "lto" : "cubin";
-    c.record.options = plan.options(arch);
-    c.record.nvjitlink_version = plan.nvjitlink.version();
-    c.record.inputs = inputs;
-    c.record.cache_key = plan.key(arch).digest;
-    c.record.cubin = sha256(c.cubin);
-    c.record.cubin_size = c.cubin.size();
-    c.record.link_ms = hit->metadata.link_time_ms;
+  // 2. The cache, verified as a link's result is.
+  auto store = [&](const ArchLink &a) {
+    return store_links(package.dir(), plan, std::span<const ArchLink>(&a, 1));
+  };
+  auto take = [&](ArchLink a, CubinSource source) -> Expected<CubinChoice> {
+    c.warnings.insert(c.warnings.end(), a.warnings.begin(), a.warnings.end());
+    if (policy.store)
+      if (auto st = store(a); !st)
+        return std::move(st).take_error();
+    c.source = source;
+    c.cubin = std::move(a.cubin);
+    c.record = std::move(*a.record);
     c.ms = elapsed_ms();
     return c;
+  };
+  if (plan.check_target(arch)) {
+    ArchLink hit = link_arch(plan, arch, cache, LinkMiss::report);
+    if (hit.error)
+      return std::move(*hit.error);
+    if (hit.record)
+      return take(std::move(hit), CubinSource::cache);
   }
 
   // 3. A link, checked as cudaq-rt-link checks it.
@@ -82,7 +86,8 @@ Expected<CubinChoice> select_cubin(const Package &package, const LinkPlan &plan,
     for (const LinkRecord &l : package.manifest().links)
       linked += cat(linked.empty() ? "" : ", ", l.arch, " (", l.bridge, ", ", l.dispatcher, ")");
     return make_error(plan.subject, "no cubin for ", what, " in the package",
-                      stale ? " that matches this runtime" : "", " or the link cache, and linking "
+                      stale ? " that matches this runtime" : "",
+                      " or the link cache, and linking "
                       "at load is off; the package has cubins for ",
                       linked.empty() ? std::string("no arch") : linked,
                       ": link it ahead of time for ", c.arch);
@@ -90,15 +95,8 @@ Expected<CubinChoice> select_cubin(const Package &package, const LinkPlan &plan,
   ArchLink a = link_arch(plan, arch, cache);
   if (a.error)
     return std::move(*a.error);
-  c.warnings.insert(c.warnings.end(), a.warnings.begin(), a.warnings.end());
-  if (policy.store)
-    if (auto st = store_links(package.dir(), plan, std::span<const ArchLink>(&a, 1)); !st)
-      return std::move(st).take_error();
-  c.source = a.cache_hit ? CubinSource::cache : CubinSource::link;
-  c.cubin = std::move(a.cubin);
-  c.record = *a.record;
-  c.ms = elapsed_ms();
-  return c;
+  const CubinSource source = a.cache_hit ? CubinSource::cache : CubinSource::link;
+  return take(std::move(a), source);
 }
 
 } // namespace cudaq_rt

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -194,10 +195,8 @@ int main(int argc, char **argv) {
           ->group("What");
   auto *bench_opt =
       app.add_option("--bench", bench_count, "Send N requests and print latency and throughput")
-          ->check(CLI::PositiveNumber)
           ->group("What");
   app.add_option("--inflight", inflight, "Requests kept in flight by --bench (default 1)")
-      ->check(CLI::PositiveNumber)
       ->group("What");
   auto *list_opt =
       app.add_flag("--list", list, "List the handlers and the cubin this GPU would load")
@@ -212,8 +211,9 @@ int main(int argc, char **argv) {
   app.add_option("--dispatcher", opts.link.dispatcher,
                  "A custom dispatch kernel the package exports, or 'builtin'")
       ->group("Loading");
-  app.add_option("--grid", grid_text, "Launch shape of a custom dispatch kernel: BLOCKS,THREADS")
-      ->group("Loading");
+  auto *grid_opt = app.add_option("--grid", grid_text,
+                                  "Launch shape of a custom dispatch kernel: BLOCKS,THREADS")
+                       ->group("Loading");
   app.add_flag("--no-link", no_link, "Never link at load: the package or the cache must have it")
       ->group("Loading");
   app.add_flag("--store", opts.policy.store, "Store a cubin linked at load in the package too")
@@ -222,10 +222,8 @@ int main(int argc, char **argv) {
   app.add_option("--cache-dir", cache_dir, "Link cache directory")->group("Loading");
   app.add_option("--stop-timeout", opts.stop_timeout_s,
                  "Seconds to wait for the kernel to stop (default 5)")
-      ->check(CLI::NonNegativeNumber)
       ->group("Loading");
   app.add_option("--timeout", timeout_s, "Seconds a request waits for its response (default 10)")
-      ->check(CLI::PositiveNumber)
       ->group("Loading");
   app.add_flag("-v,--verbose", verbose, "Print the path taken and each step's time")
       ->group("Output");
@@ -250,14 +248,31 @@ int main(int argc, char **argv) {
     return usage("--result: " + result_type.error().str());
   if (result_type->kind == ResultType::Kind::raw && (as_json || *calls_opt))
     return usage("--result raw writes bytes to stdout: not with --json or --calls");
-  if (!grid_text.empty()) {
-    unsigned blocks = 0, threads = 0;
-    char tail = 0;
-    if (std::sscanf(grid_text.c_str(), "%u,%u%c", &blocks, &threads, &tail) != 2 || !blocks ||
-        !threads)
+  if (*grid_opt) {
+    auto positive = [](std::string_view s) -> std::optional<unsigned> {
+      unsigned v = 0;
+      auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+      if (s.empty() || s[0] == '+' || ec != std::errc() || end != s.data() + s.size() || !v)
+        return std::nullopt;
+      return v;
+    };
+    const size_t comma = grid_text.find(',');
+    auto blocks = positive(std::string_view(grid_text).substr(0, comma));
+    auto threads = comma == std::string::npos
+                       ? std::nullopt
+                       : positive(std::string_view(grid_text).substr(comma + 1));
+    if (!blocks || !threads)
       return usage("--grid: '" + grid_text + "' is not BLOCKS,THREADS (two positive numbers)");
-    opts.shape = LaunchShape{blocks, threads};
+    opts.shape = LaunchShape{*blocks, *threads};
   }
+  if (*bench_opt && bench_count == 0)
+    return usage("--bench: the number of requests must be at least 1");
+  if (inflight == 0)
+    return usage("--inflight: must be at least 1");
+  if (!(timeout_s > 0))
+    return usage("--timeout: must be more than 0 seconds");
+  if (!(opts.stop_timeout_s >= 0))
+    return usage("--stop-timeout: must be 0 seconds or more");
   for (const std::string &g : globals) {
     auto value = parse_global(g, parse_bound);
     if (!value)
@@ -281,10 +296,18 @@ int main(int argc, char **argv) {
   ::setenv("CUDA_MODULE_LOADING", "EAGER", 0);
 
   json doc = json::object();
+  // With --json, a failure to load is a document too: stdout always holds one.
+  auto load_failure = [&](const Error &e) {
+    if (as_json)
+      std::cout << json{{"package", package}, {"error", e.str()}, {"exit_status", 1}}.dump(
+                       2, ' ', false, json::error_handler_t::replace)
+                << "\n";
+    return driver::fail(tool, e);
+  };
   if (list) {
     auto preview = preview_load(opts);
     if (!preview)
-      return driver::fail(tool, preview.error());
+      return load_failure(preview.error());
     for (const std::string &w : preview->warnings)
       driver::warn(tool, w);
     if (as_json) {
@@ -298,7 +321,7 @@ int main(int argc, char **argv) {
 
   auto server = Server::start(opts);
   if (!server)
-    return driver::fail(tool, server.error());
+    return load_failure(server.error());
   Server &s = **server;
   for (const std::string &w : s.report().warnings)
     driver::warn(tool, w);

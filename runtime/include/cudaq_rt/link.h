@@ -117,6 +117,10 @@ ArchLink describe_arch(const LinkPlan &plan, const TargetArch &arch);
 // Looks the arch up in the cache, else links it; verifies the cubin (arch, dispatch kernel, every
 // handler global) and caches what it linked. Failures are in the result's `error`.
 ArchLink link_arch(const LinkPlan &plan, const TargetArch &arch, const LinkCache &cache);
+// The same, but a cache miss links nothing: the result then has neither a record nor an error.
+enum class LinkMiss { link, report };
+ArchLink link_arch(const LinkPlan &plan, const TargetArch &arch, const LinkCache &cache,
+                   LinkMiss on_miss);
 
 // Stores the cubins and link records of `links` (all successful) in the package, under the lock
 // every writer of the package takes, into the package as it is then: records other links stored

@@ -20,7 +20,7 @@ const char *cubin_source_name(CubinSource s);
 
 struct CubinPolicy {
   bool allow_link = true; // false: a cubin must already exist (deployments that never link)
-  bool store = false;     // a cubin linked at load is also stored in the package
+  bool store = false;     // a cubin from the cache or a link is also stored in the package
 };
 
 struct CubinChoice {
