@@ -36,6 +36,13 @@ endif()
 
 find_package(nlohmann_json 3 REQUIRED)
 
+# The remote link cache's HTTP client (remote_cache.cpp), linked privately into the runtime.
+find_package(CURL 7.85)
+if(NOT CURL_FOUND)
+  message(FATAL_ERROR "libcurl 7.85 or newer not found: apt-get install libcurl4-openssl-dev "
+                      "(scripts/setup.sh does)")
+endif()
+
 # LLVM libObject, linked statically so the tools need no libLLVM at run time.
 find_package(LLVM 14 CONFIG REQUIRED HINTS /usr/lib/llvm-14/lib/cmake/llvm)
 llvm_map_components_to_libnames(CUDAQ_RT_LLVM_LIBS object)

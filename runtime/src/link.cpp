@@ -174,12 +174,24 @@ ArchLink link_arch(const LinkPlan &plan, const TargetArch &arch, const LinkCache
   rec.nvjitlink_version = plan.nvjitlink.version();
   rec.inputs = plan.input_digests();
   rec.cache_key = a.key.digest;
-  if (auto hit = cache.get(a.key)) {
+  LinkCache::RemoteLog remote_log;
+  auto keep_log = [&] {
+    a.notes.insert(a.notes.end(), remote_log.notes.begin(), remote_log.notes.end());
+    a.warnings.insert(a.warnings.end(), remote_log.warnings.begin(), remote_log.warnings.end());
+  };
+  std::optional<CacheEntry> hit = cache.get(a.key);
+  if (!hit)
+    hit = cache.get_remote(
+        a.key, [&](std::span<const uint8_t> cubin) { return verify_cubin(plan, arch, cubin); },
+        remote_log);
+  if (hit) {
     a.cache_hit = true;
+    a.remote_hit = hit->remote;
     a.cubin = std::move(hit->cubin);
     rec.link_ms = hit->metadata.link_time_ms;
     a.info_log = hit->metadata.info_log;
   } else if (on_miss == LinkMiss::report) {
+    keep_log();
     return a;
   } else {
     std::vector<NvJitLinkInput> inputs;
@@ -187,6 +199,7 @@ ArchLink link_arch(const LinkPlan &plan, const TargetArch &arch, const LinkCache
       inputs.push_back({in.name, in.bytes});
     NvJitLinkOutcome out = nvjitlink_link(a.options, inputs);
     if (!out.ok) {
+      keep_log();
       a.error = explain_failure(plan.subject, a.arch, out.failure, a.details, plan.inputs);
       a.info_log = out.failure.info_log;
       return a;
@@ -195,8 +208,10 @@ ArchLink link_arch(const LinkPlan &plan, const TargetArch &arch, const LinkCache
     rec.link_ms = out.result.link_ms;
     a.info_log = out.result.info_log;
   }
-  if ((a.error = verify_cubin(plan, arch, a.cubin)))
+  if ((a.error = verify_cubin(plan, arch, a.cubin))) {
+    keep_log();
     return a;
+  }
   rec.cubin = sha256(a.cubin);
   rec.cubin_size = a.cubin.size();
   rec.created = now_utc();
@@ -209,7 +224,9 @@ ArchLink link_arch(const LinkPlan &plan, const TargetArch &arch, const LinkCache
     // the next process a link, not this one its result.
     if (auto st = cache.put(a.key, a.cubin, md); !st)
       a.warnings.push_back("not cached: " + st.error().str());
+    cache.put_remote(a.key, a.cubin, md, remote_log);
   }
+  keep_log();
   a.record = std::move(rec);
   a.time_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   return a;
@@ -339,6 +356,42 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
   if (auto st = store_links(opt.package, *plan, report.archs); !st)
     return std::move(st).take_error();
   return report;
+}
+
+} // namespace cudaq_rt
+
+namespace cudaq_rt {
+
+Expected<std::vector<PushedLink>> push_links(const fs::path &package_path, const LinkCache &cache) {
+  if (!cache.remote())
+    return make_error(package_path.string(),
+                      "no remote cache to push to: give --remote-cache URL or set "
+                      "CUDAQ_RT_REMOTE_CACHE");
+  auto pkg = Package::open(package_path);
+  if (!pkg)
+    return std::move(pkg).take_error();
+  std::vector<PushedLink> out;
+  for (const LinkRecord &l : pkg->manifest().links) {
+    PushedLink p{l.arch, l.cache_key, 0, std::nullopt};
+    auto cubin = pkg->read_blob(l.cubin);
+    if (!cubin)
+      return std::move(cubin).take_error();
+    // The entry the link stored, rebuilt from the record: the same key, cubin and metadata, so
+    // that a fleet machine that fetches it gets what its own link would have given.
+    LinkMetadata md;
+    md.arch = l.arch;
+    md.options = normalize_link_options(l.options);
+    md.nvjitlink_version = l.nvjitlink_version;
+    md.inputs = l.inputs;
+    md.link_time_ms = l.link_ms;
+    md.created = static_cast<int64_t>(std::time(nullptr));
+    std::vector<uint8_t> entry = encode_cache_entry(l.cache_key, as_bytes(*cubin), md);
+    p.bytes = entry.size();
+    if (auto st = cache.push_remote(l.cache_key, entry); !st)
+      p.error = make_error(package_path.string(), l.arch, ": ", st.error().message);
+    out.push_back(std::move(p));
+  }
+  return out;
 }
 
 } // namespace cudaq_rt

@@ -48,7 +48,8 @@
 // flips, garbage, another key's entry renamed into place) is a miss and is removed, so the next
 // link stores a good one. The cubin is never handed out unverified.
 //
-// <dir>/v1/stats holds counters (hits, misses, stores, evictions, corrupt entries) and the
+// <dir>/v1/stats holds counters (hits, misses, stores, evictions, corrupt entries, and the remote
+// cache's: hits, misses, corrupt entries, stores, errors, bytes in and out) and the
 // approximate total size of the entries, as fixed-width text lines rewritten in place under
 // flock(2), in the manner of ccache's stats files. Fixed width means that a rewrite never leaves a
 // stale tail behind, whatever the numbers. The counters are advisory: a stats file that cannot be
@@ -99,6 +100,7 @@
 #include <nvJitLink.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
@@ -124,7 +126,7 @@ constexpr uint32_t entry_format_version = 1;
 constexpr size_t header_size = 128;
 constexpr size_t checked_header_size = 96; // the part the header digest covers
 constexpr int64_t stale_temp_seconds = 3600;
-// Six fixed-width lines; anything past this is not ours to read.
+// Thirteen fixed-width lines; anything past this is not ours to read.
 constexpr size_t max_stats_bytes = 4096;
 // The largest entry get() reads without a size limit: an entry larger than the limit is never
 // stored, so a larger file is corrupt; without a limit, more than any cubin.
@@ -220,7 +222,25 @@ std::optional<CacheEntry> decode_entry(std::string_view file, const Digest &key)
 struct Counters {
   uint64_t hits = 0, misses = 0, stores = 0, evictions = 0, corrupt = 0;
   std::optional<uint64_t> bytes; // unknown until a scan has counted them
+  uint64_t remote_hits = 0, remote_misses = 0, remote_corrupt = 0, remote_stores = 0,
+           remote_errors = 0, remote_bytes_in = 0, remote_bytes_out = 0;
 };
+
+// The counters by name, as the stats file spells them.
+template <class C> auto counter_fields(C &c) {
+  return std::array{std::pair{"hits", &c.hits},
+                    std::pair{"misses", &c.misses},
+                    std::pair{"stores", &c.stores},
+                    std::pair{"evictions", &c.evictions},
+                    std::pair{"corrupt", &c.corrupt},
+                    std::pair{"r_hits", &c.remote_hits},
+                    std::pair{"r_misses", &c.remote_misses},
+                    std::pair{"r_corrupt", &c.remote_corrupt},
+                    std::pair{"r_stores", &c.remote_stores},
+                    std::pair{"r_errors", &c.remote_errors},
+                    std::pair{"r_bytes_in", &c.remote_bytes_in},
+                    std::pair{"r_bytes_out", &c.remote_bytes_out}};
+}
 
 // The counters in <dir>/v1/stats, locked for as long as this object lives. Created with mode
 // 0666 less the umask, so that every user of a group-shared cache can count. Never opened through
@@ -264,14 +284,11 @@ public:
     std::string text;
     auto line = [&](const char *name, std::optional<uint64_t> v) {
       char buf[40];
-      std::snprintf(buf, sizeof buf, "%-10s%20s\n", name, v ? std::to_string(*v).c_str() : "?");
+      std::snprintf(buf, sizeof buf, "%-12s%20s\n", name, v ? std::to_string(*v).c_str() : "?");
       text += buf;
     };
-    line("hits", c.hits);
-    line("misses", c.misses);
-    line("stores", c.stores);
-    line("evictions", c.evictions);
-    line("corrupt", c.corrupt);
+    for (auto [name, value] : counter_fields(c))
+      line(name, *value);
     line("bytes", c.bytes);
     if (::pwrite(fd_, text.data(), text.size(), 0) == static_cast<ssize_t>(text.size()))
       (void)!::ftruncate(fd_, static_cast<off_t>(text.size()));
@@ -310,17 +327,10 @@ private:
       unsigned long long value = std::strtoull(l.c_str() + v, &stop, 10);
       if (errno != 0 || stop == l.c_str() + v || *stop != '\0')
         continue; // "?" or damage: leave the default
-      if (name == "hits")
-        c.hits = value;
-      else if (name == "misses")
-        c.misses = value;
-      else if (name == "stores")
-        c.stores = value;
-      else if (name == "evictions")
-        c.evictions = value;
-      else if (name == "corrupt")
-        c.corrupt = value;
-      else if (name == "bytes")
+      for (auto [counter, field] : counter_fields(c))
+        if (name == counter)
+          *field = value;
+      if (name == "bytes")
         c.bytes = value;
     }
   }
@@ -463,6 +473,15 @@ Expected<NvJitLinkIdentity> find_nvjitlink_identity() {
 }
 
 } // namespace
+
+std::vector<uint8_t> encode_cache_entry(const Digest &key, std::span<const uint8_t> cubin,
+                                        const LinkMetadata &metadata) {
+  return encode_entry(key, cubin, metadata.to_json().dump());
+}
+
+std::optional<CacheEntry> decode_cache_entry(std::string_view file, const Digest &key) {
+  return decode_entry(file, key);
+}
 
 std::string NvJitLinkIdentity::version() const {
   return cat(major, '.', minor);
@@ -669,21 +688,49 @@ Expected<LinkCache> open_link_cache(const CacheRequest &request,
   });
   if (!config)
     return std::move(config).take_error();
+  std::shared_ptr<RemoteCache> remote;
+  const char *remote_env = std::getenv("CUDAQ_RT_REMOTE_CACHE");
+  std::string remote_url = !request.remote.empty() ? request.remote : remote_env ? remote_env : "";
+  // CUDAQ_RT_CACHE_DISABLE turns both off; a local cache with no directory leaves the remote on.
+  const bool disabled = !config->enabled && config->unavailable.empty();
+  if (!remote_url.empty() && !disabled) {
+    auto parsed = RemoteConfig::parse(remote_url);
+    if (!parsed)
+      return make_error("", request.remote.empty() ? "CUDAQ_RT_REMOTE_CACHE: " : "--remote-cache: ",
+                        parsed.error().message);
+    auto opened = RemoteCache::open(
+        *parsed, [](const char *var) -> const char * { return std::getenv(var); });
+    if (!opened)
+      return std::move(opened).take_error();
+    remote = std::move(*opened);
+  }
   if (!config->unavailable.empty())
     warnings.push_back("not using a link cache: " + config->unavailable);
   auto cache = LinkCache::open(*config);
-  if (cache)
-    return cache;
-  warnings.push_back("not using a link cache: " + cache.error().str());
-  config->enabled = false;
-  return LinkCache::open(*config);
+  if (!cache) {
+    warnings.push_back("not using a link cache: " + cache.error().str());
+    config->enabled = false;
+    cache = LinkCache::open(*config);
+  }
+  if (cache && remote)
+    cache->set_remote(std::move(remote));
+  return cache;
 }
 
 json CacheStats::to_json() const {
-  return {{"dir", dir.string()}, {"enabled", enabled}, {"max_bytes", max_bytes},
-          {"entries", entries},  {"bytes", bytes},     {"hits", hits},
-          {"misses", misses},    {"stores", stores},   {"evictions", evictions},
-          {"corrupt", corrupt}};
+  json j = {{"dir", dir.string()}, {"enabled", enabled}, {"max_bytes", max_bytes},
+            {"entries", entries},  {"bytes", bytes},     {"hits", hits},
+            {"misses", misses},    {"stores", stores},   {"evictions", evictions},
+            {"corrupt", corrupt}};
+  j["remote"] = {{"url", remote_url.empty() ? json(nullptr) : json(remote_url)},
+                 {"hits", remote_hits},
+                 {"misses", remote_misses},
+                 {"corrupt", remote_corrupt},
+                 {"stores", remote_stores},
+                 {"errors", remote_errors},
+                 {"bytes_in", remote_bytes_in},
+                 {"bytes_out", remote_bytes_out}};
+  return j;
 }
 
 Expected<LinkCache> LinkCache::open(CacheConfig config) {
@@ -757,10 +804,15 @@ Status LinkCache::put(const LinkKey &key, std::span<const uint8_t> cubin,
                       const LinkMetadata &metadata) const {
   if (!config_.enabled)
     return Status::ok();
-  std::vector<uint8_t> bytes = encode_entry(key.digest, cubin, metadata.to_json().dump());
+  return put_encoded(key.digest, encode_cache_entry(key.digest, cubin, metadata));
+}
+
+Status LinkCache::put_encoded(const Digest &key, std::span<const uint8_t> bytes) const {
+  if (!config_.enabled)
+    return Status::ok();
   if (config_.max_bytes != 0 && bytes.size() > config_.max_bytes)
     return Status::ok();
-  fs::path path = entry_path(key.digest);
+  fs::path path = entry_path(key);
   std::error_code ec; // the whole cache may have been removed since open()
   if (fs::create_directories(path.parent_path(), ec); ec)
     return make_error(path.parent_path().string(),
@@ -791,6 +843,8 @@ Expected<CacheStats> LinkCache::stats() const {
   s.dir = config_.dir;
   s.enabled = config_.enabled;
   s.max_bytes = config_.max_bytes;
+  if (remote_)
+    s.remote_url = remote_->config().str();
   if (!config_.enabled)
     return s;
   LockedStats locked(root() / "stats");
@@ -805,6 +859,13 @@ Expected<CacheStats> LinkCache::stats() const {
   s.stores = locked.c.stores;
   s.evictions = locked.c.evictions;
   s.corrupt = locked.c.corrupt;
+  s.remote_hits = locked.c.remote_hits;
+  s.remote_misses = locked.c.remote_misses;
+  s.remote_corrupt = locked.c.remote_corrupt;
+  s.remote_stores = locked.c.remote_stores;
+  s.remote_errors = locked.c.remote_errors;
+  s.remote_bytes_in = locked.c.remote_bytes_in;
+  s.remote_bytes_out = locked.c.remote_bytes_out;
   return s;
 }
 
@@ -817,6 +878,123 @@ Expected<PruneResult> LinkCache::prune(uint64_t target_bytes) const {
   PruneResult removed = evict_locked(root(), stats.c, target_bytes, target_bytes).removed;
   stats.save();
   return removed;
+}
+
+} // namespace cudaq_rt
+
+namespace cudaq_rt {
+
+struct LinkCache::RemoteCounts {
+  uint64_t hits = 0, misses = 0, corrupt = 0, stores = 0, errors = 0, bytes_in = 0, bytes_out = 0;
+};
+
+void LinkCache::count_remote(const RemoteCounts &add) const {
+  if (!config_.enabled)
+    return;
+  LockedStats stats(root() / "stats");
+  stats.c.remote_hits += add.hits;
+  stats.c.remote_misses += add.misses;
+  stats.c.remote_corrupt += add.corrupt;
+  stats.c.remote_stores += add.stores;
+  stats.c.remote_errors += add.errors;
+  stats.c.remote_bytes_in += add.bytes_in;
+  stats.c.remote_bytes_out += add.bytes_out;
+  stats.save();
+}
+
+namespace {
+void remote_failure(const RemoteCache &remote, const std::string &why, LinkCache::RemoteLog &log) {
+  std::string line = cat("remote cache ", remote.config().url, ": ", why);
+  if (first_remote_warning())
+    log.warnings.push_back(line + " (linking locally; this process warns once)");
+  else
+    log.notes.push_back(line);
+}
+} // namespace
+
+std::optional<CacheEntry> LinkCache::get_remote(const LinkKey &key, const CubinCheck &check,
+                                                RemoteLog &log) const {
+  if (!remote_ || remote_->down())
+    return std::nullopt;
+  const uint64_t limit =
+      config_.enabled && config_.max_bytes != 0 ? config_.max_bytes : max_unlimited_entry_bytes;
+  RemoteFetch f = remote_->fetch(key.digest, limit);
+  RemoteCounts n;
+  std::optional<CacheEntry> entry;
+  switch (f.outcome) {
+  case RemoteFetch::Outcome::failure:
+    n.errors = 1;
+    remote_failure(*remote_, f.why, log);
+    break;
+  case RemoteFetch::Outcome::miss:
+    n.misses = 1;
+    log.notes.push_back(cat("remote cache: miss: ", f.why));
+    break;
+  case RemoteFetch::Outcome::hit: {
+    n.bytes_in = f.bytes.size();
+    entry = decode_entry(f.bytes, key.digest);
+    std::optional<Error> bad;
+    if (entry)
+      bad = check(entry->cubin);
+    if (!entry || bad) {
+      entry.reset();
+      n.misses = n.corrupt = 1;
+      log.notes.push_back(cat("remote cache: miss: GET ", key.digest.short_str(), ": ",
+                              f.bytes.size(), " bytes that ",
+                              bad ? "hold a cubin that fails the link's checks: " + bad->str()
+                                  : std::string("are not a valid entry for this key")));
+      break;
+    }
+    n.hits = 1;
+    entry->remote = true;
+    log.notes.push_back(
+        cat("remote cache: hit: GET ", key.digest.short_str(), ": ", f.bytes.size(), " bytes"));
+    // The fetched bytes are the entry file: copied as they are.
+    if (auto st = put_encoded(key.digest, as_bytes(f.bytes)); !st)
+      log.warnings.push_back("not cached locally: " + st.error().str());
+    break;
+  }
+  }
+  count_remote(n);
+  return entry;
+}
+
+void LinkCache::put_remote(const LinkKey &key, std::span<const uint8_t> cubin,
+                           const LinkMetadata &metadata, RemoteLog &log) const {
+  if (!remote_ || remote_->config().read_only || remote_->down())
+    return;
+  std::vector<uint8_t> bytes = encode_cache_entry(key.digest, cubin, metadata);
+  RemoteStore s = remote_->store(key.digest, bytes);
+  RemoteCounts n;
+  if (s.ok) {
+    n.stores = 1;
+    n.bytes_out = bytes.size();
+    log.notes.push_back(
+        cat("remote cache: stored: PUT ", key.digest.short_str(), ": ", bytes.size(), " bytes"));
+  } else if (!s.refused || !s.why.starts_with("the server refused an earlier")) {
+    n.errors = 1;
+    remote_failure(*remote_, s.why, log);
+  }
+  count_remote(n);
+}
+
+Status LinkCache::push_remote(const Digest &key, std::span<const uint8_t> entry) const {
+  if (!remote_)
+    return make_error("", "no remote cache: give --remote-cache URL or set CUDAQ_RT_REMOTE_CACHE");
+  if (remote_->config().read_only)
+    return make_error("", "remote cache ", remote_->config().url, " is read-only");
+  RemoteStore s = remote_->store(key, entry);
+  RemoteCounts n;
+  if (s.ok) {
+    n.stores = 1;
+    n.bytes_out = entry.size();
+  } else {
+    n.errors = 1;
+  }
+  count_remote(n);
+  if (!s.ok)
+    return make_error("", "remote cache ", remote_->config().url, ": ", s.why);
+  return Status::ok();
 }
 
 } // namespace cudaq_rt

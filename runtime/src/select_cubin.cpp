@@ -12,6 +12,8 @@ const char *cubin_source_name(CubinSource s) {
     return "package";
   case CubinSource::cache:
     return "cache";
+  case CubinSource::remote:
+    return "remote cache";
   case CubinSource::link:
     return "link at load";
   }
@@ -55,7 +57,7 @@ Expected<CubinChoice> select_cubin(const Package &package, const LinkPlan &plan,
                              " was linked from other code than this runtime's bridge hooks and "
                              "dispatcher: not used"));
 
-  // 2. The cache, verified as a link's result is.
+  // 2. The caches, verified as a link's result is, else a link.
   auto store = [&](const ArchLink &a) {
     return store_links(package.dir(), plan, std::span<const ArchLink>(&a, 1));
   };
@@ -71,32 +73,34 @@ Expected<CubinChoice> select_cubin(const Package &package, const LinkPlan &plan,
     return c;
   };
   if (plan.check_target(arch)) {
-    ArchLink hit = link_arch(plan, arch, cache, LinkMiss::report);
-    if (hit.error)
-      return std::move(*hit.error);
-    if (hit.record)
-      return take(std::move(hit), CubinSource::cache);
+    // The local cache, the remote one, then (when allowed) a link, checked as cudaq-rt-link
+    // checks it: one lookup, so that a miss costs one request to the remote cache.
+    ArchLink a =
+        link_arch(plan, arch, cache, policy.allow_link ? LinkMiss::link : LinkMiss::report);
+    c.notes.insert(c.notes.end(), a.notes.begin(), a.notes.end());
+    if (a.error)
+      return std::move(*a.error);
+    if (a.record) {
+      const CubinSource source = a.remote_hit  ? CubinSource::remote
+                                 : a.cache_hit ? CubinSource::cache
+                                               : CubinSource::link;
+      return take(std::move(a), source);
+    }
+    c.warnings.insert(c.warnings.end(), a.warnings.begin(), a.warnings.end());
   }
 
-  // 3. A link, checked as cudaq-rt-link checks it.
+  // 3. Nothing to load.
   if (auto st = plan.check_target(arch); !st)
     return make_error(plan.subject, "this GPU is ", c.arch, ": ", st.error().message);
-  if (!policy.allow_link) {
-    std::string linked;
-    for (const LinkRecord &l : package.manifest().links)
-      linked += cat(linked.empty() ? "" : ", ", l.arch, " (", l.bridge, ", ", l.dispatcher, ")");
-    return make_error(plan.subject, "no cubin for ", what, " in the package",
-                      stale ? " that matches this runtime" : "",
-                      " or the link cache, and linking "
-                      "at load is off; the package has cubins for ",
-                      linked.empty() ? std::string("no arch") : linked,
-                      ": link it ahead of time for ", c.arch);
-  }
-  ArchLink a = link_arch(plan, arch, cache);
-  if (a.error)
-    return std::move(*a.error);
-  const CubinSource source = a.cache_hit ? CubinSource::cache : CubinSource::link;
-  return take(std::move(a), source);
+  std::string linked;
+  for (const LinkRecord &l : package.manifest().links)
+    linked += cat(linked.empty() ? "" : ", ", l.arch, " (", l.bridge, ", ", l.dispatcher, ")");
+  return make_error(plan.subject, "no cubin for ", what, " in the package",
+                    stale ? " that matches this runtime" : "",
+                    " or the link cache, and linking "
+                    "at load is off; the package has cubins for ",
+                    linked.empty() ? std::string("no arch") : linked,
+                    ": link it ahead of time for ", c.arch);
 }
 
 } // namespace cudaq_rt

@@ -6,7 +6,7 @@
 // 2. The package is opened (every blob's digest verified) and the link planned exactly as
 //    cudaq-rt-link plans it (link_plan.cpp): the plan is what decides whether the package's own
 //    cubin is still the one this runtime would link, and it is the key into the cache.
-// 3. A cubin: the package's, the cache's, or a link at load (select_cubin.cpp).
+// 3. A cubin: the package's, the local or remote cache's, or a link at load (select_cubin.cpp).
 // 4. Everything the persistent kernel will touch is loaded and resolved before it starts: a
 //    module load, a lazily loaded function, or a synchronous copy issued while it runs can wait
 //    behind it forever (CUDA-Q realtime met this deadlock under CUDA's default lazy loading).
@@ -91,6 +91,7 @@ Expected<std::unique_ptr<Server>> Server::start(const LoadOptions &opt, Gpu &gpu
   r.source = cubin->source;
   r.record = cubin->record;
   r.warnings.insert(r.warnings.end(), cubin->warnings.begin(), cubin->warnings.end());
+  r.notes = cubin->notes;
   r.times.cubin_ms = ms_since(t);
 
   t = Clock::now();

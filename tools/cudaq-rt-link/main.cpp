@@ -33,6 +33,9 @@ json arch_json(const ArchLink &a) {
   json j = {{"arch", a.arch},         {"cache_key", a.key.digest.str()},
             {"key", a.key.to_json()}, {"inputs", a.input_names},
             {"options", a.options},   {"cache_hit", a.cache_hit}};
+  // Where the cubin came from: "link", "cache" (local) or "remote" (the remote cache).
+  if (a.record)
+    j["source"] = a.remote_hit ? "remote" : a.cache_hit ? "cache" : "link";
   // link_ms is the link's own time (on a hit, the run that linked it); time_ms is this run's.
   if (a.record)
     j["cubin"] = {{"digest", a.record->cubin.str()},
@@ -74,8 +77,41 @@ int cache_command(const LinkCache &cache, bool stats, std::optional<uint64_t> pr
                   (unsigned long long)s->hits, (unsigned long long)s->misses,
                   (unsigned long long)s->stores, (unsigned long long)s->evictions,
                   (unsigned long long)s->corrupt);
+    if (!as_json && !s->remote_url.empty())
+      std::printf("remote cache     %s\nremote hits      %llu\nremote misses    %llu "
+                  "(%llu corrupt)\nremote stores    %llu\nremote errors    %llu\n"
+                  "remote bytes     %llu in, %llu out\n",
+                  s->remote_url.c_str(), (unsigned long long)s->remote_hits,
+                  (unsigned long long)s->remote_misses, (unsigned long long)s->remote_corrupt,
+                  (unsigned long long)s->remote_stores, (unsigned long long)s->remote_errors,
+                  (unsigned long long)s->remote_bytes_in, (unsigned long long)s->remote_bytes_out);
   }
   return 0;
+}
+
+// --cache-push: the package's cubins into the remote cache.
+int push_command(const LinkCache &cache, const std::string &package, bool as_json) {
+  auto pushed = push_links(package, cache);
+  if (!pushed)
+    return driver::fail(tool, pushed.error());
+  json out = {{"package", package}, {"pushed", json::array()}};
+  int rc = 0;
+  for (const PushedLink &p : *pushed) {
+    json j = {{"arch", p.arch}, {"cache_key", p.key.str()}, {"bytes", p.bytes}};
+    if (p.error) {
+      j["error"] = p.error->str();
+      rc = driver::fail(tool, *p.error);
+    } else if (!as_json) {
+      std::printf("%s  pushed  %llu bytes  %s\n", p.arch.c_str(), (unsigned long long)p.bytes,
+                  p.key.str().c_str());
+    }
+    out["pushed"].push_back(j);
+  }
+  if (pushed->empty() && !as_json)
+    driver::warn(tool, "'" + package + "': no link records: nothing to push");
+  if (as_json)
+    std::cout << out.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+  return rc;
 }
 } // namespace
 
@@ -91,7 +127,7 @@ int main(int argc, char **argv) {
   std::vector<std::string> archs;
   bool no_cache = false, cache_stats = false, as_json = false;
   bool no_kernels_used = false;
-  std::string cache_dir, save_temps;
+  std::string cache_dir, save_temps, remote_cache, cache_push;
   std::optional<uint64_t> prune;
   std::string prune_text;
 
@@ -137,7 +173,17 @@ int main(int argc, char **argv) {
                  "Link cache directory (default $CUDAQ_RT_CACHE_DIR, "
                  "else $XDG_CACHE_HOME/cudaq-rt)")
       ->group("Cache");
-  app.add_flag("--cache-stats", cache_stats, "Print the cache's size and counters")->group("Cache");
+  app.add_option("--remote-cache", remote_cache,
+                 "Remote link cache: URL[#options] of an HTTP server that stores on PUT (default "
+                 "$CUDAQ_RT_REMOTE_CACHE); options read-only, timeout=D, max-time=D, "
+                 "bearer-env=VAR, basic-env=VAR")
+      ->group("Cache");
+  app.add_flag("--cache-stats", cache_stats,
+               "Print the cache's size and counters, the remote cache's too")
+      ->group("Cache");
+  app.add_option("--cache-push", cache_push,
+                 "Upload the cubins of PKG's link records to the remote cache")
+      ->group("Cache");
   auto *prune_opt = app.add_option("--cache-prune", prune_text,
                                    "Evict least recently used entries down to SIZE bytes "
                                    "(K/M/G suffixes; 0 clears the cache)")
@@ -158,14 +204,22 @@ int main(int argc, char **argv) {
 
   // A dry run reads no entry, so it needs no cache and must not create one.
   std::vector<std::string> cache_warnings;
-  auto cache = open_link_cache(
-      {.dir = cache_dir, .disable = no_cache || (opts.dry_run && !cache_stats && !prune)},
-      cache_warnings);
+  auto cache = open_link_cache({.dir = cache_dir,
+                                .remote = remote_cache,
+                                .disable = no_cache || (opts.dry_run && !cache_stats && !prune)},
+                               cache_warnings);
   if (!cache)
     return driver::fail(tool, cache.error());
   for (const std::string &w : cache_warnings)
     driver::warn(tool, w);
 
+  if (!cache_push.empty()) {
+    if (!package.empty()) {
+      std::fprintf(stderr, "%s: error: --cache-push takes the package: give no other\n", tool);
+      return driver::exit_usage;
+    }
+    return push_command(*cache, cache_push, as_json);
+  }
   if (package.empty()) {
     if (cache_stats || prune) {
       json out = json::object();
@@ -201,6 +255,9 @@ int main(int argc, char **argv) {
   for (const ArchLink &a : report->archs) {
     for (const std::string &w : a.warnings)
       driver::warn(tool, a.arch + ": " + w);
+    if (opts.settings.verbose)
+      for (const std::string &n : a.notes)
+        std::fprintf(stderr, "%s: %s: note: %s\n", tool, a.arch.c_str(), n.c_str());
     if (a.error) {
       std::fprintf(stderr, "%s: error: %s\n", tool, a.error->str().c_str());
       std::istringstream details(a.details);
@@ -236,9 +293,9 @@ int main(int argc, char **argv) {
           std::printf("  input: %s\n", n.c_str());
       } else if (a.record) {
         if (a.cache_hit)
-          std::printf("%s  cached  %llu bytes  %.1f ms (linked in %.1f ms)  %s\n", a.arch.c_str(),
-                      (unsigned long long)a.record->cubin_size, a.time_ms, a.record->link_ms,
-                      a.record->cubin.str().c_str());
+          std::printf("%s  %s  %llu bytes  %.1f ms (linked in %.1f ms)  %s\n", a.arch.c_str(),
+                      a.remote_hit ? "remote" : "cached", (unsigned long long)a.record->cubin_size,
+                      a.time_ms, a.record->link_ms, a.record->cubin.str().c_str());
         else
           std::printf("%s  linked  %llu bytes  %.1f ms  %s\n", a.arch.c_str(),
                       (unsigned long long)a.record->cubin_size, a.record->link_ms,

@@ -178,6 +178,7 @@ int main(int argc, char **argv) {
 
   LoadOptions opts;
   std::string package, call_name, result_text = "hex", calls_file, grid_text, cache_dir;
+  std::string remote_cache;
   std::vector<std::string> args, globals;
   uint64_t bench_count = 0;
   uint32_t inflight = 1;
@@ -220,6 +221,10 @@ int main(int argc, char **argv) {
       ->group("Loading");
   app.add_flag("--no-cache", no_cache, "Neither read nor write the link cache")->group("Loading");
   app.add_option("--cache-dir", cache_dir, "Link cache directory")->group("Loading");
+  app.add_option("--remote-cache", remote_cache,
+                 "Remote link cache: URL[#options] of an HTTP server that stores on PUT "
+                 "(default $CUDAQ_RT_REMOTE_CACHE)")
+      ->group("Loading");
   app.add_option("--stop-timeout", opts.stop_timeout_s,
                  "Seconds to wait for the kernel to stop (default 5)")
       ->group("Loading");
@@ -288,7 +293,7 @@ int main(int argc, char **argv) {
   }
   opts.package = package;
   opts.policy.allow_link = !no_link;
-  opts.cache = {.dir = cache_dir, .disable = no_cache};
+  opts.cache = {.dir = cache_dir, .remote = remote_cache, .disable = no_cache};
 
   // A module that CUDA loads lazily while the persistent kernel runs can deadlock behind it: this
   // process owns its CUDA state, so everything loads eagerly (the load path forces its own module
@@ -325,6 +330,9 @@ int main(int argc, char **argv) {
   Server &s = **server;
   for (const std::string &w : s.report().warnings)
     driver::warn(tool, w);
+  if (verbose)
+    for (const std::string &n : s.report().notes)
+      std::fprintf(stderr, "%s: note: %s\n", tool, n.c_str());
 
   int status = run_exit_ok;
   std::optional<Error> fatal;

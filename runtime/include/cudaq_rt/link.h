@@ -103,6 +103,7 @@ struct ArchLink {
   std::vector<std::string> input_names; // "dispatcher builtin", "bridge loopback #0", "app.o #1"
   std::vector<std::string> options;     // as passed to nvJitLink
   bool cache_hit = false;
+  bool remote_hit = false;          // the hit came from the remote cache
   double time_ms = 0;               // this run: the link, or the cache lookup
   std::optional<LinkRecord> record; // set when it linked (or hit); link_ms is the link's own
   std::vector<uint8_t> cubin;
@@ -110,11 +111,12 @@ struct ArchLink {
   std::optional<Error> error;
   std::string details; // with an error: nvJitLink's log and the inputs, several lines
   std::vector<std::string> warnings;
+  std::vector<std::string> notes; // what the remote cache did, for -v
 };
 
 // The arch's key, and nothing else: what a dry run shows.
 ArchLink describe_arch(const LinkPlan &plan, const TargetArch &arch);
-// Looks the arch up in the cache, else links it; verifies the cubin (arch, dispatch kernel, every
+// Looks the arch up in the cache (local, then remote), else links it; verifies the cubin (arch, dispatch kernel, every
 // handler global) and caches what it linked. Failures are in the result's `error`.
 ArchLink link_arch(const LinkPlan &plan, const TargetArch &arch, const LinkCache &cache);
 // The same, but a cache miss links nothing: the result then has neither a record nor an error.
@@ -151,5 +153,17 @@ struct LinkReport {
 // Errors that stop everything (no package, unknown bridge, bad arch) come back as an Error;
 // per-arch failures are in the report.
 Expected<LinkReport> link_package(const LinkOptions &options, const LinkCache &cache);
+
+// cudaq-rt-link --cache-push: stores the cubin of each of the package's link records in the
+// remote cache under the record's key, as the entry a link would have stored (a CI step that
+// warms a fleet after linking ahead of time).
+struct PushedLink {
+  std::string arch;
+  Digest key;
+  uint64_t bytes = 0;
+  std::optional<Error> error;
+};
+Expected<std::vector<PushedLink>> push_links(const std::filesystem::path &package,
+                                             const LinkCache &cache);
 
 } // namespace cudaq_rt

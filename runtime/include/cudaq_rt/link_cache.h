@@ -6,12 +6,14 @@
 
 #include "cudaq_rt/digest.h"
 #include "cudaq_rt/error.h"
+#include "cudaq_rt/remote_cache.h"
 
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -79,7 +81,14 @@ struct LinkMetadata {
 struct CacheEntry {
   std::vector<uint8_t> cubin;
   LinkMetadata metadata;
+  bool remote = false; // fetched from the remote cache (and copied into the local one)
 };
+
+// The bytes of an entry file, local or remote (the format is in link_cache.cpp), and back: a
+// decoded entry has passed every check the format has, against `key`.
+std::vector<uint8_t> encode_cache_entry(const Digest &key, std::span<const uint8_t> cubin,
+                                        const LinkMetadata &metadata);
+std::optional<CacheEntry> decode_cache_entry(std::string_view file, const Digest &key);
 
 struct CacheConfig {
   static constexpr uint64_t default_max_bytes = uint64_t{256} << 20; // as CUDA_CACHE_MAXSIZE
@@ -116,6 +125,16 @@ struct CacheStats {
   uint64_t evictions = 0;
   uint64_t corrupt = 0; // entries that failed verification and were removed
 
+  // The remote cache (empty url: none), and its counters, kept in the same file.
+  std::string remote_url; // with its options, never a secret
+  uint64_t remote_hits = 0;
+  uint64_t remote_misses = 0;  // corrupt entries included
+  uint64_t remote_corrupt = 0; // entries that failed verification
+  uint64_t remote_stores = 0;
+  uint64_t remote_errors = 0; // failed requests: no answer, timeouts, HTTP errors
+  uint64_t remote_bytes_in = 0;
+  uint64_t remote_bytes_out = 0;
+
   nlohmann::json to_json() const;
 };
 
@@ -124,10 +143,13 @@ struct PruneResult {
   uint64_t bytes = 0;
 };
 
-// What a tool asks for: `dir` (its --cache-dir) overrides $CUDAQ_RT_CACHE_DIR, `disable` (its
-// --no-cache, or a command that reads no entry) leaves the environment unread.
+// What a tool asks for: `dir` (its --cache-dir) overrides $CUDAQ_RT_CACHE_DIR, `remote` (its
+// --remote-cache) overrides $CUDAQ_RT_REMOTE_CACHE, `disable` (its --no-cache, or a command that
+// reads no entry) leaves the environment unread and turns both caches off.
+// CUDAQ_RT_CACHE_DISABLE turns both off too; a local cache with no directory leaves the remote on.
 struct CacheRequest {
   std::filesystem::path dir;
+  std::string remote;
   bool disable = false;
 };
 
@@ -154,6 +176,28 @@ public:
   Status put(const LinkKey &key, std::span<const uint8_t> cubin,
              const LinkMetadata &metadata) const;
 
+  // The remote tier, or null. get() and put() never touch it: link_arch asks it on a local miss
+  // and stores into it after a link, so that a remote entry is checked before it is used.
+  const RemoteCache *remote() const { return remote_.get(); }
+  void set_remote(std::shared_ptr<const RemoteCache> remote) { remote_ = std::move(remote); }
+
+  // What a remote lookup or store found, for the caller to show: `notes` with -v, `warning`
+  // always (the first failure of the process only).
+  struct RemoteLog {
+    std::vector<std::string> notes;
+    std::vector<std::string> warnings;
+  };
+  // The remote entry for `key`, decoded and verified, and accepted by `check` (the checks a fresh
+  // link's cubin gets), then copied into the local cache. Anything else is a miss.
+  using CubinCheck = std::function<std::optional<Error>(std::span<const uint8_t>)>;
+  std::optional<CacheEntry> get_remote(const LinkKey &key, const CubinCheck &check,
+                                       RemoteLog &log) const;
+  // Stores an entry remotely, unless the remote cache is read-only. A failure is a warning.
+  void put_remote(const LinkKey &key, std::span<const uint8_t> cubin, const LinkMetadata &metadata,
+                  RemoteLog &log) const;
+  // Stores an entry's exact bytes remotely: --cache-push, where a failure is an error.
+  Status push_remote(const Digest &key, std::span<const uint8_t> entry) const;
+
   // Counts entries on disk and reads the persistent counters.
   Expected<CacheStats> stats() const;
   // Evicts least recently used entries until at most `target_bytes` remain (0: all of them) and
@@ -164,7 +208,14 @@ private:
   explicit LinkCache(CacheConfig c) : config_(std::move(c)) {}
   std::filesystem::path root() const { return config_.dir / "v1"; }
 
+  // Stores an encoded entry locally.
+  Status put_encoded(const Digest &key, std::span<const uint8_t> bytes) const;
+  // Adds to the persistent counters (when there is a local cache to keep them).
+  struct RemoteCounts;
+  void count_remote(const RemoteCounts &add) const;
+
   CacheConfig config_;
+  std::shared_ptr<const RemoteCache> remote_;
 };
 
 } // namespace cudaq_rt

@@ -13,6 +13,7 @@ class Package;
 enum class CubinSource {
   package, // the package's own link record for this arch, bridge and dispatcher
   cache,   // the link cache, under the key cudaq-rt-link would compute
+  remote,  // the remote link cache, the same key (and copied into the local cache)
   link     // linked at load (and put in the cache)
 };
 // "package", "cache", "link at load".
@@ -30,6 +31,7 @@ struct CubinChoice {
   LinkRecord record;
   double ms = 0; // finding it, or linking it
   std::vector<std::string> warnings;
+  std::vector<std::string> notes; // what the remote cache did, for -v
 };
 
 // Tries the package, then the cache, then (if allowed) a link, for `arch` exactly. A package

@@ -61,6 +61,7 @@ struct LoadReport {
   LaunchShape shape;
   LoadTimes times;
   std::vector<std::string> warnings;
+  std::vector<std::string> notes; // what the remote cache did, for -v
 };
 
 // What would load on a GPU, found the way start() finds it, without loading anything: the
