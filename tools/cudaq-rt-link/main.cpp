@@ -46,6 +46,8 @@ json arch_json(const ArchLink &a) {
     j["error"] = a.error->str();
   if (!a.info_log.empty())
     j["info_log"] = a.info_log;
+  if (!a.notes.empty())
+    j["remote_cache"] = a.notes;
   return j;
 }
 
