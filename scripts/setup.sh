@@ -27,6 +27,8 @@ die() { echo "setup: error: $*" >&2; exit 1; }
 [ -e "$CUDA_HOME/lib64/libnvJitLink.so" ] || [ -e "$CUDA_HOME/lib/libnvJitLink.so" ] \
   || die "'$CUDA_HOME': libnvJitLink.so not found (the nvJitLink component of the CUDA Toolkit)"
 command -v llvm-config-14 >/dev/null || die "llvm-config-14 not found after installing llvm-14-dev"
+# integration.remote_cache serves the remote link cache with nginx's WebDAV PUT.
+/usr/sbin/nginx -V 2>&1 | grep -q http_dav_module || die "nginx has no dav module (integration.remote_cache needs it)"
 /usr/bin/python3 -c 'import jsonschema' || die "python3-jsonschema is not importable by /usr/bin/python3"
 
 # BRIEF §4: the pip-wheel layout keeps libnvvm in lib/, where nvlink's -dlto does not look.
