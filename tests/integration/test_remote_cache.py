@@ -210,6 +210,7 @@ class RemoteCacheTest(unittest.TestCase):
         env.pop("CUDAQ_RT_REMOTE_CACHE", None)
         env.pop("CUDAQ_RT_CACHE_DISABLE", None)
         env["CUDAQ_RT_CACHE_DIR"] = cache
+        env["no_proxy"] = "127.0.0.1"  # libcurl honours http_proxy; the servers are local
         env.update(env_extra or {})
         store = "--store" in args
         args = [a for a in args if a != "--store"]
