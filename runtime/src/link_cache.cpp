@@ -695,6 +695,22 @@ Expected<LinkCache> LinkCache::open(CacheConfig config) {
   if (ec || !fs::is_directory(cache.root(), ec))
     return make_error(cache.root().string(), "cannot create the link cache directory: ",
                       ec ? ec.message() : "not a directory");
+  // Whoever can write an entry decides what code a GPU runs: the cache's own directories must be
+  // real directories, not writable by every user (a shared cache is shared through a group,
+  // cudaq-rt-link(1)). A world-writable directory with the sticky bit (/tmp) still lets anyone
+  // create entries, so it is refused too.
+  for (const fs::path &dir : {cache.config_.dir, cache.root()}) {
+    struct stat st {};
+    if (::lstat(dir.c_str(), &st) != 0)
+      return make_error(dir.string(), "cannot read the link cache directory: ",
+                        std::strerror(errno));
+    if (S_ISLNK(st.st_mode) && dir == cache.root())
+      return make_error(dir.string(), "is a symbolic link: the link cache's own directories "
+                                      "must be directories");
+    if (!S_ISLNK(st.st_mode) && (st.st_mode & S_IWOTH))
+      return make_error(dir.string(), "is writable by every user, who could then plant code "
+                                      "for the GPU: share a cache through a group instead");
+  }
   return cache;
 }
 
