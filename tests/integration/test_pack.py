@@ -5,68 +5,25 @@ Environment (set by ctest): CUDAQ_RT_PACK (the tool), NVCC, CUDAQ_RT_INCLUDE (li
 include directory), CUDAQ_RT_SCHEMA (schemas/manifest.schema.json).
 """
 import concurrent.futures
-import hashlib
 import json
 import os
 import re
 import shutil
 import stat
 import struct
-import subprocess
-import sys
 import tempfile
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import validate_schema  # noqa: E402
+from harness import (HANDLERS, INCLUDE, NVCC, PACK, SCHEMA_PATH, check, elf_sections, fnv1a32,
+                     run, sha256, sha256_file, validate_schema)
 
-PACK = os.environ.get("CUDAQ_RT_PACK", "cudaq-rt-pack")
-NVCC = os.environ.get("NVCC", "nvcc")
-INCLUDE = os.environ.get("CUDAQ_RT_INCLUDE", os.path.join(HERE, "../../libdispatch/include"))
-SCHEMA_PATH = os.environ.get("CUDAQ_RT_SCHEMA", os.path.join(HERE, "../../schemas/manifest.schema.json"))
-HANDLERS = os.path.normpath(os.path.join(HERE, "../../examples/handlers"))
+HERE = os.path.dirname(os.path.abspath(__file__))
 INPUTS = os.path.join(HERE, "pack_inputs")
 
 DEVICE_FLAGS = ["-rdc=true", "-gencode", "arch=compute_80,code=[sm_80,lto_80]", "-I" + INCLUDE,
                 "-std=c++17", "-Xcompiler", "-fPIC"]
 FLAG_ZSTD = 0x8000
 EXAMPLE_HANDLERS = {"sum_i32", "axpy_f32", "parity", "echo"}
-
-
-def fnv1a32(name):
-    h = 2166136261
-    for b in name.encode():
-        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
-    return h
-
-
-def sha256_file(path):
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
-
-
-def elf_sections(data):
-    """{name: (file offset, size)} of an ELF64 little-endian image, from its section headers."""
-    shoff, = struct.unpack_from("<Q", data, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
-    headers = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
-    strtab_off = headers[shstrndx][4]
-    out = {}
-    for name_off, _type, _flags, _addr, off, size in headers:
-        end = data.index(b"\0", strtab_off + name_off)
-        out[data[strtab_off + name_off:end].decode()] = (off, size)
-    return out
-
-
-def run(cmd, **kw):
-    return subprocess.run(cmd, capture_output=True, text=True, **kw)
-
-
-def check(cmd):
-    r = run(cmd)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
 
 
 class PackTest(unittest.TestCase):
@@ -159,7 +116,7 @@ class PackTest(unittest.TestCase):
         self.assertEqual(blobs, sorted(c["digest"][len("sha256:"):] for c in m["containers"]))
         for c in m["containers"]:
             blob = os.path.join(pkg, "blobs", "sha256", c["digest"][len("sha256:"):])
-            self.assertEqual("sha256:" + sha256_file(blob), c["digest"])
+            self.assertEqual(sha256_file(blob), c["digest"])
             self.assertEqual(os.path.getsize(blob), c["size"])
         self.assertEqual(sorted(os.listdir(pkg)), ["blobs", "manifest.json"])
         m["_dir"], m["_stderr"] = pkg, r.stderr
@@ -212,7 +169,7 @@ class PackTest(unittest.TestCase):
         self.assertEqual(src["kind"], "executable")
         self.assertEqual(src["path"], self.path("app"))
         self.assertEqual(src["size"], os.path.getsize(self.path("app")))
-        self.assertEqual(src["digest"], "sha256:" + sha256_file(self.path("app")))
+        self.assertEqual(src["digest"], sha256_file(self.path("app")))
         self.assertEqual(len(m["containers"]), 3)  # arith, decode, bits
         data, sec_off, sec_size = self.relfatbin("app")
         for k, c in enumerate(m["containers"]):
@@ -225,7 +182,7 @@ class PackTest(unittest.TestCase):
             self.assertEqual(o["offset"] % 8, 0)
             # The blob is the section's bytes at that offset, verbatim.
             blob = data[sec_off + o["offset"]:sec_off + o["offset"] + c["size"]]
-            self.assertEqual("sha256:" + hashlib.sha256(blob).hexdigest(), c["digest"])
+            self.assertEqual(sha256(blob), c["digest"])
             self.assertEqual(struct.unpack_from("<I", blob)[0], 0xBA55ED50)
         self.assertEqual(m["containers"][0]["origins"][0]["offset"], 0)
         last = m["containers"][-1]
