@@ -1,8 +1,11 @@
 #include "cudaq_rt/package.h"
 
+#include "cudaq_rt/fatbin.h"
+
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
+#include <map>
 #include <optional>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -15,6 +18,17 @@ namespace {
 
 fs::path blob_relpath(const Digest &d) {
   return fs::path("blobs") / "sha256" / d.hex();
+}
+
+// What a container record says of its entries, against the entries parsed from the verified
+// blob. The strings (options, name) are left out: the manifest stores them with U+FFFD for bytes
+// that are not UTF-8, so they need not round-trip.
+bool same_entry(const EntryRecord &r, const Entry &e) {
+  return r.kind_code == e.kind && r.arch == e.arch && r.version_major == e.version_major &&
+         r.version_minor == e.version_minor && r.flags == e.flags &&
+         r.payload_size == e.payload_size && r.compressed_size == e.compressed_size &&
+         r.uncompressed_size == e.uncompressed_size && r.kind == entry_kind_name(e.kind) &&
+         r.compression == compression_name(e.compression);
 }
 
 } // namespace
@@ -51,13 +65,23 @@ Expected<Package> Package::open(const fs::path &dir) {
   Package p;
   p.dir_ = dir;
   p.manifest_ = std::move(*m);
-  for (const Digest &d : p.referenced_blobs()) {
+  // The digests vouch for the blobs, not for what the manifest says of them: its sizes are
+  // checked here, its entries when a container blob is read.
+  std::map<Digest, uint64_t> sizes;
+  for (const ContainerRecord &c : p.manifest_.containers)
+    sizes.emplace(c.digest, c.size);
+  for (const LinkRecord &l : p.manifest_.links)
+    sizes.emplace(l.cubin, l.cubin_size);
+  for (const auto &[d, size] : sizes) {
     fs::path b = p.blob_path(d);
     auto bst = fs::symlink_status(b, ec);
     if (ec || !fs::exists(bst))
       return make_error(dir.string(), "blob ", d.str(), " named by the manifest is missing");
     if (!fs::is_regular_file(bst))
       return make_error(b.string(), "blob is not a regular file");
+    if (uint64_t actual = fs::file_size(b, ec); ec || actual != size)
+      return make_error(b.string(), "blob is ", actual, " bytes but the manifest says ", size,
+                        " (the package is corrupt or was modified)");
   }
   return p;
 }
@@ -70,6 +94,26 @@ Expected<std::string> Package::read_blob(const Digest &d) const {
   if (sha256(*bytes) != d)
     return make_error(b.string(), "blob does not match its digest ", d.str(),
                       " (the package is corrupt or was modified)");
+  // A container blob is one whole container, as its record describes it: link hands it to
+  // nvJitLink as one FATBIN input, which would ignore a second container.
+  if (const ContainerRecord *c = manifest_.find_container(d)) {
+    auto parsed = split_containers(as_bytes(*bytes), b.string(), "blob");
+    if (!parsed)
+      return std::move(parsed).take_error();
+    if (parsed->size() != 1)
+      return make_error(b.string(), "blob holds ", parsed->size(), " containers, not one");
+    const std::vector<Entry> &entries = parsed->front().entries;
+    if (entries.size() != c->entries.size())
+      return make_error(b.string(), "blob holds ", entries.size(),
+                        " entries but the manifest says ", c->entries.size(),
+                        " (the manifest was modified)");
+    for (size_t k = 0; k < entries.size(); ++k)
+      if (!same_entry(c->entries[k], entries[k]))
+        return make_error(b.string(), "entry ", k, " (", entry_kind_name(entries[k].kind), " sm_",
+                          entries[k].arch, ", ", entries[k].payload_size,
+                          " bytes) is not what the manifest says of it (the manifest was "
+                          "modified)");
+  }
   verified_.insert(d);
   return bytes;
 }
