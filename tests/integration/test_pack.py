@@ -562,6 +562,8 @@ class PackTest(unittest.TestCase):
         self.pack_fails([], None, ["no input files"], status=2)
         self.pack_fails(["--no-such-option", self.path("app")], None, ["--no-such-option"],
                         status=2)
+        line = self.pack_fails(["--no-such\noption", self.path("app")], None, [], status=2)
+        self.assertTrue(line.endswith("not expected: --no-such\\noption"), line)
         self.pack_fails(["--json", self.path("app")], None, ["--json goes with --list"], status=2)
         self.pack_fails(["--list", self.path("app"), self.path("arith.o")], None,
                         ["--list takes one package or binary"], status=2)
