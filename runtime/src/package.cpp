@@ -5,7 +5,6 @@
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
-#include <map>
 #include <optional>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -68,8 +67,11 @@ Expected<Package> Package::open(const fs::path &dir) {
   // The digests vouch for the blobs, not for what the manifest says of them: its sizes are
   // checked here, its entries when a container blob is read.
   std::map<Digest, uint64_t> sizes;
-  for (const ContainerRecord &c : p.manifest_.containers)
+  for (size_t i = 0; i < p.manifest_.containers.size(); ++i) {
+    const ContainerRecord &c = p.manifest_.containers[i];
     sizes.emplace(c.digest, c.size);
+    p.container_at_.emplace(c.digest, i);
+  }
   for (const LinkRecord &l : p.manifest_.links)
     sizes.emplace(l.cubin, l.cubin_size);
   for (const auto &[d, size] : sizes) {
@@ -96,7 +98,8 @@ Expected<std::string> Package::read_blob(const Digest &d) const {
                       " (the package is corrupt or was modified)");
   // A container blob is one whole container, as its record describes it: link hands it to
   // nvJitLink as one FATBIN input, which would ignore a second container.
-  if (const ContainerRecord *c = manifest_.find_container(d)) {
+  if (auto at = container_at_.find(d); at != container_at_.end()) {
+    const ContainerRecord *c = &manifest_.containers[at->second];
     auto parsed = split_containers(as_bytes(*bytes), b.string(), "blob");
     if (!parsed)
       return std::move(parsed).take_error();

@@ -8,6 +8,7 @@
 #include "cudaq_rt/manifest.h"
 
 #include <filesystem>
+#include <map>
 #include <set>
 #include <span>
 
@@ -34,6 +35,7 @@ public:
 private:
   std::filesystem::path dir_;
   Manifest manifest_;
+  std::map<Digest, size_t> container_at_; // digest -> index in manifest_.containers
   mutable std::set<Digest> verified_;
 };
 
