@@ -5,7 +5,7 @@
 set -euo pipefail
 
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-packages=(cmake ninja-build g++ libcli11-dev nlohmann-json3-dev doctest-dev llvm-14-dev
+packages=(cmake ninja-build g++ libcli11-dev nlohmann-json3-dev doctest-dev llvm-14-dev libssl-dev
           mandoc python3 python3-jsonschema clang-format binutils file zstd)
 
 sudo_=""

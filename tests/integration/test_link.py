@@ -7,27 +7,19 @@ Environment (set by ctest): CUDAQ_RT_PACK, CUDAQ_RT_LINK (the tools), NVCC, CUDA
 Every link runs with CUDAQ_RT_CACHE_DIR set to a directory of the test's own.
 """
 import concurrent.futures
-import hashlib
 import json
 import os
 import re
 import shutil
 import struct
 import subprocess
-import sys
 import tempfile
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import validate_schema  # noqa: E402
+from harness import (HANDLERS, INCLUDE, LINK, NVCC, PACK, SCHEMA_PATH, check, cubin_info,
+                     ltoir_entry_offsets, read, run, sha256, snapshot, validate_schema)
 
-PACK = os.environ.get("CUDAQ_RT_PACK", "cudaq-rt-pack")
-LINK = os.environ.get("CUDAQ_RT_LINK", "cudaq-rt-link")
-NVCC = os.environ.get("NVCC", "nvcc")
-INCLUDE = os.environ.get("CUDAQ_RT_INCLUDE", os.path.join(HERE, "../../libdispatch/include"))
-SCHEMA_PATH = os.environ.get("CUDAQ_RT_SCHEMA", os.path.join(HERE, "../../schemas/manifest.schema.json"))
-HANDLERS = os.path.normpath(os.path.join(HERE, "../../examples/handlers"))
+HERE = os.path.dirname(os.path.abspath(__file__))
 INPUTS = os.path.join(HERE, "link_inputs")
 
 DEVICE_FLAGS = ["-rdc=true", "-gencode", "arch=compute_80,code=[sm_80,lto_80]", "-std=c++17",
@@ -36,79 +28,6 @@ KERNEL = "cudaq_rt_unified_dispatch"
 EXAMPLE_HANDLERS = ["axpy_f32", "echo", "parity", "sum_i32"]
 HANDLER_SYMBOLS = ["cudaq_rt_handler__" + h for h in EXAMPLE_HANDLERS]
 EM_CUDA = 190
-KIND_LTOIR = 8
-
-
-def sha256(data):
-    return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-def read(path):
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def run(cmd, env=None):
-    return subprocess.run(cmd, capture_output=True, text=True, env=env)
-
-
-def check(cmd):
-    r = run(cmd)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
-
-
-def snapshot(root, skip=(), dirs=True):
-    """{relative path: sha256 or 'dir'} of everything under root; {} if it does not exist."""
-    out = {}
-    for dirpath, subdirs, files in os.walk(root):
-        for d in subdirs if dirs else ():
-            out[os.path.relpath(os.path.join(dirpath, d), root)] = "dir"
-        for f in files:
-            rel = os.path.relpath(os.path.join(dirpath, f), root)
-            if rel not in skip:
-                out[rel] = sha256(read(os.path.join(dirpath, f)))
-    return out
-
-
-def cubin_info(data):
-    """(e_machine, e_flags, {defined symbol name: type}) of an ELF64 cubin."""
-    assert data[:4] == b"\x7fELF" and data[4] == 2 and data[5] == 1, "not an ELF64 LE file"
-    e_machine, = struct.unpack_from("<H", data, 0x12)
-    e_flags, = struct.unpack_from("<I", data, 0x30)
-    shoff, = struct.unpack_from("<Q", data, 0x28)
-    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
-    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize)
-                for i in range(shnum)]
-    symbols = {}
-    for _name, sh_type, _fl, _addr, off, size, link, _info, _al, entsize in sections:
-        if sh_type != 2:  # SHT_SYMTAB
-            continue
-        stroff = sections[link][4]
-        for k in range(size // entsize):
-            st_name, st_info, _other, st_shndx, _v, _s = struct.unpack_from(
-                "<IBBHQQ", data, off + k * entsize)
-            if st_shndx == 0:  # undefined
-                continue
-            end = data.index(b"\0", stroff + st_name)
-            symbols[data[stroff + st_name:end].decode()] = {1: "object", 2: "func"}.get(
-                st_info & 0xF, "other")
-    return e_machine, e_flags, symbols
-
-
-def ltoir_entry_offsets(container):
-    """Offsets of the LTO-IR entry headers in one fatbin container."""
-    magic, _version, header_size, fat_size = struct.unpack_from("<IHHQ", container, 0)
-    assert magic == 0xBA55ED50
-    out, pos, end = [], header_size, header_size + fat_size
-    while pos < end:
-        kind, = struct.unpack_from("<H", container, pos)
-        entry_header, = struct.unpack_from("<I", container, pos + 4)
-        payload, = struct.unpack_from("<Q", container, pos + 8)
-        if kind == KIND_LTOIR:
-            out.append(pos)
-        pos += entry_header + payload
-    return out
 
 
 class LinkTest(unittest.TestCase):
