@@ -219,8 +219,8 @@ Expected<Inspection> inspect(const std::vector<PackInput> &inputs, const std::st
     for (UnitCode &unit : units) {
       std::set<Digest> unit_digests;
       for (size_t k = 0; k < unit.containers.size(); ++k) {
-        ContainerRecord record = describe_container(unit.containers[k], i, unit.member, k,
-                                                    pin.role, pin.bridge);
+        ContainerRecord record =
+            describe_container(unit.containers[k], i, unit.member, k, pin.role, pin.bridge);
         const Container &c = unit.containers[k];
         const Digest d = record.digest;
         unit_digests.insert(d);

@@ -147,11 +147,11 @@ Expected<std::unique_ptr<Server>> Server::start(const LoadOptions &opt, Gpu &gpu
     if (!g)
       return in(std::move(g).take_error());
     if (!*g)
-      return in(make_error("", "no __device__ global '", v.name,
-                           "' in the linked module (the link keeps a global visible by name only "
+      return in(make_error("", "no __device__ global ", quote(v.name),
+                           " in the linked module (the link keeps a global visible by name only "
                            "when it is exported with CUDAQ_RT_EXPORT_GLOBAL)"));
     if ((*g)->size != v.bytes.size())
-      return in(make_error("", "global '", v.name, "' is ", (*g)->size, " bytes, but ",
+      return in(make_error("", "global ", quote(v.name), " is ", (*g)->size, " bytes, but ",
                            v.bytes.size(), " bytes were given"));
     if (auto st = gpu.copy_to_device((*g)->address, v.bytes); !st)
       return in(std::move(st).take_error());
@@ -161,9 +161,9 @@ Expected<std::unique_ptr<Server>> Server::start(const LoadOptions &opt, Gpu &gpu
   if (!bridge_library)
     return std::move(bridge_library).take_error();
   if (bridge_library->name() != r.bridge)
-    return make_error(bridge_library->path().string(), "bridge library calls itself '",
-                      bridge_library->name(), "', but the module was linked with bridge '",
-                      r.bridge, "' hooks");
+    return make_error(bridge_library->path().string(), "bridge library calls itself ",
+                      quote(bridge_library->name()), ", but the module was linked with bridge ",
+                      quote(r.bridge), " hooks");
   auto bridge = bridge_library->create(opt.bridge_config);
   if (!bridge)
     return std::move(bridge).take_error();
@@ -378,7 +378,7 @@ std::string Server::describe(const InFlight &f) const {
   std::string name = handler_name(f.function_id);
   return cat("request_id ", f.request_id,
              name.empty() ? cat(" (function_id ", hex(f.function_id), ")")
-                          : cat(" (handler '", name, "')"));
+                          : cat(" (handler ", quote(name), ")"));
 }
 
 std::string Server::serving() const {
