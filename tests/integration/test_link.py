@@ -318,6 +318,50 @@ class LinkTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertTrue(os.path.isdir(os.path.join(cache, "v1")))
 
+    def test_a_cache_that_cannot_be_made_or_located_costs_a_warning_not_the_link(self):
+        pkg, cache = self.fresh()
+        blocker = os.path.join(os.path.dirname(cache), "a-file")
+        open(blocker, "w").close()
+        r = run([LINK, pkg, "--arch", "sm_80", "--no-store"],
+                self.env(os.path.join(blocker, "cache")))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stderr, r"^cudaq-rt-link: warning: not using a link cache: '.*/a-file/"
+                                   r"cache/v1': cannot create the link cache directory: ")
+        # No directory at all for a cache: a link goes on, a dry run needs none and says nothing.
+        env = self.env(cache)
+        for k in ("HOME", "XDG_CACHE_HOME", "CUDAQ_RT_CACHE_DIR"):
+            env.pop(k, None)
+        r = run([LINK, pkg, "--arch", "sm_80", "--dry-run"], env)
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        r = run([LINK, pkg, "--arch", "sm_80", "--no-store"], env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stderr.splitlines(),
+                         ["cudaq-rt-link: warning: not using a link cache: no directory for the "
+                          "link cache: set CUDAQ_RT_CACHE_DIR, XDG_CACHE_HOME or HOME, or set "
+                          "CUDAQ_RT_CACHE_DISABLE=1"])
+
+    def test_an_option_that_is_not_utf8_is_refused(self):
+        pkg, _ = self.fresh()
+        r = subprocess.run([os.fsencode(LINK), os.fsencode(pkg), b"--arch", b"sm_80",
+                            b"-X", b"-Xptxas=-O\xff"], capture_output=True,
+                           env=self.env(os.path.join(self.tmp, "utf8-cache")))
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(r.stderr.decode().splitlines(),
+                         [f"cudaq-rt-link: error: '{pkg}': nvJitLink option '-Xptxas=-O\\xff' "
+                          "is not valid UTF-8: a link record could not say what was used"])
+        self.assertEqual(self.manifest(pkg)["links"], [])
+
+    def test_a_cache_hit_reports_this_runs_time_beside_the_links(self):
+        pkg, cache = self.fresh()
+        first = self.link_json(pkg, "--arch", "sm_80", cache=cache)["archs"][0]
+        second = self.link_json(pkg, "--arch", "sm_80", cache=cache)["archs"][0]
+        self.assertTrue(second["cache_hit"])
+        self.assertEqual(second["cubin"]["link_ms"], first["cubin"]["link_ms"])
+        self.assertLess(second["cubin"]["time_ms"], first["cubin"]["link_ms"])
+        r = self.link(pkg, "--arch", "sm_80", cache=cache)
+        self.assertRegex(r.stdout, r"^sm_80  cached  \d+ bytes  [0-9.]+ ms \(linked in [0-9.]+ "
+                                   r"ms\)  sha256:[0-9a-f]{64}$")
+
     def test_cache_stats_with_link_is_one_json_document(self):
         pkg, cache = self.fresh()
         doc = json.loads(self.link(pkg, "--arch", "sm_80", "--json", "--cache-stats",
