@@ -101,8 +101,8 @@ Expected<BridgeLocation> find_bridge(std::string_view name_or_path) {
     return BridgeLocation{stem, path};
   }
   if (!is_bridge_name(name_or_path))
-    return make_error("", "bad bridge name '", name_or_path,
-                      "': use letters, digits, '_' and '-', or a path to a shared library");
+    return make_error("", "bad bridge name ", quote(name_or_path),
+                      ": use letters, digits, '_' and '-', or a path to a shared library");
   std::vector<fs::path> dirs = bridge_search_path();
   const std::string file = bridge_library_file_name(name_or_path);
   for (const fs::path &dir : dirs) {
@@ -111,7 +111,7 @@ Expected<BridgeLocation> find_bridge(std::string_view name_or_path) {
     if (fs::is_regular_file(candidate, ec))
       return BridgeLocation{std::string(name_or_path), candidate};
   }
-  return make_error("", "unknown bridge '", name_or_path, "' (searched: ", join(dirs), ")");
+  return make_error("", "unknown bridge ", quote(name_or_path), " (searched: ", join(dirs), ")");
 }
 
 Expected<BridgeLibrary> BridgeLibrary::open(std::string_view name_or_path) {
@@ -162,8 +162,8 @@ Expected<Bridge> BridgeLibrary::create(const std::string &config) const {
   cudaq_rt_bridge *bridge = nullptr;
   if (ops_->create(config.c_str(), &bridge) != CUDAQ_RT_BRIDGE_OK || !bridge) {
     const char *why = ops_->last_error(nullptr);
-    return make_error(path_.string(), "bridge '", ops_->name,
-                      "': ", why && *why ? why : "create failed");
+    return make_error(path_.string(), "bridge ", quote(ops_->name), ": ",
+                      why && *why ? why : "create failed");
   }
   return Bridge(handle_, ops_, bridge);
 }
@@ -192,12 +192,12 @@ Bridge::~Bridge() {
 
 Error Bridge::error(std::string_view op) const {
   const char *why = ops_->last_error(bridge_);
-  return make_error("", "bridge '", ops_->name, "': ", op, ": ", why && *why ? why : "failed");
+  return make_error("", "bridge ", quote(ops_->name), ": ", op, ": ", why && *why ? why : "failed");
 }
 
 Expected<bool> Bridge::send(std::span<const uint8_t> frame) {
   if (!ops_->send)
-    return make_error("", "bridge '", ops_->name, "' is not fed from the host");
+    return make_error("", "bridge ", quote(ops_->name), " is not fed from the host");
   switch (ops_->send(bridge_, frame.data(), frame.size())) {
   case CUDAQ_RT_BRIDGE_OK:
     return true;
@@ -210,7 +210,7 @@ Expected<bool> Bridge::send(std::span<const uint8_t> frame) {
 
 Expected<std::optional<size_t>> Bridge::receive(std::span<uint8_t> buffer) {
   if (!ops_->receive)
-    return make_error("", "bridge '", ops_->name, "' is not fed from the host");
+    return make_error("", "bridge ", quote(ops_->name), " is not fed from the host");
   size_t size = 0;
   switch (ops_->receive(bridge_, buffer.data(), buffer.size(), &size)) {
   case CUDAQ_RT_BRIDGE_OK:

@@ -33,20 +33,29 @@ ContainerRecord container_record(const Container &c, const Digest &digest, Role 
   return r;
 }
 
+Expected<std::vector<Container>> split_unit(const InputFile &file, const CodeUnit &unit) {
+  const char *what = file.kind() == InputKind::fatbin ? "fatbin" : "section __nv_relfatbin";
+  return split_containers(unit.relfatbin, file.unit_name(unit), what);
+}
+
+ContainerRecord describe_container(const Container &c, size_t source, const std::string &member,
+                                   size_t index, Role role, const std::string &bridge) {
+  ContainerRecord r = container_record(c, sha256(c.bytes), role, bridge);
+  r.origins.push_back({source, member, c.offset, index});
+  return r;
+}
+
 Expected<std::vector<UnitContainer>> read_unit_containers(const InputFile &file,
                                                           const CodeUnit &unit, size_t source,
                                                           Role role, const std::string &bridge) {
-  const char *what = file.kind() == InputKind::fatbin ? "fatbin" : "section __nv_relfatbin";
-  auto containers = split_containers(unit.relfatbin, file.unit_name(unit), what);
+  auto containers = split_unit(file, unit);
   if (!containers)
     return std::move(containers).take_error();
   std::vector<UnitContainer> out;
   out.reserve(containers->size());
   for (size_t k = 0; k < containers->size(); ++k) {
     const Container &c = (*containers)[k];
-    UnitContainer u{c, container_record(c, sha256(c.bytes), role, bridge)};
-    u.record.origins.push_back({source, unit.member, c.offset, k});
-    out.push_back(std::move(u));
+    out.push_back({c, describe_container(c, source, unit.member, k, role, bridge)});
   }
   return out;
 }

@@ -1,10 +1,12 @@
-// SHA-256 through LLVM's Support library, which the tools link for libObject anyway.
+// SHA-256 through OpenSSL's EVP interface. Pack hashes every byte of its inputs (a 218 MB
+// library is 218 MB of SHA-256) and should run at the speed of the disk: libcrypto's assembly
+// uses the CPU's SHA extensions where it has them (1.45 GB/s on one core here), LLVM's portable
+// SHA256 runs at about 300 MB/s. The EVP context is made once per Sha256 and reused by update().
 #include "cudaq_rt/digest.h"
 
-#include <llvm/ADT/ArrayRef.h>
-#include <llvm/ADT/StringRef.h>
-#include <llvm/Support/SHA256.h>
+#include <openssl/evp.h>
 
+#include <cstdlib>
 #include <cstring>
 
 namespace cudaq_rt {
@@ -41,8 +43,25 @@ std::optional<Digest> Digest::parse(std::string_view text) {
   return d;
 }
 
+// A failing EVP call means no SHA-256 at all (an OpenSSL build without it, or no memory):
+// there is nothing to fall back to and no digest to return, so the process stops.
+namespace {
+void check(int ok) {
+  if (ok != 1)
+    std::abort();
+}
+} // namespace
+
 struct Sha256::Impl {
-  llvm::SHA256 h;
+  EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+  Impl() {
+    if (!ctx)
+      std::abort();
+    check(EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr));
+  }
+  ~Impl() { EVP_MD_CTX_free(ctx); }
+  Impl(const Impl &) = delete;
+  Impl &operator=(const Impl &) = delete;
 };
 
 Sha256::Sha256() : impl_(std::make_unique<Impl>()) {}
@@ -51,7 +70,7 @@ Sha256::Sha256(Sha256 &&) noexcept = default;
 Sha256 &Sha256::operator=(Sha256 &&) noexcept = default;
 
 void Sha256::update(std::span<const uint8_t> data) {
-  impl_->h.update(llvm::ArrayRef<uint8_t>(data.data(), data.size()));
+  check(EVP_DigestUpdate(impl_->ctx, data.data(), data.size()));
 }
 void Sha256::update(std::string_view data) {
   update(as_bytes(data));
@@ -67,9 +86,11 @@ void Sha256::field(std::string_view data) {
 }
 
 Digest Sha256::finish() {
-  llvm::StringRef raw = impl_->h.final();
   Digest d;
-  std::memcpy(d.bytes.data(), raw.data(), d.bytes.size());
+  unsigned int size = 0;
+  check(EVP_DigestFinal_ex(impl_->ctx, d.bytes.data(), &size));
+  if (size != d.bytes.size())
+    std::abort();
   return d;
 }
 

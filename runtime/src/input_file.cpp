@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <map>
 
 namespace cudaq_rt {
 namespace {
@@ -166,6 +167,11 @@ Expected<InputFile> InputFile::open(const std::string &path) {
 
   if (auto *archive = llvm::dyn_cast<llvm::object::Archive>(in.map_->binary.get())) {
     in.kind_ = InputKind::archive;
+    // Members may share a name (`ar q` appends, it does not replace): those are named NAME#N,
+    // N counting the members of that name from 1 in archive order (as `ar N` counts them), so
+    // that each unit has a name of its own.
+    std::map<std::string, size_t> seen;
+    std::vector<size_t> occurrence; // parallel to units_
     llvm::Error err = llvm::Error::success();
     for (const llvm::object::Archive::Child &child : archive->children(err)) {
       auto name = child.getName();
@@ -176,6 +182,7 @@ Expected<InputFile> InputFile::open(const std::string &path) {
           llvm::consumeError(member.takeError());
         return make_error(path, "malformed archive member: ", why);
       }
+      size_t nth = ++seen[name->str()];
       auto mbin = llvm::object::createBinary(*member);
       if (!mbin) {
         // Archives may carry non-object members (documentation, LLVM bitcode); skip those.
@@ -190,10 +197,14 @@ Expected<InputFile> InputFile::open(const std::string &path) {
       if (auto st = read_elf(*elf, cat(path, "(", u.member, ")"), u); !st)
         return std::move(st).take_error();
       in.units_.push_back(u);
+      occurrence.push_back(nth);
       in.map_->members.push_back(std::move(*mbin));
     }
     if (err)
       return make_error(path, "malformed archive: ", take_message(std::move(err)));
+    for (size_t i = 0; i < in.units_.size(); ++i)
+      if (seen[in.units_[i].member] > 1)
+        in.units_[i].member += cat("#", occurrence[i]);
     return in;
   }
 

@@ -304,8 +304,8 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
   for (const std::string &a : opt.archs) {
     auto t = parse_arch(a);
     if (!t)
-      return make_error(subject, "unknown arch '", a,
-                        "': expected sm_NN with an optional a or f suffix, e.g. sm_90");
+      return make_error(subject, "unknown arch ", quote(a),
+                        ": expected sm_NN with an optional a or f suffix, e.g. sm_90");
     if (std::none_of(targets.begin(), targets.end(),
                      [&](const TargetArch &x) { return x.str() == t->str(); }))
       targets.push_back(*t);

@@ -644,22 +644,22 @@ Expected<CacheConfig> CacheConfig::from_environment(const Getenv &getenv) {
   if (std::string v = var("CUDAQ_RT_CACHE_DISABLE"); !v.empty()) {
     std::optional<bool> disable = parse_flag(v);
     if (!disable)
-      return make_error("", "CUDAQ_RT_CACHE_DISABLE='", v,
-                        "' is not a boolean: expected 1, true, yes or on to disable the cache, or "
+      return make_error("", "CUDAQ_RT_CACHE_DISABLE=", quote(v),
+                        " is not a boolean: expected 1, true, yes or on to disable the cache, or "
                         "0, false, no or off");
     c.enabled = !*disable;
   }
   if (std::string v = var("CUDAQ_RT_CACHE_MAXSIZE"); !v.empty()) {
     std::optional<uint64_t> size = parse_cache_size(v);
     if (!size)
-      return make_error("", "CUDAQ_RT_CACHE_MAXSIZE='", v,
-                        "' is not a size: expected a number of bytes with an optional K, M or G "
+      return make_error("", "CUDAQ_RT_CACHE_MAXSIZE=", quote(v),
+                        " is not a size: expected a number of bytes with an optional K, M or G "
                         "suffix, such as 512M (0 means no limit)");
     c.max_bytes = *size;
   }
   if (std::string v = var("CUDAQ_RT_CACHE_DIR"); !v.empty()) {
     if (!fs::path(v).is_absolute())
-      return make_error("", "CUDAQ_RT_CACHE_DIR='", v, "' is not an absolute path");
+      return make_error("", "CUDAQ_RT_CACHE_DIR=", quote(v), " is not an absolute path");
     c.dir = v;
   } else if (std::string xdg = var("XDG_CACHE_HOME"); !xdg.empty() && xdg[0] == '/') {
     c.dir = fs::path(xdg) / "cudaq-rt"; // the XDG spec says to ignore relative paths
@@ -742,6 +742,22 @@ Expected<LinkCache> LinkCache::open(CacheConfig config) {
   if (ec || !fs::is_directory(cache.root(), ec))
     return make_error(cache.root().string(), "cannot create the link cache directory: ",
                       ec ? ec.message() : "not a directory");
+  // Whoever can write an entry decides what code a GPU runs: the cache's own directories must be
+  // real directories, not writable by every user (a shared cache is shared through a group,
+  // cudaq-rt-link(1)). A world-writable directory with the sticky bit (/tmp) still lets anyone
+  // create entries, so it is refused too.
+  for (const fs::path &dir : {cache.config_.dir, cache.root()}) {
+    struct stat st {};
+    if (::lstat(dir.c_str(), &st) != 0)
+      return make_error(dir.string(),
+                        "cannot read the link cache directory: ", std::strerror(errno));
+    if (S_ISLNK(st.st_mode) && dir == cache.root())
+      return make_error(dir.string(), "is a symbolic link: the link cache's own directories "
+                                      "must be directories");
+    if (!S_ISLNK(st.st_mode) && (st.st_mode & S_IWOTH))
+      return make_error(dir.string(), "is writable by every user, who could then plant code "
+                                      "for the GPU: share a cache through a group instead");
+  }
   return cache;
 }
 

@@ -203,8 +203,8 @@ Expected<LinkPlan> plan_link(const Package &pkg, const LinkSettings &settings) {
   plan.settings = settings;
   for (const std::string &o : settings.extra_options)
     if (!valid_utf8(o))
-      return make_error(plan.subject, "nvJitLink option '", o,
-                        "' is not valid UTF-8: a link record could not say what was used");
+      return make_error(plan.subject, "nvJitLink option ", quote(o),
+                        " is not valid UTF-8: a link record could not say what was used");
   for (const ContainerRecord &c : m.containers)
     if (c.packed())
       plan.packed.emplace_back(c.digest, c.role, c.bridge);
@@ -219,13 +219,11 @@ Expected<LinkPlan> plan_link(const Package &pkg, const LinkSettings &settings) {
         return std::move(bytes).take_error();
       auto blob = std::make_shared<const std::string>(std::move(*bytes));
       plan.blobs_.push_back(blob);
+      // read_blob checked that the blob is one container as its record says; the checks below
+      // still go by the bytes themselves.
       auto parsed = split_containers(as_bytes(*blob), pkg.blob_path(c.digest).string(), "blob");
       if (!parsed)
         return std::move(parsed).take_error();
-      if (parsed->size() != 1)
-        return make_error(pkg.blob_path(c.digest).string(), "blob holds ", parsed->size(),
-                          " containers, not one");
-      // The checks go by the verified bytes, not by what the manifest says of them.
       std::vector<EntryRecord> entries;
       for (const Entry &e : parsed->front().entries)
         entries.push_back(entry_record(e));
@@ -266,8 +264,8 @@ Expected<LinkPlan> plan_link(const Package &pkg, const LinkSettings &settings) {
       plan.new_containers.push_back(std::move(nc));
   } else {
     if (std::find(custom.begin(), custom.end(), plan.dispatcher) == custom.end())
-      return make_error(plan.subject, "no dispatch kernel '", plan.dispatcher,
-                        "' in the package (it exports ",
+      return make_error(plan.subject, "no dispatch kernel ", quote(plan.dispatcher),
+                        " in the package (it exports ",
                         custom.empty() ? std::string("none") : custom[0],
                         custom.size() > 1 ? ", ..." : "", "; 'builtin' is the unified kernel)");
     plan.kernel = plan.dispatcher;
@@ -340,8 +338,8 @@ Expected<LinkPlan> plan_link(const Package &pkg, const LinkSettings &settings) {
       }
     }
     if (index == 0)
-      return make_error(file->path(), "bridge '", plan.bridge,
-                        "' carries no device code "
+      return make_error(file->path(), "bridge ", quote(plan.bridge),
+                        " carries no device code "
                         "(no __nv_relfatbin): its hooks cannot be linked");
   }
 

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 using nlohmann::json;
@@ -54,7 +55,7 @@ Digest digest(const json &v, const std::string &path) {
     throw Bad{cat(path, ": expected a digest string")};
   auto d = Digest::parse(v.get<std::string>());
   if (!d)
-    throw Bad{cat(path, ": '", v.get<std::string>(), "' is not a sha256:<64 hex> digest")};
+    throw Bad{cat(path, ": ", quote(v.get<std::string>()), " is not a sha256:<64 hex> digest")};
   return *d;
 }
 
@@ -69,7 +70,7 @@ Role role(const json &j, const std::string &path) {
   std::string s = str(j, "role", path);
   auto r = parse_role(s);
   if (!r)
-    throw Bad{cat(path, ".role: unknown role '", s, "'")};
+    throw Bad{cat(path, ".role: unknown role ", quote(s))};
   return *r;
 }
 
@@ -195,9 +196,25 @@ std::string Manifest::to_json_text() const {
 }
 
 Expected<Manifest> Manifest::parse(const std::string &text, const std::string &subject) {
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  // JSON leaves duplicate keys to the reader (RFC 8259 4); nlohmann keeps the last. A manifest
+  // whose "size" says one thing to one reader and another to the next is refused instead.
+  std::vector<std::set<std::string>> keys; // one set per object being parsed
+  std::optional<std::string> duplicate;
+  json::parser_callback_t no_duplicates = [&](int, json::parse_event_t event, json &parsed) {
+    if (event == json::parse_event_t::object_start)
+      keys.emplace_back();
+    else if (event == json::parse_event_t::object_end && !keys.empty())
+      keys.pop_back();
+    else if (event == json::parse_event_t::key && !keys.empty() &&
+             !keys.back().insert(parsed.get<std::string>()).second && !duplicate)
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
+  json j = json::parse(text, no_duplicates, /*allow_exceptions=*/false);
   if (j.is_discarded())
     return make_error(subject, "not valid JSON");
+  if (duplicate)
+    return make_error(subject, "key ", quote(*duplicate), " appears twice in one object");
   Manifest m;
   try {
     if (!j.is_object())
@@ -208,7 +225,7 @@ Expected<Manifest> Manifest::parse(const std::string &text, const std::string &s
                     manifest_format_version, ")")};
     m.name = str(j, "name", "manifest");
     if (!valid_package_name(m.name))
-      throw Bad{cat("name '", m.name, "' is not a valid package name")};
+      throw Bad{cat("name ", quote(m.name), " is not a valid package name")};
     m.created_by = str(j, "created_by", "manifest");
     const json &sources = array(j, "sources", "manifest");
     for (size_t i = 0; i < sources.size(); ++i) {
@@ -223,6 +240,7 @@ Expected<Manifest> Manifest::parse(const std::string &text, const std::string &s
       return static_cast<size_t>(v.get<uint64_t>());
     };
     const json &containers = array(j, "containers", "manifest");
+    std::map<Digest, size_t> container_index;
     for (size_t i = 0; i < containers.size(); ++i) {
       const json &jc = containers[i];
       std::string p = cat("containers[", i, "]");
@@ -235,7 +253,7 @@ Expected<Manifest> Manifest::parse(const std::string &text, const std::string &s
       if (jc.contains("added_by")) {
         c.added_by = str(jc, "added_by", p);
         if (c.added_by != "cudaq-rt-link")
-          throw Bad{cat(p, ".added_by: unknown producer '", c.added_by, "'")};
+          throw Bad{cat(p, ".added_by: unknown producer ", quote(c.added_by))};
       }
       const json &origins = array(jc, "origins", p);
       for (size_t k = 0; k < origins.size(); ++k) {
@@ -274,6 +292,9 @@ Expected<Manifest> Manifest::parse(const std::string &text, const std::string &s
           e.name = str(je, "name", pe);
         c.entries.push_back(std::move(e));
       }
+      if (auto [it, fresh] = container_index.emplace(c.digest, i); !fresh)
+        throw Bad{cat(p, ".digest: ", c.digest.str(), " is also containers[", it->second,
+                      "]'s: one record per container")};
       m.containers.push_back(std::move(c));
     }
     const json &exports = array(j, "exports", "manifest");
@@ -282,7 +303,7 @@ Expected<Manifest> Manifest::parse(const std::string &text, const std::string &s
       ExportEntry e;
       e.name = str(exports[i], "name", p);
       if (!is_c_identifier(e.name))
-        throw Bad{cat(p, ".name: '", e.name, "' is not a C identifier")};
+        throw Bad{cat(p, ".name: ", quote(e.name), " is not a C identifier")};
       e.kind = str(exports[i], "kind", p);
       e.function_id = static_cast<uint32_t>(uint(exports[i], "function_id", p, UINT32_MAX));
       e.symbol = str(exports[i], "symbol", p);

@@ -1,7 +1,16 @@
-// nvJitLink through its C API. Facts this relies on (shared/reference §2): a handle is used by one
-// thread, handles on different threads link in parallel; -arch=sm_NN is required and -lto is
-// needed for LTO-IR; a FATBIN input contributes only its first container; the output is
-// deterministic, which is what makes the link cache sound.
+// nvJitLink through its C API. Facts this relies on, measured with CUDA 13.0's nvJitLink:
+// - A handle is used by one thread. nvJitLink documents no thread safety, but separate handles on
+//   separate threads link in parallel and give identical output (one link of a 3-TU program 251 ms
+//   alone, 255 ms wall for two at once on 2 cores).
+// - -arch=sm_NN is required (nvJitLinkCreate fails with MISSING_ARCH without it); LTO-IR needs
+//   -lto (else LTO_NOT_ENABLED). LTO-IR links for its own arch and every newer one; LTO-IR newer
+//   than the target fails with ARCH_MISMATCH, and LTO-IR from a newer toolkit or another CUDA
+//   major than this nvJitLink is refused.
+// - A FATBIN input contributes only its first container, which is why pack splits them.
+// - The output is deterministic: repeated links, and the same code handed in as LTO-IR, fatbin or
+//   object, give byte-identical cubins. That is what makes the content-addressed link cache sound.
+// - nvJitLink keeps no disk cache of its own (no writes under strace, no speed-up across
+//   handles), so the link cache is ours to keep.
 #include "cudaq_rt/nvjitlink.h"
 
 #include <nvJitLink.h>

@@ -75,9 +75,9 @@ Expected<std::vector<ExportEntry>> resolve_exports(const std::vector<FoundExport
         bool same_code = f.unit != g.unit && (subset(f.unit_containers, g.unit_containers) ||
                                               subset(g.unit_containers, f.unit_containers));
         if (f.record.kind != g.record.kind || !same_code)
-          return make_error(f.unit, export_kind_name(f.record.kind), " '", name,
-                            "' is also exported by '", g.unit,
-                            "' with different code: export names must be unique");
+          return make_error(f.unit, export_kind_name(f.record.kind), " ", quote(name),
+                            " is also exported by ", quote(g.unit),
+                            " with different code: export names must be unique");
       }
       if (std::find(e.sources.begin(), e.sources.end(), f.source) == e.sources.end())
         e.sources.push_back(f.source);
@@ -90,9 +90,9 @@ Expected<std::vector<ExportEntry>> resolve_exports(const std::vector<FoundExport
       continue;
     auto [it, fresh] = by_id.emplace(e.function_id, &e);
     if (!fresh)
-      return make_error(by_name[e.name].front()->unit, "handlers '", it->second->name, "' (in '",
-                        by_name[it->second->name].front()->unit, "') and '", e.name,
-                        "' have the same function_id ", hex(e.function_id),
+      return make_error(by_name[e.name].front()->unit, "handlers ", quote(it->second->name),
+                        " (in ", quote(by_name[it->second->name].front()->unit), ") and ",
+                        quote(e.name), " have the same function_id ", hex(e.function_id),
                         " (FNV-1a collision): rename one of them");
   }
   return out;
@@ -107,6 +107,7 @@ std::vector<std::string> code_warnings(const Manifest &m) {
     std::vector<const ContainerRecord *> containers;
   };
   std::vector<std::pair<std::string, Group>> groups; // keyed by "where|how", in input order
+  std::map<std::string, size_t> group_index;         // key -> place in groups
   auto how_of = [](const ContainerRecord &c, bool plural) {
     std::set<uint32_t> cubins;
     bool ptx = false;
@@ -132,10 +133,10 @@ std::vector<std::string> code_warnings(const Manifest &m) {
     if (c.has_ltoir())
       continue;
     std::string key = where_of(c) + "|" + how_of(c, false);
-    auto it = std::find_if(groups.begin(), groups.end(), [&](auto &g) { return g.first == key; });
-    if (it == groups.end())
-      it = groups.insert(groups.end(), {key, Group{}});
-    it->second.containers.push_back(&c);
+    auto [at, fresh] = group_index.emplace(key, groups.size());
+    if (fresh)
+      groups.push_back({key, Group{}});
+    groups[at->second].second.containers.push_back(&c);
   }
   std::vector<std::string> out;
   for (auto &[key, g] : groups) {
@@ -145,7 +146,7 @@ std::vector<std::string> code_warnings(const Manifest &m) {
     std::string what = one ? cat("container ", first.origins.empty() ? 0 : first.origins[0].index,
                                  " (", first.digest.short_str(), ") has no LTO-IR: it can")
                            : cat(g.containers.size(), " containers have no LTO-IR: they can");
-    out.push_back(cat("'", where_of(first), "': ", what, " only be linked ", how, "; build ",
+    out.push_back(cat(quote(where_of(first)), ": ", what, " only be linked ", how, "; build ",
                       one ? "it" : "them", " with -gencode arch=compute_NN,code=lto_NN"));
   }
   return out;
@@ -174,12 +175,6 @@ Expected<Inspection> inspect(const std::vector<PackInput> &inputs, const std::st
     if (std::any_of(m.sources.begin(), m.sources.end(),
                     [&](const Source &s) { return s.path == abs.string(); }))
       return make_error(pin.path, "is given twice");
-    // The whole file's digest is the longest single piece of work in a pack (SHA-256 of every
-    // byte): it runs on a thread of its own while the containers are split and hashed here.
-    std::future<Digest> file_digest =
-        std::async(std::launch::async, [bytes = in->bytes()] { return sha256(bytes); });
-    m.sources.push_back({abs.string(), input_kind_name(in->kind()), in->bytes().size(), {}});
-
     bool any_relfatbin = false, any_nv_fatbin = false;
     for (const CodeUnit &u : in->units()) {
       any_relfatbin |= u.has_relfatbin;
@@ -194,37 +189,57 @@ Expected<Inspection> inspect(const std::vector<PackInput> &inputs, const std::st
       return make_error(pin.path, "no device code: ", unit, " __nv_relfatbin section");
     }
 
+    // Every header is checked before any byte is hashed: a container that claims more than the
+    // file holds is refused at once, not after gigabytes of SHA-256.
+    struct UnitCode {
+      std::string name, member;
+      std::vector<Container> containers;
+      std::vector<ExportRecord> exports;
+    };
+    std::vector<UnitCode> units;
+    const char *what = in->kind() == InputKind::fatbin ? "fatbin" : relfatbin_what;
     for (const CodeUnit &u : in->units()) {
       if (!u.has_relfatbin)
         continue;
       std::string unit = in->unit_name(u);
-      auto containers = read_unit_containers(*in, u, i, pin.role, pin.bridge);
+      auto containers = split_unit(*in, u);
       if (!containers)
         return std::move(containers).take_error();
+      auto records = parse_export_records(u.exports, unit);
+      if (!records)
+        return std::move(records).take_error();
+      units.push_back({std::move(unit), u.member, std::move(*containers), std::move(*records)});
+    }
+
+    // The whole file's digest is the longest single piece of work in a pack (SHA-256 of every
+    // byte): it runs on a thread of its own while the containers are hashed here.
+    std::future<Digest> file_digest =
+        std::async(std::launch::async, [bytes = in->bytes()] { return sha256(bytes); });
+    m.sources.push_back({abs.string(), input_kind_name(in->kind()), in->bytes().size(), {}});
+    for (UnitCode &unit : units) {
       std::set<Digest> unit_digests;
-      for (UnitContainer &c : *containers) {
-        const Digest d = c.record.digest;
+      for (size_t k = 0; k < unit.containers.size(); ++k) {
+        ContainerRecord record =
+            describe_container(unit.containers[k], i, unit.member, k, pin.role, pin.bridge);
+        const Container &c = unit.containers[k];
+        const Digest d = record.digest;
         unit_digests.insert(d);
         auto [it, fresh] = container_index.emplace(d, m.containers.size());
         if (!fresh) {
           ContainerRecord &rec = m.containers[it->second];
           if (rec.role != pin.role || rec.bridge != pin.bridge)
-            return make_error(unit, in->kind() == InputKind::fatbin ? "fatbin" : relfatbin_what,
-                              ": container ", c.record.origins[0].index, " at offset ",
-                              hex(c.container.offset), " is also packed as ", role_name(rec.role),
-                              " code from '", m.sources[rec.origins[0].source].path,
-                              "': one container cannot play two roles");
-          rec.origins.push_back(c.record.origins[0]);
+            return make_error(unit.name, what, ": container ", k, " at offset ", hex(c.offset),
+                              " is also packed as ", role_name(rec.role), " code from ",
+                              quote(m.sources[rec.origins[0].source].path),
+                              ": one container cannot play two roles");
+          rec.origins.push_back(record.origins[0]);
           continue;
         }
-        out.container_bytes.push_back(c.container.bytes);
-        m.containers.push_back(std::move(c.record));
+        out.container_bytes.push_back(c.bytes);
+        m.containers.push_back(std::move(record));
       }
-      auto records = parse_export_records(u.exports, unit);
-      if (!records)
-        return std::move(records).take_error();
-      for (ExportRecord &r : *records)
-        found.push_back({std::move(r), i, unit, pin.role, unit_digests});
+      for (ExportRecord &r : unit.exports)
+        found.push_back({std::move(r), i, unit.name, pin.role, unit_digests});
     }
     if (pin.role == Role::dispatcher &&
         std::none_of(found.begin(), found.end(), [&](const FoundExport &f) {
@@ -252,8 +267,8 @@ Expected<PackResult> pack(const PackOptions &options) {
     return std::move(inspection).take_error();
   // Only a package needs a name that can be a directory; a listing does not.
   if (!valid_package_name(inspection->manifest.name))
-    return make_error(options.inputs.front().path, "gives no valid package name ('",
-                      inspection->manifest.name, "'): name the package with --name");
+    return make_error(options.inputs.front().path, "gives no valid package name (",
+                      quote(inspection->manifest.name), "): name the package with --name");
   fs::path dir = options.output_dir / (inspection->manifest.name + package_suffix);
   std::error_code ec;
   if (!options.force && fs::exists(fs::symlink_status(dir, ec)))
@@ -301,28 +316,28 @@ std::string format_listing(const Manifest &m, const std::string &what) {
   uint64_t bytes = 0;
   for (const ContainerRecord &c : m.containers)
     bytes += c.size;
-  out << what << ": " << m.sources.size() << " source(s), " << m.containers.size()
+  out << escape(what) << ": " << m.sources.size() << " source(s), " << m.containers.size()
       << " container(s) (" << bytes << " bytes), " << m.exports.size() << " export(s), "
       << m.links.size() << " link(s)\n";
   out << "sources:\n";
   for (size_t i = 0; i < m.sources.size(); ++i)
-    out << "  [" << i << "] " << m.sources[i].path << "  " << m.sources[i].kind << ", "
-        << m.sources[i].size << " bytes, " << m.sources[i].digest.short_str() << "\n";
+    out << "  [" << i << "] " << escape(m.sources[i].path) << "  " << escape(m.sources[i].kind)
+        << ", " << m.sources[i].size << " bytes, " << m.sources[i].digest.short_str() << "\n";
   out << "containers:\n";
   for (const ContainerRecord &c : m.containers) {
     out << "  " << c.digest.short_str() << "  " << c.size << " bytes  " << role_name(c.role);
     if (c.role == Role::bridge)
-      out << " " << c.bridge;
+      out << " " << escape(c.bridge);
     for (const Origin &o : c.origins)
-      out << "  [" << o.source << "]" << (o.member.empty() ? "" : "(" + o.member + ")") << "#"
-          << o.index << "@" << hex(o.offset);
+      out << "  [" << o.source << "]" << (o.member.empty() ? "" : "(" + escape(o.member) + ")")
+          << "#" << o.index << "@" << hex(o.offset);
     if (!c.packed())
       out << "  (added by " << c.added_by << ")";
     out << "\n";
     for (const EntryRecord &e : c.entries) {
-      out << "    " << e.kind << " sm_" << e.arch << "  " << e.payload_size << " bytes";
+      out << "    " << escape(e.kind) << " sm_" << e.arch << "  " << e.payload_size << " bytes";
       if (e.compression != "none")
-        out << " " << e.compression << " (" << e.uncompressed_size << " uncompressed)";
+        out << " " << escape(e.compression) << " (" << e.uncompressed_size << " uncompressed)";
       out << "\n";
     }
   }
@@ -332,10 +347,11 @@ std::string format_listing(const Manifest &m, const std::string &what) {
       by_kind[e.kind].insert(e.arch);
   out << "archs by kind:";
   for (auto &[kind, archs] : by_kind)
-    out << "  " << kind << " " << arch_list(std::vector<uint32_t>(archs.begin(), archs.end()));
+    out << "  " << escape(kind) << " "
+        << arch_list(std::vector<uint32_t>(archs.begin(), archs.end()));
   out << "\nexports:\n";
   for (const ExportEntry &e : m.exports) {
-    out << "  " << e.kind << " " << e.name;
+    out << "  " << escape(e.kind) << " " << escape(e.name);
     if (e.kind == "handler")
       out << "  function_id " << hex(e.function_id);
     out << "  " << role_name(e.role) << "\n";
@@ -343,9 +359,10 @@ std::string format_listing(const Manifest &m, const std::string &what) {
   if (!m.links.empty()) {
     out << "links:\n";
     for (const LinkRecord &l : m.links)
-      out << "  " << l.arch << "  " << l.mode << "  bridge " << (l.bridge.empty() ? "-" : l.bridge)
-          << "  dispatcher " << l.dispatcher << "  cubin " << l.cubin.short_str() << " ("
-          << l.cubin_size << " bytes)  nvJitLink " << l.nvjitlink_version << "\n";
+      out << "  " << escape(l.arch) << "  " << escape(l.mode) << "  bridge "
+          << (l.bridge.empty() ? "-" : escape(l.bridge)) << "  dispatcher " << escape(l.dispatcher)
+          << "  cubin " << l.cubin.short_str() << " (" << l.cubin_size << " bytes)  nvJitLink "
+          << escape(l.nvjitlink_version) << "\n";
   }
   return out.str();
 }

@@ -1,5 +1,7 @@
 #include "cudaq_rt/package.h"
 
+#include "cudaq_rt/fatbin.h"
+
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
@@ -50,6 +52,17 @@ Expected<std::optional<Manifest>> read_manifest(int fd, const fs::path &dir) {
   return std::optional<Manifest>(std::move(*m));
 }
 
+// What a container record says of its entries, against the entries parsed from the verified
+// blob. The strings (options, name) are left out: the manifest stores them with U+FFFD for bytes
+// that are not UTF-8, so they need not round-trip.
+bool same_entry(const EntryRecord &r, const Entry &e) {
+  return r.kind_code == e.kind && r.arch == e.arch && r.version_major == e.version_major &&
+         r.version_minor == e.version_minor && r.flags == e.flags &&
+         r.payload_size == e.payload_size && r.compressed_size == e.compressed_size &&
+         r.uncompressed_size == e.uncompressed_size && r.kind == entry_kind_name(e.kind) &&
+         r.compression == compression_name(e.compression);
+}
+
 } // namespace
 
 fs::path Package::blob_path(const Digest &d) const {
@@ -92,6 +105,16 @@ Expected<Package> Package::open(const fs::path &dir) {
     if (!*m)
       return make_error(dir.string(), "not a package: no manifest.json");
     p.manifest_ = std::move(**m);
+    // The digests vouch for the blobs, not for what the manifest says of them: its sizes are
+    // checked here, its entries when a container blob is read.
+    std::map<Digest, uint64_t> sizes;
+    for (size_t i = 0; i < p.manifest_.containers.size(); ++i) {
+      const ContainerRecord &c = p.manifest_.containers[i];
+      sizes.emplace(c.digest, c.size);
+      p.container_at_.emplace(c.digest, i);
+    }
+    for (const LinkRecord &l : p.manifest_.links)
+      sizes.emplace(l.cubin, l.cubin_size);
     fs::path blobs = dir / "blobs" / "sha256";
     int err = 0;
     if (int b = open_directory_at(fd, "blobs"); b >= 0) {
@@ -104,12 +127,16 @@ Expected<Package> Package::open(const fs::path &dir) {
     if (p.blobs_fd_ < 0 && err != ENOENT)
       return make_error(blobs.string(), "cannot open the blob directory: ",
                         err == ELOOP ? "a symbolic link" : std::strerror(err));
-    for (const Digest &d : p.referenced_blobs()) {
+    for (const auto &[d, size] : sizes) {
       struct stat st;
       if (p.blobs_fd_ < 0 || ::fstatat(p.blobs_fd_, d.hex().c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
         return make_error(dir.string(), "blob ", d.str(), " named by the manifest is missing");
       if (!S_ISREG(st.st_mode))
         return make_error(p.blob_path(d).string(), "blob is not a regular file");
+      if (static_cast<uint64_t>(st.st_size) != size)
+        return make_error(p.blob_path(d).string(), "blob is ", st.st_size,
+                          " bytes but the manifest says ", size,
+                          " (the package is corrupt or was modified)");
     }
     return p;
   }
@@ -119,7 +146,8 @@ Expected<Package> Package::open(const fs::path &dir) {
 
 Package::Package(Package &&o) noexcept
     : dir_(std::move(o.dir_)), manifest_(std::move(o.manifest_)), dir_fd_(o.dir_fd_),
-      blobs_fd_(o.blobs_fd_), verified_(std::move(o.verified_)) {
+      blobs_fd_(o.blobs_fd_), container_at_(std::move(o.container_at_)),
+      verified_(std::move(o.verified_)) {
   o.dir_fd_ = o.blobs_fd_ = -1;
 }
 
@@ -158,6 +186,27 @@ Expected<std::string> Package::read_blob(const Digest &d) const {
   if (sha256(*bytes) != d)
     return make_error(b.string(), "blob does not match its digest ", d.str(),
                       " (the package is corrupt or was modified)");
+  // A container blob is one whole container, as its record describes it: link hands it to
+  // nvJitLink as one FATBIN input, which would ignore a second container.
+  if (auto at = container_at_.find(d); at != container_at_.end()) {
+    const ContainerRecord *c = &manifest_.containers[at->second];
+    auto parsed = split_containers(as_bytes(*bytes), b.string(), "blob");
+    if (!parsed)
+      return std::move(parsed).take_error();
+    if (parsed->size() != 1)
+      return make_error(b.string(), "blob holds ", parsed->size(), " containers, not one");
+    const std::vector<Entry> &entries = parsed->front().entries;
+    if (entries.size() != c->entries.size())
+      return make_error(b.string(), "blob holds ", entries.size(),
+                        " entries but the manifest says ", c->entries.size(),
+                        " (the manifest was modified)");
+    for (size_t k = 0; k < entries.size(); ++k)
+      if (!same_entry(c->entries[k], entries[k]))
+        return make_error(b.string(), "entry ", k, " (", entry_kind_name(entries[k].kind), " sm_",
+                          entries[k].arch, ", ", entries[k].payload_size,
+                          " bytes) is not what the manifest says of it (the manifest was "
+                          "modified)");
+  }
   verified_.insert(d);
   return bytes;
 }
@@ -218,15 +267,15 @@ Expected<PackageWriter> PackageWriter::create(const fs::path &final_dir) {
 Status PackageWriter::add_blob(const Digest &d, std::span<const uint8_t> bytes) {
   if (!written_.insert(d).second)
     return Status::ok();
-  // The temporary directory is renamed whole, so each blob needs no rename of its own; one
-  // fsync per file before the directory's rename makes the package durable.
+  // The temporary directory is renamed whole, so each blob needs no rename of its own; commit()
+  // makes them all durable with one syncfs before the rename, not one fsync per blob (an archive
+  // of 20,000 members would spend most of its pack in fsync).
   fs::path p = tmp_.path() / blob_relpath(d);
   FILE *f = std::fopen(p.c_str(), "wbx");
   if (!f)
     return make_error(p.string(), "cannot create: ", std::strerror(errno));
   bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
   ok = std::fflush(f) == 0 && ok;
-  ok = ::fsync(::fileno(f)) == 0 && ok;
   int err = errno;
   ok = std::fclose(f) == 0 && ok;
   if (!ok)
@@ -265,7 +314,17 @@ Status PackageWriter::commit(const Manifest &m, bool replace) {
   std::string text = m.to_json_text();
   if (auto st = write_file_atomic(tmp_.path() / "manifest.json", as_bytes(text)); !st)
     return st;
-  if (auto st = fsync_path(tmp_.path() / "blobs" / "sha256"); !st)
+  // Every blob's bytes reach the disk before the package appears under its name.
+  const fs::path blobs = tmp_.path() / "blobs" / "sha256";
+  int fd = ::open(blobs.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0 || ::syncfs(fd) != 0) {
+    int err = errno;
+    if (fd >= 0)
+      ::close(fd);
+    return make_error(blobs.string(), "cannot sync: ", std::strerror(err));
+  }
+  ::close(fd);
+  if (auto st = fsync_path(blobs); !st)
     return st;
   return tmp_.commit(final_dir_, replace);
 }

@@ -43,10 +43,12 @@
 
 #include <curl/curl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cstring>
 #include <mutex>
+#include <optional>
 
 namespace cudaq_rt {
 namespace {

@@ -46,6 +46,45 @@ double ms_since(Clock::time_point t0) {
 constexpr size_t control_bytes = 4096;
 constexpr size_t stats_offset = 64;
 
+// Steps 1 and 2, which start() and preview_load() share: the GPU, the package and its plan, the
+// cache, the arch to find a cubin for.
+struct Prepared {
+  GpuDevice device;
+  Package package;
+  LinkPlan plan;
+  LinkCache cache;
+  TargetArch arch;
+  std::vector<std::string> warnings;
+  double context_ms = 0;
+  double open_ms = 0;
+};
+
+Expected<Prepared> prepare(const LoadOptions &opt, Gpu &gpu) {
+  auto t = Clock::now();
+  auto device = gpu.open(opt.device);
+  if (!device)
+    return std::move(device).take_error();
+  const double context_ms = ms_since(t);
+  t = Clock::now();
+  auto package = Package::open(opt.package);
+  if (!package)
+    return std::move(package).take_error();
+  auto plan = plan_link(*package, opt.link);
+  if (!plan)
+    return std::move(plan).take_error();
+  const double open_ms = ms_since(t);
+  std::vector<std::string> warnings;
+  auto cache = open_link_cache(opt.cache, warnings);
+  if (!cache)
+    return std::move(cache).take_error();
+  auto arch = parse_arch(device->arch());
+  if (!arch)
+    return make_error("", "GPU ", device->ordinal, " (", device->name, ") reports sm_", device->sm,
+                      ", which no link can target");
+  return Prepared{*device, std::move(*package), std::move(*plan), std::move(*cache),
+                  *arch,   std::move(warnings), context_ms,       open_ms};
+}
+
 } // namespace
 
 Expected<std::unique_ptr<Server>> Server::start(const LoadOptions &opt, Gpu &gpu) {
@@ -55,37 +94,21 @@ Expected<std::unique_ptr<Server>> Server::start(const LoadOptions &opt, Gpu &gpu
   s->stop_timeout_s_ = opt.stop_timeout_s;
   const std::string subject = opt.package.string();
 
+  auto ready = prepare(opt, gpu);
+  if (!ready)
+    return std::move(ready).take_error();
+  const LinkPlan &plan = ready->plan;
+  r.device = ready->device;
+  r.times.context_ms = ready->context_ms;
+  r.times.open_ms = ready->open_ms;
+  r.bridge = plan.bridge;
+  r.dispatcher = plan.dispatcher;
+  r.kernel = plan.kernel;
+  r.handlers = plan.handlers;
+  r.warnings = ready->warnings;
+
   auto t = Clock::now();
-  auto device = gpu.open(opt.device);
-  if (!device)
-    return std::move(device).take_error();
-  r.device = *device;
-  r.times.context_ms = ms_since(t);
-
-  t = Clock::now();
-  auto package = Package::open(opt.package);
-  if (!package)
-    return std::move(package).take_error();
-  auto plan = plan_link(*package, opt.link);
-  if (!plan)
-    return std::move(plan).take_error();
-  r.bridge = plan->bridge;
-  r.dispatcher = plan->dispatcher;
-  r.kernel = plan->kernel;
-  r.handlers = plan->handlers;
-  r.times.open_ms = ms_since(t);
-
-  t = Clock::now();
-  std::vector<std::string> cache_warnings;
-  auto cache = open_link_cache(opt.cache, cache_warnings);
-  if (!cache)
-    return std::move(cache).take_error();
-  r.warnings = cache_warnings;
-  auto arch = parse_arch(r.device.arch());
-  if (!arch)
-    return make_error("", "GPU ", r.device.ordinal, " (", r.device.name, ") reports sm_",
-                      r.device.sm, ", which no link can target");
-  auto cubin = select_cubin(*package, *plan, *arch, *cache, opt.policy);
+  auto cubin = select_cubin(ready->package, plan, ready->arch, ready->cache, opt.policy);
   if (!cubin)
     return std::move(cubin).take_error();
   r.source = cubin->source;
@@ -148,11 +171,11 @@ Expected<std::unique_ptr<Server>> Server::start(const LoadOptions &opt, Gpu &gpu
     if (!g)
       return in(std::move(g).take_error());
     if (!*g)
-      return in(make_error("", "no __device__ global '", v.name,
-                           "' in the linked module (the link keeps a global visible by name only "
+      return in(make_error("", "no __device__ global ", quote(v.name),
+                           " in the linked module (the link keeps a global visible by name only "
                            "when it is exported with CUDAQ_RT_EXPORT_GLOBAL)"));
     if ((*g)->size != v.bytes.size())
-      return in(make_error("", "global '", v.name, "' is ", (*g)->size, " bytes, but ",
+      return in(make_error("", "global ", quote(v.name), " is ", (*g)->size, " bytes, but ",
                            v.bytes.size(), " bytes were given"));
     if (auto st = gpu.copy_to_device((*g)->address, v.bytes); !st)
       return in(std::move(st).take_error());
@@ -162,9 +185,9 @@ Expected<std::unique_ptr<Server>> Server::start(const LoadOptions &opt, Gpu &gpu
   if (!bridge_library)
     return std::move(bridge_library).take_error();
   if (bridge_library->name() != r.bridge)
-    return make_error(bridge_library->path().string(), "bridge library calls itself '",
-                      bridge_library->name(), "', but the module was linked with bridge '",
-                      r.bridge, "' hooks");
+    return make_error(bridge_library->path().string(), "bridge library calls itself ",
+                      quote(bridge_library->name()), ", but the module was linked with bridge ",
+                      quote(r.bridge), " hooks");
   auto bridge = bridge_library->create(opt.bridge_config);
   if (!bridge)
     return std::move(bridge).take_error();
@@ -200,35 +223,23 @@ Expected<std::unique_ptr<Server>> Server::start(const LoadOptions &opt, Gpu &gpu
 }
 
 Expected<LoadPreview> preview_load(const LoadOptions &opt, Gpu &gpu) {
+  auto ready = prepare(opt, gpu);
+  if (!ready)
+    return std::move(ready).take_error();
   LoadPreview p;
   p.package = opt.package;
-  auto device = gpu.open(opt.device);
-  if (!device)
-    return std::move(device).take_error();
-  p.device = *device;
-  auto package = Package::open(opt.package);
-  if (!package)
-    return std::move(package).take_error();
-  auto plan = plan_link(*package, opt.link);
-  if (!plan)
-    return std::move(plan).take_error();
-  p.bridge = plan->bridge;
-  p.dispatcher = plan->dispatcher;
-  p.handlers = plan->handlers;
-  p.links = package->manifest().links;
-  auto cache = open_link_cache(opt.cache, p.warnings);
-  if (!cache)
-    return std::move(cache).take_error();
-  auto arch = parse_arch(p.device.arch());
-  if (!arch) {
-    p.why_not = cat("GPU ", p.device.ordinal, " reports sm_", p.device.sm);
-    return p;
-  }
-  auto found = select_cubin(*package, *plan, *arch, *cache, {.allow_link = false, .store = false});
+  p.device = ready->device;
+  p.bridge = ready->plan.bridge;
+  p.dispatcher = ready->plan.dispatcher;
+  p.handlers = ready->plan.handlers;
+  p.links = ready->package.manifest().links;
+  p.warnings = ready->warnings;
+  auto found = select_cubin(ready->package, ready->plan, ready->arch, ready->cache,
+                            {.allow_link = false, .store = false});
   if (found) {
     p.source = found->source;
     p.warnings.insert(p.warnings.end(), found->warnings.begin(), found->warnings.end());
-  } else if (auto st = plan->check_target(*arch); opt.policy.allow_link && st) {
+  } else if (auto st = ready->plan.check_target(ready->arch); opt.policy.allow_link && st) {
     p.source = CubinSource::link;
   } else {
     p.why_not = st ? found.error().str() : st.error().str();
@@ -379,7 +390,7 @@ std::string Server::describe(const InFlight &f) const {
   std::string name = handler_name(f.function_id);
   return cat("request_id ", f.request_id,
              name.empty() ? cat(" (function_id ", hex(f.function_id), ")")
-                          : cat(" (handler '", name, "')"));
+                          : cat(" (handler ", quote(name), ")"));
 }
 
 std::string Server::serving() const {

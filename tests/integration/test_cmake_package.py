@@ -15,19 +15,16 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import validate_schema  # noqa: E402
+from harness import NVCC, check, fnv1a32, validate_schema
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD_DIR = os.environ.get("CUDAQ_RT_BUILD_DIR", os.path.join(HERE, "../../build"))
 CMAKE = os.environ.get("CMAKE_COMMAND", "cmake")
 NINJA = os.environ.get("CMAKE_MAKE_PROGRAM", "ninja")
-NVCC = os.environ.get("NVCC", "nvcc")
 # The installed tree's own compile and link flags: a sanitizer build of cudaq-rt needs the
 # outside program built the same way, or the sanitizer runtime does not load first.
 CXX_FLAGS = os.environ.get("CUDAQ_RT_CXX_FLAGS", "")
@@ -37,20 +34,6 @@ PROJECT = os.path.join(HERE, "outside_project")
 HANDLERS = {"negate_i32", "xor_bytes"}
 DISPATCHER = "outside_ping_dispatch"
 ARCHS = {"sm_80", "sm_90"}
-
-
-def fnv1a32(name):
-    h = 2166136261
-    for b in name.encode():
-        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
-    return h
-
-
-def run(cmd, **kw):
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
-    if proc.returncode != 0:
-        raise AssertionError("%s failed (%d):\n%s" % (" ".join(cmd), proc.returncode, proc.stdout))
-    return proc.stdout
 
 
 class CMakePackage(unittest.TestCase):
@@ -65,13 +48,13 @@ class CMakePackage(unittest.TestCase):
         # The build step must find the bridge in the prefix and use its own cache.
         for var in ("CUDAQ_RT_BRIDGE_PATH", "CUDAQ_RT_CACHE_DIR", "CUDAQ_RT_CACHE_DISABLE"):
             cls.env.pop(var, None)
-        run([CMAKE, "--install", BUILD_DIR, "--prefix", cls.prefix])
-        run([CMAKE, "-S", cls.source, "-B", cls.build, "-G", "Ninja",
+        check([CMAKE, "--install", BUILD_DIR, "--prefix", cls.prefix])
+        check([CMAKE, "-S", cls.source, "-B", cls.build, "-G", "Ninja",
              "-DCMAKE_MAKE_PROGRAM=" + NINJA, "-DCMAKE_CUDA_COMPILER=" + NVCC,
              "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_PREFIX_PATH=" + cls.prefix,
              "-DCMAKE_CXX_FLAGS=" + CXX_FLAGS, "-DCMAKE_EXE_LINKER_FLAGS=" + EXE_LINKER_FLAGS],
             env=cls.env)
-        cls.first_build = run([CMAKE, "--build", cls.build], env=cls.env)
+        cls.first_build = check([CMAKE, "--build", cls.build], env=cls.env)
         cls.package = os.path.join(cls.build, "packages", "outside.cudaqpkg")
         cls.manifest_path = os.path.join(cls.package, "manifest.json")
 
@@ -133,7 +116,7 @@ class CMakePackage(unittest.TestCase):
                          os.path.join(os.path.realpath(self.prefix), "lib/cudaq-rt/bridges"))
         self.assertTrue(os.path.isfile(os.path.join(searched[0], "libcudaq_rt_bridge_loopback.so")))
         # The runtime library, linked from outside: it loads, and searches next to the program.
-        out = run([os.path.join(self.build, "bridge_path")], env=self.env)
+        out = check([os.path.join(self.build, "bridge_path")], env=self.env)
         self.assertIn(os.path.join(self.tmp, "lib/cudaq-rt/bridges"), out)
 
     def test_3b_packages_without_a_dispatch_kernel(self):
@@ -157,19 +140,19 @@ class CMakePackage(unittest.TestCase):
 
     def test_4_rebuild(self):
         def step_pending():
-            out = run([NINJA, "-C", self.build, "-n", "-d", "explain"], env=self.env)
+            out = check([NINJA, "-C", self.build, "-n", "-d", "explain"], env=self.env)
             return "manifest.json" in out, out
 
         pending, out = step_pending()
         self.assertFalse(pending, out)
         before = os.stat(self.manifest_path).st_mtime_ns
-        out = run([CMAKE, "--build", self.build], env=self.env)
+        out = check([CMAKE, "--build", self.build], env=self.env)
         self.assertNotIn("Packing", out)
         self.assertEqual(os.stat(self.manifest_path).st_mtime_ns, before)
 
         time.sleep(1.1)  # file systems with one-second mtimes
         os.utime(os.path.join(self.source, "handlers.cu"))
-        out = run([CMAKE, "--build", self.build], env=self.env)
+        out = check([CMAKE, "--build", self.build], env=self.env)
         self.assertIn("Packing outside_app", out)
         self.assertGreater(os.stat(self.manifest_path).st_mtime_ns, before)
         # Linked again for both archs, from the cache (the device code did not change).

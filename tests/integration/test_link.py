@@ -7,27 +7,19 @@ Environment (set by ctest): CUDAQ_RT_PACK, CUDAQ_RT_LINK (the tools), NVCC, CUDA
 Every link runs with CUDAQ_RT_CACHE_DIR set to a directory of the test's own.
 """
 import concurrent.futures
-import hashlib
 import json
 import os
 import re
 import shutil
 import struct
 import subprocess
-import sys
 import tempfile
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import validate_schema  # noqa: E402
+from harness import (HANDLERS, INCLUDE, LINK, NVCC, PACK, SCHEMA_PATH, check, cubin_info,
+                     ltoir_entry_offsets, read, run, sha256, snapshot, validate_schema)
 
-PACK = os.environ.get("CUDAQ_RT_PACK", "cudaq-rt-pack")
-LINK = os.environ.get("CUDAQ_RT_LINK", "cudaq-rt-link")
-NVCC = os.environ.get("NVCC", "nvcc")
-INCLUDE = os.environ.get("CUDAQ_RT_INCLUDE", os.path.join(HERE, "../../libdispatch/include"))
-SCHEMA_PATH = os.environ.get("CUDAQ_RT_SCHEMA", os.path.join(HERE, "../../schemas/manifest.schema.json"))
-HANDLERS = os.path.normpath(os.path.join(HERE, "../../examples/handlers"))
+HERE = os.path.dirname(os.path.abspath(__file__))
 INPUTS = os.path.join(HERE, "link_inputs")
 
 DEVICE_FLAGS = ["-rdc=true", "-gencode", "arch=compute_80,code=[sm_80,lto_80]", "-std=c++17",
@@ -36,79 +28,6 @@ KERNEL = "cudaq_rt_unified_dispatch"
 EXAMPLE_HANDLERS = ["axpy_f32", "echo", "parity", "sum_i32"]
 HANDLER_SYMBOLS = ["cudaq_rt_handler__" + h for h in EXAMPLE_HANDLERS]
 EM_CUDA = 190
-KIND_LTOIR = 8
-
-
-def sha256(data):
-    return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-def read(path):
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def run(cmd, env=None):
-    return subprocess.run(cmd, capture_output=True, text=True, env=env)
-
-
-def check(cmd):
-    r = run(cmd)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
-
-
-def snapshot(root, skip=(), dirs=True):
-    """{relative path: sha256 or 'dir'} of everything under root; {} if it does not exist."""
-    out = {}
-    for dirpath, subdirs, files in os.walk(root):
-        for d in subdirs if dirs else ():
-            out[os.path.relpath(os.path.join(dirpath, d), root)] = "dir"
-        for f in files:
-            rel = os.path.relpath(os.path.join(dirpath, f), root)
-            if rel not in skip:
-                out[rel] = sha256(read(os.path.join(dirpath, f)))
-    return out
-
-
-def cubin_info(data):
-    """(e_machine, e_flags, {defined symbol name: type}) of an ELF64 cubin."""
-    assert data[:4] == b"\x7fELF" and data[4] == 2 and data[5] == 1, "not an ELF64 LE file"
-    e_machine, = struct.unpack_from("<H", data, 0x12)
-    e_flags, = struct.unpack_from("<I", data, 0x30)
-    shoff, = struct.unpack_from("<Q", data, 0x28)
-    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
-    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize)
-                for i in range(shnum)]
-    symbols = {}
-    for _name, sh_type, _fl, _addr, off, size, link, _info, _al, entsize in sections:
-        if sh_type != 2:  # SHT_SYMTAB
-            continue
-        stroff = sections[link][4]
-        for k in range(size // entsize):
-            st_name, st_info, _other, st_shndx, _v, _s = struct.unpack_from(
-                "<IBBHQQ", data, off + k * entsize)
-            if st_shndx == 0:  # undefined
-                continue
-            end = data.index(b"\0", stroff + st_name)
-            symbols[data[stroff + st_name:end].decode()] = {1: "object", 2: "func"}.get(
-                st_info & 0xF, "other")
-    return e_machine, e_flags, symbols
-
-
-def ltoir_entry_offsets(container):
-    """Offsets of the LTO-IR entry headers in one fatbin container."""
-    magic, _version, header_size, fat_size = struct.unpack_from("<IHHQ", container, 0)
-    assert magic == 0xBA55ED50
-    out, pos, end = [], header_size, header_size + fat_size
-    while pos < end:
-        kind, = struct.unpack_from("<H", container, pos)
-        entry_header, = struct.unpack_from("<I", container, pos + 4)
-        payload, = struct.unpack_from("<Q", container, pos + 8)
-        if kind == KIND_LTOIR:
-            out.append(pos)
-        pos += entry_header + payload
-    return out
 
 
 class LinkTest(unittest.TestCase):
@@ -398,6 +317,50 @@ class LinkTest(unittest.TestCase):
                  os.path.relpath(cache)], env)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertTrue(os.path.isdir(os.path.join(cache, "v1")))
+
+    def test_a_cache_that_cannot_be_made_or_located_costs_a_warning_not_the_link(self):
+        pkg, cache = self.fresh()
+        blocker = os.path.join(os.path.dirname(cache), "a-file")
+        open(blocker, "w").close()
+        r = run([LINK, pkg, "--arch", "sm_80", "--no-store"],
+                self.env(os.path.join(blocker, "cache")))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stderr, r"^cudaq-rt-link: warning: not using a link cache: '.*/a-file/"
+                                   r"cache/v1': cannot create the link cache directory: ")
+        # No directory at all for a cache: a link goes on, a dry run needs none and says nothing.
+        env = self.env(cache)
+        for k in ("HOME", "XDG_CACHE_HOME", "CUDAQ_RT_CACHE_DIR"):
+            env.pop(k, None)
+        r = run([LINK, pkg, "--arch", "sm_80", "--dry-run"], env)
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        r = run([LINK, pkg, "--arch", "sm_80", "--no-store"], env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stderr.splitlines(),
+                         ["cudaq-rt-link: warning: not using a link cache: no directory for the "
+                          "link cache: set CUDAQ_RT_CACHE_DIR, XDG_CACHE_HOME or HOME, or set "
+                          "CUDAQ_RT_CACHE_DISABLE=1"])
+
+    def test_an_option_that_is_not_utf8_is_refused(self):
+        pkg, _ = self.fresh()
+        r = subprocess.run([os.fsencode(LINK), os.fsencode(pkg), b"--arch", b"sm_80",
+                            b"-X", b"-Xptxas=-O\xff"], capture_output=True,
+                           env=self.env(os.path.join(self.tmp, "utf8-cache")))
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(r.stderr.decode().splitlines(),
+                         [f"cudaq-rt-link: error: '{pkg}': nvJitLink option '-Xptxas=-O\\xff' "
+                          "is not valid UTF-8: a link record could not say what was used"])
+        self.assertEqual(self.manifest(pkg)["links"], [])
+
+    def test_a_cache_hit_reports_this_runs_time_beside_the_links(self):
+        pkg, cache = self.fresh()
+        first = self.link_json(pkg, "--arch", "sm_80", cache=cache)["archs"][0]
+        second = self.link_json(pkg, "--arch", "sm_80", cache=cache)["archs"][0]
+        self.assertTrue(second["cache_hit"])
+        self.assertEqual(second["cubin"]["link_ms"], first["cubin"]["link_ms"])
+        self.assertLess(second["cubin"]["time_ms"], first["cubin"]["link_ms"])
+        r = self.link(pkg, "--arch", "sm_80", cache=cache)
+        self.assertRegex(r.stdout, r"^sm_80  cached  \d+ bytes  [0-9.]+ ms \(linked in [0-9.]+ "
+                                   r"ms\)  sha256:[0-9a-f]{64}$")
 
     def test_cache_stats_with_link_is_one_json_document(self):
         pkg, cache = self.fresh()

@@ -5,68 +5,26 @@ Environment (set by ctest): CUDAQ_RT_PACK (the tool), NVCC, CUDAQ_RT_INCLUDE (li
 include directory), CUDAQ_RT_SCHEMA (schemas/manifest.schema.json).
 """
 import concurrent.futures
-import hashlib
 import json
 import os
 import re
 import shutil
 import stat
 import struct
-import subprocess
-import sys
 import tempfile
+import time
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import validate_schema  # noqa: E402
+from harness import (HANDLERS, INCLUDE, NVCC, PACK, SCHEMA_PATH, check, elf_sections, fnv1a32,
+                     run, sha256, sha256_file, validate_schema)
 
-PACK = os.environ.get("CUDAQ_RT_PACK", "cudaq-rt-pack")
-NVCC = os.environ.get("NVCC", "nvcc")
-INCLUDE = os.environ.get("CUDAQ_RT_INCLUDE", os.path.join(HERE, "../../libdispatch/include"))
-SCHEMA_PATH = os.environ.get("CUDAQ_RT_SCHEMA", os.path.join(HERE, "../../schemas/manifest.schema.json"))
-HANDLERS = os.path.normpath(os.path.join(HERE, "../../examples/handlers"))
+HERE = os.path.dirname(os.path.abspath(__file__))
 INPUTS = os.path.join(HERE, "pack_inputs")
 
 DEVICE_FLAGS = ["-rdc=true", "-gencode", "arch=compute_80,code=[sm_80,lto_80]", "-I" + INCLUDE,
                 "-std=c++17", "-Xcompiler", "-fPIC"]
 FLAG_ZSTD = 0x8000
 EXAMPLE_HANDLERS = {"sum_i32", "axpy_f32", "parity", "echo"}
-
-
-def fnv1a32(name):
-    h = 2166136261
-    for b in name.encode():
-        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
-    return h
-
-
-def sha256_file(path):
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
-
-
-def elf_sections(data):
-    """{name: (file offset, size)} of an ELF64 little-endian image, from its section headers."""
-    shoff, = struct.unpack_from("<Q", data, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
-    headers = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
-    strtab_off = headers[shstrndx][4]
-    out = {}
-    for name_off, _type, _flags, _addr, off, size in headers:
-        end = data.index(b"\0", strtab_off + name_off)
-        out[data[strtab_off + name_off:end].decode()] = (off, size)
-    return out
-
-
-def run(cmd, **kw):
-    return subprocess.run(cmd, capture_output=True, text=True, **kw)
-
-
-def check(cmd):
-    r = run(cmd)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
 
 
 class PackTest(unittest.TestCase):
@@ -96,6 +54,7 @@ class PackTest(unittest.TestCase):
              h("main.cpp"), "-o", t("app_nordc")],
             ["c++", h("main.cpp"), "-o", t("app_nodevice")],
             ["cc", "-c", i("empty_relfatbin.S"), "-o", t("empty_relfatbin.o")],
+            ["cc", "-c", i("tiny_container.S"), "-o", t("tiny.o")],
         ]
         objs = [t("arith.o"), t("decode.o"), t("bits.o")]
         link = ["-rdc=true", "-gencode", "arch=compute_80,code=[sm_80,lto_80]"]
@@ -108,6 +67,13 @@ class PackTest(unittest.TestCase):
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as ex:
             list(ex.map(check, first))
             list(ex.map(check, second))
+        # Members of one name (ar q appends, it does not replace): the same code twice, and
+        # different code under one name.
+        for d, obj in (("one", "arith.o"), ("two", "arith.o"), ("three", "arith_nocompress.o")):
+            os.mkdir(t(d))
+            shutil.copy(t(obj), t(f"{d}/same.o"))
+        check(["ar", "qc", t("libsame.a"), t("one/same.o"), t("two/same.o")])
+        check(["ar", "qc", t("libsamediff.a"), t("one/same.o"), t("three/same.o")])
         shutil.copy(t("app"), t("app_stripped"))
         check(["strip", t("app_stripped")])
         with open(t("notes.txt"), "w") as f:
@@ -159,7 +125,7 @@ class PackTest(unittest.TestCase):
         self.assertEqual(blobs, sorted(c["digest"][len("sha256:"):] for c in m["containers"]))
         for c in m["containers"]:
             blob = os.path.join(pkg, "blobs", "sha256", c["digest"][len("sha256:"):])
-            self.assertEqual("sha256:" + sha256_file(blob), c["digest"])
+            self.assertEqual(sha256_file(blob), c["digest"])
             self.assertEqual(os.path.getsize(blob), c["size"])
         self.assertEqual(sorted(os.listdir(pkg)), ["blobs", "manifest.json"])
         m["_dir"], m["_stderr"] = pkg, r.stderr
@@ -212,7 +178,7 @@ class PackTest(unittest.TestCase):
         self.assertEqual(src["kind"], "executable")
         self.assertEqual(src["path"], self.path("app"))
         self.assertEqual(src["size"], os.path.getsize(self.path("app")))
-        self.assertEqual(src["digest"], "sha256:" + sha256_file(self.path("app")))
+        self.assertEqual(src["digest"], sha256_file(self.path("app")))
         self.assertEqual(len(m["containers"]), 3)  # arith, decode, bits
         data, sec_off, sec_size = self.relfatbin("app")
         for k, c in enumerate(m["containers"]):
@@ -225,7 +191,7 @@ class PackTest(unittest.TestCase):
             self.assertEqual(o["offset"] % 8, 0)
             # The blob is the section's bytes at that offset, verbatim.
             blob = data[sec_off + o["offset"]:sec_off + o["offset"] + c["size"]]
-            self.assertEqual("sha256:" + hashlib.sha256(blob).hexdigest(), c["digest"])
+            self.assertEqual(sha256(blob), c["digest"])
             self.assertEqual(struct.unpack_from("<I", blob)[0], 0xBA55ED50)
         self.assertEqual(m["containers"][0]["origins"][0]["offset"], 0)
         last = m["containers"][-1]
@@ -281,6 +247,24 @@ class PackTest(unittest.TestCase):
                          ["arith.o", "decode.o", "bits.o"])
         self.assertEqual([c["origins"][0]["index"] for c in m["containers"]], [0, 0, 0])
         self.assert_example_exports(m, sources=[0])
+
+    def test_archive_members_of_one_name(self):
+        # Identical code under one member name twice is one set of exports, not a clash; each
+        # member is named by its place among those of its name, as `ar N` counts them.
+        m = self.pack(self.path("libsame.a"))
+        self.assertEqual([o["member"] for o in m["containers"][0]["origins"]],
+                         ["same.o#1", "same.o#2"])
+        self.assertEqual(len(m["containers"]), 1)
+        self.assertEqual({e["name"]: e["sources"] for e in m["exports"]},
+                         {"sum_i32": [0], "axpy_f32": [0]})
+        lib = self.path("libsamediff.a")
+        self.pack_fails([lib], f"{lib}(same.o#2)",
+                        [f"handler 'axpy_f32' is also exported by '{lib}(same.o#1)' with "
+                         "different code"])
+        # Names that do not repeat stay as they are.
+        m = self.pack(self.path("libhandlers.a"))
+        self.assertEqual([c["origins"][0]["member"] for c in m["containers"]],
+                         ["arith.o", "decode.o", "bits.o"])
 
     def test_raw_fatbin(self):
         obj = self.pack(self.path("arith.o"))
@@ -436,12 +420,150 @@ class PackTest(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         self.assertIn(f"cudaq-rt-pack: error: '{blob}': blob does not match its digest", r.stderr)
 
+    def test_names_are_escaped_in_messages(self):
+        # A newline would split the one-line message; escape sequences would be obeyed by the
+        # terminal; bytes that are not UTF-8 are shown as such.
+        f = os.path.join(os.fsencode(self.tmp), b"no\nsuch\x1b[31m\xff'.o")
+        line = self.pack_fails([f], None, [])
+        self.assertEqual(line, f"cudaq-rt-pack: error: '{self.tmp}/no\\nsuch\\x1b[31m\\xff\\'.o': "
+                         "cannot open: No such file or directory")
+
+    def test_list_escapes_what_a_tampered_manifest_says(self):
+        m = self.pack(self.path("libhandlers.a"), "--bridge", "b", self.path("bridge.o"))
+        path = os.path.join(m["_dir"], "manifest.json")
+        with open(path) as f:
+            doc = json.load(f)
+        doc["sources"][0]["path"] = "/x\x1b]0;owned\x07\nfake: line\x9b31m"
+        doc["containers"][0]["origins"][0]["member"] = "m\x1b[2J.o"
+        doc["containers"][3]["bridge"] = "b\rB"
+        os.chmod(path, 0o644)
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        r = run([PACK, "--list", m["_dir"]])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual([c for c in r.stdout if ord(c) < 0x20 and c != "\n" or
+                          0x7f <= ord(c) < 0xa0], [])
+        self.assertIn("  [0] /x\\x1b]0;owned\\x07\\nfake: line\\xc2\\x9b31m  archive, ", r.stdout)
+        self.assertIn("  [0](m\\x1b[2J.o)#0@0x0", r.stdout)
+        self.assertIn(" bridge b\\rB  [1]#0@0x0", r.stdout)
+
+    def test_list_refuses_what_the_digests_cannot_check(self):
+        m = self.pack(self.path("arith.o"))
+        path = os.path.join(m["_dir"], "manifest.json")
+        os.chmod(path, 0o644)
+        with open(path) as f:
+            text = f.read()
+        blob = os.path.join(m["_dir"], "blobs", "sha256", m["containers"][0]["digest"][7:])
+
+        def listing_fails(doc_text, message):
+            with open(path, "w") as f:
+                f.write(doc_text)
+            r = run([PACK, "--list", m["_dir"]])
+            self.assertEqual((r.returncode, r.stdout), (1, ""), r.stdout)
+            self.assertEqual(r.stderr, f"cudaq-rt-pack: error: {message}\n")
+
+        # A duplicate key: one reader would take the first "size", another the last.
+        size = f'"size": {m["containers"][0]["size"]}'
+        self.assertEqual(text.count(size), 1)
+        listing_fails(text.replace(size, size + ', "size": 16'),
+                      f"'{path}': key 'size' appears twice in one object")
+        # A size no blob has, printed as if it were one.
+        doc = json.loads(text)
+        doc["containers"][0]["size"] = 2**64 - 1
+        listing_fails(json.dumps(doc), f"'{blob}': blob is {m['containers'][0]['size']} bytes "
+                      f"but the manifest says {2**64 - 1} (the package is corrupt or was "
+                      "modified)")
+        doc = json.loads(text)
+        doc["containers"][0]["entries"][0]["payload_size"] = 2**64 - 1
+        e = m["containers"][0]["entries"][0]
+        listing_fails(json.dumps(doc), f"'{blob}': entry 0 ({e['kind']} sm_80, "
+                      f"{e['payload_size']} bytes) is not what the manifest says of it (the "
+                      "manifest was modified)")
+        # Two records of one container.
+        doc = json.loads(text)
+        doc["containers"].append(doc["containers"][0])
+        listing_fails(json.dumps(doc), f"'{path}': containers[1].digest: "
+                      f"{m['containers'][0]['digest']} is also containers[0]'s: one record per "
+                      "container")
+
+    def test_list_refuses_a_blob_of_two_containers(self):
+        # A blob whose digest matches, holding two containers: link would hand nvJitLink the
+        # first only. The manifest is rewritten to name the doubled blob.
+        m = self.pack(self.path("arith.o"))
+        c = m["containers"][0]
+        old = os.path.join(m["_dir"], "blobs", "sha256", c["digest"][7:])
+        with open(old, "rb") as f:
+            two = f.read() * 2
+        new = os.path.join(m["_dir"], "blobs", "sha256", sha256(two)[7:])
+        with open(new, "wb") as f:
+            f.write(two)
+        path = os.path.join(m["_dir"], "manifest.json")
+        with open(path) as f:
+            doc = json.load(f)
+        doc["containers"][0].update(digest=sha256(two), size=len(two))
+        os.chmod(path, 0o644)
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        r = run([PACK, "--list", m["_dir"]])
+        self.assertEqual((r.returncode, r.stdout), (1, ""))
+        self.assertEqual(r.stderr, f"cudaq-rt-pack: error: '{new}': blob holds 2 containers, "
+                         "not one\n")
+
+    # --- scale ----------------------------------------------------------------------------------
+
+    def tiny_archive(self, name, n):
+        """An archive of n members, each one distinct container of one cubin entry header (no
+        LTO-IR, so every member draws a warning: the warnings are grouped per member)."""
+        obj = self.read("tiny.o")
+        off, size = elf_sections(obj)["__nv_relfatbin"]
+        out = [b"!<arch>\n"]
+        for i in range(n):
+            member = bytearray(obj)
+            struct.pack_into("<I", member, off + 16 + 0x30, i)  # a reserved field: distinct code
+            header = (f"m{i}.o/".ljust(16) + "0".ljust(12) + "0".ljust(6) + "0".ljust(6) +
+                      "644".ljust(8) + str(len(member)).ljust(10) + "`\n").encode()
+            out += [header, bytes(member), b"\n" * (len(member) % 2)]
+        return self.write(name, b"".join(out))
+
+    def test_large_archive_in_linear_time(self):
+        def seconds(path):
+            best = None
+            for _ in range(2):
+                t0 = time.monotonic()
+                r = run([PACK, "--list", path])
+                t = time.monotonic() - t0
+                self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+                best = t if best is None else min(best, t)
+            return best
+        small, large = 2000, 40000
+        t_small = seconds(self.tiny_archive("small.a", small))
+        t_large = seconds(self.tiny_archive("large.a", large))
+        # Twenty times the members: about twenty times the time if linear, 400 if quadratic.
+        self.assertLess(t_large, 2 * (large / small) * t_small + 0.5, (t_small, t_large))
+
+    def test_a_container_claiming_more_than_the_file_fails_before_hashing(self):
+        # A sparse 8 GiB fatbin whose header claims more: refused by its header at once, not
+        # after the whole file has been hashed (several seconds at any hashing speed).
+        f = self.path("huge.fatbin")
+        with open(f, "wb") as out:
+            out.write(struct.pack("<IHHQ", 0xBA55ED50, 1, 16, 2**40))
+            out.truncate(8 << 30)
+        try:
+            t0 = time.monotonic()
+            self.pack_fails([f], f, [f"fatbin: container 0 at offset 0x0 claims {2**40} bytes "
+                                     f"but {(8 << 30) - 16} remain"])
+            self.assertLess(time.monotonic() - t0, 2.0)
+        finally:
+            os.remove(f)
+
     # --- usage errors ---------------------------------------------------------------------------
 
     def test_usage_errors(self):
         self.pack_fails([], None, ["no input files"], status=2)
         self.pack_fails(["--no-such-option", self.path("app")], None, ["--no-such-option"],
                         status=2)
+        line = self.pack_fails(["--no-such\noption", self.path("app")], None, [], status=2)
+        self.assertTrue(line.endswith("not expected: --no-such\\noption"), line)
         self.pack_fails(["--json", self.path("app")], None, ["--json goes with --list"], status=2)
         self.pack_fails(["--list", self.path("app"), self.path("arith.o")], None,
                         ["--list takes one package or binary"], status=2)

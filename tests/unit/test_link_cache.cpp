@@ -650,3 +650,43 @@ TEST_CASE("a shared cache's names cannot make a user write or remove files elsew
   }
   CHECK(slurp(victim) == "a file of the user's");
 }
+
+TEST_CASE("a cache whose directories anyone can write, or whose v1 is a link, is not used") {
+  ScratchDir tmp;
+  auto open_error = [](const fs::path &dir) {
+    CacheConfig config;
+    config.dir = dir;
+    auto cache = LinkCache::open(config);
+    return cache ? std::string("(opened)") : cache.error().str();
+  };
+  fs::path open_to_all = tmp.path / "open";
+  fs::create_directories(open_to_all);
+  ::chmod(open_to_all.c_str(), 0777);
+  CHECK(open_error(open_to_all) == "'" + open_to_all.string() +
+                                       "': is writable by every user, who could then plant code "
+                                       "for the GPU: share a cache through a group instead");
+  // The group-shared layout the man page describes is fine.
+  fs::path group = tmp.path / "group";
+  fs::create_directories(group / "v1");
+  ::chmod(group.c_str(), 02775);
+  ::chmod((group / "v1").c_str(), 02775);
+  CHECK(open_error(group) == "(opened)");
+
+  fs::path elsewhere = tmp.path / "elsewhere";
+  fs::create_directories(elsewhere);
+  fs::path linked = tmp.path / "linked";
+  fs::create_directories(linked);
+  fs::create_directory_symlink(elsewhere, linked / "v1");
+  CHECK(open_error(linked) == "'" + (linked / "v1").string() +
+                                  "': is a symbolic link: the link cache's own directories must "
+                                  "be directories");
+
+  // The tools go on without a cache, and say why.
+  std::vector<std::string> warnings;
+  auto cache = open_link_cache({.dir = open_to_all, .disable = false}, warnings);
+  REQUIRE(cache);
+  CHECK_FALSE(cache->config().enabled);
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].rfind("not using a link cache: '" + open_to_all.string() + "': is writable",
+                          0) == 0);
+}

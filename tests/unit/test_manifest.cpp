@@ -248,6 +248,24 @@ TEST_CASE("parse errors name the field") {
   CHECK(error_after([](json &j) { j.erase("links"); }) == "'m.json': manifest: missing \"links\"");
 }
 
+TEST_CASE("what JSON and the digests leave open is refused") {
+  // A duplicate key, at the top and deep inside: nlohmann would keep the last silently.
+  std::string text = full_manifest().to_json().dump();
+  std::string twice = "{\"name\":\"other\"," + text.substr(1);
+  CHECK(error_of(twice) == "'m.json': key 'name' appears twice in one object");
+  std::string size = "\"size\":4984";
+  REQUIRE(text.find(size) != std::string::npos);
+  std::string deep = text;
+  deep.replace(deep.find(size), size.size(), size + ",\"size\":16");
+  CHECK(error_of(deep) == "'m.json': key 'size' appears twice in one object");
+  // The same key in different objects is fine.
+  CHECK(Manifest::parse(text, "m.json"));
+  // Two records of one container.
+  CHECK(error_after([](json &j) { j["containers"][1]["digest"] = j["containers"][0]["digest"]; }) ==
+        "'m.json': containers[1].digest: " + d("container0").str() +
+            " is also containers[0]'s: one record per container");
+}
+
 TEST_CASE("parse never throws, whatever the JSON") {
   json base = full_manifest().to_json();
   const json odd[] = {nullptr,

@@ -5,6 +5,7 @@
 #include "scratch_dir.h"
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <optional>
 #include <sys/stat.h>
@@ -27,7 +28,18 @@ void write(const fs::path &p, const std::string &text) {
   std::ofstream(p, std::ios::binary) << text;
 }
 
-const std::string blob_a = "container A bytes", blob_b = "container B bytes";
+// A fatbin container with no entries: a container blob must be one whole container.
+std::string empty_container(uint16_t version) {
+  std::string c(16, '\0');
+  const uint32_t magic = 0xBA55ED50;
+  const uint16_t header_size = 16;
+  std::memcpy(c.data(), &magic, 4);
+  std::memcpy(c.data() + 4, &version, 2);
+  std::memcpy(c.data() + 6, &header_size, 2);
+  return c;
+}
+
+const std::string blob_a = empty_container(1), blob_b = empty_container(2);
 
 Manifest manifest_for(const std::string &name, std::initializer_list<std::string> blobs) {
   Manifest m;
@@ -172,7 +184,9 @@ TEST_CASE("a tampered blob is detected on read and is not carried into a new pac
   auto p = Package::open(dir);
   REQUIRE(p);
   fs::path a = p->blob_path(sha256(blob_a));
-  write(a, "container A bytez"); // same size, one byte changed
+  std::string changed = blob_a;
+  changed[5] ^= 1; // same size, one byte changed
+  write(a, changed);
   auto bytes = p->read_blob(sha256(blob_a));
   REQUIRE_FALSE(bytes);
   const std::string tampered = "'" + a.string() + "': blob does not match its digest " +
@@ -295,4 +309,92 @@ TEST_CASE("the lock file is never reached through a symbolic link") {
   REQUIRE_FALSE(l);
   CHECK(l.error().str() == "'" + lock.string() + "': is a symbolic link, not a regular file");
   CHECK_FALSE(fs::exists(fs::symlink_status(target)));
+}
+
+TEST_CASE("what the manifest says of a blob is checked against the blob") {
+  ScratchDir s;
+  fs::path dir = s.path / "app.cudaqpkg";
+  // A container with one 64-byte entry header and 8 payload bytes.
+  std::string one = empty_container(1);
+  one.resize(16 + 64 + 8);
+  const uint64_t fat_size = 64 + 8, payload = 8;
+  const uint32_t entry_header = 64, arch = 80;
+  const uint16_t kind = 2;
+  std::memcpy(one.data() + 8, &fat_size, 8);
+  std::memcpy(one.data() + 16, &kind, 2);
+  std::memcpy(one.data() + 16 + 4, &entry_header, 4);
+  std::memcpy(one.data() + 16 + 8, &payload, 8);
+  std::memcpy(one.data() + 16 + 0x1C, &arch, 4);
+  Manifest m = manifest_for("app", {one});
+  EntryRecord e;
+  e.kind = "cubin";
+  e.kind_code = 2;
+  e.arch = 80;
+  e.compression = "none";
+  e.payload_size = 8;
+  m.containers[0].entries = {e};
+  auto commit = [&](const std::string &blob, const Manifest &manifest) {
+    fs::remove_all(dir);
+    auto w = PackageWriter::create(dir);
+    REQUIRE(w);
+    REQUIRE(w->add_blob(sha256(blob), as_bytes(blob)));
+    REQUIRE(w->commit(manifest, false));
+    return dir / "blobs" / "sha256" / sha256(blob).hex();
+  };
+
+  SUBCASE("as written, it reads") {
+    commit(one, m);
+    auto p = Package::open(dir);
+    REQUIRE(p);
+    CHECK(p->read_blob(sha256(one)));
+  }
+  SUBCASE("a size that is not the blob's") {
+    m.containers[0].size = UINT64_MAX;
+    fs::path b = commit(one, m);
+    auto p = Package::open(dir);
+    REQUIRE_FALSE(p);
+    CHECK(p.error().str() == "'" + b.string() + "': blob is 88 bytes but the manifest says " +
+                                 std::to_string(UINT64_MAX) +
+                                 " (the package is corrupt or was modified)");
+  }
+  SUBCASE("an entry that is not the blob's") {
+    m.containers[0].entries[0].payload_size = UINT64_MAX;
+    fs::path b = commit(one, m);
+    auto p = Package::open(dir);
+    REQUIRE(p);
+    auto bytes = p->read_blob(sha256(one));
+    REQUIRE_FALSE(bytes);
+    CHECK(bytes.error().str() == "'" + b.string() +
+                                     "': entry 0 (cubin sm_80, 8 bytes) is not what the manifest "
+                                     "says of it (the manifest was modified)");
+    m.containers[0].entries[0].payload_size = 8;
+    m.containers[0].entries.push_back(e);
+    commit(one, m);
+    auto q = Package::open(dir);
+    REQUIRE(q);
+    CHECK(q->read_blob(sha256(one)).error().str() ==
+          "'" + b.string() +
+              "': blob holds 1 entries but the manifest says 2 (the manifest was "
+              "modified)");
+  }
+  SUBCASE("two containers in one blob") {
+    std::string two = one + one;
+    Manifest m2 = manifest_for("app", {two});
+    m2.containers[0].entries = {e};
+    fs::path b = commit(two, m2);
+    auto p = Package::open(dir);
+    REQUIRE(p);
+    auto bytes = p->read_blob(sha256(two));
+    REQUIRE_FALSE(bytes);
+    CHECK(bytes.error().str() == "'" + b.string() + "': blob holds 2 containers, not one");
+  }
+  SUBCASE("a blob that is no container") {
+    std::string junk = "not a fatbin container";
+    fs::path b = commit(junk, manifest_for("app", {junk}));
+    auto p = Package::open(dir);
+    REQUIRE(p);
+    CHECK(p->read_blob(sha256(junk)).error().str() ==
+          "'" + b.string() + "': blob: container 0 at offset 0x0: bad magic 0x20746f6e (expected " +
+              "0xba55ed50)");
+  }
 }

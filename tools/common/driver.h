@@ -36,7 +36,8 @@ inline int parse(const char *tool, CLI::App &app, int argc, char **argv) {
   } catch (const CLI::Success &e) { // --help, --version
     return app.exit(e);
   } catch (const CLI::ParseError &e) {
-    std::fprintf(stderr, "%s: error: %s\n", tool, e.what());
+    // CLI11 quotes the arguments it did not expect as they came: escaped, they keep it one line.
+    std::fprintf(stderr, "%s: error: %s\n", tool, escape(e.what()).c_str());
     std::fprintf(stderr, "Run '%s --help' for usage.\n", tool);
     return exit_usage;
   }

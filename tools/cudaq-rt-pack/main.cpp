@@ -121,7 +121,7 @@ int main(int argc, char **argv) {
   if (driver::stderr_is_terminal()) {
     const Manifest &m = result->inspection.manifest;
     std::fprintf(stderr, "%s: wrote %s: %zu container(s), %zu export(s)\n", tool,
-                 result->dir.c_str(), m.containers.size(), m.exports.size());
+                 escape(result->dir.string()).c_str(), m.containers.size(), m.exports.size());
   }
   return 0;
 }

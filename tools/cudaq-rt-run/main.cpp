@@ -104,12 +104,12 @@ std::optional<Error> refuse(const Server &server, const Request &r) {
     std::string names;
     for (const std::string &h : rep.handlers)
       names += cat(names.empty() ? "" : ", ", h);
-    return make_error(rep.package.string(), "no handler '", r.handler, "': the package exports ",
-                      names.empty() ? std::string("none") : names);
+    return make_error(rep.package.string(), "no handler ", quote(r.handler),
+                      ": the package exports ", names.empty() ? std::string("none") : names);
   }
   const size_t room = rep.slot_size - CUDAQ_RT_HEADER_SIZE;
   if (r.payload.size() > room)
-    return make_error(rep.package.string(), "the arguments of '", r.handler, "' are ",
+    return make_error(rep.package.string(), "the arguments of ", quote(r.handler), " are ",
                       r.payload.size(), " bytes, but the bridge's slots hold ", room,
                       " (slot_size ", rep.slot_size, " less the 24-byte header)");
   return std::nullopt;
@@ -267,7 +267,7 @@ int main(int argc, char **argv) {
                        ? std::nullopt
                        : positive(std::string_view(grid_text).substr(comma + 1));
     if (!blocks || !threads)
-      return usage("--grid: '" + grid_text + "' is not BLOCKS,THREADS (two positive numbers)");
+      return usage("--grid: " + quote(grid_text) + " is not BLOCKS,THREADS (two positive numbers)");
     opts.shape = LaunchShape{*blocks, *threads};
   }
   if (*bench_opt && bench_count == 0)

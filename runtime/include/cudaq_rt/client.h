@@ -25,7 +25,7 @@ Expected<Reply> call(Server &server, std::span<const uint8_t> frame, double time
 
 struct BenchOptions {
   uint64_t requests = 10000;
-  uint32_t inflight = 1; // at most the bridge's slots
+  uint32_t inflight = 1;  // at most the bridge's slots
   uint64_t warmup = 1000; // sent and checked first, not measured
   double timeout_s = 10;  // for any one response
   // The handler echoes its input: check each result is the request's own payload (the first

@@ -21,7 +21,13 @@ struct UnitContainer {
 };
 
 // Splits one code unit's __nv_relfatbin (or a raw .fatbin file) into containers by their header
-// sizes and hashes each. `source` is the input's index in the manifest's sources.
+// sizes. Nothing is hashed yet: a header that claims more than the file holds is found first.
+Expected<std::vector<Container>> split_unit(const InputFile &file, const CodeUnit &unit);
+// Hashes a container and describes it, with its origin: input `source` (the index in the
+// manifest's sources), archive `member`, position `index` in its section.
+ContainerRecord describe_container(const Container &c, size_t source, const std::string &member,
+                                   size_t index, Role role, const std::string &bridge);
+// Both, for one unit.
 Expected<std::vector<UnitContainer>> read_unit_containers(const InputFile &file,
                                                           const CodeUnit &unit, size_t source,
                                                           Role role, const std::string &bridge);

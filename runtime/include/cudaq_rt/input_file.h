@@ -19,7 +19,8 @@ const char *input_kind_name(InputKind k);
 
 // One ELF image (the file itself, or one archive member), or a raw fatbin file.
 struct CodeUnit {
-  std::string member;                 // archive member name; empty for the file itself
+  std::string member;                 // archive member name (NAME#N where names repeat); empty
+                                      // for the file itself
   std::span<const uint8_t> relfatbin; // __nv_relfatbin contents (the whole file for .fatbin)
   bool has_relfatbin = false;         // an empty section still counts as present
   bool has_nv_fatbin = false;         // whole-program device code (built without -rdc)

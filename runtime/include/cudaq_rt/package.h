@@ -8,6 +8,7 @@
 #include "cudaq_rt/manifest.h"
 
 #include <filesystem>
+#include <map>
 #include <set>
 #include <span>
 
@@ -53,6 +54,7 @@ private:
   Manifest manifest_;
   int dir_fd_ = -1;
   int blobs_fd_ = -1;
+  std::map<Digest, size_t> container_at_; // digest -> index in manifest_.containers
   mutable std::set<Digest> verified_;
 };
 

@@ -1,0 +1,128 @@
+"""What the integration tests share: where the tools are, running them, and readers of the
+formats they check (digests, FNV-1a ids, ELF sections, cubin symbols, fatbin entries).
+
+Environment (set by ctest; each variable falls back to a name on PATH or a path in this tree):
+CUDAQ_RT_PACK, CUDAQ_RT_LINK (the tools), NVCC, CUDAQ_RT_INCLUDE (libdispatch's include
+directory), CUDAQ_RT_SCHEMA (schemas/manifest.schema.json).
+"""
+import hashlib
+import os
+import struct
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import validate_schema  # noqa: E402,F401  (re-exported: the tests validate through it)
+
+PACK = os.environ.get("CUDAQ_RT_PACK", "cudaq-rt-pack")
+LINK = os.environ.get("CUDAQ_RT_LINK", "cudaq-rt-link")
+NVCC = os.environ.get("NVCC", "nvcc")
+INCLUDE = os.environ.get("CUDAQ_RT_INCLUDE", os.path.join(HERE, "../../libdispatch/include"))
+SCHEMA_PATH = os.environ.get("CUDAQ_RT_SCHEMA",
+                             os.path.join(HERE, "../../schemas/manifest.schema.json"))
+HANDLERS = os.path.normpath(os.path.join(HERE, "../../examples/handlers"))
+
+CONTAINER_MAGIC = 0xBA55ED50
+KIND_LTOIR = 8
+
+
+def fnv1a32(name):
+    """The function_id of a handler name (FNV-1a 32-bit, as libdispatch's wire.h)."""
+    h = 2166136261
+    for b in name.encode():
+        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
+    return h
+
+
+def sha256(data):
+    """The digest of some bytes as the manifest writes it: 'sha256:<hex>'."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def sha256_file(path):
+    return sha256(read(path))
+
+
+def run(cmd, env=None, **kw):
+    """Runs cmd; its stdout and stderr apart, as text; whatever its exit status."""
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, **kw)
+
+
+def check(cmd, **kw):
+    """Runs cmd, which must succeed; returns its stdout and stderr together, as text."""
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+    if r.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}")
+    return r.stdout
+
+
+def snapshot(root, skip=(), dirs=True):
+    """{relative path: sha256 or 'dir'} of everything under root; {} if it does not exist."""
+    out = {}
+    for dirpath, subdirs, files in os.walk(root):
+        for d in subdirs if dirs else ():
+            out[os.path.relpath(os.path.join(dirpath, d), root)] = "dir"
+        for f in files:
+            rel = os.path.relpath(os.path.join(dirpath, f), root)
+            if rel not in skip:
+                out[rel] = sha256_file(os.path.join(dirpath, f))
+    return out
+
+
+def elf_sections(data):
+    """{name: (file offset, size)} of an ELF64 little-endian image, from its section headers."""
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    strtab_off = headers[shstrndx][4]
+    out = {}
+    for name_off, _type, _flags, _addr, off, size in headers:
+        end = data.index(b"\0", strtab_off + name_off)
+        out[data[strtab_off + name_off:end].decode()] = (off, size)
+    return out
+
+
+def cubin_info(data):
+    """(e_machine, e_flags, {defined symbol name: type}) of an ELF64 cubin."""
+    assert data[:4] == b"\x7fELF" and data[4] == 2 and data[5] == 1, "not an ELF64 LE file"
+    e_machine, = struct.unpack_from("<H", data, 0x12)
+    e_flags, = struct.unpack_from("<I", data, 0x30)
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize)
+                for i in range(shnum)]
+    symbols = {}
+    for _name, sh_type, _fl, _addr, off, size, link, _info, _al, entsize in sections:
+        if sh_type != 2:  # SHT_SYMTAB
+            continue
+        stroff = sections[link][4]
+        for k in range(size // entsize):
+            st_name, st_info, _other, st_shndx, _v, _s = struct.unpack_from(
+                "<IBBHQQ", data, off + k * entsize)
+            if st_shndx == 0:  # undefined
+                continue
+            end = data.index(b"\0", stroff + st_name)
+            symbols[data[stroff + st_name:end].decode()] = {1: "object", 2: "func"}.get(
+                st_info & 0xF, "other")
+    return e_machine, e_flags, symbols
+
+
+def ltoir_entry_offsets(container):
+    """Offsets of the LTO-IR entry headers in one fatbin container."""
+    magic, _version, header_size, fat_size = struct.unpack_from("<IHHQ", container, 0)
+    assert magic == CONTAINER_MAGIC
+    out, pos, end = [], header_size, header_size + fat_size
+    while pos < end:
+        kind, = struct.unpack_from("<H", container, pos)
+        entry_header, = struct.unpack_from("<I", container, pos + 4)
+        payload, = struct.unpack_from("<Q", container, pos + 8)
+        if kind == KIND_LTOIR:
+            out.append(pos)
+        pos += entry_header + payload
+    return out
