@@ -71,8 +71,8 @@ Expected<bool> parse_option(RemoteConfig &c, std::string_view item) {
       return *e;
     std::optional<uint32_t> ms = parse_remote_duration(value);
     if (!ms || *ms == 0)
-      return make_error("", "remote cache option ", name, "='", value,
-                        "' is not a duration: expected seconds (2, 2s) or milliseconds (500ms)");
+      return make_error("", "remote cache option ", name, "=", quote(value),
+                        " is not a duration: expected seconds (2, 2s) or milliseconds (500ms)");
     (name == "timeout" ? c.connect_timeout_ms : c.max_time_ms) = *ms;
   } else if (name == "bearer-env" || name == "basic-env") {
     if (auto e = need_value())
@@ -82,8 +82,8 @@ Expected<bool> parse_option(RemoteConfig &c, std::string_view item) {
     c.auth = name == "bearer-env" ? RemoteConfig::Auth::bearer : RemoteConfig::Auth::basic;
     c.auth_env = value;
   } else {
-    return make_error("", "unknown remote cache option '", name,
-                      "': expected read-only, timeout=D, max-time=D, bearer-env=VAR or "
+    return make_error("", "unknown remote cache option ", quote(name),
+                      ": expected read-only, timeout=D, max-time=D, bearer-env=VAR or "
                       "basic-env=VAR");
   }
   return true;
@@ -183,18 +183,18 @@ Expected<RemoteConfig> RemoteConfig::parse(std::string_view text) {
     for (char ch : url.substr(0, colon))
       scheme += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   if (scheme != "http" && scheme != "https")
-    return make_error("", "remote cache '", url, "' is not an http:// or https:// URL");
+    return make_error("", "remote cache ", quote(url), " is not an http:// or https:// URL");
   std::string_view rest = url.substr(colon + scheme_end.size());
   std::string_view authority = rest.substr(0, rest.find('/'));
   if (authority.empty())
-    return make_error("", "remote cache '", url, "' names no server");
+    return make_error("", "remote cache ", quote(url), " names no server");
   if (authority.find('@') != authority.npos)
     return make_error("", "remote cache URL holds user information: give credentials with the "
                           "bearer-env=VAR or basic-env=VAR option instead, so that no URL that "
                           "is printed holds a secret");
   if (url.find_first_of("?") != url.npos)
-    return make_error("", "remote cache '", url,
-                      "' has a query: entries are named by appending /KEY to the URL");
+    return make_error("", "remote cache ", quote(url),
+                      " has a query: entries are named by appending /KEY to the URL");
   for (char ch : url)
     if (static_cast<unsigned char>(ch) <= ' ' || ch == 0x7f)
       return make_error("", "remote cache URL holds a space or a control character");
