@@ -417,6 +417,28 @@ class RemoteCacheTest(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         self.assertIn("no remote cache to push to", r.stderr)
 
+    def test_environment_variable_and_disable(self):
+        url = self.server.url("cache/env")
+        a = self.machine()
+        r = self.link(a, None, env_extra={"CUDAQ_RT_REMOTE_CACHE": url})
+        key = r.doc["archs"][0]["cache_key"]
+        self.assertTrue(os.path.exists(self.server.entry("cache/env", key)))
+        # --remote-cache wins over the variable.
+        r = self.link(self.machine(), self.server.url("cache/env2"),
+                      env_extra={"CUDAQ_RT_REMOTE_CACHE": url})
+        self.assertEqual(r.doc["archs"][0]["source"], "link")
+        # CUDAQ_RT_CACHE_DISABLE and --no-cache turn the remote cache off too.
+        before = self.server.access_log().count("/cache/env/")
+        for extra, args in (({"CUDAQ_RT_CACHE_DISABLE": "1"}, ()), ({}, ("--no-cache",))):
+            r = self.link(self.machine(), None, *args,
+                          env_extra={"CUDAQ_RT_REMOTE_CACHE": url, **extra})
+            self.assertEqual(r.doc["archs"][0]["source"], "link")
+        self.assertEqual(self.server.access_log().count("/cache/env/"), before)
+        bad = self.link(a, None, env_extra={"CUDAQ_RT_REMOTE_CACHE": "cache.example:80"},
+                        expect=1)
+        self.assertEqual(bad.stderr.strip(), "cudaq-rt-link: error: CUDAQ_RT_REMOTE_CACHE: remote "
+                         "cache 'cache.example:80' is not an http:// or https:// URL")
+
     def test_bad_url_is_an_error(self):
         r = subprocess.run([LINK, "--cache-stats", "--remote-cache", "ftp://host/x"],
                            capture_output=True, text=True)
