@@ -319,7 +319,9 @@ class RemoteCacheTest(unittest.TestCase):
         print(f"\nsilent server: wall {r.wall_s:.3f} s, link {arch['cubin']['link_ms']:.0f} ms, "
               f"rest {waited:.3f} s (max-time 1 s)", file=sys.stderr)
         self.assertGreaterEqual(waited, 0.95)
-        self.assertLess(waited, 1.9)
+        # The process's own start is a fraction of a second on an idle machine; the bound leaves
+        # room for a loaded CI machine while still telling max-time from a wait without end.
+        self.assertLess(waited, 3.5)
 
     def test_403_on_put_is_read_only(self):
         url = self.server.url("ro/x")
