@@ -248,18 +248,21 @@ Expected<LoadPreview> preview_load(const LoadOptions &opt, Gpu &gpu) {
 }
 
 std::string format_preview(const LoadPreview &p) {
+  // What a manifest says is printed escaped: a tampered name must not drive the terminal.
   std::ostringstream out;
-  out << p.package.string() << ": bridge " << p.bridge << ", dispatcher " << p.dispatcher << "\n";
+  out << escape(p.package.string()) << ": bridge " << escape(p.bridge) << ", dispatcher "
+      << escape(p.dispatcher) << "\n";
   out << "handlers:\n";
   for (const std::string &h : p.handlers)
     out << "  " << h << "  function_id " << hex(cudaq_rt_function_id(h.c_str())) << "\n";
   out << "linked:\n";
   for (const LinkRecord &l : p.links)
-    out << "  " << l.arch << "  bridge " << l.bridge << "  dispatcher " << l.dispatcher << "  "
-        << l.cubin.short_str() << " (" << l.cubin_size << " bytes)\n";
+    out << "  " << escape(l.arch) << "  bridge " << escape(l.bridge) << "  dispatcher "
+        << escape(l.dispatcher) << "  " << l.cubin.short_str() << " (" << l.cubin_size
+        << " bytes)\n";
   if (p.links.empty())
     out << "  (nothing)\n";
-  out << "GPU " << p.device.ordinal << ": " << p.device.name << " (" << p.device.arch()
+  out << "GPU " << p.device.ordinal << ": " << escape(p.device.name) << " (" << p.device.arch()
       << ", driver " << p.device.driver() << "): ";
   if (p.source)
     out << "would load from the " << cubin_source_name(*p.source) << "\n";

@@ -12,12 +12,10 @@
 
 #include <algorithm>
 #include <charconv>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 
 using namespace cudaq_rt;
 using nlohmann::json;
