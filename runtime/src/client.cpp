@@ -17,42 +17,49 @@ double us_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::micro>(b - a).count();
 }
 
-// Polls for the next response; checks the kernel every few thousand empty polls (a stream query
-// costs a driver call), and gives up at the deadline.
-Expected<size_t> next_response(Server &server, std::span<uint8_t> buffer,
-                               Clock::time_point deadline, double timeout_s) {
+// Tries `attempt` (a bridge send or receive) until it yields a value. Every few thousand empty
+// tries it checks the kernel (a stream query costs a driver call) and the deadline, where it gives
+// up saying what did not come (`waiting_for`).
+template <class T, class Attempt>
+Expected<T> poll(Server &server, Attempt attempt, Clock::time_point deadline, double timeout_s,
+                 const char *waiting_for) {
   for (uint64_t polls = 1;; ++polls) {
-    auto got = server.receive(buffer);
+    auto got = attempt();
     if (!got)
       return std::move(got).take_error();
     if (*got)
-      return **got;
+      return T(**got);
     if (polls % 4096 == 0) {
       if (auto st = server.check(); !st)
         return std::move(st).take_error();
       if (Clock::now() >= deadline)
-        return make_error(server.report().package.string(), server.report().device.arch(),
-                          ": no response within ", timeout_s, " s");
+        return make_error(server.report().package.string(), server.report().device.arch(), ": ",
+                          waiting_for, " within ", timeout_s, " s");
     }
   }
 }
 
+Expected<size_t> next_response(Server &server, std::span<uint8_t> buffer,
+                               Clock::time_point deadline, double timeout_s) {
+  return poll<size_t>(
+      server, [&] { return server.receive(buffer); }, deadline, timeout_s, "no response");
+}
+
 Status send_all(Server &server, std::span<const uint8_t> frame, Clock::time_point deadline,
                 double timeout_s) {
-  for (uint64_t polls = 1;; ++polls) {
-    auto sent = server.send(frame);
-    if (!sent)
-      return std::move(sent).take_error();
-    if (*sent)
-      return Status::ok();
-    if (polls % 4096 == 0) {
-      if (auto st = server.check(); !st)
-        return st;
-      if (Clock::now() >= deadline)
-        return make_error(server.report().package.string(), server.report().device.arch(),
-                          ": no free slot in the bridge within ", timeout_s, " s");
-    }
-  }
+  // send() says true when queued; as an optional it reads "a value when done".
+  auto sent = poll<bool>(
+      server,
+      [&]() -> Expected<std::optional<bool>> {
+        auto r = server.send(frame);
+        if (!r)
+          return std::move(r).take_error();
+        return *r ? std::optional<bool>(true) : std::nullopt;
+      },
+      deadline, timeout_s, "no free slot in the bridge");
+  if (!sent)
+    return std::move(sent).take_error();
+  return Status::ok();
 }
 
 } // namespace

@@ -31,13 +31,6 @@ std::string now_utc() {
   return buf;
 }
 
-std::string describe_entries(const std::vector<EntryRecord> &entries) {
-  std::string s;
-  for (const EntryRecord &e : entries)
-    s += cat(s.empty() ? "" : ", ", e.kind, " sm_", e.arch);
-  return s.empty() ? "no code" : s;
-}
-
 Error explain_failure(const std::string &subject, const std::string &arch,
                       const NvJitLinkFailure &f, std::string &details,
                       const std::vector<LinkInput> &inputs) {
@@ -241,11 +234,7 @@ Status store_links(const fs::path &package_path, const LinkPlan &plan,
   auto current = Package::open(package_path);
   if (!current)
     return std::move(current).take_error();
-  std::vector<std::tuple<Digest, Role, std::string>> packed;
-  for (const ContainerRecord &c : current->manifest().containers)
-    if (c.packed())
-      packed.emplace_back(c.digest, c.role, c.bridge);
-  if (packed != plan.packed)
+  if (packed_code(current->manifest()) != plan.packed)
     return make_error(plan.subject, "the package was replaced while it was being linked (by "
                                     "cudaq-rt-pack --force?): link it again");
   Manifest next_m = current->manifest();

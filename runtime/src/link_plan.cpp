@@ -73,13 +73,6 @@ std::string servable_archs(const std::vector<LinkInput> &inputs) {
   return below.empty() ? std::string("no arch (its inputs' cubins share none)") : "only " + below;
 }
 
-std::string describe_entries(const std::vector<EntryRecord> &entries) {
-  std::string s;
-  for (const EntryRecord &e : entries)
-    s += cat(s.empty() ? "" : ", ", e.kind, " sm_", e.arch);
-  return s.empty() ? "no code" : s;
-}
-
 // LTO-IR written by a newer toolkit than this nvJitLink, or by another major, cannot be linked.
 // The entry header carries the producer's LTO-IR version; the built-in dispatcher was compiled
 // by the toolkit this library was built with, so its version is the newest this build knows.
@@ -99,33 +92,6 @@ Status check_ltoir_versions(const LinkPlan &plan, const EntryRecord &ours) {
                           "): rebuild it with this toolkit or link with a newer one");
     }
   return Status::ok();
-}
-
-// nvJitLink options end up in JSON (the manifest, cache metadata), which holds only UTF-8: an
-// option that is not would be recorded as something else than what was used.
-bool valid_utf8(std::string_view s) {
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    size_t n = c < 0x80             ? 1
-               : (c & 0xE0) == 0xC0 ? 2
-               : (c & 0xF0) == 0xE0 ? 3
-               : (c & 0xF8) == 0xF0 ? 4
-                                    : 0;
-    if (n == 0 || i + n > s.size() || (n == 2 && c < 0xC2))
-      return false;
-    uint32_t cp = n == 1 ? c : c & (0x7F >> n);
-    for (size_t k = 1; k < n; ++k) {
-      const auto t = static_cast<unsigned char>(s[i + k]);
-      if ((t & 0xC0) != 0x80)
-        return false;
-      cp = (cp << 6) | (t & 0x3F);
-    }
-    if ((n == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
-        (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
-      return false;
-    i += n;
-  }
-  return true;
 }
 
 } // namespace
@@ -153,6 +119,21 @@ std::optional<TargetArch> parse_arch(std::string_view text) {
   if (a.sm < 50)
     return std::nullopt;
   return a;
+}
+
+std::string describe_entries(const std::vector<EntryRecord> &entries) {
+  std::string s;
+  for (const EntryRecord &e : entries)
+    s += cat(s.empty() ? "" : ", ", e.kind, " sm_", e.arch);
+  return s.empty() ? "no code" : s;
+}
+
+std::vector<std::tuple<Digest, Role, std::string>> packed_code(const Manifest &m) {
+  std::vector<std::tuple<Digest, Role, std::string>> out;
+  for (const ContainerRecord &c : m.containers)
+    if (c.packed())
+      out.emplace_back(c.digest, c.role, c.bridge);
+  return out;
 }
 
 std::vector<Digest> LinkPlan::input_digests() const {
@@ -201,13 +182,13 @@ Expected<LinkPlan> plan_link(const Package &pkg, const LinkSettings &settings) {
   LinkPlan plan;
   plan.subject = pkg.dir().string();
   plan.settings = settings;
+  // Options end up in JSON (the manifest, cache metadata), which holds only UTF-8: an option that
+  // is not would be recorded as something other than what was used.
   for (const std::string &o : settings.extra_options)
     if (!valid_utf8(o))
       return make_error(plan.subject, "nvJitLink option ", quote(o),
                         " is not valid UTF-8: a link record could not say what was used");
-  for (const ContainerRecord &c : m.containers)
-    if (c.packed())
-      plan.packed.emplace_back(c.digest, c.role, c.bridge);
+  plan.packed = packed_code(m);
 
   // Packed containers only: what a link added is taken afresh from where it came from.
   auto package_inputs = [&](auto pred, auto name_of) -> Status {

@@ -72,7 +72,8 @@ Expected<CubinChoice> select_cubin(const Package &package, const LinkPlan &plan,
     c.ms = elapsed_ms();
     return c;
   };
-  if (plan.check_target(arch)) {
+  const Status reachable = plan.check_target(arch);
+  if (reachable) {
     // The local cache, the remote one, then (when allowed) a link, checked as cudaq-rt-link
     // checks it: one lookup, so that a miss costs one request to the remote cache.
     ArchLink a =
@@ -90,8 +91,8 @@ Expected<CubinChoice> select_cubin(const Package &package, const LinkPlan &plan,
   }
 
   // 3. Nothing to load.
-  if (auto st = plan.check_target(arch); !st)
-    return make_error(plan.subject, "this GPU is ", c.arch, ": ", st.error().message);
+  if (!reachable)
+    return make_error(plan.subject, "this GPU is ", c.arch, ": ", reachable.error().message);
   std::string linked;
   for (const LinkRecord &l : package.manifest().links)
     linked += cat(linked.empty() ? "" : ", ", l.arch, " (", l.bridge, ", ", l.dispatcher, ")");

@@ -30,16 +30,6 @@ std::string status_text(int32_t status) {
   return status > 0 ? cat(wire_status_name(status), " ", status) : wire_status_name(status);
 }
 
-std::string to_hex(std::span<const uint8_t> bytes) {
-  static const char digits[] = "0123456789abcdef";
-  std::string s;
-  for (uint8_t b : bytes) {
-    s += digits[b >> 4];
-    s += digits[b & 15];
-  }
-  return s;
-}
-
 json times_json(const LoadTimes &t) {
   json j = {{"context_ms", t.context_ms},
             {"open_ms", t.open_ms},
@@ -142,7 +132,7 @@ Outcome run_request(Server &server, const Request &r, uint32_t request_id, doubl
               {"request_id", resp.request_id},
               {"status", resp.status},
               {"status_name", wire_status_name(resp.status)},
-              {"result_hex", to_hex(resp.result)},
+              {"result_hex", *decode_result(ResultType{ResultType::Kind::hex}, resp.result)},
               {"latency_us", reply->latency_us}};
     if (decoded && r.result.kind != ResultType::Kind::raw)
       j["result"] = *decoded;

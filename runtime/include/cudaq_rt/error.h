@@ -19,6 +19,34 @@ namespace cudaq_rt {
 // printable ASCII and well-formed UTF-8 as they are and writes everything else as C escapes:
 // \\, \n, \r, \t, and \xHH for other control characters (C1 ones too, byte by byte) and for
 // bytes that are not UTF-8.
+// The length of the well-formed UTF-8 sequence at s[i] (its lead byte's length, continuation
+// bytes, no overlong forms, no surrogates, nothing past U+10FFFF: RFC 3629), or 0.
+inline size_t utf8_sequence_length(std::string_view s, size_t i) {
+  auto c = static_cast<unsigned char>(s[i]);
+  if (c < 0x80)
+    return 1;
+  size_t n = c >= 0xc2 && c <= 0xdf   ? 2
+             : c >= 0xe0 && c <= 0xef ? 3
+             : c >= 0xf0 && c <= 0xf4 ? 4
+                                      : 0;
+  bool ok = n != 0 && i + n <= s.size();
+  for (size_t k = 1; ok && k < n; ++k)
+    ok = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
+  if (ok && n > 2) {
+    auto c1 = static_cast<unsigned char>(s[i + 1]);
+    ok = !(c == 0xe0 && c1 < 0xa0) && !(c == 0xed && c1 >= 0xa0) && !(c == 0xf0 && c1 < 0x90) &&
+         !(c == 0xf4 && c1 >= 0x90);
+  }
+  return ok ? n : 0;
+}
+
+inline bool valid_utf8(std::string_view s) {
+  for (size_t i = 0, n; i < s.size(); i += n)
+    if ((n = utf8_sequence_length(s, i)) == 0)
+      return false;
+  return true;
+}
+
 inline std::string escape(std::string_view s, char quote_char = 0) {
   static constexpr char digits[] = "0123456789abcdef";
   std::string out;
@@ -46,20 +74,8 @@ inline std::string escape(std::string_view s, char quote_char = 0) {
       ++i;
       continue;
     }
-    // A UTF-8 sequence: its length from the lead byte, then continuation bytes, no overlong
-    // forms, no surrogates, nothing past U+10FFFF (RFC 3629).
-    size_t n = c >= 0xc2 && c <= 0xdf   ? 2
-               : c >= 0xe0 && c <= 0xef ? 3
-               : c >= 0xf0 && c <= 0xf4 ? 4
-                                        : 0;
-    bool ok = n != 0 && i + n <= s.size();
-    for (size_t k = 1; ok && k < n; ++k)
-      ok = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
-    if (ok && n > 2) {
-      auto c1 = static_cast<unsigned char>(s[i + 1]);
-      ok = !(c == 0xe0 && c1 < 0xa0) && !(c == 0xed && c1 >= 0xa0) && !(c == 0xf0 && c1 < 0x90) &&
-           !(c == 0xf4 && c1 >= 0x90);
-    }
+    const size_t n = utf8_sequence_length(s, i);
+    const bool ok = n != 0;
     bool c1_control = ok && n == 2 && c == 0xc2 && static_cast<unsigned char>(s[i + 1]) < 0xa0;
     if (!ok) {
       byte(c);

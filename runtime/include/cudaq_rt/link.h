@@ -18,6 +18,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace cudaq_rt {
@@ -77,7 +78,7 @@ public:
   NvJitLinkIdentity nvjitlink;
   LinkSettings settings;
   // The packed code the plan was made from: a store refuses a package whose code was replaced.
-  std::vector<std::tuple<Digest, Role, std::string>> packed;
+  std::vector<std::tuple<Digest, Role, std::string>> packed; // packed_code()
 
   std::vector<Digest> input_digests() const;
   // Whether the inputs can be linked for `arch`; the error says what the package can serve.
@@ -91,6 +92,11 @@ private:
   std::vector<std::shared_ptr<const std::string>> blobs_;
   std::vector<std::shared_ptr<const InputFile>> files_;
 };
+
+// "ltoir sm_80, cubin sm_80", for messages about what an input holds.
+std::string describe_entries(const std::vector<EntryRecord> &entries);
+// What a package holds as packed code (not what links added): (digest, role, bridge) each.
+std::vector<std::tuple<Digest, Role, std::string>> packed_code(const Manifest &m);
 
 // Chooses the dispatcher and the bridge, gathers the inputs and checks everything that can be
 // told before nvJitLink runs (LTO-IR from another toolkit, options that are not UTF-8).
