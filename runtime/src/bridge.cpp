@@ -2,6 +2,7 @@
 #include "cudaq_rt/bridge.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <dlfcn.h>
 #include <system_error>
@@ -206,6 +207,60 @@ Expected<bool> Bridge::send(std::span<const uint8_t> frame) {
   default:
     return error("send");
   }
+}
+
+// Whether the ops table, as the bridge was built (struct_size), has the appended field and sets it.
+#define CUDAQ_RT_HAS_OP(ops, field)                                                                \
+  ((ops)->struct_size >= offsetof(cudaq_rt_bridge_ops, field) + sizeof((ops)->field) &&            \
+   (ops)->field != nullptr)
+
+Bridge::BatchResult Bridge::send_batch(std::span<const void *const> frames,
+                                       std::span<const size_t> sizes) {
+  BatchResult r;
+  const size_t count = std::min(frames.size(), sizes.size());
+  if (!ops_->send) {
+    r.error = make_error("", "bridge ", quote(ops_->name), " is not fed from the host");
+    return r;
+  }
+  if (CUDAQ_RT_HAS_OP(ops_, send_batch)) {
+    if (ops_->send_batch(bridge_, frames.data(), sizes.data(), count, &r.done) ==
+        CUDAQ_RT_BRIDGE_ERROR)
+      r.error = error("send");
+    return r;
+  }
+  for (; r.done < count; ++r.done) {
+    auto sent = send(std::span(static_cast<const uint8_t *>(frames[r.done]), sizes[r.done]));
+    if (!sent)
+      r.error = std::move(sent).take_error();
+    if (!sent || !*sent)
+      break;
+  }
+  return r;
+}
+
+Bridge::BatchResult Bridge::receive_batch(std::span<uint8_t> buffer, size_t stride,
+                                          std::span<size_t> sizes) {
+  BatchResult r;
+  const size_t count = stride ? std::min(buffer.size() / stride, sizes.size()) : 0;
+  if (!ops_->receive) {
+    r.error = make_error("", "bridge ", quote(ops_->name), " is not fed from the host");
+    return r;
+  }
+  if (CUDAQ_RT_HAS_OP(ops_, receive_batch)) {
+    if (ops_->receive_batch(bridge_, buffer.data(), stride, sizes.data(), count, &r.done) ==
+        CUDAQ_RT_BRIDGE_ERROR)
+      r.error = error("receive");
+    return r;
+  }
+  for (; r.done < count; ++r.done) {
+    auto got = receive(buffer.subspan(r.done * stride, stride));
+    if (!got)
+      r.error = std::move(got).take_error();
+    if (!got || !*got)
+      break;
+    sizes[r.done] = **got;
+  }
+  return r;
 }
 
 Expected<std::optional<size_t>> Bridge::receive(std::span<uint8_t> buffer) {

@@ -161,13 +161,17 @@ json Manifest::to_json() const {
     j["containers"].push_back(jc);
   }
   j["exports"] = json::array();
-  for (const ExportEntry &e : exports)
-    j["exports"].push_back({{"name", e.name},
-                            {"kind", e.kind},
-                            {"function_id", e.function_id},
-                            {"symbol", e.symbol},
-                            {"role", role_name(e.role)},
-                            {"sources", e.sources}});
+  for (const ExportEntry &e : exports) {
+    json je = {{"name", e.name},
+               {"kind", e.kind},
+               {"function_id", e.function_id},
+               {"symbol", e.symbol},
+               {"role", role_name(e.role)},
+               {"sources", e.sources}};
+    if (e.concurrent)
+      je["concurrent"] = true;
+    j["exports"].push_back(std::move(je));
+  }
   j["links"] = json::array();
   for (const LinkRecord &l : links) {
     json inputs = json::array();
@@ -307,6 +311,12 @@ Expected<Manifest> Manifest::parse(const std::string &text, const std::string &s
       e.kind = str(exports[i], "kind", p);
       e.function_id = static_cast<uint32_t>(uint(exports[i], "function_id", p, UINT32_MAX));
       e.symbol = str(exports[i], "symbol", p);
+      if (exports[i].contains("concurrent")) {
+        const json &v = exports[i]["concurrent"];
+        if (!v.is_boolean() || e.kind != export_kind_name(ExportKind::handler))
+          throw Bad{cat(p, ".concurrent: only a handler has it, as true or false")};
+        e.concurrent = v.get<bool>();
+      }
       e.role = role(exports[i], p);
       for (const json &s : array(exports[i], "sources", p))
         e.sources.push_back(source_index(s, p + ".sources"));

@@ -67,6 +67,7 @@ Expected<std::vector<ExportEntry>> resolve_exports(const std::vector<FoundExport
     e.kind = export_kind_name(first.record.kind);
     e.function_id = first.record.function_id;
     e.symbol = first.record.kind == ExportKind::handler ? handler_symbol(name) : name;
+    e.concurrent = first.record.concurrent;
     e.role = first.role;
     for (size_t i = 0; i < all.size(); ++i) {
       const FoundExport &f = *all[i];
@@ -74,7 +75,8 @@ Expected<std::vector<ExportEntry>> resolve_exports(const std::vector<FoundExport
         const FoundExport &g = *all[k];
         bool same_code = f.unit != g.unit && (subset(f.unit_containers, g.unit_containers) ||
                                               subset(g.unit_containers, f.unit_containers));
-        if (f.record.kind != g.record.kind || !same_code)
+        if (f.record.kind != g.record.kind || f.record.concurrent != g.record.concurrent ||
+            !same_code)
           return make_error(f.unit, export_kind_name(f.record.kind), " ", quote(name),
                             " is also exported by ", quote(g.unit),
                             " with different code: export names must be unique");
@@ -354,7 +356,7 @@ std::string format_listing(const Manifest &m, const std::string &what) {
     out << "  " << escape(e.kind) << " " << escape(e.name);
     if (e.kind == "handler")
       out << "  function_id " << hex(e.function_id);
-    out << "  " << role_name(e.role) << "\n";
+    out << "  " << role_name(e.role) << (e.concurrent ? "  concurrent" : "") << "\n";
   }
   if (!m.links.empty()) {
     out << "links:\n";

@@ -22,6 +22,7 @@
 // within the timeout is hung; its memory is then never freed, since freeing it would wait for it.
 #include "cudaq_rt/server.h"
 
+#include "cudaq_rt/builtin_dispatcher.h"
 #include "cudaq_rt/package.h"
 #include "cudaq_rt/wire.h"
 
@@ -83,6 +84,23 @@ Expected<Prepared> prepare(const LoadOptions &opt, Gpu &gpu) {
                       ", which no link can target");
   return Prepared{*device, std::move(*package), std::move(*plan), std::move(*cache),
                   *arch,   std::move(warnings), context_ms,       open_ms};
+}
+
+// A global the host writes before launch or reads after stop: found by name (the link keeps
+// exported globals visible) and exactly `size` bytes (`what`: "given", "asked for").
+Expected<GpuGlobal> exported_global(Gpu &gpu, GpuLibrary library, const std::string &name,
+                                    size_t size, const char *what) {
+  auto g = gpu.global(library, name);
+  if (!g)
+    return std::move(g).take_error();
+  if (!*g)
+    return make_error("", "no __device__ global ", quote(name),
+                      " in the linked module (the link keeps a global visible by name only when "
+                      "it is exported with CUDAQ_RT_EXPORT_GLOBAL)");
+  if ((*g)->size != size)
+    return make_error("", "global ", quote(name), " is ", (*g)->size, " bytes, but ", size,
+                      " bytes were ", what);
+  return **g;
 }
 
 } // namespace
@@ -167,17 +185,10 @@ Expected<std::unique_ptr<Server>> Server::start(const LoadOptions &opt, Gpu &gpu
   }
 
   for (const GlobalValue &v : opt.globals) {
-    auto g = gpu.global(s->library_, v.name);
+    auto g = exported_global(gpu, s->library_, v.name, v.bytes.size(), "given");
     if (!g)
       return in(std::move(g).take_error());
-    if (!*g)
-      return in(make_error("", "no __device__ global ", quote(v.name),
-                           " in the linked module (the link keeps a global visible by name only "
-                           "when it is exported with CUDAQ_RT_EXPORT_GLOBAL)"));
-    if ((*g)->size != v.bytes.size())
-      return in(make_error("", "global ", quote(v.name), " is ", (*g)->size, " bytes, but ",
-                           v.bytes.size(), " bytes were given"));
-    if (auto st = gpu.copy_to_device((*g)->address, v.bytes); !st)
+    if (auto st = gpu.copy_to_device(g->address, v.bytes); !st)
       return in(std::move(st).take_error());
   }
 
@@ -212,7 +223,11 @@ Expected<std::unique_ptr<Server>> Server::start(const LoadOptions &opt, Gpu &gpu
   p.function_table = reinterpret_cast<const cudaq_rt_function_entry *>(s->table_);
   p.shutdown_flag = reinterpret_cast<volatile int *>(s->control_.device);
   p.stats = reinterpret_cast<cudaq_rt_dispatch_stats *>(s->control_.device + stats_offset);
-  r.shape = opt.shape.value_or(LaunchShape{});
+  // A built-in kernel's own shape (the warp dispatcher: one warp) unless the caller gave one.
+  LaunchShape shape;
+  if (const BuiltinDispatcher *b = find_builtin_dispatcher(r.dispatcher))
+    shape.threads = b->threads;
+  r.shape = opt.shape.value_or(shape);
   r.times.load_ms = ms_since(t);
 
   t = Clock::now();
@@ -320,6 +335,15 @@ Server::~Server() {
     gpu_.unload(library_);
 }
 
+Status Server::read_global(const std::string &name, std::span<uint8_t> out) {
+  if (running_ || hung_)
+    return make_error("", "global ", quote(name), " is read only while the kernel is stopped");
+  auto g = exported_global(gpu_, library_, name, out.size(), "asked for");
+  if (!g)
+    return std::move(g).take_error();
+  return gpu_.copy_from_device(out, g->address);
+}
+
 Status Server::launch() {
   std::atomic_ref<int>(*static_cast<int *>(control_.host)).store(0, std::memory_order_release);
   requests_at_launch_ = stats().requests;
@@ -362,31 +386,64 @@ std::string Server::handler_name(uint32_t function_id) const {
 }
 
 Expected<bool> Server::send(std::span<const uint8_t> frame) {
-  auto sent = bridge_->send(frame);
-  if (sent && *sent && frame.size() >= sizeof(cudaq_rt_request_header)) {
-    cudaq_rt_request_header h;
-    std::memcpy(&h, frame.data(), sizeof h);
-    in_flight_.push_back({h.request_id, h.function_id});
+  auto queued = bridge_->send(frame);
+  if (queued && *queued)
+    sent(frame);
+  return queued;
+}
+
+void Server::sent(std::span<const uint8_t> frame) {
+  if (frame.size() < sizeof(cudaq_rt_request_header))
+    return;
+  cudaq_rt_request_header h;
+  std::memcpy(&h, frame.data(), sizeof h);
+  in_flight_.push_back({h.request_id, h.function_id});
+}
+
+void Server::answered(std::span<const uint8_t> response) {
+  if (response.size() < sizeof(cudaq_rt_response_header))
+    return;
+  cudaq_rt_response_header h;
+  std::memcpy(&h, response.data(), sizeof h);
+  // Responses come in request order from the loopback bridge: the oldest is nearly always it.
+  auto it = !in_flight_.empty() && in_flight_.front().request_id == h.request_id
+                ? in_flight_.begin()
+                : std::find_if(in_flight_.begin(), in_flight_.end(),
+                               [&](const InFlight &f) { return f.request_id == h.request_id; });
+  if (it != in_flight_.end()) {
+    last_answered_ = *it;
+    in_flight_.erase(it);
+    ++received_since_launch_;
   }
-  return sent;
+  if (!report_.times.first_response_ms)
+    report_.times.first_response_ms = ms_since(launched_at_);
 }
 
 Expected<std::optional<size_t>> Server::receive(std::span<uint8_t> buffer) {
   auto got = bridge_->receive(buffer);
-  if (got && *got && **got >= sizeof(cudaq_rt_response_header)) {
-    cudaq_rt_response_header h;
-    std::memcpy(&h, buffer.data(), sizeof h);
-    auto it = std::find_if(in_flight_.begin(), in_flight_.end(),
-                           [&](const InFlight &f) { return f.request_id == h.request_id; });
-    if (it != in_flight_.end()) {
-      last_answered_ = *it;
-      in_flight_.erase(it);
-      ++received_since_launch_;
-    }
-    if (!report_.times.first_response_ms)
-      report_.times.first_response_ms = ms_since(launched_at_);
-  }
+  if (got && *got)
+    answered(buffer.first(**got));
   return got;
+}
+
+Expected<size_t> Server::send_batch(std::span<const void *const> frames,
+                                    std::span<const size_t> sizes) {
+  Bridge::BatchResult r = bridge_->send_batch(frames, sizes);
+  for (size_t i = 0; i < r.done; ++i)
+    sent(std::span(static_cast<const uint8_t *>(frames[i]), sizes[i]));
+  if (r.error)
+    return std::move(*r.error);
+  return r.done;
+}
+
+Expected<size_t> Server::receive_batch(std::span<uint8_t> buffer, size_t stride,
+                                       std::span<size_t> sizes) {
+  Bridge::BatchResult r = bridge_->receive_batch(buffer, stride, sizes);
+  for (size_t i = 0; i < r.done; ++i)
+    answered(buffer.subspan(i * stride, sizes[i]));
+  if (r.error)
+    return std::move(*r.error);
+  return r.done;
 }
 
 std::string Server::describe(const InFlight &f) const {

@@ -90,6 +90,21 @@ typedef struct cudaq_rt_bridge_ops {
    * yet. `capacity` below the frame's size is an error and the frame stays queued. */
   cudaq_rt_bridge_result (*receive)(cudaq_rt_bridge *bridge, void *buffer, size_t capacity,
                                     size_t *size);
+
+  /* Appended: the batched forms of send and receive, for one host thread that keeps many
+   * requests in flight (one call per batch instead of one per frame). Optional, even for a
+   * host-fed bridge: NULL (or a struct_size that ends before them) and the runtime loops over
+   * send and receive instead. */
+  /* Queues frames[0..count) (sizes[i] bytes each) in order, as send would one by one, until one
+   * does not fit; *queued says how many went. OK when at least one went (or count is 0), AGAIN
+   * when none fit, ERROR when frames[*queued] is refused (the ones before it are queued). */
+  cudaq_rt_bridge_result (*send_batch)(cudaq_rt_bridge *bridge, const void *const *frames,
+                                       const size_t *sizes, size_t count, size_t *queued);
+  /* Takes up to `count` responses, oldest first, response i into buffer + i * stride (at most
+   * stride bytes) with its size in sizes[i]; *taken says how many. OK when at least one was
+   * taken, AGAIN when none was there, ERROR as receive (the ones before it are taken). */
+  cudaq_rt_bridge_result (*receive_batch)(cudaq_rt_bridge *bridge, void *buffer, size_t stride,
+                                          size_t *sizes, size_t count, size_t *taken);
 } cudaq_rt_bridge_ops;
 
 #ifdef __cplusplus

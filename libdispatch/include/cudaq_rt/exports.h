@@ -26,6 +26,9 @@
 #define CUDAQ_RT_EXPORT_HANDLER_KIND 1u
 #define CUDAQ_RT_EXPORT_DISPATCH_KERNEL_KIND 2u
 #define CUDAQ_RT_EXPORT_GLOBAL_KIND 3u
+/* A handler that is safe to run in several threads at once (no state written outside its own
+ * output): the only kind the warp dispatcher may call. */
+#define CUDAQ_RT_EXPORT_CONCURRENT_HANDLER_KIND 4u
 #define CUDAQ_RT_EXPORT_NAME_CAPACITY 112u
 #define CUDAQ_RT_HANDLER_SYMBOL_PREFIX "cudaq_rt_handler__"
 
@@ -75,6 +78,17 @@ typedef int (*cudaq_rt_handler_fn)(const void *input, void *output, uint32_t arg
   __device__ cudaq_rt_handler_fn cudaq_rt_handler__##name = fn;                                    \
   }                                                                                                \
   CUDAQ_RT_EXPORT_RECORD_(CUDAQ_RT_EXPORT_HANDLER_KIND, ::cudaq_rt::function_id(#name), name)
+
+/* As CUDAQ_RT_EXPORT_HANDLER, and promises that `fn` may run in several threads at once: it
+ * writes nothing but its own output and result_len (reads of shared tables are fine). The warp
+ * dispatcher (cudaq-rt-link --dispatcher warp) serves 32 requests at a time, one per lane, and
+ * links only packages whose every handler makes this promise. */
+#define CUDAQ_RT_EXPORT_HANDLER_CONCURRENT(fn, name)                                               \
+  extern "C" {                                                                                     \
+  __device__ cudaq_rt_handler_fn cudaq_rt_handler__##name = fn;                                    \
+  }                                                                                                \
+  CUDAQ_RT_EXPORT_RECORD_(CUDAQ_RT_EXPORT_CONCURRENT_HANDLER_KIND, ::cudaq_rt::function_id(#name), \
+                          name)
 
 /* The name CUDA-Q realtime uses for the same job. */
 #define CUDAQ_REALTIME_EXPORT_DEVICE_FUNCTION(fn, name) CUDAQ_RT_EXPORT_HANDLER(fn, name)

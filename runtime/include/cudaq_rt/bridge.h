@@ -65,6 +65,15 @@ public:
   // (receive, else the frame's size).
   Expected<bool> send(std::span<const uint8_t> frame);
   Expected<std::optional<size_t>> receive(std::span<uint8_t> buffer);
+  // The batched forms (cudaq_rt_bridge_ops::send_batch, receive_batch; a loop over send and
+  // receive where the bridge has none): how many frames were queued, or responses taken, in
+  // order. On an error, the ones before it were queued or taken and the count says how many.
+  struct BatchResult {
+    size_t done = 0;
+    std::optional<Error> error;
+  };
+  BatchResult send_batch(std::span<const void *const> frames, std::span<const size_t> sizes);
+  BatchResult receive_batch(std::span<uint8_t> buffer, size_t stride, std::span<size_t> sizes);
 
 private:
   friend class BridgeLibrary;

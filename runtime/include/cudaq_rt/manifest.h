@@ -73,6 +73,7 @@ struct ExportEntry {
   std::string symbol; // the device global (handlers) or kernel name
   Role role = Role::application;
   std::vector<size_t> sources;
+  bool concurrent = false; // handlers: safe to run in several threads at once (warp dispatcher)
 };
 
 struct LinkRecord {

@@ -105,6 +105,15 @@ public:
   // request a failed kernel was serving.
   Expected<bool> send(std::span<const uint8_t> frame);
   Expected<std::optional<size_t>> receive(std::span<uint8_t> buffer);
+  // The batched forms (Bridge::send_batch, receive_batch): how many frames were queued, or
+  // responses taken (response i at buffer + i * stride, sizes[i] bytes), 0 when none could be.
+  Expected<size_t> send_batch(std::span<const void *const> frames, std::span<const size_t> sizes);
+  Expected<size_t> receive_batch(std::span<uint8_t> buffer, size_t stride, std::span<size_t> sizes);
+
+  // Copies a __device__ global of the loaded module (exported with CUDAQ_RT_EXPORT_GLOBAL, so
+  // that the link kept it by name) into `out`, which must be exactly its size. Only while the
+  // kernel is stopped: what a running kernel writes has no defined moment to be read.
+  Status read_global(const std::string &name, std::span<uint8_t> out);
 
   // An error once the kernel has ended by itself (a fault, a trap), naming what it served.
   Status check();
@@ -119,6 +128,8 @@ public:
 private:
   explicit Server(Gpu &gpu) : gpu_(gpu) {}
   Status launch();
+  void sent(std::span<const uint8_t> frame);        // in flight from now
+  void answered(std::span<const uint8_t> response); // no longer
   std::string serving() const; // "serving request_id 7 (handler 'echo')", or empty
 
   Error failed(const std::string &what) const;
