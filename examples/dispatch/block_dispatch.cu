@@ -98,7 +98,9 @@ namespace {
 __device__ unsigned flat_thread() {
   return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
 }
-__device__ unsigned block_size() { return blockDim.x * blockDim.y * blockDim.z; }
+__device__ unsigned block_size() {
+  return blockDim.x * blockDim.y * blockDim.z;
+}
 } // namespace
 
 // The sum of the payload's u32 values, as one u64, with every thread of the block: each sums a

@@ -67,7 +67,9 @@ int fail(int code, const std::string &message) {
   last_error = message;
   return code;
 }
-int fail(int code, const Error &e) { return fail(code, e.str()); }
+int fail(int code, const Error &e) {
+  return fail(code, e.str());
+}
 
 // Every C entry point runs its body through here: nothing thrown crosses into C.
 template <class Body> int guarded(Body body) {
@@ -161,8 +163,8 @@ std::map<std::string, std::pair<dev_t, ino_t>> mapped_files() {
 Status same_file(const std::string &path, std::pair<dev_t, ino_t> running) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0)
-    return make_error(path, "is mapped in this process but cannot be read from disk: ",
-                      std::strerror(errno));
+    return make_error(
+        path, "is mapped in this process but cannot be read from disk: ", std::strerror(errno));
   if (st.st_dev != running.first || st.st_ino != running.second)
     return make_error(path, "is not the binary this process runs (it was replaced on disk since "
                             "the process started): its device code is another binary's");
@@ -219,9 +221,9 @@ Expected<std::vector<SelfObject>> self_objects() {
     auto file = InputFile::open(path);
     if (!file)
       continue; // not something we can read (a vDSO, a file gone): it holds no handlers of ours
-    const bool ours = std::any_of(file->units().begin(), file->units().end(), [](const CodeUnit &u) {
-      return u.has_relfatbin && !u.exports.empty();
-    });
+    const bool ours =
+        std::any_of(file->units().begin(), file->units().end(),
+                    [](const CodeUnit &u) { return u.has_relfatbin && !u.exports.empty(); });
     if (ours && !is_bridge_library(path))
       out.push_back({path, it->second});
   }
@@ -353,7 +355,9 @@ int load(cudaq_rt_server &s) {
   return CUDAQ_RT_OK;
 }
 
-std::string subject_of(const cudaq_rt_server &s) { return quote(s.code->label); }
+std::string subject_of(const cudaq_rt_server &s) {
+  return quote(s.code->label);
+}
 
 } // namespace
 
@@ -394,7 +398,9 @@ void cudaq_rt_config_init(cudaq_rt_config *c) {
   c->stop_timeout_s = 5;
 }
 
-const char *cudaq_rt_last_error(void) { return last_error.c_str(); }
+const char *cudaq_rt_last_error(void) {
+  return last_error.c_str();
+}
 
 int cudaq_rt_open_package(const char *path, cudaq_rt_code **out) {
   return guarded([&] {
@@ -426,8 +432,8 @@ int cudaq_rt_open_self(cudaq_rt_code **out) {
     const char *tmp = std::getenv("TMPDIR");
     std::string pattern = cat(tmp && *tmp ? tmp : "/tmp", "/cudaq-rt-self-XXXXXX");
     if (!::mkdtemp(pattern.data()))
-      return fail(CUDAQ_RT_E_FAILED,
-                  make_error(pattern, "cannot create a temporary directory: ", std::strerror(errno)));
+      return fail(CUDAQ_RT_E_FAILED, make_error(pattern, "cannot create a temporary directory: ",
+                                                std::strerror(errno)));
     auto code = std::make_unique<cudaq_rt_code>();
     code->temporary = pattern;
     PackOptions opt;
@@ -452,7 +458,9 @@ int cudaq_rt_open_self(cudaq_rt_code **out) {
   });
 }
 
-void cudaq_rt_code_destroy(cudaq_rt_code *code) { delete code; }
+void cudaq_rt_code_destroy(cudaq_rt_code *code) {
+  delete code;
+}
 
 const char *cudaq_rt_code_handler(const cudaq_rt_code *code, size_t index) {
   return code && index < code->names.size() ? code->names[index].c_str() : nullptr;
@@ -522,8 +530,8 @@ int cudaq_rt_lookup_handler(cudaq_rt_server *s, const char *name, cudaq_rt_devic
       return fail(CUDAQ_RT_E_ARGUMENT,
                   "cudaq_rt_lookup_handler: server, name and fn must not be NULL");
     if (!s->server)
-      return fail(CUDAQ_RT_E_STATE, cat(subject_of(*s), ": cudaq_rt_lookup_handler ",
-                                        quote(name), ": nothing is loaded (cudaq_rt_load first)"));
+      return fail(CUDAQ_RT_E_STATE, cat(subject_of(*s), ": cudaq_rt_lookup_handler ", quote(name),
+                                        ": nothing is loaded (cudaq_rt_load first)"));
     std::string handler = name;
     for (const AliasEntry &a : s->server->report().aliases)
       if (a.name == name)
@@ -531,8 +539,7 @@ int cudaq_rt_lookup_handler(cudaq_rt_server *s, const char *name, cudaq_rt_devic
     auto address = s->server->handler_address(handler);
     if (!address)
       return fail(CUDAQ_RT_E_NOT_FOUND, make_error(s->code->label, "no handler ", quote(name),
-                                                   ": the code exports ",
-                                                   list_of(s->code->names)));
+                                                   ": the code exports ", list_of(s->code->names)));
     s->issued.insert(*address);
     {
       std::lock_guard<std::mutex> lock(issued_mutex);
@@ -730,12 +737,12 @@ int cudaq_rt_call(cudaq_rt_server *s, uint32_t function_id, const void *arg, uin
       return fail(s->server->running() ? CUDAQ_RT_E_TIMEOUT : CUDAQ_RT_E_FAILED, reply.error());
     const Response &r = reply->response;
     if (r.request_id != id)
-      return fail(CUDAQ_RT_E_FAILED, cat(subject_of(*s), ": the response is request ",
-                                         r.request_id, "'s, not request ", id, "'s"));
+      return fail(CUDAQ_RT_E_FAILED, cat(subject_of(*s), ": the response is request ", r.request_id,
+                                         "'s, not request ", id, "'s"));
     if (r.result.size() > capacity)
       return fail(CUDAQ_RT_E_ARGUMENT,
-                  cat(subject_of(*s), ": the result is ", r.result.size(),
-                      " bytes, more than the ", capacity, " the caller has room for"));
+                  cat(subject_of(*s), ": the result is ", r.result.size(), " bytes, more than the ",
+                      capacity, " the caller has room for"));
     if (!r.result.empty())
       std::memcpy(result, r.result.data(), r.result.size());
     *result_len = static_cast<uint32_t>(r.result.size());

@@ -170,8 +170,8 @@ Expected<std::unique_ptr<Server>> Server::load(const LoadOptions &opt, Gpu &gpu)
   // The default table: every handler under its own name, and under each of its aliases.
   std::vector<cudaq_rt_function_entry> table;
   for (const auto &[name, address] : s->addresses_)
-    table.push_back({cudaq_rt_function_id(name.c_str()), 0,
-                     reinterpret_cast<cudaq_rt_handler_fn>(address)});
+    table.push_back(
+        {cudaq_rt_function_id(name.c_str()), 0, reinterpret_cast<cudaq_rt_handler_fn>(address)});
   for (const AliasEntry &a : r.aliases)
     if (auto address = s->handler_address(a.handler))
       table.push_back({a.function_id, 0, reinterpret_cast<cudaq_rt_handler_fn>(*address)});
@@ -240,8 +240,8 @@ Status Server::set_function_table(std::span<const cudaq_rt_function_entry> entri
     const auto address = reinterpret_cast<GpuPointer>(e.handler);
     std::string name = handler_at(address);
     if (name.empty())
-      return make_error(subject, "function table entry for function_id ", hex(e.function_id),
-                        ": ", hex(address),
+      return make_error(subject, "function table entry for function_id ", hex(e.function_id), ": ",
+                        hex(address),
                         " is not the address of a handler in the loaded module (take it from a "
                         "lookup of the handler by name)");
     e.reserved = 0;

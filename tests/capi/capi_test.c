@@ -105,7 +105,8 @@ static int cpu_checks(const char *replacement) {
   cudaq_rt_config_init(&cfg);
   cfg.struct_size = 8;
   CHECK(cudaq_rt_server_create(self, &cfg, &server) == CUDAQ_RT_E_ARGUMENT);
-  CHECK(error_is("cudaq_rt_config: struct_size is 8, not ", "(initialise it with cudaq_rt_config_init)"));
+  CHECK(error_is("cudaq_rt_config: struct_size is 8, not ",
+                 "(initialise it with cudaq_rt_config_init)"));
   cudaq_rt_config_init(&cfg);
   cfg.grid_blocks = 1;
   CHECK(cudaq_rt_server_create(self, &cfg, &server) == CUDAQ_RT_E_ARGUMENT);
@@ -149,13 +150,16 @@ static int cpu_checks(const char *replacement) {
   return failures;
 }
 
-static uint32_t id_of(const char *name) { return cudaq_rt_function_id(name); }
+static uint32_t id_of(const char *name) {
+  return cudaq_rt_function_id(name);
+}
 
 /* One call of a handler taking and returning one int. */
-static int call_int(cudaq_rt_server *s, uint32_t function_id, int arg, int *result, int32_t *status) {
+static int call_int(cudaq_rt_server *s, uint32_t function_id, int arg, int *result,
+                    int32_t *status) {
   uint32_t len = 0;
-  int rc = cudaq_rt_call(s, function_id, &arg, sizeof arg, result, sizeof *result, &len, status,
-                         10.0);
+  int rc =
+      cudaq_rt_call(s, function_id, &arg, sizeof arg, result, sizeof *result, &len, status, 10.0);
   if (rc == CUDAQ_RT_OK && *status == 0 && len != sizeof *result)
     return -1;
   return rc;
@@ -202,7 +206,8 @@ static int gpu_checks(const char *package) {
   /* Globals: the wrong size, a name the module lacks. */
   CHECK(cudaq_rt_set_global(mine, "capi_offset", &offset, 2) == CUDAQ_RT_E_ARGUMENT);
   CHECK(error_is(NULL, "global 'capi_offset' is 4 bytes, but 2 bytes were given"));
-  CHECK(cudaq_rt_set_global(mine, "no_such_global", &offset, sizeof offset) == CUDAQ_RT_E_NOT_FOUND);
+  CHECK(cudaq_rt_set_global(mine, "no_such_global", &offset, sizeof offset) ==
+        CUDAQ_RT_E_NOT_FOUND);
 
   /* Lookups, by export name; a name the code lacks. */
   CHECK(cudaq_rt_lookup_handler(mine, "capi_scale", &scale) == CUDAQ_RT_OK);
@@ -263,8 +268,8 @@ static int gpu_checks(const char *package) {
 
   CHECK(cudaq_rt_get_stats(mine, &st) == CUDAQ_RT_OK);
   CHECK(st.requests == 4 && st.ok == 3 && st.protocol_errors == 1 && st.handler_errors == 0);
-  printf("counters: requests %llu ok %llu handler_errors %llu protocol_errors %llu\n",
-         st.requests, st.ok, st.handler_errors, st.protocol_errors);
+  printf("counters: requests %llu ok %llu handler_errors %llu protocol_errors %llu\n", st.requests,
+         st.ok, st.handler_errors, st.protocol_errors);
   CHECK(cudaq_rt_stop(mine) == CUDAQ_RT_OK);
 
   /* The package, with its default table (every handler under its own name). */

@@ -95,8 +95,8 @@ int main(int argc, char **argv) {
 
   if (*list_opt) {
     if (!app_inputs.empty() || !bridges.empty() || !dispatchers.empty() || !opts.aliases.empty()) {
-      std::fprintf(stderr, "%s: error: --list takes one package or binary and no inputs or aliases\n",
-                   tool);
+      std::fprintf(
+          stderr, "%s: error: --list takes one package or binary and no inputs or aliases\n", tool);
       return driver::exit_usage;
     }
     return list(list_path, json);

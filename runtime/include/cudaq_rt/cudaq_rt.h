@@ -52,8 +52,8 @@ extern "C" {
 
 /* Return codes. */
 #define CUDAQ_RT_OK 0
-#define CUDAQ_RT_E_ARGUMENT 1  /* a NULL handle or pointer, a bad config value */
-#define CUDAQ_RT_E_STATE 2     /* not now: e.g. a lookup before cudaq_rt_load, a start while running */
+#define CUDAQ_RT_E_ARGUMENT 1 /* a NULL handle or pointer, a bad config value */
+#define CUDAQ_RT_E_STATE 2 /* not now: e.g. a lookup before cudaq_rt_load, a start while running */
 #define CUDAQ_RT_E_NOT_FOUND 3 /* no such package, handler, dispatch kernel or global */
 #define CUDAQ_RT_E_REFUSED 4   /* a guard said no (see above) */
 #define CUDAQ_RT_E_NO_GPU 5    /* no CUDA driver or no device on this machine */
