@@ -35,6 +35,7 @@
 #include <sys/sysmacros.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -295,7 +296,7 @@ struct cudaq_rt_server {
     o.link.extra_options = config.link_options;
     o.bridge_config = config.bridge_config;
     o.policy.allow_link = config.allow_link;
-    o.cache = {.dir = config.cache_dir, .disable = !config.use_cache};
+    o.cache = {.dir = config.cache_dir, .remote = "", .disable = !config.use_cache};
     o.globals = globals;
     if (config.blocks)
       o.shape = LaunchShape{config.blocks, config.threads};

@@ -1,6 +1,7 @@
 #include "cudaq_rt/manifest.h"
 
 #include "cudaq_rt/export_records.h"
+#include "cudaq_rt/wire.h"
 
 #include <nlohmann/json.hpp>
 

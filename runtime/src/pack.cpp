@@ -7,6 +7,7 @@
 #include "cudaq_rt/fatbin.h"
 #include "cudaq_rt/input_file.h"
 #include "cudaq_rt/package.h"
+#include "cudaq_rt/wire.h"
 
 #include <algorithm>
 #include <future>

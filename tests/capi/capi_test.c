@@ -94,7 +94,7 @@ static int cpu_checks(const char *replacement) {
   CHECK(!has_handler(self, "add_offset"));
   CHECK(cudaq_rt_code_handler(self, 2) == NULL);
   CHECK(cudaq_rt_find_dispatch_kernel(self, "my_dispatch") == CUDAQ_RT_E_NOT_FOUND);
-  CHECK(error_is("'this program (", "): no dispatch kernel 'my_dispatch': the code exports none "
+  CHECK(error_is("'this program (", ")': no dispatch kernel 'my_dispatch': the code exports none "
                                     "('builtin' is the unified kernel)"));
 
   cudaq_rt_config_init(&cfg);
@@ -117,7 +117,7 @@ static int cpu_checks(const char *replacement) {
   if (server) {
     /* Before a load there is nothing to look up, count or send to. */
     CHECK(cudaq_rt_lookup_handler(server, "capi_scale", &fn) == CUDAQ_RT_E_STATE);
-    CHECK(error_is("'this program (", "): cudaq_rt_lookup_handler 'capi_scale': nothing is "
+    CHECK(error_is("'this program (", ")': cudaq_rt_lookup_handler 'capi_scale': nothing is "
                                       "loaded (cudaq_rt_load first)"));
     CHECK(cudaq_rt_slot_size(server) == 0);
     CHECK(cudaq_rt_set_global(server, "not an identifier", &value, sizeof value) ==
