@@ -175,6 +175,9 @@ static int gpu_checks(const char *package) {
   int offset = 1000, result = 0, rc;
   int32_t status = 0;
 
+  /* Everything this process loads, loaded at once: a module CUDA loads lazily while a persistent
+   * kernel runs can wait behind it. */
+  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
   CHECK(cudaq_rt_open_self(&self) == CUDAQ_RT_OK);
   CHECK(cudaq_rt_open_package(package, &app) == CUDAQ_RT_OK);
   if (!self || !app)
@@ -287,6 +290,9 @@ static int gpu_checks(const char *package) {
     CHECK(status == 0 && len == 8 && sum == 6);
   }
   CHECK(cudaq_rt_lookup_handler(theirs, "sum_i32", &sum_i32) == CUDAQ_RT_OK);
+  /* Its kernel stops (the module stays loaded, and the address looked up): loading or starting
+   * while another persistent kernel of this process runs could wait behind it (cudaq_rt.h). */
+  CHECK(cudaq_rt_stop(theirs) == CUDAQ_RT_OK);
 
   /* Device code from another binary: an address looked up on the package's server is refused
    * in this program's table. */
@@ -308,7 +314,7 @@ static int gpu_checks(const char *package) {
   CHECK(cudaq_rt_get_stats(mine, &st) == CUDAQ_RT_OK);
   CHECK(st.requests == 6 && st.ok == 5);
 
-  cudaq_rt_server_destroy(theirs); /* stops its kernel */
+  cudaq_rt_server_destroy(theirs);
   cudaq_rt_server_destroy(mine);
   cudaq_rt_code_destroy(app);
   cudaq_rt_code_destroy(self);

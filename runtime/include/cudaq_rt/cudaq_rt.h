@@ -37,6 +37,11 @@
  * - a failed load or start leaves nothing running and can be retried on the same server, with
  *   the cause fixed (cudaq_rt_server_configure, cudaq_rt_clear_functions, ...).
  *
+ * Persistent kernels: cudaq_rt_load and cudaq_rt_start load modules and copy synchronously, which
+ * can wait behind a persistent kernel already running in the process (CUDA-Q realtime met this
+ * deadlock under CUDA's lazy loading). Load and start every server before any other's kernel runs
+ * (or stop it first), and set CUDA_MODULE_LOADING=EAGER before the process's first CUDA call.
+ *
  * Link with libcudaq_rt (CMake: cudaq-rt::runtime). The header compiles as C99 and as C++. */
 #ifndef CUDAQ_RT_C_API_H
 #define CUDAQ_RT_C_API_H
