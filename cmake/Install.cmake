@@ -79,7 +79,7 @@ install(DIRECTORY runtime/include/cudaq_rt libdispatch/include/cudaq_rt
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY schemas/ DESTINATION ${CUDAQ_RT_INSTALL_SCHEMADIR}
         FILES_MATCHING PATTERN "*.json")
-foreach(section 1 5 7)
+foreach(section 1 3 5 7)
   install(DIRECTORY man/ DESTINATION ${CMAKE_INSTALL_MANDIR}/man${section}
           FILES_MATCHING PATTERN "*.${section}")
 endforeach()

@@ -1,11 +1,12 @@
 // The load path, in the order it must run.
 //
-// 1. The GPU first: its exact arch decides which cubin serves it, and the bridge's host side
-//    (built with the CUDA runtime) allocates in the context that is current, so the device's
-//    primary context is made current before anything else.
-// 2. The package is opened (every blob's digest verified) and the link planned exactly as
+// 1. The package is opened (every blob's digest verified) and the link planned exactly as
 //    cudaq-rt-link plans it (link_plan.cpp): the plan is what decides whether the package's own
-//    cubin is still the one this runtime would link, and it is the key into the cache.
+//    cubin is still the one this runtime would link, and it is the key into the cache. Nothing
+//    in it needs the GPU, so a package the load cannot use is refused on any machine.
+// 2. The GPU: its exact arch decides which cubin serves it, and the bridge's host side (built
+//    with the CUDA runtime) allocates in the context that is current, so the device's primary
+//    context is made current before anything touches the bridge or the module.
 // 3. A cubin: the package's, the local or remote cache's, or a link at load (select_cubin.cpp).
 // 4. Everything the persistent kernel will touch is loaded and resolved before it starts: a
 //    module load, a lazily loaded function, or a synchronous copy issued while it runs can wait
@@ -61,12 +62,10 @@ struct Prepared {
 };
 
 Expected<Prepared> prepare(const LoadOptions &opt, Gpu &gpu) {
+  // The package and its plan come before the GPU: what is wrong with them (no package, a
+  // dispatch kernel or bridge it lacks) is said the same on any machine, without waiting for a
+  // context.
   auto t = Clock::now();
-  auto device = gpu.open(opt.device);
-  if (!device)
-    return std::move(device).take_error();
-  const double context_ms = ms_since(t);
-  t = Clock::now();
   auto package = Package::open(opt.package);
   if (!package)
     return std::move(package).take_error();
@@ -74,6 +73,11 @@ Expected<Prepared> prepare(const LoadOptions &opt, Gpu &gpu) {
   if (!plan)
     return std::move(plan).take_error();
   const double open_ms = ms_since(t);
+  t = Clock::now();
+  auto device = gpu.open(opt.device);
+  if (!device)
+    return std::move(device).take_error();
+  const double context_ms = ms_since(t);
   std::vector<std::string> warnings;
   auto cache = open_link_cache(opt.cache, warnings);
   if (!cache)
@@ -106,6 +110,17 @@ Expected<GpuGlobal> exported_global(Gpu &gpu, GpuLibrary library, const std::str
 } // namespace
 
 Expected<std::unique_ptr<Server>> Server::start(const LoadOptions &opt, Gpu &gpu) {
+  auto s = load(opt, gpu);
+  if (!s)
+    return s;
+  auto t = Clock::now();
+  if (auto st = (*s)->launch(); !st)
+    return std::move(st).take_error();
+  (*s)->report_.times.launch_ms = ms_since(t);
+  return s;
+}
+
+Expected<std::unique_ptr<Server>> Server::load(const LoadOptions &opt, Gpu &gpu) {
   std::unique_ptr<Server> s(new Server(gpu));
   LoadReport &r = s->report_;
   r.package = opt.package;
@@ -123,6 +138,7 @@ Expected<std::unique_ptr<Server>> Server::start(const LoadOptions &opt, Gpu &gpu
   r.dispatcher = plan.dispatcher;
   r.kernel = plan.kernel;
   r.handlers = plan.handlers;
+  r.aliases = ready->package.manifest().aliases;
   r.warnings = ready->warnings;
 
   auto t = Clock::now();
@@ -151,7 +167,8 @@ Expected<std::unique_ptr<Server>> Server::start(const LoadOptions &opt, Gpu &gpu
     return in(std::move(kernel).take_error());
   s->kernel_ = *kernel;
 
-  std::vector<cudaq_rt_function_entry> table;
+  // Each handler's address, read from its cudaq_rt_handler__<name> global: a device function
+  // pointer is only valid inside the module that defines it, so this is the only source of them.
   for (const std::string &name : r.handlers) {
     const std::string symbol = CUDAQ_RT_HANDLER_SYMBOL_PREFIX + name;
     auto g = gpu.global(s->library_, symbol);
@@ -161,36 +178,27 @@ Expected<std::unique_ptr<Server>> Server::start(const LoadOptions &opt, Gpu &gpu
       return in(make_error("", "the module lacks handler ", name, "'s global ", symbol));
     if ((*g)->size != sizeof(cudaq_rt_handler_fn))
       return in(make_error("", symbol, " is ", (*g)->size, " bytes, not a function pointer"));
-    cudaq_rt_function_entry e{cudaq_rt_function_id(name.c_str()), 0, nullptr};
+    GpuPointer address = 0;
     if (auto st = gpu.copy_from_device(
-            std::span(reinterpret_cast<uint8_t *>(&e.handler), sizeof e.handler), (*g)->address);
+            std::span(reinterpret_cast<uint8_t *>(&address), sizeof address), (*g)->address);
         !st)
       return in(std::move(st).take_error());
-    table.push_back(e);
-    s->names_.emplace_back(e.function_id, name);
+    s->addresses_.emplace_back(name, address);
   }
-  std::sort(table.begin(), table.end(),
-            [](const auto &a, const auto &b) { return a.function_id < b.function_id; });
-  std::sort(s->names_.begin(), s->names_.end());
-  if (!table.empty()) {
-    auto p = gpu.allocate(table.size() * sizeof table[0]);
-    if (!p)
-      return in(std::move(p).take_error());
-    s->table_ = *p;
-    if (auto st =
-            gpu.copy_to_device(s->table_, std::span(reinterpret_cast<const uint8_t *>(table.data()),
-                                                    table.size() * sizeof table[0]));
-        !st)
-      return in(std::move(st).take_error());
-  }
+  // The default table: every handler under its own name, and under each of its aliases.
+  std::vector<cudaq_rt_function_entry> table;
+  for (const auto &[name, address] : s->addresses_)
+    table.push_back(
+        {cudaq_rt_function_id(name.c_str()), 0, reinterpret_cast<cudaq_rt_handler_fn>(address)});
+  for (const AliasEntry &a : r.aliases)
+    if (auto address = s->handler_address(a.handler))
+      table.push_back({a.function_id, 0, reinterpret_cast<cudaq_rt_handler_fn>(*address)});
+  if (auto st = s->set_function_table(table); !st)
+    return in(std::move(st).take_error());
 
-  for (const GlobalValue &v : opt.globals) {
-    auto g = exported_global(gpu, s->library_, v.name, v.bytes.size(), "given");
-    if (!g)
-      return in(std::move(g).take_error());
-    if (auto st = gpu.copy_to_device(g->address, v.bytes); !st)
-      return in(std::move(st).take_error());
-  }
+  for (const GlobalValue &v : opt.globals)
+    if (auto st = s->set_global(v.name, v.bytes); !st)
+      return std::move(st).take_error();
 
   auto bridge_library = BridgeLibrary::open(opt.link.bridge.empty() ? r.bridge : opt.link.bridge);
   if (!bridge_library)
@@ -219,8 +227,6 @@ Expected<std::unique_ptr<Server>> Server::start(const LoadOptions &opt, Gpu &gpu
   cudaq_rt_dispatch_params &p = s->params_;
   p.transport_ctx = s->bridge_->device_context();
   p.slot_size = r.slot_size;
-  p.num_functions = static_cast<uint32_t>(table.size());
-  p.function_table = reinterpret_cast<const cudaq_rt_function_entry *>(s->table_);
   p.shutdown_flag = reinterpret_cast<volatile int *>(s->control_.device);
   p.stats = reinterpret_cast<cudaq_rt_dispatch_stats *>(s->control_.device + stats_offset);
   // A built-in kernel's own shape (the warp dispatcher: one warp) unless the caller gave one.
@@ -229,12 +235,85 @@ Expected<std::unique_ptr<Server>> Server::start(const LoadOptions &opt, Gpu &gpu
     shape.threads = b->threads;
   r.shape = opt.shape.value_or(shape);
   r.times.load_ms = ms_since(t);
-
-  t = Clock::now();
-  if (auto st = s->launch(); !st)
-    return std::move(st).take_error();
-  r.times.launch_ms = ms_since(t);
   return s;
+}
+
+std::optional<GpuPointer> Server::handler_address(const std::string &name) const {
+  for (const auto &[n, address] : addresses_)
+    if (n == name)
+      return address;
+  return std::nullopt;
+}
+
+std::string Server::handler_at(GpuPointer address) const {
+  for (const auto &[n, a] : addresses_)
+    if (a == address)
+      return n;
+  return "";
+}
+
+Status Server::set_function_table(std::span<const cudaq_rt_function_entry> entries) {
+  const std::string subject = report_.package.string();
+  if (running_)
+    return make_error(subject, "the function table cannot change while the dispatch kernel runs");
+  std::vector<cudaq_rt_function_entry> table(entries.begin(), entries.end());
+  std::vector<std::pair<uint32_t, std::string>> names;
+  for (cudaq_rt_function_entry &e : table) {
+    const auto address = reinterpret_cast<GpuPointer>(e.handler);
+    std::string name = handler_at(address);
+    if (name.empty())
+      return make_error(subject, "function table entry for function_id ", hex(e.function_id), ": ",
+                        hex(address),
+                        " is not the address of a handler in the loaded module (take it from a "
+                        "lookup of the handler by name)");
+    e.reserved = 0;
+    names.emplace_back(e.function_id, std::move(name));
+  }
+  std::sort(table.begin(), table.end(),
+            [](const auto &a, const auto &b) { return a.function_id < b.function_id; });
+  std::sort(names.begin(), names.end());
+  for (size_t i = 1; i < names.size(); ++i)
+    if (names[i].first == names[i - 1].first)
+      return make_error(subject, "function_id ", hex(names[i].first),
+                        " is in the function table twice (for ", quote(names[i - 1].second),
+                        " and ", quote(names[i].second), ")");
+  if (table.size() > table_capacity_) {
+    auto p = gpu_.allocate(table.size() * sizeof table[0]);
+    if (!p)
+      return std::move(p).take_error();
+    if (table_)
+      gpu_.release(table_);
+    table_ = *p;
+    table_capacity_ = table.size();
+  }
+  if (!table.empty())
+    if (auto st =
+            gpu_.copy_to_device(table_, std::span(reinterpret_cast<const uint8_t *>(table.data()),
+                                                  table.size() * sizeof table[0]));
+        !st)
+      return std::move(st).take_error();
+  params_.num_functions = static_cast<uint32_t>(table.size());
+  params_.function_table = reinterpret_cast<const cudaq_rt_function_entry *>(table_);
+  names_ = std::move(names);
+  return Status::ok();
+}
+
+Status Server::set_global(const std::string &name, std::span<const uint8_t> bytes) {
+  const std::string subject = report_.package.string();
+  if (running_)
+    return make_error(subject, "global ", quote(name),
+                      " cannot be written while the dispatch kernel runs");
+  auto in = [&](Error e) {
+    e.message = cat(subject, ": ", report_.device.arch(), ": ", e.message);
+    e.subject.clear();
+    return e;
+  };
+  auto g = exported_global(gpu_, library_, name, bytes.size(), "given");
+  if (!g)
+    return in(std::move(g).take_error());
+  if (auto st = gpu_.copy_to_device(g->address, bytes); !st)
+    return in(std::move(st).take_error());
+  return Status::ok();
 }
 
 Expected<LoadPreview> preview_load(const LoadOptions &opt, Gpu &gpu) {
@@ -247,6 +326,7 @@ Expected<LoadPreview> preview_load(const LoadOptions &opt, Gpu &gpu) {
   p.bridge = ready->plan.bridge;
   p.dispatcher = ready->plan.dispatcher;
   p.handlers = ready->plan.handlers;
+  p.aliases = ready->package.manifest().aliases;
   p.links = ready->package.manifest().links;
   p.warnings = ready->warnings;
   auto found = select_cubin(ready->package, ready->plan, ready->arch, ready->cache,
@@ -270,6 +350,12 @@ std::string format_preview(const LoadPreview &p) {
   out << "handlers:\n";
   for (const std::string &h : p.handlers)
     out << "  " << h << "  function_id " << hex(cudaq_rt_function_id(h.c_str())) << "\n";
+  if (!p.aliases.empty()) {
+    out << "aliases:\n";
+    for (const AliasEntry &a : p.aliases)
+      out << "  " << a.name << " -> " << a.handler << "  function_id " << hex(a.function_id)
+          << "\n";
+  }
   out << "linked:\n";
   for (const LinkRecord &l : p.links)
     out << "  " << escape(l.arch) << "  bridge " << escape(l.bridge) << "  dispatcher "
@@ -290,6 +376,9 @@ nlohmann::json preview_json(const LoadPreview &p) {
   nlohmann::json handlers = nlohmann::json::array();
   for (const std::string &h : p.handlers)
     handlers.push_back({{"name", h}, {"function_id", cudaq_rt_function_id(h.c_str())}});
+  nlohmann::json aliases = nlohmann::json::array();
+  for (const AliasEntry &a : p.aliases)
+    aliases.push_back({{"name", a.name}, {"handler", a.handler}, {"function_id", a.function_id}});
   nlohmann::json links = nlohmann::json::array();
   for (const LinkRecord &l : p.links)
     links.push_back({{"arch", l.arch},
@@ -301,6 +390,7 @@ nlohmann::json preview_json(const LoadPreview &p) {
                       {"bridge", p.bridge},
                       {"dispatcher", p.dispatcher},
                       {"handlers", handlers},
+                      {"aliases", aliases},
                       {"links", links},
                       {"device",
                        {{"ordinal", p.device.ordinal},

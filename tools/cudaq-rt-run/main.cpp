@@ -88,10 +88,15 @@ struct Request {
 // Refusals that need the loaded package: an unknown handler, a payload larger than a slot.
 std::optional<Error> refuse(const Server &server, const Request &r) {
   const LoadReport &rep = server.report();
-  if (std::find(rep.handlers.begin(), rep.handlers.end(), r.handler) == rep.handlers.end()) {
+  const bool alias = std::any_of(rep.aliases.begin(), rep.aliases.end(),
+                                 [&](const AliasEntry &a) { return a.name == r.handler; });
+  if (!alias &&
+      std::find(rep.handlers.begin(), rep.handlers.end(), r.handler) == rep.handlers.end()) {
     std::string names;
     for (const std::string &h : rep.handlers)
       names += cat(names.empty() ? "" : ", ", h);
+    for (const AliasEntry &a : rep.aliases)
+      names += cat(", ", a.name, " (alias of ", a.handler, ")");
     return make_error(rep.package.string(), "no handler ", quote(r.handler),
                       ": the package exports ", names.empty() ? std::string("none") : names);
   }
