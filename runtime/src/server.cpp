@@ -332,6 +332,11 @@ Status Server::launch() {
     return make_error(report_.package.string(), report_.device.arch(), ": the dispatch kernel ",
                       report_.kernel, ": ", st.error().message);
   running_ = true;
+  // A self-fed bridge (a socket) starts feeding the ring once there is a kernel to serve it.
+  if (auto st = bridge_->start(); !st) {
+    (void)stop();
+    return st;
+  }
   return Status::ok();
 }
 
@@ -421,6 +426,7 @@ Status Server::check() {
   if (!st.done)
     return Status::ok();
   running_ = false;
+  bridge_->stop();
   if (st.fault) {
     faulted_ = true;
     return failed("failed: " + st.fault->message);
@@ -433,6 +439,9 @@ Status Server::check() {
 Status Server::stop() {
   if (!running_)
     return Status::ok();
+  // A self-fed bridge first stops taking requests and waits for the answers to those it took;
+  // what is still in the ring then is answered before the kernel sees the flag (dispatch.h).
+  auto drained = bridge_->drain(stop_timeout_s_);
   std::atomic_ref<int>(*static_cast<int *>(control_.host)).store(1, std::memory_order_release);
   const auto deadline =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(
@@ -441,10 +450,14 @@ Status Server::stop() {
     StreamState st = gpu_.query(stream_);
     if (st.done) {
       running_ = false;
+      bridge_->stop(); // sends what the kernel answered last
       if (st.fault) {
         faulted_ = true;
         return failed("failed: " + st.fault->message);
       }
+      if (!drained)
+        return make_error(report_.package.string(), "bridge ", quote(report_.bridge), ": ",
+                          drained.error().message);
       return Status::ok();
     }
     if (Clock::now() >= deadline) {

@@ -109,7 +109,9 @@ public:
   // An error once the kernel has ended by itself (a fault, a trap), naming what it served.
   Status check();
   // Sets the shutdown flag and waits up to the stop timeout. A kernel that does not stop is hung:
-  // the error names it and what it was serving, and hung() turns true.
+  // the error names it and what it was serving, and hung() turns true. A self-fed bridge (UDP) is
+  // drained first: it takes no more requests, and those it took are answered before the flag is
+  // set (waiting up to the stop timeout for them), then its threads end.
   Status stop();
   // Launches the kernel again on the same bridge instance, after stop().
   Status relaunch();
