@@ -110,8 +110,7 @@ bool allocate_ring(cudaq_rt_bridge *b, uint32_t slots, uint32_t slot_size, std::
   b->device_ctx = reinterpret_cast<cudaq_rt_loopback_device_ctx *>(device);
   // Synchronous copies: the dispatch kernel is not running yet, so nothing can queue behind it.
   if (!cuda_ok(cudaMemset(device, 0, ctx_bytes + 2 * frames_bytes), "cudaMemset", error) ||
-      !cuda_ok(cudaMemcpy(device, &ctx, sizeof ctx, cudaMemcpyHostToDevice), "cudaMemcpy",
-               error)) {
+      !cuda_ok(cudaMemcpy(device, &ctx, sizeof ctx, cudaMemcpyHostToDevice), "cudaMemcpy", error)) {
     release_ring(b);
     return false;
   }

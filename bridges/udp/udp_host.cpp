@@ -16,7 +16,7 @@
 namespace cudaq_rt::udp {
 namespace {
 
-constexpr unsigned kBatch = 64; // datagrams per recvmmsg / sendmmsg
+constexpr unsigned kBatch = 64;       // datagrams per recvmmsg / sendmmsg
 constexpr size_t kMinAnswerable = 16; // magic, function_id, arg_len, request_id
 constexpr int kSocketBuffer = 4 << 20;
 constexpr int kBlockTimeoutUs = 20000; // how often a sleeping RX thread looks at its flags
@@ -86,7 +86,8 @@ std::string parse_config(std::string_view text, Config &out) {
       continue;
     size_t eq = item.find('=');
     std::string_view key = item.substr(0, eq);
-    std::string_view value = eq == std::string_view::npos ? std::string_view{} : item.substr(eq + 1);
+    std::string_view value =
+        eq == std::string_view::npos ? std::string_view{} : item.substr(eq + 1);
     if (key == "bind") {
       if (value.empty())
         return "option 'bind' needs an address";
@@ -98,8 +99,7 @@ std::string parse_config(std::string_view text, Config &out) {
     } else if (key == "port" || key == "slots" || key == "slot_size") {
       uint32_t *target = key == "port" ? &out.port : key == "slots" ? &out.slots : &out.slot_size;
       if (!parse_number(value, *target))
-        return "option '" + std::string(key) + "' needs a number, got '" + std::string(value) +
-               "'";
+        return "option '" + std::string(key) + "' needs a number, got '" + std::string(value) + "'";
       if (key == "port" && out.port > 65535)
         return "port=" + std::to_string(out.port) + " is out of range 0..65535";
     } else {
@@ -149,8 +149,7 @@ std::array<uint8_t, CUDAQ_RT_HEADER_SIZE> error_response(const uint8_t *data, si
                                                          int32_t status) {
   cudaq_rt_request_header in{};
   std::memcpy(&in, data, std::min<size_t>(size, sizeof in));
-  cudaq_rt_response_header out{CUDAQ_RT_RESPONSE_MAGIC, status, 0, in.request_id,
-                               in.ptp_timestamp};
+  cudaq_rt_response_header out{CUDAQ_RT_RESPONSE_MAGIC, status, 0, in.request_id, in.ptp_timestamp};
   std::array<uint8_t, CUDAQ_RT_HEADER_SIZE> bytes;
   std::memcpy(bytes.data(), &out, sizeof out);
   return bytes;
@@ -210,10 +209,10 @@ bool open_socket(const Config &config, Socket &out, std::string &error) {
 
 const char *counter_name(uint32_t counter) {
   static const char *const names[counter_count] = {
-      "datagrams_received", "requests_forwarded", "responses_sent",   "answered_ok",
-      "handler_errors",     "unknown_function",   "result_too_large", "handler_fault",
-      "other_protocol_error", "bad_magic",        "truncated",        "oversize",
-      "bad_length",         "dropped_runt",       "dropped_socket",   "send_errors",
+      "datagrams_received",   "requests_forwarded", "responses_sent",   "answered_ok",
+      "handler_errors",       "unknown_function",   "result_too_large", "handler_fault",
+      "other_protocol_error", "bad_magic",          "truncated",        "oversize",
+      "bad_length",           "dropped_runt",       "dropped_socket",   "send_errors",
       "ring_errors"};
   return counter < counter_count ? names[counter] : "";
 }
@@ -348,8 +347,8 @@ void Pump::rx_loop() {
               : kind == Kind::truncated ? truncated
               : kind == Kind::oversize  ? oversize
                                         : bad_length);
-        answers[answers_n] = error_response(data, std::min<size_t>(size, slot_size_),
-                                            answer_status(kind));
+        answers[answers_n] =
+            error_response(data, std::min<size_t>(size, slot_size_), answer_status(kind));
         answer_iov[answers_n] = {answers[answers_n].data(), CUDAQ_RT_HEADER_SIZE};
         answer_msgs[answers_n].msg_hdr = {};
         answer_msgs[answers_n].msg_hdr.msg_name = &from[i];
@@ -359,11 +358,14 @@ void Pump::rx_loop() {
         ++answers_n;
         continue;
       }
-      // A whole request: wait for a free slot (the GPU frees one within microseconds).
-      for (;;) {
+      // A whole request: wait for a free slot (the GPU frees one within microseconds). A sleeping
+      // TX thread is woken first: it frees the slots.
+      for (bool woken = false;; woken = true) {
         rx_ring_.received = received_.load(std::memory_order_acquire);
         if (rx_ring_.sent - rx_ring_.received < slots_)
           break;
+        if (!woken && !spin_)
+          wake_tx();
         if (stopping_.load(std::memory_order_acquire)) {
           rx_done_.store(true, std::memory_order_release);
           return; // stopped with every slot in flight: the kernel is gone
@@ -378,10 +380,8 @@ void Pump::rx_loop() {
       sent_.store(rx_ring_.sent, std::memory_order_release);
       count(requests_forwarded);
     }
-    if (!spin_) {
-      wake_.fetch_add(1, std::memory_order_release);
-      wake_.notify_one();
-    }
+    if (!spin_)
+      wake_tx();
     if (answers_n)
       count(send_errors, send_all(fd_, answer_msgs.data(), answers_n));
   }

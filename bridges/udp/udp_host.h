@@ -103,10 +103,10 @@ enum Counter : uint32_t {
   truncated,
   oversize,
   bad_length,
-  dropped_runt,       // under 16 bytes
-  dropped_socket,     // the socket's receive buffer overflowed (SO_RXQ_OVFL): never received
-  send_errors,        // responses sendmmsg could not send
-  ring_errors,        // a response the ring could not give back (the TX thread then stops)
+  dropped_runt,   // under 16 bytes
+  dropped_socket, // the socket's receive buffer overflowed (SO_RXQ_OVFL): never received
+  send_errors,    // responses sendmmsg could not send
+  ring_errors,    // a response the ring could not give back (the TX thread then stops)
   counter_count
 };
 const char *counter_name(uint32_t counter);
@@ -134,9 +134,11 @@ public:
 private:
   void rx_loop();
   void tx_loop();
-  void count(Counter c, uint64_t n = 1) {
-    counters_[c].fetch_add(n, std::memory_order_relaxed);
+  void wake_tx() {
+    wake_.fetch_add(1, std::memory_order_release);
+    wake_.notify_one();
   }
+  void count(Counter c, uint64_t n = 1) { counters_[c].fetch_add(n, std::memory_order_relaxed); }
 
   int fd_;
   bool spin_;
@@ -145,7 +147,7 @@ private:
   std::atomic<uint64_t> sent_{0}, received_{0}; // rx_ring_.sent and tx_ring_.received, published
   std::atomic<uint64_t> answered_{0};           // responses sent (or failed) for the GPU's answers
   std::atomic<bool> intake_open_{false}, rx_done_{true}, stopping_{false};
-  std::atomic<uint32_t> wake_{0}; // bumped to wake a sleeping TX thread (wait=block)
+  std::atomic<uint32_t> wake_{0};         // bumped to wake a sleeping TX thread (wait=block)
   std::vector<sockaddr_storage> senders_; // per slot
   std::vector<socklen_t> sender_lengths_;
   std::vector<uint64_t> arrivals_ns_; // per slot

@@ -237,8 +237,9 @@ namespace cudaq_rt {
 // An operation appended within the ABI version (bridge_plugin.h), or NULL when the bridge's table
 // predates it.
 #define CUDAQ_RT_APPENDED(ops, field)                                                              \
-  ((ops)->struct_size >= offsetof(cudaq_rt_bridge_ops, field) + sizeof((ops)->field) ? (ops)->field \
-                                                                                     : nullptr)
+  ((ops)->struct_size >= offsetof(cudaq_rt_bridge_ops, field) + sizeof((ops)->field)               \
+       ? (ops)->field                                                                              \
+       : nullptr)
 
 bool Bridge::self_fed() const {
   return (ops_->capabilities & CUDAQ_RT_BRIDGE_CAP_SELF_FED) != 0;

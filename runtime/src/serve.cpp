@@ -46,9 +46,9 @@ double bucket_middle_us(uint32_t i) {
 }
 
 // The protocol error kinds, as the bridge counts them, in the order reports list them.
-constexpr const char *protocol_kinds[] = {"unknown_function", "bad_magic",        "truncated",
-                                          "oversize",         "bad_length",       "result_too_large",
-                                          "handler_fault",    "other_protocol_error"};
+constexpr const char *protocol_kinds[] = {
+    "unknown_function", "bad_magic",        "truncated",     "oversize",
+    "bad_length",       "result_too_large", "handler_fault", "other_protocol_error"};
 constexpr const char *drop_kinds[] = {"dropped_runt", "dropped_socket", "send_errors"};
 
 std::string words(std::string_view name) {
@@ -150,8 +150,8 @@ void ServeCounters::add(const ServeCounters &o) {
   dispatch.handler_errors += o.dispatch.handler_errors;
   dispatch.protocol_errors += o.dispatch.protocol_errors;
   for (const auto &[name, value] : o.bridge) {
-    auto it = std::find_if(bridge.begin(), bridge.end(),
-                           [&](const auto &p) { return p.first == name; });
+    auto it =
+        std::find_if(bridge.begin(), bridge.end(), [&](const auto &p) { return p.first == name; });
     if (it == bridge.end())
       bridge.emplace_back(name, value);
     else
@@ -410,8 +410,7 @@ std::string format_serve_report(const ServeReport &r, bool final_report) {
       std::snprintf(text, sizeof text,
                     "  latency us, arrival to departure, %llu requests: p50 %.2f  p90 %.2f  "
                     "p99 %.2f  p99.9 %.2f  max %.2f\n",
-                    (unsigned long long)l.count, l.p50_us, l.p90_us, l.p99_us, l.p999_us,
-                    l.max_us);
+                    (unsigned long long)l.count, l.p50_us, l.p90_us, l.p99_us, l.p999_us, l.max_us);
       out << text;
     }
   };
@@ -449,8 +448,8 @@ nlohmann::json serve_report_json(const ServeReport &r) {
                           {"protocol_errors", c.dispatch.protocol_errors}}}};
     if (!c.latency.empty()) {
       LatencyStats l = histogram_stats(c.latency);
-      j["latency_us"] = {{"count", l.count}, {"min", l.min_us},   {"mean", l.mean_us},
-                         {"p50", l.p50_us},  {"p90", l.p90_us},   {"p99", l.p99_us},
+      j["latency_us"] = {{"count", l.count},   {"min", l.min_us}, {"mean", l.mean_us},
+                         {"p50", l.p50_us},    {"p90", l.p90_us}, {"p99", l.p99_us},
                          {"p99.9", l.p999_us}, {"max", l.max_us}};
     }
     return j;
@@ -468,8 +467,11 @@ nlohmann::json serve_report_json(const ServeReport &r) {
   nlohmann::json errors = nlohmann::json::array();
   for (const Error &e : r.errors)
     errors.push_back(e.str());
-  return {{"seconds", r.seconds}, {"stopped_by", r.stopped_by}, {"gpus", gpus},
-          {"total", counters(r.total)}, {"errors", errors}};
+  return {{"seconds", r.seconds},
+          {"stopped_by", r.stopped_by},
+          {"gpus", gpus},
+          {"total", counters(r.total)},
+          {"errors", errors}};
 }
 
 } // namespace cudaq_rt

@@ -155,7 +155,9 @@ struct ClientSocket {
     REQUIRE(::connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) == 0);
   }
   ~ClientSocket() { ::close(fd); }
-  void send(const Bytes &b) const { REQUIRE(::send(fd, b.data(), b.size(), 0) == ssize_t(b.size())); }
+  void send(const Bytes &b) const {
+    REQUIRE(::send(fd, b.data(), b.size(), 0) == ssize_t(b.size()));
+  }
   // The next datagram, or nothing within `ms`.
   std::optional<Bytes> receive(int ms = 5000) const {
     pollfd p{fd, POLLIN, 0};
@@ -210,17 +212,16 @@ TEST_CASE("every malformed datagram kind is classified, and answered with its st
     return udp::classify(b.data(), size == SIZE_MAX ? b.size() : size, slot);
   };
   const Bytes whole = frame(kEcho, Bytes(8, 7), 5);
-  CHECK(kind(Bytes{}) == Kind::runt);                                 // empty
-  CHECK(kind(Bytes{0x52}) == Kind::runt);                             // 1 byte
+  CHECK(kind(Bytes{}) == Kind::runt);                                  // empty
+  CHECK(kind(Bytes{0x52}) == Kind::runt);                              // 1 byte
   CHECK(kind(Bytes(whole.begin(), whole.begin() + 15)) == Kind::runt); // no request_id
   CHECK(kind(Bytes(whole.begin(), whole.begin() + 16)) == Kind::truncated);
   CHECK(kind(Bytes(whole.begin(), whole.begin() + 23)) == Kind::truncated); // 23 bytes
-  CHECK(kind(frame(kEcho, {}, 1, 8)) == Kind::truncated);          // header only, arg_len 8
-  CHECK(kind(frame(kEcho, Bytes(4), 1, 9)) == Kind::truncated);    // arg_len > what arrived
-  CHECK(kind(frame(kEcho, Bytes(9), 1, 4)) == Kind::bad_length);   // arg_len < what arrived
+  CHECK(kind(frame(kEcho, {}, 1, 8)) == Kind::truncated);        // header only, arg_len 8
+  CHECK(kind(frame(kEcho, Bytes(4), 1, 9)) == Kind::truncated);  // arg_len > what arrived
+  CHECK(kind(frame(kEcho, Bytes(9), 1, 4)) == Kind::bad_length); // arg_len < what arrived
   CHECK(kind(frame(kEcho, Bytes(8), 1, UINT32_MAX, 0xdeadbeef)) == Kind::bad_magic);
-  CHECK(kind(frame(kEcho, Bytes(8), 1, UINT32_MAX, CUDAQ_RT_TRUNCATED_MAGIC)) ==
-        Kind::truncated);
+  CHECK(kind(frame(kEcho, Bytes(8), 1, UINT32_MAX, CUDAQ_RT_TRUNCATED_MAGIC)) == Kind::truncated);
   CHECK(kind(frame(kEcho, Bytes(slot - 24), 1)) == Kind::request); // exactly a slot
   // A datagram larger than a slot: the buffer holds a slot of it, the size is the real one.
   CHECK(kind(frame(kEcho, Bytes(slot - 24), 1, 2000), 2024) == Kind::oversize);
@@ -345,11 +346,9 @@ TEST_CASE("malformed datagrams among valid ones: answered or dropped, counted, s
       {"23 bytes", Bytes(good.begin(), good.begin() + 23), CUDAQ_RT_STATUS_TRUNCATED},
       {"header only, arg_len 8", frame(kEcho, {}, 11, 8), CUDAQ_RT_STATUS_TRUNCATED},
       {"arg_len beyond the datagram", frame(kEcho, Bytes(4), 12, 30), CUDAQ_RT_STATUS_TRUNCATED},
-      {"arg_len short of the datagram", frame(kEcho, Bytes(8), 13, 2),
-       CUDAQ_RT_STATUS_BAD_LENGTH},
+      {"arg_len short of the datagram", frame(kEcho, Bytes(8), 13, 2), CUDAQ_RT_STATUS_BAD_LENGTH},
       {"oversize", frame(kEcho, Bytes(200), 14), CUDAQ_RT_STATUS_PAYLOAD_TOO_LARGE},
-      {"bad magic", frame(kEcho, Bytes(4), 15, UINT32_MAX, 0x11223344),
-       CUDAQ_RT_STATUS_BAD_MAGIC},
+      {"bad magic", frame(kEcho, Bytes(4), 15, UINT32_MAX, 0x11223344), CUDAQ_RT_STATUS_BAD_MAGIC},
       {"unknown function (the device's answer)", frame(0xabcdef, Bytes(4), 16),
        CUDAQ_RT_STATUS_UNKNOWN_FUNCTION},
   };
@@ -396,8 +395,8 @@ TEST_CASE("the plugin refuses an unknown option and a port in use before touchin
   auto bogus = lib->create("bogus=1");
   REQUIRE(!bogus);
   CHECK(bogus.error().str() ==
-        std::string(CUDAQ_RT_TEST_UDP_BRIDGE) +
-            ": bridge 'udp': unknown option 'bogus' (known: bind=ADDR, port=N, slots=N, "
+        "'" + std::string(CUDAQ_RT_TEST_UDP_BRIDGE) +
+            "': bridge 'udp': unknown option 'bogus' (known: bind=ADDR, port=N, slots=N, "
             "slot_size=BYTES, wait=spin|block)");
   // A port some other socket holds.
   udp::Config config;
@@ -407,13 +406,13 @@ TEST_CASE("the plugin refuses an unknown option and a port in use before touchin
   const std::string port = taken.address.substr(taken.address.rfind(':') + 1);
   auto in_use = lib->create("port=" + port);
   REQUIRE(!in_use);
-  CHECK(in_use.error().str() == std::string(CUDAQ_RT_TEST_UDP_BRIDGE) +
-                                    ": bridge 'udp': cannot bind 127.0.0.1:" + port +
+  CHECK(in_use.error().str() == "'" + std::string(CUDAQ_RT_TEST_UDP_BRIDGE) +
+                                    "': bridge 'udp': cannot bind 127.0.0.1:" + port +
                                     ": Address already in use");
   auto bad_bind = lib->create("bind=localhost");
   REQUIRE(!bad_bind);
-  CHECK(bad_bind.error().str() == std::string(CUDAQ_RT_TEST_UDP_BRIDGE) +
-                                      ": bridge 'udp': bind=localhost: not a numeric IPv4 or "
+  CHECK(bad_bind.error().str() == "'" + std::string(CUDAQ_RT_TEST_UDP_BRIDGE) +
+                                      "': bridge 'udp': bind=localhost: not a numeric IPv4 or "
                                       "IPv6 address");
   ::close(taken.fd);
 }

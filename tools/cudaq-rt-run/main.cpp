@@ -232,6 +232,7 @@ int main(int argc, char **argv) {
   std::vector<std::string> args, globals;
   uint64_t bench_count = 0;
   uint32_t inflight = 1;
+  bool serve_flag = false;
   bool list = false, no_cache = false, verbose = false, as_json = false, no_link = false;
   double timeout_s = 10;
 
@@ -249,10 +250,10 @@ int main(int argc, char **argv) {
           ->group("What");
   app.add_option("--inflight", inflight, "Requests kept in flight by --bench (default 1)")
       ->group("What");
-  auto *serve_opt =
-      app.add_flag("--serve", "Serve clients through a self-fed bridge (default udp) until "
-                              "SIGINT, SIGTERM or a bound")
-          ->group("What");
+  auto *serve_opt = app.add_flag("--serve", serve_flag,
+                                 "Serve clients through a self-fed bridge (default udp) until "
+                                 "SIGINT, SIGTERM or a bound")
+                        ->group("What");
   auto *count_opt =
       app.add_option("--count", serve_opts.count, "--serve: stop after N requests were answered")
           ->group("What");
@@ -310,7 +311,7 @@ int main(int argc, char **argv) {
                  tool);
     return driver::exit_usage;
   };
-  const bool serving = *serve_opt;
+  const bool serving = serve_flag;
   if (!*call_opt && !*calls_opt && !*bench_opt && !list && !serving)
     return usage("nothing to do: give --call NAME, --calls FILE, --bench N, --serve or --list");
   for (auto *o : {count_opt, duration_opt, interval_opt})

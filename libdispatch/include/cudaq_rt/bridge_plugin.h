@@ -159,8 +159,7 @@ typedef struct cudaq_rt_bridge_ops {
 } cudaq_rt_bridge_ops;
 
 /* The size of the table as ABI version 1 first defined it (up to receive). */
-#define CUDAQ_RT_BRIDGE_OPS_V1_SIZE                                                                \
-  (offsetof(cudaq_rt_bridge_ops, receive) + sizeof(void *))
+#define CUDAQ_RT_BRIDGE_OPS_V1_SIZE (offsetof(cudaq_rt_bridge_ops, receive) + sizeof(void *))
 
 #ifdef __cplusplus
 extern "C" {

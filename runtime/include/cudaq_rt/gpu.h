@@ -60,7 +60,9 @@ public:
   virtual Expected<GpuDevice> open(int ordinal) = 0;
 
   // How many GPUs the driver sees (cudaq-rt-run --device all).
-  virtual Expected<int> device_count() { return make_error("", "cannot count this machine's GPUs"); }
+  virtual Expected<int> device_count() {
+    return make_error("", "cannot count this machine's GPUs");
+  }
 
   // Loads a cubin into the current context, with its kernels and globals loaded at once: a
   // module that CUDA's lazy loading brings in while a persistent kernel runs can deadlock.

@@ -35,10 +35,10 @@ struct ServeOptions {
 
 // One GPU's counters, or their sum.
 struct ServeCounters {
-  cudaq_rt_dispatch_stats dispatch{};                    // the kernel's (dispatch.h)
-  std::vector<std::pair<std::string, uint64_t>> bridge;  // the bridge's, in its order
-  std::vector<uint64_t> latency;                         // its histogram (bridge_plugin.h), or empty
-  uint64_t get(std::string_view name) const;             // a bridge counter, 0 when absent
+  cudaq_rt_dispatch_stats dispatch{};                   // the kernel's (dispatch.h)
+  std::vector<std::pair<std::string, uint64_t>> bridge; // the bridge's, in its order
+  std::vector<uint64_t> latency;                        // its histogram (bridge_plugin.h), or empty
+  uint64_t get(std::string_view name) const;            // a bridge counter, 0 when absent
   // Derived, from the bridge's counters: requests a handler answered (status >= 0), protocol
   // errors of every kind, datagrams dropped, responses sent in all.
   uint64_t served() const;
@@ -62,8 +62,8 @@ struct ServeReport {
   std::vector<ServeInstance> gpus;
   ServeCounters total;
   double seconds = 0;
-  std::string stopped_by;     // "signal", "count", "duration", "error"
-  std::vector<Error> errors;  // a kernel that failed, a stop that did not finish
+  std::string stopped_by;    // "signal", "count", "duration", "error"
+  std::vector<Error> errors; // a kernel that failed, a stop that did not finish
 };
 
 class Service {
