@@ -8,6 +8,8 @@ table, asserts nothing; bench/udp_rtt.md holds results):
   loopback         cudaq-rt-run PKG --bench (the loopback bridge: the ring and the kernel alone)
   floor            /work/shared/probe/floor.cu variant A (one 16-byte word each way)
 
+The bare echo and the server run with threads that spin (the bridge's default, wait=spin), then
+both with threads that sleep in recvmmsg (wait=block).
 Each UDP row is bench/udp_rtt_client.c: one request at a time, 8-byte payload, polling its socket.
 Goal: UDP via GPU <= bare echo + loopback + 1 us (p50).
 
@@ -34,8 +36,8 @@ def client_run(client, address, n):
     return float(m.group(1)), float(m.group(3)), out.stdout.strip()
 
 
-def echo_row(echo, client, n):
-    p = subprocess.Popen([echo, "0", "spin"], stdout=subprocess.PIPE, text=True)
+def echo_row(echo, client, n, wait="spin"):
+    p = subprocess.Popen([echo, "0", wait], stdout=subprocess.PIPE, text=True)
     try:
         line = p.stdout.readline()
         address = line.split()[-1]
@@ -45,8 +47,8 @@ def echo_row(echo, client, n):
         p.wait(10)
 
 
-def serve_row(run, pkg, client, n, env):
-    p = subprocess.Popen([run, pkg, "--serve", "--json", "--bridge-arg", "wait=spin"],
+def serve_row(run, pkg, client, n, env, wait="spin"):
+    p = subprocess.Popen([run, pkg, "--serve", "--json", "--bridge-arg", "wait=" + wait],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     address = None
     while address is None:
@@ -90,6 +92,11 @@ def main():
         udp, server = serve_row(a.run, pkg, a.client, a.requests, env)
         rows.append(("UDP via cudaq-rt-run --serve", udp[0], udp[1]))
         rows.append(("  of which in the server (bridge)", server[0], server[1]))
+        echo_block = echo_row(a.echo, a.client, a.requests, "block")
+        rows.append(("bare UDP echo, blocking recvmmsg", echo_block[0], echo_block[1]))
+        udp_block, server_block = serve_row(a.run, pkg, a.client, a.requests, env, "block")
+        rows.append(("UDP via --serve, wait=block", udp_block[0], udp_block[1]))
+        rows.append(("  of which in the server (bridge)", server_block[0], server_block[1]))
         bench = subprocess.run([a.run, pkg, "--bench", str(a.requests), "--json"],
                                capture_output=True, text=True, env=env, check=True)
         lb = json.loads(bench.stdout)["bench"]["latency_us"]

@@ -94,8 +94,8 @@ class RunWithoutGpuTest(unittest.TestCase):
 
     def test_serve_usage(self):
         for args, message in (
-                (["--serve", "--call", "echo"], "--serve excludes --call"),
-                (["--serve", "--bench", "5"], "--serve excludes --bench"),
+                (["--serve", "--call", "echo"], "--call excludes --serve"),
+                (["--serve", "--bench", "5"], "--bench excludes --serve"),
                 (["--serve", "--list"], "--serve excludes --list"),
                 (["--count", "5", "--call", "echo"], "--count needs --serve"),
                 (["--duration", "1", "--bench", "5"], "--duration needs --serve"),

@@ -81,6 +81,11 @@ int serve(ServeOptions options, bool as_json) {
     std::cout << format_serve_report(report, true);
   }
   std::cout.flush();
+  if (status != run_exit_ok) {
+    // A kernel that did not stop: exit-time cleanup would wait for it.
+    std::fflush(stderr);
+    std::_Exit(status);
+  }
   return status;
 }
 
@@ -323,6 +328,8 @@ int main(int argc, char **argv) {
     return usage("--duration: must be more than 0 seconds");
   if (serving && *interval_opt && !(serve_opts.stats_interval_s > 0))
     return usage("--stats-interval: must be more than 0 seconds");
+  if (!args.empty() && !*call_opt)
+    return usage("--arg needs --call");
   if (device_text != "all") {
     auto devices = parse_devices(device_text);
     if (!devices)
