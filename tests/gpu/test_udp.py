@@ -4,7 +4,7 @@ reference client (tools/cudaq-rt-client.py). Exits 77 (ctest: SKIPPED) at once w
 GPU; the two-GPU test skips where there is one GPU.
 
 Environment (set by ctest): CUDAQ_RT_PACK, CUDAQ_RT_LINK, CUDAQ_RT_RUN (the tools),
-CUDAQ_RT_EXAMPLE_APP (the example application), CUDAQ_RT_BRIDGE_PATH (the bridges' directory),
+CUDAQ_RT_EXAMPLE_APP, CUDAQ_RT_FAULT_APP (the applications), CUDAQ_RT_BRIDGE_PATH (the bridges' directory),
 CUDAQ_RT_CLIENT (the reference client).
 """
 import ctypes
@@ -29,6 +29,7 @@ PACK = os.environ.get("CUDAQ_RT_PACK", "cudaq-rt-pack")
 LINK = os.environ.get("CUDAQ_RT_LINK", "cudaq-rt-link")
 RUN = os.environ.get("CUDAQ_RT_RUN", "cudaq-rt-run")
 EXAMPLE_APP = os.environ.get("CUDAQ_RT_EXAMPLE_APP", "cudaq_rt_example_app")
+FAULT_APP = os.environ.get("CUDAQ_RT_FAULT_APP", "cudaq_rt_fault_app")
 CLIENT = os.environ.get("CUDAQ_RT_CLIENT", os.path.join(HERE, "../../tools/cudaq-rt-client.py"))
 
 SKIP = 77
@@ -323,6 +324,63 @@ class RefusalTest(UdpCase):
     def test_host_fed_bridge_cannot_serve(self):
         r = self.run_tool("--serve", "--bridge", "loopback")
         self.assert_one_error(r, "bridge 'loopback' is fed by this process, not by clients")
+
+
+class FaultWhileServingTest(UdpCase):
+    """A handler that kills or hangs the kernel while serving: an error, exit 1, bounded time."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        r = subprocess.run([PACK, FAULT_APP, "--name", "faults", "-o", cls.tmp],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        cls.faults = os.path.join(cls.tmp, "faults.cudaqpkg")
+        r = subprocess.run([LINK, cls.faults, "--arch", ARCH, "--bridge", "udp"],
+                           capture_output=True, text=True, env=cls.env)
+        assert r.returncode == 0, r.stderr
+
+    def start(self, *args):
+        s = Server(self, self.faults, "--stop-timeout", "1", *args, env=self.env)
+        with client.Client(s.addresses[0], 5) as c:
+            self.assertEqual(c.call("ok").status, 0)
+        return s
+
+    def finish(self, s, sig=None):
+        if sig is not None:
+            s.proc.send_signal(sig)
+        out = s.proc.stdout.read()
+        s.proc.wait(30)
+        s.reader.join()
+        s.proc.stdout.close()
+        s.proc.stderr.close()
+        self.assertEqual(s.proc.returncode, 1, out + "".join(s.stderr))
+        doc = json.loads(out)
+        self.assertEqual(doc["exit_status"], 1)
+        self.assertEqual(len(doc["errors"]), 1, doc)
+        return doc, "".join(s.stderr)
+
+    def test_trap_while_serving(self):
+        s = self.start()
+        t0 = time.monotonic()
+        with client.Client(s.addresses[0], 1) as c:
+            c.send(client.request("fault_trap", b"", 7))
+            self.assertIsNone(c.receive(1))
+        doc, err = self.finish(s)  # stops by itself: the kernel is gone
+        self.assertLess(time.monotonic() - t0, 10)
+        self.assertEqual(doc["stopped_by"], "error")
+        self.assertIn("failed: ", doc["errors"][0])
+        self.assertIn("cudaq-rt-run: error: ", err)
+
+    def test_hung_kernel_at_sigterm(self):
+        s = self.start()
+        with client.Client(s.addresses[0], 1) as c:
+            c.send(client.request("spin_forever", b"", 8))
+            self.assertIsNone(c.receive(0.5))
+        t0 = time.monotonic()
+        doc, err = self.finish(s, signal.SIGTERM)
+        self.assertLess(time.monotonic() - t0, 10)  # drain 1 s + stop 1 s, then out
+        self.assertIn("did not stop within 1 s: it is hung", doc["errors"][0])
 
 
 def free_port_pair():
