@@ -2,8 +2,15 @@
 //
 // Each GPU's Server lives on a thread of its own from start to destruction: the load path makes
 // the GPU's primary context current on the thread that calls it, and the bridge's CUDA
-// allocations and frees happen in that context. The GPUs are started one after another (a
-// failure stops those already serving and is the error), and stopped together.
+// allocations and frees happen in that context.
+//
+// Several GPUs in one process share more than it seems: the driver loads a library
+// (cuLibraryLoadData) into every context, and unloads it from every context, and a load into a
+// context whose persistent kernel runs waits for that kernel, forever (the first two-GPU run of
+// gpu.udp hung so, loading GPU 1's module while GPU 0 served). So the order is: every GPU loaded
+// (package, cubin, module, bridge), one after another, a failure being the error; then every
+// kernel launched; at the end every kernel stopped, together; and only then any GPU's module
+// and bridge freed. After a kernel that does not stop, nothing is freed.
 //
 // The stop, on each GPU at once: the bridge takes no more datagrams (those already in its socket's
 // receive buffer are still taken), waits until every request it took has been answered, then the
@@ -195,12 +202,21 @@ LatencyStats histogram_stats(const std::vector<uint64_t> &buckets) {
   return s;
 }
 
+// What the workers share: how many kernels still run, so that no GPU's module is unloaded (which
+// the driver does in every context) while another GPU's kernel runs; and whether one hung.
+struct Service::Shared {
+  std::mutex m;
+  std::condition_variable cv;
+  int running = 0;
+  bool hung = false;
+};
+
 struct Service::Worker {
   std::thread thread;
   mutable std::mutex m;
   std::condition_variable cv;
-  bool started = false, stop_requested = false, finished = false;
-  std::optional<Error> start_error;
+  bool started = false, launch_requested = false, launch_done = false, stop_requested = false;
+  std::optional<Error> start_error, launch_error;
   std::optional<Error> error; // the kernel failed, or the stop did not finish
   Server *server = nullptr;   // while it serves (guarded by m)
   ServeCounters final_counters;
@@ -208,7 +224,8 @@ struct Service::Worker {
   std::string address;
   bool self_fed = true;
 
-  void body(LoadOptions options, Gpu &gpu) {
+  void body(LoadOptions options, Gpu &gpu, Shared &shared) {
+    options.launch = false; // every GPU's module is loaded before any kernel runs
     auto started_server = Server::start(options, gpu);
     std::unique_ptr<Server> s;
     {
@@ -218,7 +235,6 @@ struct Service::Worker {
         start_error = started_server.error();
       } else {
         s = std::move(*started_server);
-        server = s.get();
         report = s->report();
         address = s->bridge().address();
         self_fed = s->bridge().self_fed();
@@ -227,7 +243,28 @@ struct Service::Worker {
     cv.notify_all();
     if (!s)
       return;
-    for (;;) {
+    bool go = false, launched = false;
+    {
+      std::unique_lock lock(m);
+      cv.wait(lock, [&] { return launch_requested || stop_requested; });
+      go = !stop_requested;
+    }
+    Status st = go ? s->relaunch() : Status::ok();
+    launched = go && st;
+    if (launched) {
+      std::lock_guard lock(shared.m);
+      ++shared.running;
+    }
+    {
+      std::lock_guard lock(m);
+      launch_done = true;
+      if (!st)
+        launch_error = st.error();
+      if (launched)
+        server = s.get();
+    }
+    cv.notify_all();
+    while (launched) {
       {
         std::unique_lock lock(m);
         if (cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return stop_requested; }))
@@ -239,7 +276,7 @@ struct Service::Worker {
         break;
       }
     }
-    Status st = s->stop();
+    st = s->stop();
     ServeCounters last = collect(*s);
     {
       std::lock_guard lock(m);
@@ -248,8 +285,20 @@ struct Service::Worker {
       final_counters = std::move(last);
       report = s->report();
       server = nullptr;
-      finished = true;
     }
+    // Every kernel stops before any GPU's module is freed; after a hang, nothing is freed (the
+    // process is about to end, and freeing would wait for the hung kernel).
+    std::unique_lock lock(shared.m);
+    if (launched)
+      --shared.running;
+    shared.hung = shared.hung || s->hung();
+    shared.cv.notify_all();
+    shared.cv.wait(lock, [&] { return shared.running == 0 || shared.hung; });
+    if (shared.hung) {
+      (void)s.release();
+      return;
+    }
+    lock.unlock();
     s.reset(); // in this thread: the GPU's context is current here
   }
 
@@ -275,6 +324,7 @@ struct Service::Worker {
 Expected<std::unique_ptr<Service>> Service::start(const ServeOptions &options, Gpu &gpu) {
   std::unique_ptr<Service> s(new Service());
   s->options_ = options;
+  s->shared_ = std::make_unique<Shared>();
   if (options.devices.empty())
     return make_error("", "no GPU to serve on");
   if (auto count = gpu.device_count())
@@ -282,6 +332,13 @@ Expected<std::unique_ptr<Service>> Service::start(const ServeOptions &options, G
       if (d < 0 || d >= *count)
         return make_error("", "no GPU ", d, ": this machine has ", *count,
                           *count == 1 ? " GPU (0)" : cat(" GPUs (0 to ", *count - 1, ")"));
+  auto on_gpu = [&](int device, Error e) {
+    if (options.devices.size() > 1)
+      e.message = cat("GPU ", device, ": ", e.message);
+    return e;
+  };
+  // Every GPU loaded, then every kernel launched: the driver loads a module into every context,
+  // and a load into a context whose persistent kernel runs waits for it forever.
   for (size_t i = 0; i < options.devices.size(); ++i) {
     LoadOptions o = options.load;
     o.device = options.devices[i];
@@ -291,23 +348,32 @@ Expected<std::unique_ptr<Service>> Service::start(const ServeOptions &options, G
     o.bridge_config = *config;
     auto w = std::make_unique<Worker>();
     Worker &worker = *w;
-    worker.thread = std::thread([&worker, o, &gpu] { worker.body(o, gpu); });
+    Shared &shared = *s->shared_;
+    worker.thread = std::thread([&worker, o, &gpu, &shared] { worker.body(o, gpu, shared); });
     {
       std::unique_lock lock(worker.m);
       worker.cv.wait(lock, [&] { return worker.started; });
     }
     s->workers_.push_back(std::move(w));
-    if (worker.start_error) {
-      Error e = *worker.start_error;
-      if (options.devices.size() > 1)
-        e.message = cat("GPU ", o.device, ": ", e.message);
-      return e; // ~Service stops the others
-    }
+    if (worker.start_error)
+      return on_gpu(o.device, *worker.start_error); // ~Service stops the others
     if (!worker.self_fed)
       return make_error("", "bridge ", quote(worker.report.bridge),
                         " is fed by this process, not by clients: serving needs a bridge that "
                         "receives requests itself, such as udp");
     s->instances_.push_back({o.device, worker.address, worker.report, {}});
+  }
+  for (size_t i = 0; i < s->workers_.size(); ++i) {
+    Worker &worker = *s->workers_[i];
+    {
+      std::unique_lock lock(worker.m);
+      worker.launch_requested = true;
+      worker.cv.notify_all();
+      worker.cv.wait(lock, [&] { return worker.launch_done; });
+    }
+    if (worker.launch_error)
+      return on_gpu(options.devices[i], *worker.launch_error);
+    s->instances_[i].report = worker.report;
   }
   return s;
 }

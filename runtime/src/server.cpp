@@ -215,6 +215,8 @@ Expected<std::unique_ptr<Server>> Server::start(const LoadOptions &opt, Gpu &gpu
   r.shape = opt.shape.value_or(LaunchShape{});
   r.times.load_ms = ms_since(t);
 
+  if (!opt.launch)
+    return s;
   t = Clock::now();
   if (auto st = s->launch(); !st)
     return std::move(st).take_error();

@@ -76,19 +76,24 @@ class Server:
         self.test = test
         self.proc = subprocess.Popen([RUN, pkg, "--serve", "--json", *args], env=env,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.addresses, self.stderr = [], []
-        while len(self.addresses) < gpus:
-            line = self.proc.stderr.readline()
-            if not line:
-                self.proc.wait(30)
-                test.fail(f"no 'serving on' line; exit {self.proc.returncode}:\n"
-                          + "".join(self.stderr) + self.proc.stdout.read())
-            self.stderr.append(line)
-            m = re.match(r"cudaq-rt-run: serving on (\S+) \(GPU (\d+): ", line)
-            if m:
-                self.addresses.append(m.group(1))
+        self.stderr = []
         self.reader = threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr))
         self.reader.start()
+        # A start that never finishes is a failure, not a hang of the test.
+        deadline = time.monotonic() + 120
+        while len(self.addresses) < gpus:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.proc.kill()
+                out = self.proc.stdout.read()
+                self.reader.join()
+                test.fail(f"{len(self.addresses)} of {gpus} 'serving on' lines; exit "
+                          f"{self.proc.returncode}:\n" + "".join(self.stderr) + out)
+            time.sleep(0.01)
+
+    @property
+    def addresses(self):
+        return [m.group(1) for m in (re.match(r"cudaq-rt-run: serving on (\S+) \(GPU \d+: ", l)
+                                     for l in list(self.stderr)) if m]
 
     def stop(self, sig=signal.SIGTERM, timeout=60):
         """Sends `sig` (None: wait for the server to stop by itself); returns the JSON report."""

@@ -86,8 +86,10 @@ public:
 
 private:
   struct Worker;
+  struct Shared;
   Service() = default;
   ServeOptions options_;
+  std::unique_ptr<Shared> shared_;
   std::vector<ServeInstance> instances_;
   std::vector<std::unique_ptr<Worker>> workers_;
 };
