@@ -1,5 +1,5 @@
 // The UDP bridge's host side, as far as it needs no CUDA: the configuration, what a datagram is
-// (udp_datagram: a request for the GPU, or something the bridge answers or drops itself), the
+// (classify: a request for the GPU, or something the bridge answers or drops itself), the
 // socket, and the two threads that move datagrams between the socket and a loopback ring
 // (loopback_host.h). udp.cpp allocates the ring with CUDA and exports the plugin; the unit test
 // (tests/unit/test_udp_bridge.cpp) runs this code on a ring in ordinary memory against a CPU model
