@@ -1,7 +1,7 @@
 # What `cmake --install` puts under the prefix, and the CMake package that find_package(cudaq-rt)
 # loads from there:
 #
-#   bin/                              cudaq-rt-pack, cudaq-rt-link, cudaq-rt-run
+#   bin/                              cudaq-rt-pack, cudaq-rt-link, cudaq-rt-run, cudaq-rt-client
 #   lib/libcudaq_rt.so*               the runtime library (below)
 #   lib/cudaq-rt/bridges/             the bundled bridges: the runtime looks in
 #                                     <executable>/../lib/cudaq-rt/bridges, so this stays "lib"
@@ -75,6 +75,9 @@ install(TARGETS cudaq-rt-pack cudaq-rt-link cudaq-rt-run cudaq_rt_shared cudaq_r
         EXPORT cudaq-rtTargets
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+# The reference client of the wire format over UDP (cudaq-rt-run --serve).
+install(PROGRAMS tools/cudaq-rt-client.py DESTINATION ${CMAKE_INSTALL_BINDIR}
+        RENAME cudaq-rt-client)
 install(DIRECTORY runtime/include/cudaq_rt libdispatch/include/cudaq_rt
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY schemas/ DESTINATION ${CUDAQ_RT_INSTALL_SCHEMADIR}

@@ -111,7 +111,7 @@ Expected<GpuGlobal> exported_global(Gpu &gpu, GpuLibrary library, const std::str
 
 Expected<std::unique_ptr<Server>> Server::start(const LoadOptions &opt, Gpu &gpu) {
   auto s = load(opt, gpu);
-  if (!s)
+  if (!s || !opt.launch)
     return s;
   auto t = Clock::now();
   if (auto st = (*s)->launch(); !st)
@@ -446,6 +446,11 @@ Status Server::launch() {
     return make_error(report_.package.string(), report_.device.arch(), ": the dispatch kernel ",
                       report_.kernel, ": ", st.error().message);
   running_ = true;
+  // A self-fed bridge (a socket) starts feeding the ring once there is a kernel to serve it.
+  if (auto st = bridge_->start(); !st) {
+    (void)stop();
+    return st;
+  }
   return Status::ok();
 }
 
@@ -568,6 +573,7 @@ Status Server::check() {
   if (!st.done)
     return Status::ok();
   running_ = false;
+  bridge_->stop();
   if (st.fault) {
     faulted_ = true;
     return failed("failed: " + st.fault->message);
@@ -580,6 +586,9 @@ Status Server::check() {
 Status Server::stop() {
   if (!running_)
     return Status::ok();
+  // A self-fed bridge first stops taking requests and waits for the answers to those it took;
+  // what is still in the ring then is answered before the kernel sees the flag (dispatch.h).
+  auto drained = bridge_->drain(stop_timeout_s_);
   std::atomic_ref<int>(*static_cast<int *>(control_.host)).store(1, std::memory_order_release);
   const auto deadline =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(
@@ -588,10 +597,15 @@ Status Server::stop() {
     StreamState st = gpu_.query(stream_);
     if (st.done) {
       running_ = false;
+      bridge_->stop(); // sends what the kernel answered last
       if (st.fault) {
         faulted_ = true;
         return failed("failed: " + st.fault->message);
       }
+      // A drain that ran out of time is not an error once the kernel stopped: it answered what
+      // was in the ring before it saw the flag, and the bridge's stop sent those answers.
+      if (!drained)
+        return drained.error();
       return Status::ok();
     }
     if (Clock::now() >= deadline) {

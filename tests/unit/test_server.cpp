@@ -7,6 +7,7 @@
 #include "cudaq_rt/cudaq_rt.h"
 #include "cudaq_rt/pack.h"
 #include "cudaq_rt/package.h"
+#include "cudaq_rt/serve.h"
 #include "cudaq_rt/server.h"
 #include "cudaq_rt/wire_frames.h"
 #include "scratch_dir.h"
@@ -18,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <thread>
 
 using namespace cudaq_rt;
 namespace fs = std::filesystem;
@@ -508,4 +510,122 @@ TEST_CASE("the C API: errors before any GPU work") {
       "'" + f.package.string() +
           "': no dispatch kernel 'mine': the code exports none ('builtin' is the unified kernel)");
   cudaq_rt_code_destroy(code);
+}
+
+// Serving (cudaq_rt/serve.h) on the fake GPU, through self_fed_bridge.c: the loopback bridge's hooks
+// packed as bridge `selffed`, whose host side counts what the launcher asked of it.
+struct ServeFixture {
+  ScratchDir dir{"cudaq_rt_test_serve"};
+  fs::path package;
+  ServeFixture() {
+    fixture(); // sets CUDAQ_RT_BRIDGE_PATH
+    PackOptions o;
+    o.inputs = {{CUDAQ_RT_TEST_EXAMPLE_APP, Role::application, ""},
+                {CUDAQ_RT_TEST_LOOPBACK_BRIDGE, Role::bridge, "selffed"}};
+    o.output_dir = dir.path;
+    o.name = "served";
+    auto packed = pack(o);
+    REQUIRE_MESSAGE(packed, (packed ? "" : packed.error().str()));
+    package = packed->dir;
+  }
+  ServeOptions options() const {
+    ServeOptions o;
+    o.load.package = package;
+    o.load.cache = {.dir = dir.path / "cache"};
+    o.load.stop_timeout_s = 0.2;
+    o.devices = {0};
+    return o;
+  }
+};
+
+ServeFixture &serve_fixture() {
+  static ServeFixture f;
+  return f;
+}
+
+TEST_CASE("serving: a stop request drains the bridge, then stops the kernel, then the bridge") {
+  FakeGpu gpu;
+  auto s = Service::start(serve_fixture().options(), gpu);
+  REQUIRE_MESSAGE(s, (s ? "" : s.error().str()));
+  REQUIRE((*s)->instances().size() == 1);
+  CHECK((*s)->instances()[0].address == "nowhere:0");
+  CHECK((*s)->instances()[0].report.bridge == "selffed");
+  std::atomic<bool> stop{false};
+  std::thread signal([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    stop = true;
+  });
+  ServeReport r = (*s)->run(stop);
+  signal.join();
+  CHECK(r.stopped_by == "signal");
+  CHECK(r.errors.empty());
+  REQUIRE(r.gpus.size() == 1);
+  const ServeCounters &c = r.gpus[0].counters;
+  CHECK(c.get("starts") == 1);
+  CHECK(c.get("drains") == 1);
+  CHECK(c.get("drained_while_started") == 1); // drained while its threads still ran
+  CHECK(c.get("stops") == 1);
+  CHECK(c.get("last_op") == 3); // stop last: after the kernel ended
+  CHECK(gpu.launches == 1);
+  CHECK(r.seconds >= 0.05);
+  CHECK(format_serve_report(r, true).starts_with("served for 0.0"));
+}
+
+TEST_CASE("serving stops by itself at --count and --duration") {
+  FakeGpu gpu;
+  std::atomic<bool> never{false};
+  ServeOptions o = serve_fixture().options();
+  o.count = 5; // the bridge's responses_sent grows by one on each read
+  auto s = Service::start(o, gpu);
+  REQUIRE_MESSAGE(s, (s ? "" : s.error().str()));
+  ServeReport r = (*s)->run(never);
+  CHECK(r.stopped_by == "count");
+  CHECK(r.total.answered() >= 5);
+  s->reset();
+
+  o.count = 0;
+  o.duration_s = 0.1;
+  o.stats_interval_s = 0.02;
+  s = Service::start(o, gpu);
+  REQUIRE_MESSAGE(s, (s ? "" : s.error().str()));
+  int ticks = 0;
+  r = (*s)->run(never, [&](const ServeReport &live) {
+    ++ticks;
+    CHECK(live.gpus.size() == 1);
+  });
+  CHECK(r.stopped_by == "duration");
+  CHECK(r.seconds >= 0.1);
+  CHECK(ticks >= 2);
+  auto j = serve_report_json(r);
+  CHECK(j["stopped_by"] == "duration");
+  CHECK(j["gpus"][0]["address"] == "nowhere:0");
+  CHECK(j["total"]["bridge"]["starts"] == 1);
+}
+
+TEST_CASE("a kernel that fails while serving ends the service, and says so") {
+  FakeGpu gpu;
+  gpu.kernel_behaviour = FakeGpu::Kernel::faults;
+  std::atomic<bool> never{false};
+  auto s = Service::start(serve_fixture().options(), gpu);
+  REQUIRE_MESSAGE(s, (s ? "" : s.error().str()));
+  ServeReport r = (*s)->run(never);
+  CHECK(r.stopped_by == "error");
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].str().find("failed: CUDA_ERROR_ILLEGAL_ADDRESS") != std::string::npos);
+  CHECK(r.gpus[0].counters.get("stops") >= 1); // the bridge's threads are ended too
+}
+
+TEST_CASE("serving refuses a host-fed bridge, and a GPU list on a one-GPU machine") {
+  FakeGpu gpu;
+  ServeOptions o = serve_fixture().options();
+  o.load.package = fixture().package; // bridge `host`: fed by the launcher
+  auto s = Service::start(o, gpu);
+  REQUIRE(!s);
+  CHECK(s.error().str() == "bridge 'host' is fed by this process, not by clients: serving needs a "
+                           "bridge that receives requests itself, such as udp");
+  o = serve_fixture().options();
+  o.devices = {0, 1};
+  s = Service::start(o, gpu);
+  REQUIRE(!s);
+  CHECK(s.error().str() == "GPU 1: no GPU 1: this machine has 1 GPU (0)");
 }

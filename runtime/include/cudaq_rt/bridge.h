@@ -75,6 +75,20 @@ public:
   BatchResult send_batch(std::span<const void *const> frames, std::span<const size_t> sizes);
   BatchResult receive_batch(std::span<uint8_t> buffer, size_t stride, std::span<size_t> sizes);
 
+  // Self-fed bridges (a socket): see cudaq_rt_bridge_ops::start, drain and stop. drain answers
+  // false when the time ran out before every request taken was answered.
+  bool self_fed() const;
+  Status start();
+  Expected<bool> drain(double timeout_s);
+  void stop();
+  // Where clients reach it, or empty.
+  std::string address() const;
+  // The bridge's live counters, in its order (empty for a bridge without them).
+  std::vector<std::pair<std::string, uint64_t>> counters() const;
+  // Adds its latency histogram (CUDAQ_RT_LATENCY_BUCKETS counts) into `buckets`; false when the
+  // bridge measures none.
+  bool add_latency(std::span<uint64_t, CUDAQ_RT_LATENCY_BUCKETS> buckets) const;
+
 private:
   friend class BridgeLibrary;
   Bridge(std::shared_ptr<void> handle, const cudaq_rt_bridge_ops *ops, cudaq_rt_bridge *bridge)

@@ -34,6 +34,10 @@ struct LoadOptions {
   std::vector<GlobalValue> globals; // written before launch; each exactly its global's size
   std::optional<LaunchShape> shape; // default 1 block of 1 thread
   double stop_timeout_s = 5;
+  // false: start() does everything but the launch, and relaunch() launches. A process that serves
+  // on several GPUs loads every GPU's module before any kernel starts: a module load (the
+  // driver loads a library into every context) waits behind a persistent kernel (serve.cpp).
+  bool launch = true;
 };
 
 // Milliseconds spent on each step of start().
@@ -138,9 +142,12 @@ public:
   // An error once the kernel has ended by itself (a fault, a trap), naming what it served.
   Status check();
   // Sets the shutdown flag and waits up to the stop timeout. A kernel that does not stop is hung:
-  // the error names it and what it was serving, and hung() turns true.
+  // the error names it and what it was serving, and hung() turns true. A self-fed bridge (UDP) is
+  // drained first: it takes no more requests, and those it took are answered before the flag is
+  // set (waiting up to the stop timeout for them), then its threads end.
   Status stop();
-  // Launches the kernel after load(), or again on the same bridge instance after stop().
+  // Launches the kernel after load() (or a start() with LoadOptions::launch false), or again on
+  // the same bridge instance after stop().
   Status relaunch();
   bool running() const { return running_; }
   bool hung() const { return hung_; }
