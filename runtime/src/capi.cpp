@@ -481,7 +481,8 @@ int cudaq_rt_find_dispatch_kernel(const cudaq_rt_code *code, const char *name) {
       }
     return fail(CUDAQ_RT_E_NOT_FOUND,
                 make_error(code->label, "no dispatch kernel ", quote(name), ": the code exports ",
-                           list_of(kernels), " ('builtin' is the unified kernel)"));
+                           list_of(kernels),
+                           " ('builtin' is the unified kernel, 'warp' the warp-wide one)"));
   });
 }
 

@@ -95,7 +95,8 @@ static int cpu_checks(const char *replacement) {
   CHECK(cudaq_rt_code_handler(self, 2) == NULL);
   CHECK(cudaq_rt_find_dispatch_kernel(self, "my_dispatch") == CUDAQ_RT_E_NOT_FOUND);
   CHECK(error_is("'this program (", ")': no dispatch kernel 'my_dispatch': the code exports none "
-                                    "('builtin' is the unified kernel)"));
+                                    "('builtin' is the unified kernel, 'warp' the warp-wide "
+                                    "one)"));
 
   cudaq_rt_config_init(&cfg);
   cfg.dispatcher = "my_dispatch";

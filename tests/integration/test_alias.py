@@ -145,7 +145,8 @@ class AliasTest(unittest.TestCase):
         self.assertEqual(r.stdout, "")
         self.assertEqual(r.stderr, f"cudaq-rt-run: error: '{pkg}': no dispatch kernel "
                                    "'no_such_kernel' in the package (it exports "
-                                   "test_custom_dispatch; 'builtin' is the unified kernel)\n")
+                                   "test_custom_dispatch; 'builtin' is the unified kernel, 'warp' the "
+                                   "warp-wide one)\n")
 
 
 if __name__ == "__main__":

@@ -505,10 +505,10 @@ TEST_CASE("the C API: errors before any GPU work") {
   Fixture &f = fixture();
   REQUIRE(cudaq_rt_open_package(f.package.c_str(), &code) == CUDAQ_RT_OK);
   CHECK(cudaq_rt_find_dispatch_kernel(code, "mine") == CUDAQ_RT_E_NOT_FOUND);
-  CHECK(
-      std::string(cudaq_rt_last_error()) ==
-      "'" + f.package.string() +
-          "': no dispatch kernel 'mine': the code exports none ('builtin' is the unified kernel)");
+  CHECK(std::string(cudaq_rt_last_error()) ==
+        "'" + f.package.string() +
+            "': no dispatch kernel 'mine': the code exports none ('builtin' is the unified kernel, "
+            "'warp' the warp-wide one)");
   cudaq_rt_code_destroy(code);
 }
 
