@@ -23,11 +23,22 @@ if bash "$here/tests/gpu/link_example.sh" "$b/bin/cudaq-rt-pack" "$b/bin/cudaq-r
 else
   echo "link_example.sh failed"; status=1
 fi
-echo "== gpu.run"
-CUDAQ_RT_PACK="$b/bin/cudaq-rt-pack" CUDAQ_RT_LINK="$b/bin/cudaq-rt-link" \
+echo "== gpu.capi"
+CUDAQ_RT_CACHE_DIR="$tmp/capi-cache" timeout 300 "$b/tests/capi/capi_test" \
+  --gpu "$tmp/example/example.cudaqpkg" || status=1
+export CUDAQ_RT_PACK="$b/bin/cudaq-rt-pack" CUDAQ_RT_LINK="$b/bin/cudaq-rt-link" \
   CUDAQ_RT_RUN="$b/bin/cudaq-rt-run" CUDAQ_RT_EXAMPLE_APP="$b/examples/cudaq_rt_example_app" \
   CUDAQ_RT_FAULT_APP="$b/tests/gpu/cudaq_rt_fault_app" \
   CUDAQ_RT_LUT_TABLE="$here/examples/lut/syndrome_table.bin" \
-  python3 "$here/tests/gpu/test_run.py" >"$tmp/run.log" 2>&1 || status=1
-tail -n 25 "$tmp/run.log"
+  CUDAQ_RT_TIMED_DISPATCH="$b/examples/libcudaq_rt_example_timed_dispatch.a" \
+  CUDAQ_RT_BLOCK_DISPATCH="$b/examples/libcudaq_rt_example_block_dispatch.a" \
+  CUDAQ_RT_RPC_INCREMENT="$b/examples/libcudaq_rt_example_rpc_increment.a" \
+  CUDAQ_RT_CLIENT="$here/tools/cudaq-rt-client.py"
+for t in run dispatch udp; do
+  echo "== gpu.$t"
+  timeout 600 python3 "$here/tests/gpu/test_$t.py" >"$tmp/$t.log" 2>&1 || status=1
+  grep -E "^(FAIL|ERROR):|Error|skipped" "$tmp/$t.log" | head -n 20
+  tail -n 4 "$tmp/$t.log"
+  [ -n "${OUT:-}" ] && cp "$tmp/$t.log" "$OUT/test_$t.log"
+done
 exit $status

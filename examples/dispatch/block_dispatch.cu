@@ -25,7 +25,10 @@ namespace {
 enum Verdict : int { call_handler, answered, stop };
 }
 
-extern "C" __global__ void block_dispatch(cudaq_rt_dispatch_params p) {
+// Up to 1024 threads a block: the bound makes ptxas keep the kernel (hooks and handlers inlined
+// by the link) within the registers 1024 threads can have, where it would otherwise use more and
+// a launch of 1024 would fail (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, measured on the H200).
+extern "C" __global__ void __launch_bounds__(1024) block_dispatch(cudaq_rt_dispatch_params p) {
   if (blockIdx.x != 0 || blockIdx.y != 0 || blockIdx.z != 0)
     return;
   const bool leader = threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0;
