@@ -315,8 +315,10 @@ static int gpu_checks(const char *package) {
   CHECK(cudaq_rt_get_stats(mine, &st) == CUDAQ_RT_OK);
   CHECK(st.requests == 6 && st.ok == 5);
 
-  cudaq_rt_server_destroy(theirs);
+  /* mine's kernel first: freeing theirs (cudaFree, the module's unload) waits for every kernel on
+   * the device, so it would wait for mine's forever (cudaq_rt.h). */
   cudaq_rt_server_destroy(mine);
+  cudaq_rt_server_destroy(theirs);
   cudaq_rt_code_destroy(app);
   cudaq_rt_code_destroy(self);
   return failures;

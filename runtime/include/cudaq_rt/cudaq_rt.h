@@ -41,6 +41,9 @@
  * can wait behind a persistent kernel already running in the process (CUDA-Q realtime met this
  * deadlock under CUDA's lazy loading). Load and start every server before any other's kernel runs
  * (or stop it first), and set CUDA_MODULE_LOADING=EAGER before the process's first CUDA call.
+ * Destroying a server frees GPU memory and unloads its module, which waits for every kernel on
+ * the device: stop (or destroy) the servers whose kernels still run first, as
+ * tests/capi/capi_test.c does.
  *
  * Link with libcudaq_rt (CMake: cudaq-rt::runtime). The header compiles as C99 and as C++. */
 #ifndef CUDAQ_RT_C_API_H
