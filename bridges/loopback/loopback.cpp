@@ -20,24 +20,18 @@ bool fail_create(std::string message) {
 }
 
 bool parse_config(std::string_view config, uint32_t &slots, uint32_t &slot_size) {
-  while (!config.empty()) {
-    size_t comma = config.find(',');
-    std::string_view item = config.substr(0, comma);
-    config = comma == std::string_view::npos ? std::string_view{} : config.substr(comma + 1);
-    if (item.empty())
-      continue;
-    size_t eq = item.find('=');
-    std::string_view key = item.substr(0, eq);
-    std::string_view value =
-        eq == std::string_view::npos ? std::string_view{} : item.substr(eq + 1);
-    uint32_t *target = key == "slots" ? &slots : key == "slot_size" ? &slot_size : nullptr;
-    if (!target)
-      return fail_create("unknown option '" + std::string(key) +
-                         "' (known: slots=N, slot_size=BYTES)");
-    if (!parse_u32(value, *target))
-      return fail_create("option '" + std::string(key) + "' needs a number, got '" +
-                         std::string(value) + "'");
-  }
+  std::string why =
+      for_each_option(config, [&](std::string_view key, std::string_view value) -> std::string {
+        uint32_t *target = key == "slots" ? &slots : key == "slot_size" ? &slot_size : nullptr;
+        if (!target)
+          return "unknown option '" + std::string(key) + "' (known: slots=N, slot_size=BYTES)";
+        if (!parse_u32(value, *target))
+          return "option '" + std::string(key) + "' needs a number, got '" + std::string(value) +
+                 "'";
+        return {};
+      });
+  if (!why.empty())
+    return fail_create(std::move(why));
   if (std::string why = check_ring_shape(slots, slot_size); !why.empty())
     return fail_create(std::move(why));
   return true;

@@ -17,21 +17,6 @@ bool cuda_ok(cudaError_t rc, const char *what, std::string &error) {
 
 } // namespace
 
-bool parse_u32(std::string_view text, uint32_t &out) {
-  if (text.empty() || text.size() > 10)
-    return false;
-  uint64_t v = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9')
-      return false;
-    v = v * 10 + uint64_t(c - '0');
-  }
-  if (v > UINT32_MAX)
-    return false;
-  out = uint32_t(v);
-  return true;
-}
-
 std::string check_ring_shape(uint32_t slots, uint32_t slot_size) {
   if (slots == 0 || slots > CUDAQ_RT_LOOPBACK_MAX_SLOTS)
     return "slots=" + std::to_string(slots) + " is out of range 1.." +

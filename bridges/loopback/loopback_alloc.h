@@ -12,9 +12,6 @@
 
 namespace cudaq_rt::loopback {
 
-// A decimal number that fits 32 bits, nothing else.
-bool parse_u32(std::string_view text, uint32_t &out);
-
 // Why a ring of `slots` slots of `slot_size` bytes cannot be made; empty when it can.
 std::string check_ring_shape(uint32_t slots, uint32_t slot_size);
 

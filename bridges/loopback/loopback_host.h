@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <string_view>
 
 struct cudaq_rt_bridge {
   uint32_t num_slots = 0;
@@ -45,6 +46,41 @@ struct cudaq_rt_bridge {
 };
 
 namespace cudaq_rt::loopback {
+
+// A decimal number that fits 32 bits, nothing else.
+inline bool parse_u32(std::string_view text, uint32_t &out) {
+  if (text.empty() || text.size() > 10)
+    return false;
+  uint64_t v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9')
+      return false;
+    v = v * 10 + uint64_t(c - '0');
+  }
+  if (v > UINT32_MAX)
+    return false;
+  out = uint32_t(v);
+  return true;
+}
+
+// Calls take(key, value) for each item of a bridge configuration, "key=value,key=value" (empty
+// items are skipped, a missing "=value" is an empty value), and stops at the first non-empty
+// message take returns: that is the result.
+template <class Take> std::string for_each_option(std::string_view config, Take take) {
+  while (!config.empty()) {
+    const size_t comma = config.find(',');
+    const std::string_view item = config.substr(0, comma);
+    config = comma == std::string_view::npos ? std::string_view{} : config.substr(comma + 1);
+    if (item.empty())
+      continue;
+    const size_t eq = item.find('=');
+    std::string why = take(item.substr(0, eq),
+                           eq == std::string_view::npos ? std::string_view{} : item.substr(eq + 1));
+    if (!why.empty())
+      return why;
+  }
+  return {};
+}
 
 // A response that has started to arrive completes within microseconds; a half missing for this
 // many polls means the kernel died mid-publish.

@@ -35,21 +35,6 @@ void relax() {
 #endif
 }
 
-bool parse_number(std::string_view text, uint32_t &out) {
-  if (text.empty() || text.size() > 10)
-    return false;
-  uint64_t v = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9')
-      return false;
-    v = v * 10 + uint64_t(c - '0');
-  }
-  if (v > UINT32_MAX)
-    return false;
-  out = uint32_t(v);
-  return true;
-}
-
 uint32_t read_u32(const uint8_t *data, size_t size, size_t offset) {
   uint32_t v = 0;
   if (offset < size)
@@ -78,36 +63,31 @@ uint64_t send_all(int fd, mmsghdr *msgs, unsigned n) {
 } // namespace
 
 std::string parse_config(std::string_view text, Config &out) {
-  while (!text.empty()) {
-    size_t comma = text.find(',');
-    std::string_view item = text.substr(0, comma);
-    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
-    if (item.empty())
-      continue;
-    size_t eq = item.find('=');
-    std::string_view key = item.substr(0, eq);
-    std::string_view value =
-        eq == std::string_view::npos ? std::string_view{} : item.substr(eq + 1);
-    if (key == "bind") {
-      if (value.empty())
-        return "option 'bind' needs an address";
-      out.bind = std::string(value);
-    } else if (key == "wait") {
-      if (value != "spin" && value != "block")
-        return "option 'wait' is 'spin' or 'block', got '" + std::string(value) + "'";
-      out.spin = value == "spin";
-    } else if (key == "port" || key == "slots" || key == "slot_size") {
-      uint32_t *target = key == "port" ? &out.port : key == "slots" ? &out.slots : &out.slot_size;
-      if (!parse_number(value, *target))
-        return "option '" + std::string(key) + "' needs a number, got '" + std::string(value) + "'";
-      if (key == "port" && out.port > 65535)
-        return "port=" + std::to_string(out.port) + " is out of range 0..65535";
-    } else {
-      return "unknown option '" + std::string(key) +
-             "' (known: bind=ADDR, port=N, slots=N, slot_size=BYTES, wait=spin|block)";
-    }
-  }
-  return {};
+  return loopback::for_each_option(
+      text, [&](std::string_view key, std::string_view value) -> std::string {
+        if (key == "bind") {
+          if (value.empty())
+            return "option 'bind' needs an address";
+          out.bind = std::string(value);
+        } else if (key == "wait") {
+          if (value != "spin" && value != "block")
+            return "option 'wait' is 'spin' or 'block', got '" + std::string(value) + "'";
+          out.spin = value == "spin";
+        } else if (key == "port" || key == "slots" || key == "slot_size") {
+          uint32_t *target = key == "port"    ? &out.port
+                             : key == "slots" ? &out.slots
+                                              : &out.slot_size;
+          if (!loopback::parse_u32(value, *target))
+            return "option '" + std::string(key) + "' needs a number, got '" + std::string(value) +
+                   "'";
+          if (key == "port" && out.port > 65535)
+            return "port=" + std::to_string(out.port) + " is out of range 0..65535";
+        } else {
+          return "unknown option '" + std::string(key) +
+                 "' (known: bind=ADDR, port=N, slots=N, slot_size=BYTES, wait=spin|block)";
+        }
+        return {};
+      });
 }
 
 Kind classify(const uint8_t *data, size_t size, uint32_t slot_size) {

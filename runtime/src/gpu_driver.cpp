@@ -134,17 +134,12 @@ public:
   }
 
   Expected<GpuDevice> open(int ordinal) override {
-    if (!driver_api())
-      return driver_api().error();
+    auto devices = device_count(); // the driver is loaded and initialized after this
+    if (!devices)
+      return std::move(devices).take_error();
     const DriverApi &cu = *driver_api();
-    CUresult rc = cu.init(0);
-    if (rc == CUDA_ERROR_NO_DEVICE)
-      return make_error("", "no CUDA GPU on this machine (", name_of(rc), ")");
-    if (rc != CUDA_SUCCESS)
-      return failure("cuInit", rc);
-    int count = 0;
-    if ((rc = cu.deviceGetCount(&count)) != CUDA_SUCCESS)
-      return failure("cuDeviceGetCount", rc);
+    const int count = *devices;
+    CUresult rc = CUDA_SUCCESS;
     if (ordinal < 0 || ordinal >= count)
       return make_error("", "no GPU ", ordinal, ": this machine has ", count,
                         count == 1 ? " GPU (0)" : cat(" GPUs (0 to ", count - 1, ")"));
