@@ -41,6 +41,7 @@ calls=(
   "--call lut_decode --arg hex:01020308 --global cudaq_rt_example_lut=@$table"
   "--bench 20000"
   "--bench 100000 --inflight 32"
+  "--dispatcher warp --bridge-arg slots=256 --bench 1000000 --inflight 256"
 )
 
 if [ -z "$gpu_arch" ]; then
