@@ -417,7 +417,7 @@ std::vector<ArchLink> link_archs(const LinkPlan &plan, std::span<const TargetArc
 
   // Per-TU mode needs an nvJitLink that compiles a unit alone; without one, the whole program.
   if (const std::string why = nvjitlink_unit_refusal(); !why.empty()) {
-    const LinkPlan whole = plan.as_whole();
+    const LinkPlan whole = plan.as_whole_fallback();
     std::vector<TargetArch> targets;
     for (size_t i : missed)
       targets.push_back(*job[i].arch);

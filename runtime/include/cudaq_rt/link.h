@@ -112,6 +112,7 @@ public:
   // that a cache hit costs no trial compile.
   LtoMode mode = LtoMode::whole;
   std::vector<LinkUnit> units; // per-TU mode
+  bool split_compile = false;  // whole mode: -split-compile-extended=0 (the fallback only)
   NvJitLinkIdentity nvjitlink;
   LinkSettings settings;
   // The packed code the plan was made from: a store refuses a package whose code was replaced.
@@ -128,8 +129,8 @@ public:
   std::vector<std::string> unit_options(const TargetArch &arch) const;
   LinkKey unit_key(const TargetArch &arch, const LinkUnit &unit) const;
   std::vector<std::string> final_options(const TargetArch &arch) const;
-  // The same plan, linked as a whole program (the fallback from per-TU mode).
-  LinkPlan as_whole() const;
+  // The fallback from per-TU mode: the same plan linked as a whole program, with split compile.
+  LinkPlan as_whole_fallback() const;
 
 private:
   friend Expected<LinkPlan> plan_link(const Package &, const LinkSettings &);
