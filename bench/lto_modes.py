@@ -40,9 +40,10 @@ def run(cmd, env=None):
 
 
 def gpu_arch():
-    r = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-                       capture_output=True, text=True)
-    if r.returncode != 0 or not r.stdout.strip():
+    smi = shutil.which("nvidia-smi")
+    r = smi and subprocess.run([smi, "--query-gpu=compute_cap", "--format=csv,noheader"],
+                               capture_output=True, text=True)
+    if not r or r.returncode != 0 or not r.stdout.strip():
         sys.exit("lto_modes: no GPU (nvidia-smi found none); give --arch to link only")
     return "sm_" + r.stdout.split()[0].replace(".", "")
 

@@ -190,7 +190,7 @@ struct ArchJob {
   ArchLink a;
   LinkRecord rec;
   LinkCache::RemoteLog remote_log;
-  bool done = false;                      // a result or an error
+  bool done = false;                         // a result or an error
   std::vector<std::vector<uint8_t>> objects; // per-TU mode: each unit's relocatable cubin
 
   void keep_log() {
@@ -226,8 +226,7 @@ bool lookup_module(const LinkPlan &plan, const LinkCache &cache, ArchJob &j) {
   std::optional<CacheEntry> hit = cache.get(j.a.key);
   if (!hit)
     hit = cache.get_remote(
-        j.a.key,
-        [&](std::span<const uint8_t> cubin) { return verify_cubin(plan, *j.arch, cubin); },
+        j.a.key, [&](std::span<const uint8_t> cubin) { return verify_cubin(plan, *j.arch, cubin); },
         j.remote_log);
   if (!hit)
     return false;
@@ -355,8 +354,7 @@ UnitOutcome compile_unit(const LinkPlan &plan, const TargetArch &arch, const Lin
 }
 
 // Per-TU mode: the final link of the units' cubins (and the fatbins of units without LTO-IR).
-void link_units(const LinkPlan &plan, const TargetArch &arch, const LinkCache &cache,
-                ArchJob &j) {
+void link_units(const LinkPlan &plan, const TargetArch &arch, const LinkCache &cache, ArchJob &j) {
   std::vector<NvJitLinkInput> inputs;
   for (size_t u = 0; u < plan.units.size(); ++u) {
     const LinkUnit &unit = plan.units[u];

@@ -539,8 +539,12 @@ LinkKey LinkKey::make(std::string arch, std::span<const std::string> options,
 LinkKey LinkKey::make(std::string arch, std::span<const std::string> options,
                       NvJitLinkIdentity nvjitlink, std::vector<Digest> inputs, std::string mode,
                       std::vector<uint32_t> units) {
-  LinkKey k{std::move(arch),   normalize_link_options(options), std::move(nvjitlink),
-            std::move(inputs), std::move(mode),                 std::move(units),
+  LinkKey k{std::move(arch),
+            normalize_link_options(options),
+            std::move(nvjitlink),
+            std::move(inputs),
+            std::move(mode),
+            std::move(units),
             Digest{}};
   Sha256 h;
   h.field("cudaq-rt link key");

@@ -246,8 +246,7 @@ LinkKey LinkPlan::unit_key(const TargetArch &arch, const LinkUnit &unit) const {
   std::vector<Digest> digests;
   for (size_t k = unit.first; k < unit.first + unit.count; ++k)
     digests.push_back(inputs[k].digest);
-  return LinkKey::make(arch.str(), unit_options(arch), nvjitlink, std::move(digests),
-                       "object");
+  return LinkKey::make(arch.str(), unit_options(arch), nvjitlink, std::move(digests), "object");
 }
 
 std::vector<std::string> LinkPlan::final_options(const TargetArch &arch) const {
@@ -449,8 +448,7 @@ Expected<LinkPlan> plan_link(const Package &pkg, const LinkSettings &settings) {
   if (const char *env = std::getenv(lto_mode_env); !mode && env && *env) {
     mode = parse_lto_mode(env);
     if (!mode)
-      return make_error(plan.subject, lto_mode_env, "=", quote(env),
-                        ": expected per-tu or whole");
+      return make_error(plan.subject, lto_mode_env, "=", quote(env), ": expected per-tu or whole");
   }
   plan.mode = plan.lto ? mode.value_or(default_lto_mode) : LtoMode::whole;
   if (plan.mode == LtoMode::per_tu) {

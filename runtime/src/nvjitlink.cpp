@@ -163,7 +163,8 @@ std::string try_unit_compile() {
   static constexpr std::string_view name = "cudaq_rt_unit_probe";
   bool kept = std::search(elf.begin(), elf.end(), name.begin(), name.end()) != elf.end();
   if (!relocatable || !kept)
-    return cat(which, " gave ", relocatable ? "a unit without its function" : "no relocatable cubin",
+    return cat(which, " gave ",
+               relocatable ? "a unit without its function" : "no relocatable cubin",
                " for -lto -Xptxas=-c -Xnvvm=--device-c");
   return {};
 }
@@ -171,8 +172,7 @@ std::string try_unit_compile() {
 } // namespace
 
 std::string nvjitlink_unit_refusal() {
-  if (const char *v = std::getenv(force_whole_link_env);
-      v && *v && std::string_view(v) != "0")
+  if (const char *v = std::getenv(force_whole_link_env); v && *v && std::string_view(v) != "0")
     return cat(force_whole_link_env, " is set");
   static const std::string refusal = try_unit_compile();
   return refusal;

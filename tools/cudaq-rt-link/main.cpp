@@ -56,7 +56,9 @@ json arch_json(const ArchLink &a) {
     j["units"] = json::array();
     for (const UnitLink &u : a.units) {
       json ju = {{"name", u.name},
-                 {"source", u.cache_hit ? "cache" : u.compiled ? "compiled" : "fatbin"}};
+                 {"source", u.cache_hit  ? "cache"
+                            : u.compiled ? "compiled"
+                                         : "fatbin"}};
       if (u.cache_hit || u.compiled)
         ju.update({{"key", u.key.str()}, {"size", u.size}, {"time_ms", u.time_ms}});
       j["units"].push_back(ju);
