@@ -177,8 +177,8 @@ def timed_link(args, pkg, link_args, env, prepare=None):
 
 
 def measured(cmd, env):
-    """(wall s, peak RSS MB, --json document) of one cudaq-rt-link run; exits on failure. The
-    peak is the child's own max RSS, from wait4."""
+    """(wall s, CPU s, peak RSS MB, --json document) of one cudaq-rt-link run; exits on failure.
+    CPU time (user + system) and the peak are the child's own, from wait4."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as ex:
@@ -189,7 +189,7 @@ def measured(cmd, env):
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         sys.exit(f"link_bench: {' '.join(cmd)} failed ({proc.returncode}):\n{out}{err}")
-    return wall, usage.ru_maxrss / 1024, json.loads(out)
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, json.loads(out)
 
 
 def scale_bench(args, tmp):
@@ -197,6 +197,7 @@ def scale_bench(args, tmp):
              "-I" + args.include]
     tus = 10
     rows = []
+    load = os.getloadavg()
     for n in args.scale:
         per = max(1, n // tus)
         d = os.path.join(tmp, f"n{n}")
@@ -229,24 +230,25 @@ def scale_bench(args, tmp):
                 cmd = [args.link, pkg, "-a", arch, "--lto", mode, "--no-store", "--json",
                        "-j", str(args.jobs)]
                 print(f"  {arch} {mode} cold ...", file=sys.stderr)
-                wall, rss, doc = measured(cmd, env)
+                wall, cpu, rss, doc = measured(cmd, env)
                 a = doc["archs"][0]
-                rows.append((n, arch, mode, "cold", wall, rss, a["cubin"]["size"],
+                rows.append((n, arch, mode, "cold", wall, cpu, rss, a["cubin"]["size"],
                              units_summary(a)))
                 if mode == "whole" and per * tus > args.whole_max:
                     continue  # a change relinks the whole program: the same again
                 build(0, 1)
                 pkg = pack()
                 print(f"  {arch} {mode} after a one-unit change ...", file=sys.stderr)
-                wall, rss, doc = measured(cmd, env)
+                wall, cpu, rss, doc = measured(cmd, env)
                 a = doc["archs"][0]
-                rows.append((n, arch, mode, "one TU changed", wall, rss, a["cubin"]["size"],
+                rows.append((n, arch, mode, "one TU changed", wall, cpu, rss, a["cubin"]["size"],
                              units_summary(a)))
-    print(f"cudaq-rt-link, one process per row (wall s, peak RSS of the process); 10 translation "
-          f"units; -j {args.jobs}; {os.cpu_count()} cores")
-    head = ("N", "arch", "--lto", "state", "wall s", "peak MB", "cubin bytes", "units")
-    table = [head] + [(str(n), a, m, st, f"{w:.2f}", f"{r:.0f}", str(b), u)
-                      for n, a, m, st, w, r, b, u in rows]
+    print(f"cudaq-rt-link, one process per row (wall s; CPU s and peak RSS of the process); 10 "
+          f"translation units; -j {args.jobs}; {os.cpu_count()} cores; load average "
+          f"{load[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
+    head = ("N", "arch", "--lto", "state", "wall s", "CPU s", "peak MB", "cubin bytes", "units")
+    table = [head] + [(str(n), a, m, st, f"{w:.2f}", f"{c:.2f}", f"{r:.0f}", str(b), u)
+                      for n, a, m, st, w, c, r, b, u in rows]
     widths = [max(len(r[i]) for r in table) for i in range(len(head))]
     for k, r in enumerate(table):
         print("| " + " | ".join(c.ljust(widths[i]) for i, c in enumerate(r)) + " |")
