@@ -5,7 +5,8 @@ Usage:
   cmake --build build --target bench_link
   bench/link_bench.py --pack build/bin/cudaq-rt-pack --link build/bin/cudaq-rt-link
                       [--nvcc nvcc] [--include libdispatch/include] [--runs N] [--jobs N]
-                      [--tmp DIR]
+                      [--tmp DIR] [--scale 10,100,1000 [--scale-archs sm_80,sm_90,sm_100]
+                      [--whole-max N]]
 
 Two handler sets are compiled with nvcc (relocatable, sm_80 cubin + lto_80 LTO-IR) and packed:
   - small:  examples/handlers (3 translation units, 4 handlers, no other kernels);

@@ -354,7 +354,8 @@ UnitOutcome compile_unit(const LinkPlan &plan, const TargetArch &arch, const Lin
 }
 
 // Per-TU mode: the final link of the units' cubins (and the fatbins of units without LTO-IR).
-void link_units(const LinkPlan &plan, const TargetArch &arch, const LinkCache &cache, ArchJob &j) {
+void link_units(const LinkPlan &plan, const TargetArch &arch, const LinkCache &cache, ArchJob &j,
+                Clock::time_point units_t0) {
   std::vector<NvJitLinkInput> inputs;
   for (size_t u = 0; u < plan.units.size(); ++u) {
     const LinkUnit &unit = plan.units[u];
@@ -370,11 +371,10 @@ void link_units(const LinkPlan &plan, const TargetArch &arch, const LinkCache &c
     return fail_link(plan, j, out.failure, j.a.arch, plan.inputs);
   j.a.cubin = std::move(out.result.cubin);
   j.objects.clear();
-  // The module's own link time: what its units' compiles in this run and its final link cost.
-  j.rec.link_ms = out.result.link_ms;
-  for (const UnitLink &u : j.a.units)
-    if (u.compiled)
-      j.rec.link_ms += u.time_ms;
+  // The module's link time is the wall time from its units (compiled in parallel with every
+  // other arch's) to its final link.
+  j.a.final_link_ms = out.result.link_ms;
+  j.rec.link_ms = ms_since(units_t0);
   j.a.info_log = out.result.info_log + j.a.info_log;
   finish_arch(plan, cache, j);
 }
@@ -435,6 +435,7 @@ std::vector<ArchLink> link_archs(const LinkPlan &plan, std::span<const TargetArc
 
   // Every unit of every arch that missed, then each arch's final link.
   const size_t units = plan.units.size();
+  const auto units_t0 = Clock::now();
   std::vector<UnitOutcome> compiled(missed.size() * units);
   parallel_for(compiled.size(), jobs, [&](size_t t) {
     compiled[t] = compile_unit(plan, *job[missed[t / units]].arch, plan.units[t % units], cache);
@@ -468,7 +469,7 @@ std::vector<ArchLink> link_archs(const LinkPlan &plan, std::span<const TargetArc
   parallel_for(missed.size(), jobs, [&](size_t k) {
     ArchJob &j = job[missed[k]];
     if (!j.done)
-      link_units(plan, *j.arch, cache, j);
+      link_units(plan, *j.arch, cache, j, units_t0);
   });
   return results();
 }
@@ -609,6 +610,7 @@ Expected<std::vector<PushedLink>> push_links(const fs::path &package_path, const
     md.options = normalize_link_options(l.options);
     md.nvjitlink_version = l.nvjitlink_version;
     md.inputs = l.inputs;
+    md.mode = l.mode == "lto-per-tu" ? "per-tu" : "";
     md.link_time_ms = l.link_ms;
     md.created = static_cast<int64_t>(std::time(nullptr));
     std::vector<uint8_t> entry = encode_cache_entry(l.cache_key, as_bytes(*cubin), md);

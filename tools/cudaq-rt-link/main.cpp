@@ -53,6 +53,7 @@ json arch_json(const ArchLink &a) {
     j["fallback"] = a.fallback;
   // Per-TU mode, when the module was not in the cache: where each unit's cubin came from.
   if (!a.units.empty()) {
+    j["final_link_ms"] = a.final_link_ms;
     j["units"] = json::array();
     for (const UnitLink &u : a.units) {
       json ju = {{"name", u.name},

@@ -176,6 +176,7 @@ struct ArchLink {
   std::vector<std::string> notes; // what the remote cache did, for -v
   LtoMode mode = LtoMode::whole;  // the mode it was linked in
   std::vector<UnitLink> units;    // per-TU mode, when the module was not a cache hit
+  double final_link_ms = 0;       // per-TU mode: the final link of the units' cubins alone
   // Why a per-TU link became a whole-program one, in one line (a note, always shown), or empty.
   std::string fallback;
 };
