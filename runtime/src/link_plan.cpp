@@ -17,13 +17,15 @@
 //
 // Two modes for LTO-IR (LtoMode). Whole: one -lto link of every input. NVVM then sees the whole
 // program: the hooks and every handler the kernel's indirect call can reach are compiled into the
-// kernel (at 1,000 handlers the kernel symbol was 3.3 MB and the link 105 s and 1.4 GB on two
-// cores), and a change to one handler relinks everything. Per-TU: each unit is compiled alone for
-// the arch into a relocatable cubin (-lto -Xptxas=-c -Xnvvm=--device-c, nvjitlink.cpp), cached
-// under its own key, and one link without -lto joins the cubins. The dispatcher and the bridge's
-// hooks are one unit, so the hooks are still inlined into the kernel; the handlers are called
-// through the function table in both modes, so nothing is lost there. What is lost is inlining
-// across application units: a handler's call into another unit is a real call.
+// kernel (at 1,000 handlers the kernel symbol was 3.3 MB, and the link took 132 s of CPU and
+// 1.4 GB here: bench/link_bench.md), and a change to one handler relinks everything. Per-TU: each
+// unit is compiled alone for the arch into a relocatable cubin (-lto -Xptxas=-c
+// -Xnvvm=--device-c, nvjitlink.cpp), cached under its own key, and one link without -lto joins
+// the cubins. The dispatcher and the bridge's hooks are one unit, so the hooks are still inlined
+// into the kernel. The kernel reaches handlers through the function table in both modes; what per
+// TU loses is inlining across application units: a handler's call into another unit is a real
+// call. On the H200 the example handlers, one of them with such a call, answered as fast in both
+// modes (bench/link_bench.md).
 // -kernels-used=<dispatch kernel> goes to every unit (a unit that does not define the kernel keeps
 // none of its own), but -variables-used does not: each unit's key must depend on that unit alone,
 // and a unit compiled alone keeps its external globals anyway.
