@@ -89,6 +89,15 @@ Expected<CubinChoice> select_cubin(const Package &package, const LinkPlan &plan,
     c.notes.insert(c.notes.end(), a.notes.begin(), a.notes.end());
     if (!a.fallback.empty())
       c.warnings.push_back(a.fallback);
+    if (!a.units.empty()) {
+      size_t cached = 0, compiled = 0;
+      for (const UnitLink &u : a.units) {
+        cached += u.cache_hit;
+        compiled += u.compiled;
+      }
+      c.notes.push_back(cat("linked per TU: ", cached, " of ", a.units.size(),
+                            " units from the cache, ", compiled, " compiled"));
+    }
     if (a.error)
       return std::move(*a.error);
     if (a.record) {

@@ -11,6 +11,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -228,6 +229,9 @@ TEST_CASE("a package's cubin serves any mode, unless a mode is asked for by name
   REQUIRE_MESSAGE(relinked, error_of(relinked));
   CHECK((*relinked)->report().source == CubinSource::link);
   CHECK((*relinked)->report().record.mode == "lto-per-tu");
+  const std::vector<std::string> &notes = (*relinked)->report().notes;
+  CHECK(std::count(notes.begin(), notes.end(),
+                   "linked per TU: 0 of 5 units from the cache, 5 compiled") == 1);
   CHECK((*relinked)->report().record.cache_key != whole_key);
 }
 
