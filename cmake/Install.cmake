@@ -1,7 +1,7 @@
 # What `cmake --install` puts under the prefix, and the CMake package that find_package(cudaq-rt)
 # loads from there:
 #
-#   bin/                              cudaq-rt-pack, cudaq-rt-link, cudaq-rt-run
+#   bin/                              cudaq-rt-pack, cudaq-rt-link, cudaq-rt-run, cudaq-rt-client
 #   lib/libcudaq_rt.so*               the runtime library (below)
 #   lib/cudaq-rt/bridges/             the bundled bridges: the runtime looks in
 #                                     <executable>/../lib/cudaq-rt/bridges, so this stays "lib"
@@ -75,11 +75,14 @@ install(TARGETS cudaq-rt-pack cudaq-rt-link cudaq-rt-run cudaq_rt_shared cudaq_r
         EXPORT cudaq-rtTargets
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+# The reference client of the wire format over UDP (cudaq-rt-run --serve).
+install(PROGRAMS tools/cudaq-rt-client.py DESTINATION ${CMAKE_INSTALL_BINDIR}
+        RENAME cudaq-rt-client)
 install(DIRECTORY runtime/include/cudaq_rt libdispatch/include/cudaq_rt
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY schemas/ DESTINATION ${CUDAQ_RT_INSTALL_SCHEMADIR}
         FILES_MATCHING PATTERN "*.json")
-foreach(section 1 5 7)
+foreach(section 1 3 5 7)
   install(DIRECTORY man/ DESTINATION ${CMAKE_INSTALL_MANDIR}/man${section}
           FILES_MATCHING PATTERN "*.${section}")
 endforeach()

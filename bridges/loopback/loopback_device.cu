@@ -39,10 +39,42 @@ struct Session {
   uint32_t draining;     // the shutdown flag was seen and fenced: every later probe sees all
                          // requests sent before it was set
   uint32_t sink;         // keeps the L1 warm-up loads alive
+  uint32_t width;        // slots the next probe loads (adaptive: see fetch)
+  uint32_t outstanding;  // frames handed out and not published yet
+  uint32_t shared_batch; // the pending frames are staged in shared memory (see kShared below)
+  uint32_t batch_first;  // slot of the first frame of the pending batch
+  uint32_t last_slot;    // slot of the frame rx_poll handed out last
+  uint32_t last_lap;     // its lap (the warp form)
+  uint32_t lane;         // the warp form: this session's lane
+  const unsigned char *last_response; // and its response frame
 };
 static_assert(sizeof(Session) <= CUDAQ_RT_SESSION_STORAGE_SIZE, "session must fit the storage");
 
-constexpr uint32_t kBatch = 8;  // cells loaded per round trip when unpacking a large payload
+constexpr uint32_t kBatch = 8; // cells loaded per round trip when unpacking a large payload
+constexpr uint32_t kW = CUDAQ_RT_LOOPBACK_PROBE_SLOTS;
+
+// Staging in shared memory. The serving thread reads back every byte it staged: the request's
+// header (validation, lookup), its payload (the handler), the response (tx_publish). From device
+// memory each such read-back is an L2 round trip, about 300 cycles on the H200 even right after
+// the store (stores do not fill L1); from shared memory about 40 (bench/loopback_rtt.md). So a
+// batch of up to kW frames, requests and responses, is staged here when
+//   - the block has one thread: these bytes are the block's, and a second serving thread in the
+//     block (with its own bridge instance) would share them;
+//   - 2 * kW frames of slot_size bytes fit;
+//   - no frame of an earlier batch is still held (handed out, not yet published): a kernel may
+//     poll again before it publishes (cudaq_rt/dispatch.h), and its frames must stay put.
+// Otherwise the per-slot staging frames in device memory (the ctx's) are used, as before.
+// Position i of a batch (the frame i slots after batch_first) has request frame i and response
+// frame kW + i.
+#ifndef CUDAQ_RT_LOOPBACK_SHARED_STAGING
+#define CUDAQ_RT_LOOPBACK_SHARED_STAGING 1
+#endif
+constexpr uint32_t kSharedBytes = 16384;
+__shared__ __align__(16) unsigned char shared_staging[kSharedBytes];
+
+__device__ __forceinline__ bool one_thread_block() {
+  return blockDim.x * blockDim.y * blockDim.z == 1;
+}
 constexpr uint32_t kLine = 128; // bytes per L1 line
 
 // 16-byte accesses to mapped host memory. volatile (relaxed, system scope) so that every poll
@@ -161,7 +193,7 @@ __device__ __forceinline__ uint32_t unpack(const Session *s, uint32_t slot, uint
 __device__ bool fetch(Session *s) {
   constexpr uint32_t W = CUDAQ_RT_LOOPBACK_PROBE_SLOTS, P = kHead;
   const uint32_t n = s->num_slots;
-  const uint32_t probe_slots = n < W ? n : W;
+  uint32_t probe_slots = n < s->width ? n : s->width;
   uint32_t slot[W], lap[W];
   const volatile uint4 *cells[W];
   slot[0] = s->fetched_slot;
@@ -217,14 +249,31 @@ __device__ bool fetch(Session *s) {
       break;
     if (shutdown)
       return false;
+#if CUDAQ_RT_LOOPBACK_ADAPTIVE_PROBE
+    // Idle: probe the next slot only. Its 5 loads and the flag's find a lone request sooner than
+    // the 21 loads of a wide probe (bench/loopback_rtt.md); a busy ring widens it again below.
+    probe_slots = 1;
+#endif
   }
+#if CUDAQ_RT_LOOPBACK_ADAPTIVE_PROBE
+  // Requests are coming: probe twice as many slots next time, up to W.
+  s->width = 2 * ready < W ? 2 * ready : W;
+#else
+  s->width = W;
+#endif
 
+  s->shared_batch = CUDAQ_RT_LOOPBACK_SHARED_STAGING && s->outstanding == 0 &&
+                    2u * W * s->slot_size <= kSharedBytes && one_thread_block();
+  s->batch_first = slot[0];
 #pragma unroll
   for (uint32_t w = 0; w < W; ++w)
     if (w < ready) {
-      uint2 *frame = reinterpret_cast<uint2 *>(s->request_frames + (size_t)slot[w] * s->slot_size);
+      uint2 *frame = reinterpret_cast<uint2 *>(
+          s->shared_batch ? shared_staging + (size_t)w * s->slot_size
+                          : s->request_frames + (size_t)slot[w] * s->slot_size);
       const uint32_t len = unpack<P>(s, slot[w], frame, lap[w], probe[w]);
-      warm_lines(s, reinterpret_cast<const unsigned char *>(frame), len);
+      if (!s->shared_batch)
+        warm_lines(s, reinterpret_cast<const unsigned char *>(frame), len);
     }
   uint32_t next = slot[0], next_lap = lap[0];
   for (uint32_t w = 0; w < ready; ++w)
@@ -233,6 +282,37 @@ __device__ bool fetch(Session *s) {
   s->fetched_lap = next_lap;
   s->pending = ready;
   return true;
+}
+
+// Packs the response frame staged at `response` into the response cells of `slot`, stamped
+// `lap`: the header and the first payload bytes in one batch of loads; result_len is header
+// word 2.
+__device__ __forceinline__ void publish_frame(Session *s, uint32_t slot, uint32_t lap,
+                                              const void *response) {
+  constexpr uint32_t kFirst = 8; // uint2 words: the 24-byte header + 40 payload bytes
+  const uint2 *frame = static_cast<const uint2 *>(response);
+  const uint32_t slot_words = s->slot_size / 8; // slot_size >= 32: never past the frame
+  uint2 first[kFirst];
+#pragma unroll
+  for (uint32_t i = 0; i < kFirst; ++i)
+    first[i] = i < slot_words ? frame[i] : make_uint2(0u, 0u);
+  const uint32_t max_result = s->slot_size - CUDAQ_RT_HEADER_SIZE;
+  const uint32_t result_len = first[1].x;
+  const uint32_t len = CUDAQ_RT_HEADER_SIZE + (result_len < max_result ? result_len : max_result);
+  const uint32_t cells = frame_cells(len);
+  volatile uint4 *head = s->response_heads + cudaq_rt_loopback_head_cell(slot, 0);
+  // Posted stores, in any order: each half carries its own stamp, so no fence is needed.
+#pragma unroll
+  for (uint32_t c = 1; c <= kFirst; ++c)
+    if (c < cells)
+      store_cell(cell_at(s->response_heads, s->response_tails, s->tail_cells, slot, c),
+                 make_uint4(lap, first[c - 1].x, lap, first[c - 1].y));
+  for (uint32_t c = kFirst + 1; c < cells; ++c) {
+    const uint2 d = frame[c - 1];
+    store_cell(cell_at(s->response_heads, s->response_tails, s->tail_cells, slot, c),
+               make_uint4(lap, d.x, lap, d.y));
+  }
+  store_cell(head, make_uint4(lap, len, lap, 0u));
 }
 
 } // namespace
@@ -265,6 +345,12 @@ extern "C" __device__ void *cudaq_dev_enter_kernel(void *storage, void *ctx,
   s->pending = 0;
   s->draining = 0;
   s->sink = 0;
+  s->width = 1;
+  s->outstanding = 0;
+  s->shared_batch = 0;
+  s->batch_first = 0;
+  s->last_slot = 0;
+  s->last_response = nullptr;
   return s;
 }
 
@@ -280,46 +366,115 @@ extern "C" __device__ int cudaq_dev_rx_poll(void *session, void **request, void 
     s->ctx->resume_lap = s->fetched_lap;
     return CUDAQ_DEV_RX_SHUTDOWN;
   }
-  const size_t offset = (size_t)s->head_slot * s->slot_size;
-  *request = s->request_frames + offset;
-  *response = s->response_frames + offset;
+  if (s->shared_batch) {
+    // Position in the batch: its frames are the slots from batch_first on, handed out in order.
+    uint32_t pos = s->head_slot - s->batch_first;
+    if (s->head_slot < s->batch_first)
+      pos += s->num_slots;
+    *request = shared_staging + (size_t)pos * s->slot_size;
+    *response = shared_staging + (size_t)(kW + pos) * s->slot_size;
+  } else {
+    const size_t offset = (size_t)s->head_slot * s->slot_size;
+    *request = s->request_frames + offset;
+    *response = s->response_frames + offset;
+  }
+  s->last_slot = s->head_slot;
+  s->last_response = static_cast<const unsigned char *>(*response);
   s->head_slot = s->head_slot + 1 == s->num_slots ? 0 : s->head_slot + 1;
   --s->pending;
+  ++s->outstanding;
   return CUDAQ_DEV_RX_READY;
 }
 
 extern "C" __device__ void cudaq_dev_tx_publish(void *session, void *response) {
   Session *s = static_cast<Session *>(session);
-  const uint32_t slot =
-      (uint32_t)((static_cast<unsigned char *>(response) - s->response_frames) / s->slot_size);
+  const unsigned char *at = static_cast<const unsigned char *>(response);
+  uint32_t slot;
+  if (at == s->last_response) {
+    // The frame rx_poll handed out last (always, for a kernel that publishes before it polls
+    // again): no division, which for a 64-bit offset is a subroutine of ~100 instructions.
+    slot = s->last_slot;
+  } else if (__isShared(response)) {
+    // Response frame kW + pos of the batch in shared memory: the slot pos after batch_first.
+    slot = (uint32_t)(at - shared_staging) / s->slot_size - kW + s->batch_first;
+    if (slot >= s->num_slots)
+      slot -= s->num_slots;
+  } else {
+    slot = (uint32_t)((at - s->response_frames) / s->slot_size);
+  }
+  --s->outstanding;
   // The frame in this slot is the latest one fetched into it (the host cannot reuse a slot before
   // it has this response): this lap if the slot precedes the next one to fetch, else the last.
   const uint32_t lap =
       slot < s->fetched_slot ? s->fetched_lap : cudaq_rt_loopback_prev_lap(s->fetched_lap);
 
-  // The header and the first payload bytes in one batch of loads; result_len is header word 2.
-  constexpr uint32_t kFirst = 8; // uint2 words: the 24-byte header + 40 payload bytes
-  const uint2 *frame = static_cast<const uint2 *>(response);
-  const uint32_t slot_words = s->slot_size / 8; // slot_size >= 32: never past the frame
-  uint2 first[kFirst];
+  publish_frame(s, slot, lap, response);
+}
+
+// The warp form (cudaq_rt/dispatch.h). Every lane has a Session of its own, used differently:
+// fetched_slot and fetched_lap are the lane's next request (slots lane, lane + 32, ... of the
+// ring, so that the host's request k is lane k % 32's), last_slot and last_lap the one it holds.
+// Frames are staged in the per-slot frames in device memory (32 lanes' worth of slots would not
+// fit in shared memory).
+
+extern "C" __device__ void *
+cudaq_dev_warp_enter_kernel(void *storage, void *ctx, volatile int *shutdown_flag, unsigned lane) {
+  cudaq_rt_loopback_device_ctx *c = static_cast<cudaq_rt_loopback_device_ctx *>(ctx);
+  if (lane >= CUDAQ_RT_WARP_LANES || !cudaq_dev_enter_kernel(storage, ctx, shutdown_flag) ||
+      c->num_slots % CUDAQ_RT_WARP_LANES != 0 || c->warp_resume_slot[lane] >= c->num_slots ||
+      c->warp_resume_slot[lane] % CUDAQ_RT_WARP_LANES != lane || c->warp_resume_lap[lane] == 0)
+    return nullptr;
+  Session *s = static_cast<Session *>(storage);
+  s->lane = lane;
+  s->fetched_slot = c->warp_resume_slot[lane];
+  s->fetched_lap = c->warp_resume_lap[lane];
+  return s;
+}
+
+extern "C" __device__ int cudaq_dev_warp_rx_poll(void *session, void **request, void **response) {
+  constexpr uint32_t P = kHead;
+  Session *s = static_cast<Session *>(session);
+  const uint32_t slot = s->fetched_slot, lap = s->fetched_lap;
+  const volatile uint4 *cells = s->request_heads + cudaq_rt_loopback_head_cell(slot, 0);
+  // One probe: this lane's next slot's head cells and the flag, all in flight together (the
+  // lanes' loads of the flag are one transaction).
+  uint4 probe[P];
 #pragma unroll
-  for (uint32_t i = 0; i < kFirst; ++i)
-    first[i] = i < slot_words ? frame[i] : make_uint2(0u, 0u);
-  const uint32_t max_result = s->slot_size - CUDAQ_RT_HEADER_SIZE;
-  const uint32_t result_len = first[1].x;
-  const uint32_t len = CUDAQ_RT_HEADER_SIZE + (result_len < max_result ? result_len : max_result);
-  const uint32_t cells = frame_cells(len);
-  volatile uint4 *head = s->response_heads + cudaq_rt_loopback_head_cell(slot, 0);
-  // Posted stores, in any order: each half carries its own stamp, so no fence is needed.
-#pragma unroll
-  for (uint32_t c = 1; c <= kFirst; ++c)
-    if (c < cells)
-      store_cell(cell_at(s->response_heads, s->response_tails, s->tail_cells, slot, c),
-                 make_uint4(lap, first[c - 1].x, lap, first[c - 1].y));
-  for (uint32_t c = kFirst + 1; c < cells; ++c) {
-    const uint2 d = frame[c - 1];
-    store_cell(cell_at(s->response_heads, s->response_tails, s->tail_cells, slot, c),
-               make_uint4(lap, d.x, lap, d.y));
+  for (uint32_t c = 0; c < P; ++c)
+    probe[c] = load_cell(cells + c * kLineCells);
+  const int shutdown = *s->shutdown_flag;
+  if (!stamped(probe[0], lap)) {
+    if (!shutdown)
+      return CUDAQ_DEV_RX_IDLE;
+    if (!s->draining) {
+      // As in fetch: this probe may predate requests sent before the flag; after the fence,
+      // every probe sees them. Probe again.
+      __threadfence_system();
+      s->draining = 1;
+      return CUDAQ_DEV_RX_IDLE;
+    }
+    // Nothing after the fence: every request sent to this lane before the flag was served. The
+    // next kernel on this instance starts where this lane stopped.
+    s->ctx->warp_resume_slot[s->lane] = slot;
+    s->ctx->warp_resume_lap[s->lane] = lap;
+    return CUDAQ_DEV_RX_SHUTDOWN;
   }
-  store_cell(head, make_uint4(lap, len, lap, 0u));
+  const size_t offset = (size_t)slot * s->slot_size;
+  unpack<P>(s, slot, reinterpret_cast<uint2 *>(s->request_frames + offset), lap, probe);
+  *request = s->request_frames + offset;
+  *response = s->response_frames + offset;
+  s->last_slot = slot;
+  s->last_lap = lap;
+  uint32_t next = slot + CUDAQ_RT_WARP_LANES;
+  if (next >= s->num_slots) {
+    next -= s->num_slots;
+    s->fetched_lap = cudaq_rt_loopback_next_lap(lap);
+  }
+  s->fetched_slot = next;
+  return CUDAQ_DEV_RX_READY;
+}
+
+extern "C" __device__ void cudaq_dev_warp_tx_publish(void *session, void *response) {
+  Session *s = static_cast<Session *>(session);
+  publish_frame(s, s->last_slot, s->last_lap, response);
 }

@@ -84,6 +84,10 @@
 #ifndef CUDAQ_RT_LOOPBACK_PROBE_SLOTS
 #define CUDAQ_RT_LOOPBACK_PROBE_SLOTS 4u
 #endif
+/* Probe one slot while the ring is idle, more while requests keep coming (1 = on). */
+#ifndef CUDAQ_RT_LOOPBACK_ADAPTIVE_PROBE
+#define CUDAQ_RT_LOOPBACK_ADAPTIVE_PROBE 1
+#endif
 /* After unpacking, load the first bytes of each staged request once (1 = on). */
 #ifndef CUDAQ_RT_LOOPBACK_WARM_L1
 #define CUDAQ_RT_LOOPBACK_WARM_L1 1
@@ -205,6 +209,11 @@ typedef struct cudaq_rt_loopback_device_ctx {
    * the next one, which the launcher orders after it (cudaq_rt/dispatch.h). */
   uint32_t resume_slot;
   uint32_t resume_lap;
+  /* The warp form's positions (cudaq_rt/dispatch.h): lane l serves slots l, l + 32, ..., so each
+   * lane has its own next slot and lap, kept here across a relaunch like resume_*. create sets
+   * slot l and lap 1; a ring whose slots are not a multiple of 32 has no warp form. */
+  uint32_t warp_resume_slot[32];
+  uint32_t warp_resume_lap[32];
 } cudaq_rt_loopback_device_ctx;
 
 #endif /* CUDAQ_RT_LOOPBACK_RING_H */

@@ -18,7 +18,7 @@ static __device__ int sum_i32(const void *input, void *output, uint32_t arg_len,
   *result_len = 8;
   return 0;
 }
-CUDAQ_RT_EXPORT_HANDLER(sum_i32, sum_i32);
+CUDAQ_RT_EXPORT_HANDLER_CONCURRENT(sum_i32, sum_i32);
 
 // axpy_f32: input is { float a; float x[n]; float y[n] }, output a*x+y.
 static __device__ int axpy_f32(const void *input, void *output, uint32_t arg_len,
@@ -37,4 +37,4 @@ static __device__ int axpy_f32(const void *input, void *output, uint32_t arg_len
   *result_len = n * 4;
   return 0;
 }
-CUDAQ_RT_EXPORT_HANDLER(axpy_f32, axpy_f32);
+CUDAQ_RT_EXPORT_HANDLER_CONCURRENT(axpy_f32, axpy_f32);

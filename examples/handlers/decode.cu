@@ -23,16 +23,24 @@ static __device__ int parity(const void *input, void *output, uint32_t arg_len,
   *result_len = arg_len + 4;
   return 0;
 }
-CUDAQ_RT_EXPORT_HANDLER(parity, parity);
+CUDAQ_RT_EXPORT_HANDLER_CONCURRENT(parity, parity);
 
 // echo: returns its input.
 static __device__ int echo(const void *input, void *output, uint32_t arg_len,
                            uint32_t max_result_len, uint32_t *result_len) {
   if (max_result_len < arg_len)
     return 2;
-  for (uint32_t i = 0; i < arg_len; ++i)
-    static_cast<uint8_t *>(output)[i] = static_cast<const uint8_t *>(input)[i];
+  const uint8_t *in = static_cast<const uint8_t *>(input);
+  uint8_t *out = static_cast<uint8_t *>(output);
+  uint32_t i = 0;
+  // 8 bytes at a time where both sides allow it (frames are 16-aligned, so a payload at frame +
+  // 24 is 8-aligned): a byte loop costs a load and a store per byte, dependent on the last.
+  if (((reinterpret_cast<uintptr_t>(in) | reinterpret_cast<uintptr_t>(out)) & 7u) == 0)
+    for (; i + 8 <= arg_len; i += 8)
+      *reinterpret_cast<uint64_t *>(out + i) = *reinterpret_cast<const uint64_t *>(in + i);
+  for (; i < arg_len; ++i)
+    out[i] = in[i];
   *result_len = arg_len;
   return 0;
 }
-CUDAQ_RT_EXPORT_HANDLER(echo, echo);
+CUDAQ_RT_EXPORT_HANDLER_CONCURRENT(echo, echo);

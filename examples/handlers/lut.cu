@@ -40,4 +40,4 @@ static __device__ int lut_decode(const void *input, void *output, uint32_t arg_l
   *result_len = arg_len;
   return 0;
 }
-CUDAQ_RT_EXPORT_HANDLER(lut_decode, lut_decode);
+CUDAQ_RT_EXPORT_HANDLER_CONCURRENT(lut_decode, lut_decode);

@@ -1,6 +1,5 @@
-// The unified dispatch kernel: the persistent kernel a launcher (the future cudaq-rt-run; today
-// tests/gpu/loopback_dispatch_test.cpp) starts when the application brings no dispatch kernel of
-// its own.
+// The unified dispatch kernel: the persistent kernel the runtime's load path (cudaq_rt/server.h)
+// starts when the application brings no dispatch kernel of its own.
 //
 // Launch shape: one block of one thread (<<<1, 1>>>). Serving is sequential by contract (the
 // bridge hands out one frame at a time and every request gets exactly one response, in order),
@@ -12,6 +11,12 @@
 // application's handlers into one module.
 #include "cudaq_rt/dispatch_framing.cuh"
 
+// Function-table rows kept in shared memory (16 bytes each); a larger table is searched where
+// the runtime put it, in device memory.
+#ifndef CUDAQ_RT_UNIFIED_SHARED_TABLE_ROWS
+#define CUDAQ_RT_UNIFIED_SHARED_TABLE_ROWS 512
+#endif
+
 extern "C" __global__ void cudaq_rt_unified_dispatch(cudaq_rt_dispatch_params p) {
   if (threadIdx.x != 0 || threadIdx.y != 0 || threadIdx.z != 0 || blockIdx.x != 0 ||
       blockIdx.y != 0 || blockIdx.z != 0)
@@ -22,11 +27,14 @@ extern "C" __global__ void cudaq_rt_unified_dispatch(cudaq_rt_dispatch_params p)
   if (!session)
     return;
 
+  __shared__ cudaq_rt_function_entry rows[CUDAQ_RT_UNIFIED_SHARED_TABLE_ROWS];
+  const cudaq_rt_function_entry *table = cudaq_rt_table_in_shared(
+      p.function_table, p.num_functions, rows, CUDAQ_RT_UNIFIED_SHARED_TABLE_ROWS);
+
   cudaq_rt_dispatch_counters counters = cudaq_rt_counters_load(p.stats);
   void *request = 0, *response = 0;
   while (cudaq_dev_rx_poll(session, &request, &response) == CUDAQ_DEV_RX_READY) {
-    cudaq_rt_serve_frame(p.function_table, p.num_functions, p.slot_size, request, response,
-                         &counters);
+    cudaq_rt_serve_frame(table, p.num_functions, p.slot_size, request, response, &counters);
     cudaq_dev_tx_publish(session, response);
     cudaq_rt_counters_store(p.stats, &counters); // after the response: it is what the host waits on
   }

@@ -2,6 +2,7 @@
 #include "cudaq_rt/bridge.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <dlfcn.h>
 #include <system_error>
@@ -145,16 +146,23 @@ Expected<BridgeLibrary> BridgeLibrary::load(const fs::path &path) {
     return make_error(path.string(), "bridge ABI version ", ops->abi_version,
                       ", but this runtime supports version ", CUDAQ_RT_BRIDGE_ABI_VERSION,
                       ": rebuild the bridge against this cudaq-rt");
-  if (ops->struct_size < sizeof(cudaq_rt_bridge_ops))
+  // Operations appended within the version are optional: a shorter table lacks them.
+  if (ops->struct_size < CUDAQ_RT_BRIDGE_OPS_V1_SIZE)
     return make_error(path.string(), "bridge operations table is ", ops->struct_size,
-                      " bytes, but ABI version ", CUDAQ_RT_BRIDGE_ABI_VERSION, " needs ",
-                      sizeof(cudaq_rt_bridge_ops), ": rebuild the bridge against this cudaq-rt");
+                      " bytes, but ABI version ", CUDAQ_RT_BRIDGE_ABI_VERSION, " needs at least ",
+                      CUDAQ_RT_BRIDGE_OPS_V1_SIZE, ": rebuild the bridge against this cudaq-rt");
   if (!ops->name || !ops->create || !ops->destroy || !ops->last_error || !ops->device_context ||
       !ops->slot_size || !ops->num_slots)
     return make_error(path.string(), "bridge operations table lacks a required operation");
   if ((ops->capabilities & CUDAQ_RT_BRIDGE_CAP_HOST_FRAMES) && (!ops->send || !ops->receive))
     return make_error(path.string(),
                       "bridge claims host frames but has no send or receive operation");
+  auto covers = [&](size_t end) { return ops->struct_size >= end; };
+  const bool has_threads = covers(offsetof(cudaq_rt_bridge_ops, stop) + sizeof(void *)) &&
+                           ops->start && ops->drain && ops->stop;
+  if ((ops->capabilities & CUDAQ_RT_BRIDGE_CAP_SELF_FED) && !has_threads)
+    return make_error(path.string(),
+                      "bridge claims to feed itself but has no start, drain or stop operation");
   return BridgeLibrary(path, std::move(handle), ops);
 }
 
@@ -208,6 +216,60 @@ Expected<bool> Bridge::send(std::span<const uint8_t> frame) {
   }
 }
 
+// Whether the ops table, as the bridge was built (struct_size), has the appended field and sets it.
+#define CUDAQ_RT_HAS_OP(ops, field)                                                                \
+  ((ops)->struct_size >= offsetof(cudaq_rt_bridge_ops, field) + sizeof((ops)->field) &&            \
+   (ops)->field != nullptr)
+
+Bridge::BatchResult Bridge::send_batch(std::span<const void *const> frames,
+                                       std::span<const size_t> sizes) {
+  BatchResult r;
+  const size_t count = std::min(frames.size(), sizes.size());
+  if (!ops_->send) {
+    r.error = make_error("", "bridge ", quote(ops_->name), " is not fed from the host");
+    return r;
+  }
+  if (CUDAQ_RT_HAS_OP(ops_, send_batch)) {
+    if (ops_->send_batch(bridge_, frames.data(), sizes.data(), count, &r.done) ==
+        CUDAQ_RT_BRIDGE_ERROR)
+      r.error = error("send");
+    return r;
+  }
+  for (; r.done < count; ++r.done) {
+    auto sent = send(std::span(static_cast<const uint8_t *>(frames[r.done]), sizes[r.done]));
+    if (!sent)
+      r.error = std::move(sent).take_error();
+    if (!sent || !*sent)
+      break;
+  }
+  return r;
+}
+
+Bridge::BatchResult Bridge::receive_batch(std::span<uint8_t> buffer, size_t stride,
+                                          std::span<size_t> sizes) {
+  BatchResult r;
+  const size_t count = stride ? std::min(buffer.size() / stride, sizes.size()) : 0;
+  if (!ops_->receive) {
+    r.error = make_error("", "bridge ", quote(ops_->name), " is not fed from the host");
+    return r;
+  }
+  if (CUDAQ_RT_HAS_OP(ops_, receive_batch)) {
+    if (ops_->receive_batch(bridge_, buffer.data(), stride, sizes.data(), count, &r.done) ==
+        CUDAQ_RT_BRIDGE_ERROR)
+      r.error = error("receive");
+    return r;
+  }
+  for (; r.done < count; ++r.done) {
+    auto got = receive(buffer.subspan(r.done * stride, stride));
+    if (!got)
+      r.error = std::move(got).take_error();
+    if (!got || !*got)
+      break;
+    sizes[r.done] = **got;
+  }
+  return r;
+}
+
 Expected<std::optional<size_t>> Bridge::receive(std::span<uint8_t> buffer) {
   if (!ops_->receive)
     return make_error("", "bridge ", quote(ops_->name), " is not fed from the host");
@@ -220,6 +282,79 @@ Expected<std::optional<size_t>> Bridge::receive(std::span<uint8_t> buffer) {
   default:
     return error("receive");
   }
+}
+
+} // namespace cudaq_rt
+
+namespace cudaq_rt {
+
+// An operation appended within the ABI version (bridge_plugin.h), or NULL when the bridge's table
+// predates it.
+#define CUDAQ_RT_APPENDED(ops, field)                                                              \
+  ((ops)->struct_size >= offsetof(cudaq_rt_bridge_ops, field) + sizeof((ops)->field)               \
+       ? (ops)->field                                                                              \
+       : nullptr)
+
+bool Bridge::self_fed() const {
+  return (ops_->capabilities & CUDAQ_RT_BRIDGE_CAP_SELF_FED) != 0;
+}
+
+Status Bridge::start() {
+  auto start = CUDAQ_RT_APPENDED(ops_, start);
+  if (!self_fed() || !start)
+    return Status::ok();
+  if (start(bridge_) != CUDAQ_RT_BRIDGE_OK)
+    return error("start");
+  return Status::ok();
+}
+
+Expected<bool> Bridge::drain(double timeout_s) {
+  auto drain = CUDAQ_RT_APPENDED(ops_, drain);
+  if (!self_fed() || !drain)
+    return true;
+  switch (drain(bridge_, timeout_s)) {
+  case CUDAQ_RT_BRIDGE_OK:
+    return true;
+  case CUDAQ_RT_BRIDGE_AGAIN:
+    return false;
+  default:
+    return error("drain");
+  }
+}
+
+void Bridge::stop() {
+  if (auto stop = CUDAQ_RT_APPENDED(ops_, stop); self_fed() && stop)
+    stop(bridge_);
+}
+
+std::string Bridge::address() const {
+  auto address = CUDAQ_RT_APPENDED(ops_, address);
+  const char *text = address ? address(bridge_) : nullptr;
+  return text ? text : "";
+}
+
+std::vector<std::pair<std::string, uint64_t>> Bridge::counters() const {
+  std::vector<std::pair<std::string, uint64_t>> out;
+  auto counters = CUDAQ_RT_APPENDED(ops_, counters);
+  if (!counters)
+    return out;
+  std::vector<cudaq_rt_bridge_counter> raw(64);
+  uint32_t n = counters(bridge_, raw.data(), uint32_t(raw.size()));
+  if (n > raw.size()) {
+    raw.resize(n);
+    n = std::min<uint32_t>(n, counters(bridge_, raw.data(), n));
+  }
+  for (uint32_t i = 0; i < n; ++i)
+    out.emplace_back(raw[i].name ? raw[i].name : "", raw[i].value);
+  return out;
+}
+
+bool Bridge::add_latency(std::span<uint64_t, CUDAQ_RT_LATENCY_BUCKETS> buckets) const {
+  auto latency = CUDAQ_RT_APPENDED(ops_, latency);
+  if (!latency)
+    return false;
+  latency(bridge_, buckets.data());
+  return true;
 }
 
 } // namespace cudaq_rt

@@ -66,8 +66,10 @@ Expected<std::vector<ExportRecord>> parse_export_records(std::span<const uint8_t
       return make_error(subject, where, " has a malformed name");
     ExportRecord e;
     e.name.assign(r.name, r.name_size);
-    if (r.kind == CUDAQ_RT_EXPORT_HANDLER_KIND) {
+    if (r.kind == CUDAQ_RT_EXPORT_HANDLER_KIND ||
+        r.kind == CUDAQ_RT_EXPORT_CONCURRENT_HANDLER_KIND) {
       e.kind = ExportKind::handler;
+      e.concurrent = r.kind == CUDAQ_RT_EXPORT_CONCURRENT_HANDLER_KIND;
       e.function_id = cudaq_rt_function_id(e.name.c_str());
       if (r.function_id != e.function_id)
         return make_error(subject, where, ": handler '", e.name, "' records function_id ",

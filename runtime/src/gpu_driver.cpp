@@ -118,6 +118,21 @@ const Expected<DriverApi> &driver_api() {
 
 class DriverGpu final : public Gpu {
 public:
+  Expected<int> device_count() override {
+    if (!driver_api())
+      return driver_api().error();
+    const DriverApi &cu = *driver_api();
+    CUresult rc = cu.init(0);
+    if (rc == CUDA_ERROR_NO_DEVICE)
+      return make_error("", "no CUDA GPU on this machine (", name_of(rc), ")");
+    if (rc != CUDA_SUCCESS)
+      return failure("cuInit", rc);
+    int count = 0;
+    if ((rc = cu.deviceGetCount(&count)) != CUDA_SUCCESS)
+      return failure("cuDeviceGetCount", rc);
+    return count;
+  }
+
   Expected<GpuDevice> open(int ordinal) override {
     if (!driver_api())
       return driver_api().error();

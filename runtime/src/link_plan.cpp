@@ -325,13 +325,16 @@ Expected<LinkPlan> plan_link(const Package &pkg, const LinkSettings &settings) {
   auto builtin = parse_container(builtin_dispatcher_fatbin(), "built-in dispatcher", "fatbin");
   if (!builtin)
     return std::move(builtin).take_error();
-  if (plan.dispatcher == "builtin") {
-    plan.kernel = builtin_dispatcher_kernel;
-    NewContainer nc{container_record(*builtin, sha256(builtin->bytes), Role::dispatcher, ""),
+  if (const BuiltinDispatcher *b = find_builtin_dispatcher(plan.dispatcher)) {
+    plan.kernel = b->kernel;
+    auto parsed = parse_container(b->fatbin, cat("built-in dispatcher ", b->name), "fatbin");
+    if (!parsed)
+      return std::move(parsed).take_error();
+    NewContainer nc{container_record(*parsed, sha256(parsed->bytes), Role::dispatcher, ""),
                     std::nullopt};
     nc.record.added_by = "cudaq-rt-link";
     plan.inputs.push_back(
-        {"dispatcher builtin", nc.record.digest, builtin->bytes, nc.record.entries});
+        {cat("dispatcher ", b->name), nc.record.digest, parsed->bytes, nc.record.entries});
     if (!m.find_container(nc.record.digest))
       plan.new_containers.push_back(std::move(nc));
   } else {
@@ -339,7 +342,8 @@ Expected<LinkPlan> plan_link(const Package &pkg, const LinkSettings &settings) {
       return make_error(plan.subject, "no dispatch kernel ", quote(plan.dispatcher),
                         " in the package (it exports ",
                         custom.empty() ? std::string("none") : custom[0],
-                        custom.size() > 1 ? ", ..." : "", "; 'builtin' is the unified kernel)");
+                        custom.size() > 1 ? ", ..." : "",
+                        "; 'builtin' is the unified kernel, 'warp' the warp-wide one)");
     plan.kernel = plan.dispatcher;
     if (auto st = package_inputs(
             [](const ContainerRecord &c) { return c.role == Role::dispatcher; },
@@ -423,8 +427,15 @@ Expected<LinkPlan> plan_link(const Package &pkg, const LinkSettings &settings) {
     return std::move(st).take_error();
   // Symbols are derived from the names (C identifiers, checked on read), never taken from the
   // manifest's own `symbol`: an option built from a tampered string could say anything.
+  const BuiltinDispatcher *builtin_kernel = find_builtin_dispatcher(plan.dispatcher);
   for (const ExportEntry &e : m.exports)
     if (e.kind == export_kind_name(ExportKind::handler)) {
+      if (builtin_kernel && builtin_kernel->concurrent && !e.concurrent)
+        return make_error(plan.subject, "handler ", quote(e.name),
+                          " is not exported as safe to run concurrently, and the ",
+                          builtin_kernel->name, " dispatcher runs up to 32 handlers at once: ",
+                          "export it with CUDAQ_RT_EXPORT_HANDLER_CONCURRENT, or link with the ",
+                          "unified dispatcher");
       plan.handlers.push_back(e.name);
       plan.handler_symbols.push_back(handler_symbol(e.name));
     } else if (e.kind == export_kind_name(ExportKind::global)) {

@@ -1,6 +1,7 @@
 #include "cudaq_rt/manifest.h"
 
 #include "cudaq_rt/export_records.h"
+#include "cudaq_rt/wire.h"
 
 #include <nlohmann/json.hpp>
 
@@ -161,13 +162,24 @@ json Manifest::to_json() const {
     j["containers"].push_back(jc);
   }
   j["exports"] = json::array();
-  for (const ExportEntry &e : exports)
-    j["exports"].push_back({{"name", e.name},
-                            {"kind", e.kind},
-                            {"function_id", e.function_id},
-                            {"symbol", e.symbol},
-                            {"role", role_name(e.role)},
-                            {"sources", e.sources}});
+  for (const ExportEntry &e : exports) {
+    json je = {{"name", e.name},
+               {"kind", e.kind},
+               {"function_id", e.function_id},
+               {"symbol", e.symbol},
+               {"role", role_name(e.role)},
+               {"sources", e.sources}};
+    if (e.concurrent)
+      je["concurrent"] = true;
+    j["exports"].push_back(std::move(je));
+  }
+  // Written only when there are some: a package without aliases reads as it always has.
+  if (!aliases.empty()) {
+    j["aliases"] = json::array();
+    for (const AliasEntry &a : aliases)
+      j["aliases"].push_back(
+          {{"name", a.name}, {"handler", a.handler}, {"function_id", a.function_id}});
+  }
   j["links"] = json::array();
   for (const LinkRecord &l : links) {
     json inputs = json::array();
@@ -307,10 +319,29 @@ Expected<Manifest> Manifest::parse(const std::string &text, const std::string &s
       e.kind = str(exports[i], "kind", p);
       e.function_id = static_cast<uint32_t>(uint(exports[i], "function_id", p, UINT32_MAX));
       e.symbol = str(exports[i], "symbol", p);
+      if (exports[i].contains("concurrent")) {
+        const json &v = exports[i]["concurrent"];
+        if (!v.is_boolean() || e.kind != export_kind_name(ExportKind::handler))
+          throw Bad{cat(p, ".concurrent: only a handler has it, as true or false")};
+        e.concurrent = v.get<bool>();
+      }
       e.role = role(exports[i], p);
       for (const json &s : array(exports[i], "sources", p))
         e.sources.push_back(source_index(s, p + ".sources"));
       m.exports.push_back(std::move(e));
+    }
+    if (j.contains("aliases")) {
+      const json &aliases = array(j, "aliases", "manifest");
+      for (size_t i = 0; i < aliases.size(); ++i) {
+        std::string p = cat("aliases[", i, "]");
+        AliasEntry a;
+        a.name = str(aliases[i], "name", p);
+        a.handler = str(aliases[i], "handler", p);
+        a.function_id = static_cast<uint32_t>(uint(aliases[i], "function_id", p, UINT32_MAX));
+        if (auto st = check_alias(m, a); !st)
+          throw Bad{cat(p, ": ", st.error().message)};
+        m.aliases.push_back(std::move(a));
+      }
     }
     const json &links = array(j, "links", "manifest");
     for (size_t i = 0; i < links.size(); ++i) {
@@ -347,6 +378,38 @@ Expected<Manifest> Manifest::parse(const std::string &text, const std::string &s
     return make_error(subject, "malformed manifest: ", e.what());
   }
   return m;
+}
+
+Status check_alias(const Manifest &m, const AliasEntry &a) {
+  auto refuse = [&](auto &&...what) { return make_error("", what...); };
+  if (!is_c_identifier(a.name))
+    return refuse("the wire name ", quote(a.name), " is not a C identifier");
+  auto target = std::find_if(m.exports.begin(), m.exports.end(),
+                             [&](const ExportEntry &e) { return e.name == a.handler; });
+  if (target == m.exports.end())
+    return refuse("no handler ", quote(a.handler), " is exported");
+  if (target->kind != export_kind_name(ExportKind::handler))
+    return refuse(quote(a.handler), " is a ", target->kind, ", not a handler");
+  if (a.function_id != cudaq_rt_function_id(a.name.c_str()))
+    return refuse("function_id ", hex(a.function_id), " is not FNV-1a of ", quote(a.name), " (",
+                  hex(cudaq_rt_function_id(a.name.c_str())), ")");
+  for (const ExportEntry &e : m.exports) {
+    if (e.name == a.name)
+      return refuse("the wire name ", quote(a.name), " is already the name of a ", e.kind,
+                    " export");
+    if (e.kind == export_kind_name(ExportKind::handler) && e.function_id == a.function_id)
+      return refuse("the wire name ", quote(a.name), " has function_id ", hex(a.function_id),
+                    ", which handler ", quote(e.name), " already answers (FNV-1a collision)");
+  }
+  for (const AliasEntry &b : m.aliases) {
+    if (b.name == a.name)
+      return refuse("the wire name ", quote(a.name), " is given twice (for ", quote(b.handler),
+                    " and ", quote(a.handler), ")");
+    if (b.function_id == a.function_id)
+      return refuse("the wire names ", quote(b.name), " and ", quote(a.name),
+                    " have the same function_id ", hex(a.function_id), " (FNV-1a collision)");
+  }
+  return Status::ok();
 }
 
 } // namespace cudaq_rt

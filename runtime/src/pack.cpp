@@ -7,6 +7,7 @@
 #include "cudaq_rt/fatbin.h"
 #include "cudaq_rt/input_file.h"
 #include "cudaq_rt/package.h"
+#include "cudaq_rt/wire.h"
 
 #include <algorithm>
 #include <future>
@@ -67,6 +68,7 @@ Expected<std::vector<ExportEntry>> resolve_exports(const std::vector<FoundExport
     e.kind = export_kind_name(first.record.kind);
     e.function_id = first.record.function_id;
     e.symbol = first.record.kind == ExportKind::handler ? handler_symbol(name) : name;
+    e.concurrent = first.record.concurrent;
     e.role = first.role;
     for (size_t i = 0; i < all.size(); ++i) {
       const FoundExport &f = *all[i];
@@ -74,7 +76,8 @@ Expected<std::vector<ExportEntry>> resolve_exports(const std::vector<FoundExport
         const FoundExport &g = *all[k];
         bool same_code = f.unit != g.unit && (subset(f.unit_containers, g.unit_containers) ||
                                               subset(g.unit_containers, f.unit_containers));
-        if (f.record.kind != g.record.kind || !same_code)
+        if (f.record.kind != g.record.kind || f.record.concurrent != g.record.concurrent ||
+            !same_code)
           return make_error(f.unit, export_kind_name(f.record.kind), " ", quote(name),
                             " is also exported by ", quote(g.unit),
                             " with different code: export names must be unique");
@@ -261,10 +264,30 @@ Expected<Inspection> inspect(const std::vector<PackInput> &inputs, const std::st
   return out;
 }
 
+Status add_aliases(Manifest &m, const std::vector<std::string> &specs) {
+  Manifest with = m;
+  for (const std::string &spec : specs) {
+    const size_t eq = spec.find('=');
+    if (eq == std::string::npos)
+      return make_error("", "alias ", quote(spec), ": expected NAME=HANDLER");
+    AliasEntry a{spec.substr(0, eq), spec.substr(eq + 1), 0};
+    a.function_id = cudaq_rt_function_id(a.name.c_str());
+    if (auto st = check_alias(with, a); !st)
+      return make_error("", "alias ", quote(spec), ": ", st.error().message);
+    with.aliases.push_back(std::move(a));
+  }
+  std::sort(with.aliases.begin(), with.aliases.end(),
+            [](const AliasEntry &a, const AliasEntry &b) { return a.name < b.name; });
+  m.aliases = std::move(with.aliases);
+  return Status::ok();
+}
+
 Expected<PackResult> pack(const PackOptions &options) {
   auto inspection = inspect(options.inputs, options.name);
   if (!inspection)
     return std::move(inspection).take_error();
+  if (auto st = add_aliases(inspection->manifest, options.aliases); !st)
+    return std::move(st).take_error();
   // Only a package needs a name that can be a directory; a listing does not.
   if (!valid_package_name(inspection->manifest.name))
     return make_error(options.inputs.front().path, "gives no valid package name (",
@@ -354,7 +377,13 @@ std::string format_listing(const Manifest &m, const std::string &what) {
     out << "  " << escape(e.kind) << " " << escape(e.name);
     if (e.kind == "handler")
       out << "  function_id " << hex(e.function_id);
-    out << "  " << role_name(e.role) << "\n";
+    out << "  " << role_name(e.role) << (e.concurrent ? "  concurrent" : "") << "\n";
+  }
+  if (!m.aliases.empty()) {
+    out << "aliases:\n";
+    for (const AliasEntry &a : m.aliases)
+      out << "  " << escape(a.name) << " -> " << escape(a.handler) << "  function_id "
+          << hex(a.function_id) << "\n";
   }
   if (!m.links.empty()) {
     out << "links:\n";

@@ -1,11 +1,12 @@
 // The load path, in the order it must run.
 //
-// 1. The GPU first: its exact arch decides which cubin serves it, and the bridge's host side
-//    (built with the CUDA runtime) allocates in the context that is current, so the device's
-//    primary context is made current before anything else.
-// 2. The package is opened (every blob's digest verified) and the link planned exactly as
+// 1. The package is opened (every blob's digest verified) and the link planned exactly as
 //    cudaq-rt-link plans it (link_plan.cpp): the plan is what decides whether the package's own
-//    cubin is still the one this runtime would link, and it is the key into the cache.
+//    cubin is still the one this runtime would link, and it is the key into the cache. Nothing
+//    in it needs the GPU, so a package the load cannot use is refused on any machine.
+// 2. The GPU: its exact arch decides which cubin serves it, and the bridge's host side (built
+//    with the CUDA runtime) allocates in the context that is current, so the device's primary
+//    context is made current before anything touches the bridge or the module.
 // 3. A cubin: the package's, the local or remote cache's, or a link at load (select_cubin.cpp).
 // 4. Everything the persistent kernel will touch is loaded and resolved before it starts: a
 //    module load, a lazily loaded function, or a synchronous copy issued while it runs can wait
@@ -22,6 +23,7 @@
 // within the timeout is hung; its memory is then never freed, since freeing it would wait for it.
 #include "cudaq_rt/server.h"
 
+#include "cudaq_rt/builtin_dispatcher.h"
 #include "cudaq_rt/package.h"
 #include "cudaq_rt/wire.h"
 
@@ -60,12 +62,10 @@ struct Prepared {
 };
 
 Expected<Prepared> prepare(const LoadOptions &opt, Gpu &gpu) {
+  // The package and its plan come before the GPU: what is wrong with them (no package, a
+  // dispatch kernel or bridge it lacks) is said the same on any machine, without waiting for a
+  // context.
   auto t = Clock::now();
-  auto device = gpu.open(opt.device);
-  if (!device)
-    return std::move(device).take_error();
-  const double context_ms = ms_since(t);
-  t = Clock::now();
   auto package = Package::open(opt.package);
   if (!package)
     return std::move(package).take_error();
@@ -73,6 +73,11 @@ Expected<Prepared> prepare(const LoadOptions &opt, Gpu &gpu) {
   if (!plan)
     return std::move(plan).take_error();
   const double open_ms = ms_since(t);
+  t = Clock::now();
+  auto device = gpu.open(opt.device);
+  if (!device)
+    return std::move(device).take_error();
+  const double context_ms = ms_since(t);
   std::vector<std::string> warnings;
   auto cache = open_link_cache(opt.cache, warnings);
   if (!cache)
@@ -85,9 +90,37 @@ Expected<Prepared> prepare(const LoadOptions &opt, Gpu &gpu) {
                   *arch,   std::move(warnings), context_ms,       open_ms};
 }
 
+// A global the host writes before launch or reads after stop: found by name (the link keeps
+// exported globals visible) and exactly `size` bytes (`what`: "given", "asked for").
+Expected<GpuGlobal> exported_global(Gpu &gpu, GpuLibrary library, const std::string &name,
+                                    size_t size, const char *what) {
+  auto g = gpu.global(library, name);
+  if (!g)
+    return std::move(g).take_error();
+  if (!*g)
+    return make_error("", "no __device__ global ", quote(name),
+                      " in the linked module (the link keeps a global visible by name only when "
+                      "it is exported with CUDAQ_RT_EXPORT_GLOBAL)");
+  if ((*g)->size != size)
+    return make_error("", "global ", quote(name), " is ", (*g)->size, " bytes, but ", size,
+                      " bytes were ", what);
+  return **g;
+}
+
 } // namespace
 
 Expected<std::unique_ptr<Server>> Server::start(const LoadOptions &opt, Gpu &gpu) {
+  auto s = load(opt, gpu);
+  if (!s || !opt.launch)
+    return s;
+  auto t = Clock::now();
+  if (auto st = (*s)->launch(); !st)
+    return std::move(st).take_error();
+  (*s)->report_.times.launch_ms = ms_since(t);
+  return s;
+}
+
+Expected<std::unique_ptr<Server>> Server::load(const LoadOptions &opt, Gpu &gpu) {
   std::unique_ptr<Server> s(new Server(gpu));
   LoadReport &r = s->report_;
   r.package = opt.package;
@@ -105,6 +138,7 @@ Expected<std::unique_ptr<Server>> Server::start(const LoadOptions &opt, Gpu &gpu
   r.dispatcher = plan.dispatcher;
   r.kernel = plan.kernel;
   r.handlers = plan.handlers;
+  r.aliases = ready->package.manifest().aliases;
   r.warnings = ready->warnings;
 
   auto t = Clock::now();
@@ -133,7 +167,8 @@ Expected<std::unique_ptr<Server>> Server::start(const LoadOptions &opt, Gpu &gpu
     return in(std::move(kernel).take_error());
   s->kernel_ = *kernel;
 
-  std::vector<cudaq_rt_function_entry> table;
+  // Each handler's address, read from its cudaq_rt_handler__<name> global: a device function
+  // pointer is only valid inside the module that defines it, so this is the only source of them.
   for (const std::string &name : r.handlers) {
     const std::string symbol = CUDAQ_RT_HANDLER_SYMBOL_PREFIX + name;
     auto g = gpu.global(s->library_, symbol);
@@ -143,43 +178,27 @@ Expected<std::unique_ptr<Server>> Server::start(const LoadOptions &opt, Gpu &gpu
       return in(make_error("", "the module lacks handler ", name, "'s global ", symbol));
     if ((*g)->size != sizeof(cudaq_rt_handler_fn))
       return in(make_error("", symbol, " is ", (*g)->size, " bytes, not a function pointer"));
-    cudaq_rt_function_entry e{cudaq_rt_function_id(name.c_str()), 0, nullptr};
+    GpuPointer address = 0;
     if (auto st = gpu.copy_from_device(
-            std::span(reinterpret_cast<uint8_t *>(&e.handler), sizeof e.handler), (*g)->address);
+            std::span(reinterpret_cast<uint8_t *>(&address), sizeof address), (*g)->address);
         !st)
       return in(std::move(st).take_error());
-    table.push_back(e);
-    s->names_.emplace_back(e.function_id, name);
+    s->addresses_.emplace_back(name, address);
   }
-  std::sort(table.begin(), table.end(),
-            [](const auto &a, const auto &b) { return a.function_id < b.function_id; });
-  std::sort(s->names_.begin(), s->names_.end());
-  if (!table.empty()) {
-    auto p = gpu.allocate(table.size() * sizeof table[0]);
-    if (!p)
-      return in(std::move(p).take_error());
-    s->table_ = *p;
-    if (auto st =
-            gpu.copy_to_device(s->table_, std::span(reinterpret_cast<const uint8_t *>(table.data()),
-                                                    table.size() * sizeof table[0]));
-        !st)
-      return in(std::move(st).take_error());
-  }
+  // The default table: every handler under its own name, and under each of its aliases.
+  std::vector<cudaq_rt_function_entry> table;
+  for (const auto &[name, address] : s->addresses_)
+    table.push_back(
+        {cudaq_rt_function_id(name.c_str()), 0, reinterpret_cast<cudaq_rt_handler_fn>(address)});
+  for (const AliasEntry &a : r.aliases)
+    if (auto address = s->handler_address(a.handler))
+      table.push_back({a.function_id, 0, reinterpret_cast<cudaq_rt_handler_fn>(*address)});
+  if (auto st = s->set_function_table(table); !st)
+    return in(std::move(st).take_error());
 
-  for (const GlobalValue &v : opt.globals) {
-    auto g = gpu.global(s->library_, v.name);
-    if (!g)
-      return in(std::move(g).take_error());
-    if (!*g)
-      return in(make_error("", "no __device__ global ", quote(v.name),
-                           " in the linked module (the link keeps a global visible by name only "
-                           "when it is exported with CUDAQ_RT_EXPORT_GLOBAL)"));
-    if ((*g)->size != v.bytes.size())
-      return in(make_error("", "global ", quote(v.name), " is ", (*g)->size, " bytes, but ",
-                           v.bytes.size(), " bytes were given"));
-    if (auto st = gpu.copy_to_device((*g)->address, v.bytes); !st)
-      return in(std::move(st).take_error());
-  }
+  for (const GlobalValue &v : opt.globals)
+    if (auto st = s->set_global(v.name, v.bytes); !st)
+      return std::move(st).take_error();
 
   auto bridge_library = BridgeLibrary::open(opt.link.bridge.empty() ? r.bridge : opt.link.bridge);
   if (!bridge_library)
@@ -208,18 +227,93 @@ Expected<std::unique_ptr<Server>> Server::start(const LoadOptions &opt, Gpu &gpu
   cudaq_rt_dispatch_params &p = s->params_;
   p.transport_ctx = s->bridge_->device_context();
   p.slot_size = r.slot_size;
-  p.num_functions = static_cast<uint32_t>(table.size());
-  p.function_table = reinterpret_cast<const cudaq_rt_function_entry *>(s->table_);
   p.shutdown_flag = reinterpret_cast<volatile int *>(s->control_.device);
   p.stats = reinterpret_cast<cudaq_rt_dispatch_stats *>(s->control_.device + stats_offset);
-  r.shape = opt.shape.value_or(LaunchShape{});
+  // A built-in kernel's own shape (the warp dispatcher: one warp) unless the caller gave one.
+  LaunchShape shape;
+  if (const BuiltinDispatcher *b = find_builtin_dispatcher(r.dispatcher))
+    shape.threads = b->threads;
+  r.shape = opt.shape.value_or(shape);
   r.times.load_ms = ms_since(t);
-
-  t = Clock::now();
-  if (auto st = s->launch(); !st)
-    return std::move(st).take_error();
-  r.times.launch_ms = ms_since(t);
   return s;
+}
+
+std::optional<GpuPointer> Server::handler_address(const std::string &name) const {
+  for (const auto &[n, address] : addresses_)
+    if (n == name)
+      return address;
+  return std::nullopt;
+}
+
+std::string Server::handler_at(GpuPointer address) const {
+  for (const auto &[n, a] : addresses_)
+    if (a == address)
+      return n;
+  return "";
+}
+
+Status Server::set_function_table(std::span<const cudaq_rt_function_entry> entries) {
+  const std::string subject = report_.package.string();
+  if (running_)
+    return make_error(subject, "the function table cannot change while the dispatch kernel runs");
+  std::vector<cudaq_rt_function_entry> table(entries.begin(), entries.end());
+  std::vector<std::pair<uint32_t, std::string>> names;
+  for (cudaq_rt_function_entry &e : table) {
+    const auto address = reinterpret_cast<GpuPointer>(e.handler);
+    std::string name = handler_at(address);
+    if (name.empty())
+      return make_error(subject, "function table entry for function_id ", hex(e.function_id), ": ",
+                        hex(address),
+                        " is not the address of a handler in the loaded module (take it from a "
+                        "lookup of the handler by name)");
+    e.reserved = 0;
+    names.emplace_back(e.function_id, std::move(name));
+  }
+  std::sort(table.begin(), table.end(),
+            [](const auto &a, const auto &b) { return a.function_id < b.function_id; });
+  std::sort(names.begin(), names.end());
+  for (size_t i = 1; i < names.size(); ++i)
+    if (names[i].first == names[i - 1].first)
+      return make_error(subject, "function_id ", hex(names[i].first),
+                        " is in the function table twice (for ", quote(names[i - 1].second),
+                        " and ", quote(names[i].second), ")");
+  if (table.size() > table_capacity_) {
+    auto p = gpu_.allocate(table.size() * sizeof table[0]);
+    if (!p)
+      return std::move(p).take_error();
+    if (table_)
+      gpu_.release(table_);
+    table_ = *p;
+    table_capacity_ = table.size();
+  }
+  if (!table.empty())
+    if (auto st =
+            gpu_.copy_to_device(table_, std::span(reinterpret_cast<const uint8_t *>(table.data()),
+                                                  table.size() * sizeof table[0]));
+        !st)
+      return std::move(st).take_error();
+  params_.num_functions = static_cast<uint32_t>(table.size());
+  params_.function_table = reinterpret_cast<const cudaq_rt_function_entry *>(table_);
+  names_ = std::move(names);
+  return Status::ok();
+}
+
+Status Server::set_global(const std::string &name, std::span<const uint8_t> bytes) {
+  const std::string subject = report_.package.string();
+  if (running_)
+    return make_error(subject, "global ", quote(name),
+                      " cannot be written while the dispatch kernel runs");
+  auto in = [&](Error e) {
+    e.message = cat(subject, ": ", report_.device.arch(), ": ", e.message);
+    e.subject.clear();
+    return e;
+  };
+  auto g = exported_global(gpu_, library_, name, bytes.size(), "given");
+  if (!g)
+    return in(std::move(g).take_error());
+  if (auto st = gpu_.copy_to_device(g->address, bytes); !st)
+    return in(std::move(st).take_error());
+  return Status::ok();
 }
 
 Expected<LoadPreview> preview_load(const LoadOptions &opt, Gpu &gpu) {
@@ -232,6 +326,7 @@ Expected<LoadPreview> preview_load(const LoadOptions &opt, Gpu &gpu) {
   p.bridge = ready->plan.bridge;
   p.dispatcher = ready->plan.dispatcher;
   p.handlers = ready->plan.handlers;
+  p.aliases = ready->package.manifest().aliases;
   p.links = ready->package.manifest().links;
   p.warnings = ready->warnings;
   auto found = select_cubin(ready->package, ready->plan, ready->arch, ready->cache,
@@ -255,6 +350,12 @@ std::string format_preview(const LoadPreview &p) {
   out << "handlers:\n";
   for (const std::string &h : p.handlers)
     out << "  " << h << "  function_id " << hex(cudaq_rt_function_id(h.c_str())) << "\n";
+  if (!p.aliases.empty()) {
+    out << "aliases:\n";
+    for (const AliasEntry &a : p.aliases)
+      out << "  " << a.name << " -> " << a.handler << "  function_id " << hex(a.function_id)
+          << "\n";
+  }
   out << "linked:\n";
   for (const LinkRecord &l : p.links)
     out << "  " << escape(l.arch) << "  bridge " << escape(l.bridge) << "  dispatcher "
@@ -275,6 +376,9 @@ nlohmann::json preview_json(const LoadPreview &p) {
   nlohmann::json handlers = nlohmann::json::array();
   for (const std::string &h : p.handlers)
     handlers.push_back({{"name", h}, {"function_id", cudaq_rt_function_id(h.c_str())}});
+  nlohmann::json aliases = nlohmann::json::array();
+  for (const AliasEntry &a : p.aliases)
+    aliases.push_back({{"name", a.name}, {"handler", a.handler}, {"function_id", a.function_id}});
   nlohmann::json links = nlohmann::json::array();
   for (const LinkRecord &l : p.links)
     links.push_back({{"arch", l.arch},
@@ -286,6 +390,7 @@ nlohmann::json preview_json(const LoadPreview &p) {
                       {"bridge", p.bridge},
                       {"dispatcher", p.dispatcher},
                       {"handlers", handlers},
+                      {"aliases", aliases},
                       {"links", links},
                       {"device",
                        {{"ordinal", p.device.ordinal},
@@ -320,6 +425,15 @@ Server::~Server() {
     gpu_.unload(library_);
 }
 
+Status Server::read_global(const std::string &name, std::span<uint8_t> out) {
+  if (running_ || hung_)
+    return make_error("", "global ", quote(name), " is read only while the kernel is stopped");
+  auto g = exported_global(gpu_, library_, name, out.size(), "asked for");
+  if (!g)
+    return std::move(g).take_error();
+  return gpu_.copy_from_device(out, g->address);
+}
+
 Status Server::launch() {
   std::atomic_ref<int>(*static_cast<int *>(control_.host)).store(0, std::memory_order_release);
   requests_at_launch_ = stats().requests;
@@ -332,6 +446,11 @@ Status Server::launch() {
     return make_error(report_.package.string(), report_.device.arch(), ": the dispatch kernel ",
                       report_.kernel, ": ", st.error().message);
   running_ = true;
+  // A self-fed bridge (a socket) starts feeding the ring once there is a kernel to serve it.
+  if (auto st = bridge_->start(); !st) {
+    (void)stop();
+    return st;
+  }
   return Status::ok();
 }
 
@@ -362,31 +481,64 @@ std::string Server::handler_name(uint32_t function_id) const {
 }
 
 Expected<bool> Server::send(std::span<const uint8_t> frame) {
-  auto sent = bridge_->send(frame);
-  if (sent && *sent && frame.size() >= sizeof(cudaq_rt_request_header)) {
-    cudaq_rt_request_header h;
-    std::memcpy(&h, frame.data(), sizeof h);
-    in_flight_.push_back({h.request_id, h.function_id});
+  auto queued = bridge_->send(frame);
+  if (queued && *queued)
+    sent(frame);
+  return queued;
+}
+
+void Server::sent(std::span<const uint8_t> frame) {
+  if (frame.size() < sizeof(cudaq_rt_request_header))
+    return;
+  cudaq_rt_request_header h;
+  std::memcpy(&h, frame.data(), sizeof h);
+  in_flight_.push_back({h.request_id, h.function_id});
+}
+
+void Server::answered(std::span<const uint8_t> response) {
+  if (response.size() < sizeof(cudaq_rt_response_header))
+    return;
+  cudaq_rt_response_header h;
+  std::memcpy(&h, response.data(), sizeof h);
+  // Responses come in request order from the loopback bridge: the oldest is nearly always it.
+  auto it = !in_flight_.empty() && in_flight_.front().request_id == h.request_id
+                ? in_flight_.begin()
+                : std::find_if(in_flight_.begin(), in_flight_.end(),
+                               [&](const InFlight &f) { return f.request_id == h.request_id; });
+  if (it != in_flight_.end()) {
+    last_answered_ = *it;
+    in_flight_.erase(it);
+    ++received_since_launch_;
   }
-  return sent;
+  if (!report_.times.first_response_ms)
+    report_.times.first_response_ms = ms_since(launched_at_);
 }
 
 Expected<std::optional<size_t>> Server::receive(std::span<uint8_t> buffer) {
   auto got = bridge_->receive(buffer);
-  if (got && *got && **got >= sizeof(cudaq_rt_response_header)) {
-    cudaq_rt_response_header h;
-    std::memcpy(&h, buffer.data(), sizeof h);
-    auto it = std::find_if(in_flight_.begin(), in_flight_.end(),
-                           [&](const InFlight &f) { return f.request_id == h.request_id; });
-    if (it != in_flight_.end()) {
-      last_answered_ = *it;
-      in_flight_.erase(it);
-      ++received_since_launch_;
-    }
-    if (!report_.times.first_response_ms)
-      report_.times.first_response_ms = ms_since(launched_at_);
-  }
+  if (got && *got)
+    answered(buffer.first(**got));
   return got;
+}
+
+Expected<size_t> Server::send_batch(std::span<const void *const> frames,
+                                    std::span<const size_t> sizes) {
+  Bridge::BatchResult r = bridge_->send_batch(frames, sizes);
+  for (size_t i = 0; i < r.done; ++i)
+    sent(std::span(static_cast<const uint8_t *>(frames[i]), sizes[i]));
+  if (r.error)
+    return std::move(*r.error);
+  return r.done;
+}
+
+Expected<size_t> Server::receive_batch(std::span<uint8_t> buffer, size_t stride,
+                                       std::span<size_t> sizes) {
+  Bridge::BatchResult r = bridge_->receive_batch(buffer, stride, sizes);
+  for (size_t i = 0; i < r.done; ++i)
+    answered(buffer.subspan(i * stride, sizes[i]));
+  if (r.error)
+    return std::move(*r.error);
+  return r.done;
 }
 
 std::string Server::describe(const InFlight &f) const {
@@ -421,6 +573,7 @@ Status Server::check() {
   if (!st.done)
     return Status::ok();
   running_ = false;
+  bridge_->stop();
   if (st.fault) {
     faulted_ = true;
     return failed("failed: " + st.fault->message);
@@ -433,6 +586,9 @@ Status Server::check() {
 Status Server::stop() {
   if (!running_)
     return Status::ok();
+  // A self-fed bridge first stops taking requests and waits for the answers to those it took;
+  // what is still in the ring then is answered before the kernel sees the flag (dispatch.h).
+  auto drained = bridge_->drain(stop_timeout_s_);
   std::atomic_ref<int>(*static_cast<int *>(control_.host)).store(1, std::memory_order_release);
   const auto deadline =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(
@@ -441,10 +597,15 @@ Status Server::stop() {
     StreamState st = gpu_.query(stream_);
     if (st.done) {
       running_ = false;
+      bridge_->stop(); // sends what the kernel answered last
       if (st.fault) {
         faulted_ = true;
         return failed("failed: " + st.fault->message);
       }
+      // A drain that ran out of time is not an error once the kernel stopped: it answered what
+      // was in the ring before it saw the flag, and the bridge's stop sent those answers.
+      if (!drained)
+        return drained.error();
       return Status::ok();
     }
     if (Clock::now() >= deadline) {

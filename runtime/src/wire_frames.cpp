@@ -94,6 +94,8 @@ const char *wire_status_name(int32_t status) {
     return "truncated";
   case CUDAQ_RT_STATUS_HANDLER_FAULT:
     return "handler fault";
+  case CUDAQ_RT_STATUS_BAD_LENGTH:
+    return "bad length";
   default:
     return "unknown protocol error";
   }

@@ -10,7 +10,7 @@ static __device__ int ok(const void *, void *, uint32_t, uint32_t, uint32_t *res
   *result_len = 0;
   return 0;
 }
-CUDAQ_RT_EXPORT_HANDLER(ok, ok);
+CUDAQ_RT_EXPORT_HANDLER_CONCURRENT(ok, ok);
 
 // fault_illegal_address: a store through a pointer no allocation covers: the kernel dies with
 // cudaErrorIllegalAddress and the context is unusable afterwards. volatile: the store must happen.
@@ -20,7 +20,7 @@ static __device__ int fault_illegal_address(const void *, void *, uint32_t, uint
   *result_len = 0;
   return 0;
 }
-CUDAQ_RT_EXPORT_HANDLER(fault_illegal_address, fault_illegal_address);
+CUDAQ_RT_EXPORT_HANDLER_CONCURRENT(fault_illegal_address, fault_illegal_address);
 
 // fault_trap: the kernel dies with cudaErrorLaunchFailure.
 static __device__ int fault_trap(const void *, void *, uint32_t, uint32_t, uint32_t *result_len) {
@@ -28,7 +28,7 @@ static __device__ int fault_trap(const void *, void *, uint32_t, uint32_t, uint3
   *result_len = 0;
   return 0;
 }
-CUDAQ_RT_EXPORT_HANDLER(fault_trap, fault_trap);
+CUDAQ_RT_EXPORT_HANDLER_CONCURRENT(fault_trap, fault_trap);
 
 // Never written: spin_forever's loop condition. A volatile read is a side effect the compiler
 // must keep, so the loop cannot be proven infinite and removed (an infinite loop without side
@@ -45,4 +45,4 @@ static __device__ int spin_forever(const void *, void *, uint32_t, uint32_t, uin
   *result_len = 0;
   return 0;
 }
-CUDAQ_RT_EXPORT_HANDLER(spin_forever, spin_forever);
+CUDAQ_RT_EXPORT_HANDLER_CONCURRENT(spin_forever, spin_forever);

@@ -13,3 +13,4 @@ fi
 rm -rf "$out" && mkdir -p "$out"
 "$pack" "$app" --name example -o "$out"
 "$link" "$out/example.cudaqpkg" --arch "$archs"
+"$link" "$out/example.cudaqpkg" --arch "$archs" --dispatcher warp

@@ -8,6 +8,11 @@
 // counters).
 //
 //   loopback_dispatch_test [--bridge NAME|PATH] --package DIR [--latency-requests N]
+//                          [--dispatcher builtin|warp] [--slots N] [--many N]
+//
+// --dispatcher warp runs every check against the warp dispatcher instead of the unified one;
+// --many N also sends N echoes through the batched send and receive with the ring kept full,
+// each checked by request_id and payload.
 //
 // The package must hold a cubin for this GPU (the load path runs with linking at load off, so the
 // test loads what cudaq-rt-link stored). Without a GPU the test exits 77 (ctest: skipped).
@@ -15,6 +20,7 @@
 // With the loopback bridge, the test also writes frames that send() refuses straight into the
 // ring (loopback_host.h's write_request(): send() without its checks), to see what the device
 // side answers to them.
+#include "cudaq_rt/client.h"
 #include "cudaq_rt/server.h"
 #include "cudaq_rt/wire.h"
 #include "loopback_host.h"
@@ -140,6 +146,7 @@ int main(int argc, char **argv) {
   options.bridge_config = "slots=64,slot_size=1024";
   options.policy.allow_link = false;
   int latency_requests = 20000;
+  uint64_t many = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -155,6 +162,12 @@ int main(int argc, char **argv) {
       options.package = value();
     else if (a == "--latency-requests")
       latency_requests = std::stoi(value());
+    else if (a == "--dispatcher")
+      options.link.dispatcher = value();
+    else if (a == "--slots")
+      options.bridge_config = "slots=" + value() + ",slot_size=1024";
+    else if (a == "--many")
+      many = std::stoull(value());
     else {
       std::fprintf(stderr, "loopback_dispatch_test: error: unknown argument '%s'\n", a.c_str());
       return 2;
@@ -385,6 +398,28 @@ int main(int argc, char **argv) {
     expect(in_order, "throughput responses in order and ok");
     std::printf("throughput: %u echoes of 8 B with up to %u in flight: %.2f M requests/s\n", total,
                 slots, total / s / 1e6);
+  }
+
+  if (many > 0) { // Many requests through the batched send and receive, the ring kept full.
+    cudaq_rt::BenchOptions b;
+    b.requests = many;
+    b.warmup = 0;
+    b.inflight = bridge->num_slots();
+    b.expect_echo = true;
+    const uint64_t payload = 0x5a5a5a5a5a5a5a5aull;
+    auto r = cudaq_rt::bench(loaded, "echo",
+                             std::span(reinterpret_cast<const uint8_t *>(&payload), 8), b);
+    if (!r)
+      fail(r.error().str());
+    expect(r->wrong == 0, std::to_string(r->wrong) + " of " + std::to_string(many) +
+                              " batched echoes wrong (status, request_id or payload)");
+    id += uint32_t(many);
+    expected_requests += many;
+    expected_ok += many;
+    std::printf("batched: %llu echoes of 8 B, %u in flight, none lost, %llu wrong: %.2f M "
+                "requests/s\n",
+                (unsigned long long)many, b.inflight, (unsigned long long)r->wrong,
+                r->requests_per_s / 1e6);
   }
 
   // Echo `count` distinct payloads, all sent before anything is received; returns the frames.

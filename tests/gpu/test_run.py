@@ -92,7 +92,11 @@ def f32(v):
 
 
 class RunCase(unittest.TestCase):
-    """A directory and a link cache per test class; helpers to run the tools in them."""
+    """A directory and a link cache per test class; helpers to run the tools in them. A subclass
+    that sets `dispatcher` runs every test of its base with that dispatch kernel."""
+
+    dispatcher = None
+    kernel = KERNEL
 
     @classmethod
     def setUpClass(cls):
@@ -122,17 +126,21 @@ class RunCase(unittest.TestCase):
 
     @classmethod
     def link_ahead(cls, pkg, cache=None):
-        r = subprocess.run([LINK, pkg, "--arch", ARCH], capture_output=True, text=True,
-                           env=cls.env(cache))
+        r = subprocess.run([LINK, pkg, "--arch", ARCH, *cls.dispatcher_args()],
+                           capture_output=True, text=True, env=cls.env(cache))
         if r.returncode != 0:
             raise RuntimeError(f"cudaq-rt-link {pkg} --arch {ARCH} failed ({r.returncode}):\n"
                                f"{r.stderr}")
 
+    @classmethod
+    def dispatcher_args(cls):
+        return ["--dispatcher", cls.dispatcher] if cls.dispatcher else []
+
     def run_tool(self, pkg, *args, stdin=None, cache=None, timeout=60):
         """(CompletedProcess, seconds) of one cudaq-rt-run."""
         t0 = time.monotonic()
-        r = subprocess.run([RUN, pkg, *args], input=stdin, capture_output=True, text=True,
-                           env=self.env(cache), timeout=timeout)
+        r = subprocess.run([RUN, pkg, *self.dispatcher_args(), *args], input=stdin,
+                           capture_output=True, text=True, env=self.env(cache), timeout=timeout)
         return r, time.monotonic() - t0
 
     def run_ok(self, pkg, *args, status=0, **kw):
@@ -327,7 +335,7 @@ class HandlersTest(RunCase):
         self.assertEqual(doc["cubin"]["arch"], ARCH)
         self.assertEqual(doc["cubin"]["digest"], link["cubin"]["digest"])
         self.assertEqual(doc["cubin"]["size"], link["cubin"]["size"])
-        self.assertEqual(doc["kernel"], KERNEL)
+        self.assertEqual(doc["kernel"], self.kernel)
         self.assertEqual((doc["slot_size"], doc["slots"]), (1024, 64))
         times = doc["times"]
         for k in ("context_ms", "open_ms", "cubin_ms", "load_ms", "launch_ms",
@@ -518,7 +526,7 @@ class FaultTest(RunCase):
         self.assertEqual(r.returncode, 1, f"{r.stdout}{r.stderr}")
         errors = [l for l in r.stderr.splitlines() if l.startswith("cudaq-rt-run: error: ")]
         self.assertEqual(len(errors), 1, r.stderr)
-        self.assertIn(f"the dispatch kernel {KERNEL} failed: {cuda_error}", errors[0])
+        self.assertIn(f"the dispatch kernel {self.kernel} failed: {cuda_error}", errors[0])
         # A fault reaches the host when the GPU reports it: before the response (nothing printed;
         # the kernel was serving the request) or, for a store that faults late, after the
         # response was published (its answer printed; the fault named after it).
@@ -558,7 +566,7 @@ class FaultTest(RunCase):
         errors = [l for l in r.stderr.splitlines() if l.startswith("cudaq-rt-run: error: ")]
         self.assertEqual(len(errors), 2, r.stderr)
         self.assertIn(f"{ARCH}: no response within 2 s", errors[0])
-        self.assertIn(f"the dispatch kernel {KERNEL} did not stop within 1 s: it is hung, serving "
+        self.assertIn(f"the dispatch kernel {self.kernel} did not stop within 1 s: it is hung, serving "
                       "request_id 1 (handler 'spin_forever')", errors[1])
         self.assert_gpu_serves()
 
@@ -573,6 +581,18 @@ class FaultTest(RunCase):
         self.assertEqual(doc["calls"], [])
         self.assertIn("hung", r.stderr)
         self.assert_gpu_serves()
+
+
+class WarpHandlersTest(HandlersTest):
+    """Every handler test again, served by the warp dispatcher."""
+    dispatcher = "warp"
+    kernel = "cudaq_rt_warp_dispatch"
+
+
+class WarpFaultTest(FaultTest):
+    """Every fault test again, served by the warp dispatcher."""
+    dispatcher = "warp"
+    kernel = "cudaq_rt_warp_dispatch"
 
 
 if __name__ == "__main__":

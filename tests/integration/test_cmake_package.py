@@ -118,6 +118,10 @@ class CMakePackage(unittest.TestCase):
         # The runtime library, linked from outside: it loads, and searches next to the program.
         out = check([os.path.join(self.build, "bridge_path")], env=self.env)
         self.assertIn(os.path.join(self.tmp, "lib/cudaq-rt/bridges"), out)
+        # The C API, from a C program linked against the installed library.
+        out = check([os.path.join(self.build, "capi_program"), "/nonexistent/x.cudaqpkg"],
+                    env=self.env)
+        self.assertEqual(out, "3 '/nonexistent/x.cudaqpkg': no such package\n")
 
     def test_3b_packages_without_a_dispatch_kernel(self):
         # cudaq_rt_add_package() alone, the common case: the built-in dispatch kernel, the

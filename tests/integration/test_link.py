@@ -805,6 +805,26 @@ class LinkTest(unittest.TestCase):
         self.link_fails(pkg, ["--arch", "sm_80", "--dispatcher", "nosuch"],
                         ["no dispatch kernel 'nosuch'", "builtin"])
 
+    def test_warp_dispatcher_links_concurrent_handlers(self):
+        pkg, cache = self.fresh()
+        r = run([LINK, pkg, "--arch", "sm_90", "--dispatcher", "warp"], self.env(cache))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        link, = self.manifest(pkg)["links"]
+        self.assertEqual((link["arch"], link["dispatcher"]), ("sm_90", "warp"))
+        self.assertTrue(all(e.get("concurrent") for e in self.manifest(pkg)["exports"]
+                            if e["kind"] == "handler"))
+        _, _, symbols = cubin_info(self.blob(pkg, link["cubin"]["digest"]))
+        self.assertEqual(symbols.get("cudaq_rt_warp_dispatch"), "func")
+        self.assertNotIn(KERNEL, symbols)
+        for s in HANDLER_SYMBOLS:
+            self.assertEqual(symbols.get(s), "object", s)
+
+    def test_warp_dispatcher_refuses_a_handler_not_marked_concurrent(self):
+        pkg, _ = self.fresh("extra")  # unused_kernel.cu's negate_i32 is a plain export
+        self.link_fails(pkg, ["--arch", "sm_90", "--dispatcher", "warp"],
+                        ["handler 'negate_i32' is not exported as safe to run concurrently",
+                         "CUDAQ_RT_EXPORT_HANDLER_CONCURRENT"])
+
     def test_missing_package(self):
         d = tempfile.mkdtemp(dir=self.tmp, prefix="t.")
         pkg = os.path.join(d, "nosuch.cudaqpkg")

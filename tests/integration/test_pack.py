@@ -385,7 +385,9 @@ class PackTest(unittest.TestCase):
                          r": 1 source\(s\), 3 container\(s\) \(\d+ bytes\), 4 export\(s\), 0 link\(s\)$")
         self.assertIn("archs by kind:  cubin sm_80  ltoir sm_80", lines)
         for name in EXAMPLE_HANDLERS:
-            self.assertIn(f"  handler {name}  function_id {fnv1a32(name):#x}  application", lines)
+            # The example handlers are exported safe to run concurrently (the warp dispatcher).
+            self.assertIn(f"  handler {name}  function_id {fnv1a32(name):#x}  application"
+                          "  concurrent", lines)
         self.assertEqual(sum(1 for l in lines if re.match(r"^    ltoir sm_80  \d+ bytes zstd", l)), 3)
 
     def test_list_json_matches_package(self):

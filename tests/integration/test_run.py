@@ -75,7 +75,8 @@ class RunWithoutGpuTest(unittest.TestCase):
 
     def test_nothing_to_do(self):
         self.usage_error([self.pkg],
-                         "nothing to do: give --call NAME, --calls FILE, --bench N or --list")
+                         "nothing to do: give --call NAME, --calls FILE, --bench N, --serve or "
+                         "--list")
 
     def test_no_package(self):
         self.usage_error(["--call", "echo"], "package is required")
@@ -90,6 +91,34 @@ class RunWithoutGpuTest(unittest.TestCase):
                          "--call excludes --calls")
         self.usage_error([self.pkg, "--call", "echo", "--list"], "--call excludes --list")
         self.usage_error([self.pkg, "--bench", "5", "--list"], "--bench excludes --list")
+
+    def test_serve_usage(self):
+        for args, message in (
+                (["--serve", "--call", "echo"], "--call excludes --serve"),
+                (["--serve", "--bench", "5"], "--bench excludes --serve"),
+                (["--serve", "--list"], "--serve excludes --list"),
+                (["--count", "5", "--call", "echo"], "--count needs --serve"),
+                (["--duration", "1", "--bench", "5"], "--duration needs --serve"),
+                (["--stats-interval", "1", "--list"], "--stats-interval needs --serve"),
+                (["--serve", "--count", "0"], "--count: must be at least 1"),
+                (["--serve", "--duration", "0"], "--duration: must be more than 0 seconds"),
+                (["--serve", "--stats-interval", "-1"],
+                 "--stats-interval: must be more than 0 seconds")):
+            with self.subTest(args=args):
+                self.usage_error([self.pkg, *args], message)
+
+    def test_device_lists(self):
+        for device in ("x", "-1", "+1", "0,", ",1", "0,,1", "1.5", "99999999999"):
+            with self.subTest(device=device):
+                self.usage_error([self.pkg, "--serve", "--device", device],
+                                 f"--device: '{device}' is not a GPU ordinal, a comma-separated "
+                                 "list of them, or 'all'")
+        self.usage_error([self.pkg, "--serve", "--device", "0,1,0"],
+                         "--device: GPU 0 is listed twice")
+        self.usage_error([self.pkg, "--call", "echo", "--device", "0,1"],
+                         "--device 0,1: several GPUs need --serve")
+        self.usage_error([self.pkg, "--bench", "5", "--device", "all"],
+                         "--device all: several GPUs need --serve")
 
     def test_unknown_option(self):
         self.usage_error([self.pkg, "--call", "echo", "--bogus"],
@@ -191,6 +220,10 @@ class RunWithoutGpuTest(unittest.TestCase):
 
     def test_no_driver_calls_file(self):
         self.no_driver([self.pkg, "--calls", self.calls])
+
+    def test_no_driver_serve(self):
+        self.no_driver([self.pkg, "--serve"])
+        self.no_driver([self.pkg, "--serve", "--device", "all"])
 
     def test_no_driver_calls_stdin(self):
         self.no_driver([self.pkg, "--calls", "-"], stdin="echo hex:01\nparity hex:0703\n")

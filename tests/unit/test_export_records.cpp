@@ -18,7 +18,10 @@ cudaq_rt_export_record record(uint16_t kind, const char *name) {
   r.magic = CUDAQ_RT_EXPORT_MAGIC;
   r.version = CUDAQ_RT_EXPORT_VERSION;
   r.kind = kind;
-  r.function_id = kind == CUDAQ_RT_EXPORT_HANDLER_KIND ? cudaq_rt_function_id(name) : 0;
+  r.function_id =
+      kind == CUDAQ_RT_EXPORT_HANDLER_KIND || kind == CUDAQ_RT_EXPORT_CONCURRENT_HANDLER_KIND
+          ? cudaq_rt_function_id(name)
+          : 0;
   r.name_size = uint32_t(std::strlen(name));
   std::memcpy(r.name, name, r.name_size);
   return r;
@@ -76,7 +79,20 @@ TEST_CASE("a global record names a host-set __device__ global") {
   CHECK((*r)[0].name == "decoder_table");
   CHECK((*r)[0].function_id == 0);
   CHECK((*r)[1].kind == ExportKind::handler);
-  CHECK(error_of(section({record(4, "next_kind")})) == at0 + " has unknown kind 4");
+  CHECK(error_of(section({record(5, "next_kind")})) == at0 + " has unknown kind 5");
+}
+
+TEST_CASE("a concurrent handler record is a handler that says so") {
+  auto r = parse_export_records(section({record(CUDAQ_RT_EXPORT_CONCURRENT_HANDLER_KIND, "echo"),
+                                         record(CUDAQ_RT_EXPORT_HANDLER_KIND, "count")}),
+                                "app");
+  REQUIRE(r);
+  REQUIRE(r->size() == 2);
+  CHECK((*r)[0].kind == ExportKind::handler);
+  CHECK((*r)[0].concurrent);
+  CHECK((*r)[0].function_id == cudaq_rt_function_id("echo"));
+  CHECK((*r)[1].kind == ExportKind::handler);
+  CHECK(!(*r)[1].concurrent);
 }
 
 TEST_CASE("an empty or all-zero section holds no records") {

@@ -2,9 +2,12 @@
 // what is refused, and how a kernel that hangs or faults is reported, all without a GPU. The
 // package is the real example application, packed with the loopback bridge's hooks under the name
 // of a host-only bridge (host_bridge.c), and links happen for real with nvJitLink.
+#include "cudaq_rt/capi_gpu.h"
 #include "cudaq_rt/client.h"
+#include "cudaq_rt/cudaq_rt.h"
 #include "cudaq_rt/pack.h"
 #include "cudaq_rt/package.h"
+#include "cudaq_rt/serve.h"
 #include "cudaq_rt/server.h"
 #include "cudaq_rt/wire_frames.h"
 #include "scratch_dir.h"
@@ -17,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <thread>
 
 using namespace cudaq_rt;
 namespace fs = std::filesystem;
@@ -50,7 +54,7 @@ public:
   }
   Expected<std::optional<GpuGlobal>> global(GpuLibrary, const std::string &name) override {
     if (name.rfind("cudaq_rt_handler__", 0) == 0)
-      return std::optional(GpuGlobal{0x10000 + name.size(), 8});
+      return std::optional(GpuGlobal{0x10000 + (cudaq_rt_function_id(name.c_str()) & 0xfff0), 8});
     auto it = device_globals.find(name);
     if (it == device_globals.end())
       return std::optional<GpuGlobal>();
@@ -71,10 +75,17 @@ public:
     written[dst].assign(src.begin(), src.end());
     return Status::ok();
   }
-  Status copy_from_device(std::span<uint8_t> dst, GpuPointer) override {
+  // A handler's pointer global holds an address of this GPU's own (address_base + where the
+  // global is), so that two fake GPUs, or two handlers, never share one.
+  Status copy_from_device(std::span<uint8_t> dst, GpuPointer src) override {
     std::memset(dst.data(), 0xab, dst.size());
+    if (dst.size() == sizeof(GpuPointer)) {
+      const GpuPointer address = address_base + src;
+      std::memcpy(dst.data(), &address, sizeof address);
+    }
     return Status::ok();
   }
+  GpuPointer address_base = 0xab00000000;
   Expected<GpuStream> create_stream() override { return reinterpret_cast<GpuStream>(0x3); }
   void destroy_stream(GpuStream) override { ++streams_destroyed; }
   Status launch(GpuFunction, LaunchShape, void **args, GpuStream) override {
@@ -399,4 +410,264 @@ TEST_CASE("a GPU that does not exist, and a bridge configuration the bridge refu
   std::string e = error_of(Server::start(o, gpu));
   CHECK(e.find("bridge 'host': host bridge: takes no configuration") != std::string::npos);
   CHECK(gpu.launches == 0);
+}
+
+// The C API (cudaq_rt.h) over the same load path: what start() refuses and what it launches.
+TEST_CASE("the C API: lookups, the application's function table and its guards, retries") {
+  Fixture &f = fixture();
+  PackOptions po;
+  po.inputs = {{CUDAQ_RT_TEST_EXAMPLE_APP, Role::application, ""},
+               {CUDAQ_RT_TEST_LOOPBACK_BRIDGE, Role::bridge, "host"}};
+  po.output_dir = f.dir.path;
+  po.name = "aliased";
+  po.aliases = {"add_them=sum_i32"};
+  auto packed = pack(po);
+  REQUIRE_MESSAGE(packed, (packed ? "" : packed.error().str()));
+
+  cudaq_rt_code *code = nullptr;
+  REQUIRE(cudaq_rt_open_package(packed->dir.c_str(), &code) == CUDAQ_RT_OK);
+  std::vector<std::string> names;
+  for (size_t i = 0; cudaq_rt_code_handler(code, i); ++i)
+    names.push_back(cudaq_rt_code_handler(code, i));
+  CHECK(names == std::vector<std::string>{"axpy_f32", "echo", "lut_decode", "parity", "sum_i32",
+                                          "add_them"});
+
+  const std::string cache = (f.dir.path / "shared-cache").string();
+  cudaq_rt_config cfg;
+  cudaq_rt_config_init(&cfg);
+  cfg.cache_dir = cache.c_str();
+  cfg.stop_timeout_s = 0.2;
+  FakeGpu gpu;
+  cudaq_rt_server *s = nullptr;
+  REQUIRE(create_server(code, &cfg, gpu, &s) == CUDAQ_RT_OK);
+  cudaq_rt_device_fn echo = 0, sum = 0, alias = 0;
+  CHECK(cudaq_rt_lookup_handler(s, "echo", &echo) == CUDAQ_RT_E_STATE);
+
+  // A load that fails (a bridge there is none of) leaves nothing; the same server loads once
+  // configured right.
+  cfg.bridge = "no_such_bridge";
+  REQUIRE(cudaq_rt_server_configure(s, &cfg) == CUDAQ_RT_OK);
+  CHECK(cudaq_rt_load(s) == CUDAQ_RT_E_FAILED);
+  CHECK(std::string(cudaq_rt_last_error()).find("no_such_bridge") != std::string::npos);
+  CHECK(cudaq_rt_slot_size(s) == 0);
+  cfg.bridge = nullptr;
+  REQUIRE(cudaq_rt_server_configure(s, &cfg) == CUDAQ_RT_OK);
+  REQUIRE_MESSAGE(cudaq_rt_load(s) == CUDAQ_RT_OK, cudaq_rt_last_error());
+  CHECK(cudaq_rt_slot_size(s) == 1024);
+
+  CHECK(cudaq_rt_lookup_handler(s, "echo", &echo) == CUDAQ_RT_OK);
+  CHECK(cudaq_rt_lookup_handler(s, "sum_i32", &sum) == CUDAQ_RT_OK);
+  CHECK(cudaq_rt_lookup_handler(s, "add_them", &alias) == CUDAQ_RT_OK);
+  CHECK((echo != 0 && echo != sum && alias == sum));
+  CHECK(cudaq_rt_lookup_handler(s, "nope", &echo) == CUDAQ_RT_E_NOT_FOUND);
+  CHECK(std::string(cudaq_rt_last_error()) ==
+        "'" + packed->dir.string() +
+            "': no handler 'nope': the code exports axpy_f32, echo, lut_decode, parity, sum_i32, "
+            "add_them");
+  CHECK(cudaq_rt_lookup_handler(s, "echo", &echo) == CUDAQ_RT_OK);
+
+  // A made-up address: refused at start, nothing launched.
+  REQUIRE(cudaq_rt_set_function(s, 7, echo + 16) == CUDAQ_RT_OK);
+  CHECK(cudaq_rt_start(s) == CUDAQ_RT_E_REFUSED);
+  CHECK(std::string(cudaq_rt_last_error()) ==
+        "'" + packed->dir.string() + "': function table entry for function_id 0x7: " +
+            hex(echo + 16) + " did not come from cudaq_rt_lookup_handler on this server's load");
+  CHECK(gpu.launches == 0);
+
+  // An address another server (another GPU's module here) handed out: refused, named.
+  FakeGpu other_gpu;
+  other_gpu.address_base = 0xcd00000000;
+  cudaq_rt_server *other = nullptr;
+  REQUIRE(create_server(code, &cfg, other_gpu, &other) == CUDAQ_RT_OK);
+  REQUIRE_MESSAGE(cudaq_rt_load(other) == CUDAQ_RT_OK, cudaq_rt_last_error());
+  cudaq_rt_device_fn foreign = 0;
+  REQUIRE(cudaq_rt_lookup_handler(other, "echo", &foreign) == CUDAQ_RT_OK);
+  CHECK(foreign != echo);
+  REQUIRE(cudaq_rt_clear_functions(s) == CUDAQ_RT_OK);
+  REQUIRE(cudaq_rt_set_function(s, 7, foreign) == CUDAQ_RT_OK);
+  CHECK(cudaq_rt_start(s) == CUDAQ_RT_E_REFUSED);
+  CHECK(std::string(cudaq_rt_last_error()) ==
+        "'" + packed->dir.string() + "': function table entry for function_id 0x7: " +
+            hex(foreign) + " was looked up on a server of '" + packed->dir.string() +
+            "': device code from another binary cannot serve here");
+  CHECK(gpu.launches == 0);
+  cudaq_rt_server_destroy(other);
+
+  // The retry: the application's own table, exactly, sorted.
+  REQUIRE(cudaq_rt_clear_functions(s) == CUDAQ_RT_OK);
+  REQUIRE(cudaq_rt_set_function(s, 9, sum) == CUDAQ_RT_OK);
+  REQUIRE(cudaq_rt_set_function(s, 7, echo) == CUDAQ_RT_OK);
+  CHECK(cudaq_rt_set_function(s, 7, sum) == CUDAQ_RT_E_ARGUMENT);
+  REQUIRE_MESSAGE(cudaq_rt_start(s) == CUDAQ_RT_OK, cudaq_rt_last_error());
+  CHECK(gpu.launches == 1);
+  CHECK(gpu.params.num_functions == 2);
+  std::vector<cudaq_rt_function_entry> rows(2);
+  const std::vector<uint8_t> &table = gpu.written[0x30000];
+  REQUIRE(table.size() >= sizeof rows[0] * 2);
+  std::memcpy(rows.data(), table.data(), sizeof rows[0] * 2);
+  CHECK((rows[0].function_id == 7 && reinterpret_cast<uint64_t>(rows[0].handler) == echo));
+  CHECK((rows[1].function_id == 9 && reinterpret_cast<uint64_t>(rows[1].handler) == sum));
+  CHECK(cudaq_rt_set_function(s, 1, sum) == CUDAQ_RT_E_STATE);
+  CHECK(cudaq_rt_start(s) == CUDAQ_RT_E_STATE);
+  cudaq_rt_dispatch_stats st{};
+  gpu.stats()->ok = 5;
+  CHECK(cudaq_rt_get_stats(s, &st) == CUDAQ_RT_OK);
+  CHECK(st.ok == 5);
+  CHECK(cudaq_rt_stop(s) == CUDAQ_RT_OK);
+
+  // Back to the default table: every handler and the alias.
+  REQUIRE(cudaq_rt_clear_functions(s) == CUDAQ_RT_OK);
+  REQUIRE_MESSAGE(cudaq_rt_start(s) == CUDAQ_RT_OK, cudaq_rt_last_error());
+  CHECK(gpu.params.num_functions == 6);
+  CHECK((*reinterpret_cast<const uint64_t *>(&gpu.written[0x30000][0]) != 0));
+
+  // Globals: the module's own size, kept for the next load.
+  gpu.device_globals["decoder_table"] = 4;
+  const uint8_t bytes[4] = {1, 2, 3, 4};
+  CHECK(cudaq_rt_set_global(s, "decoder_table", bytes, 4) == CUDAQ_RT_E_STATE);
+  CHECK(cudaq_rt_stop(s) == CUDAQ_RT_OK);
+  CHECK(cudaq_rt_set_global(s, "decoder_table", bytes, 2) == CUDAQ_RT_E_ARGUMENT);
+  CHECK(std::string(cudaq_rt_last_error()) ==
+        packed->dir.string() +
+            ": sm_90: global 'decoder_table' is 4 bytes, but 2 bytes were given");
+  CHECK(cudaq_rt_set_global(s, "decoder_table", bytes, 4) == CUDAQ_RT_OK);
+  CHECK(gpu.written[0x20000] == std::vector<uint8_t>{1, 2, 3, 4});
+  CHECK(cudaq_rt_set_global(s, "no_table", bytes, 4) == CUDAQ_RT_E_NOT_FOUND);
+
+  cudaq_rt_server_destroy(s);
+  cudaq_rt_code_destroy(code);
+}
+
+TEST_CASE("the C API: errors before any GPU work") {
+  cudaq_rt_code *code = nullptr;
+  CHECK(cudaq_rt_open_package("/nonexistent/x.cudaqpkg", &code) == CUDAQ_RT_E_NOT_FOUND);
+  CHECK(std::string(cudaq_rt_last_error()) == "'/nonexistent/x.cudaqpkg': no such package");
+  CHECK(cudaq_rt_load(nullptr) == CUDAQ_RT_E_ARGUMENT);
+  CHECK(std::string(cudaq_rt_last_error()) == "cudaq_rt_load: server must not be NULL");
+  Fixture &f = fixture();
+  REQUIRE(cudaq_rt_open_package(f.package.c_str(), &code) == CUDAQ_RT_OK);
+  CHECK(cudaq_rt_find_dispatch_kernel(code, "mine") == CUDAQ_RT_E_NOT_FOUND);
+  CHECK(std::string(cudaq_rt_last_error()) ==
+        "'" + f.package.string() +
+            "': no dispatch kernel 'mine': the code exports none ('builtin' is the unified kernel, "
+            "'warp' the warp-wide one)");
+  cudaq_rt_code_destroy(code);
+}
+
+// Serving (cudaq_rt/serve.h) on the fake GPU, through self_fed_bridge.c: the loopback bridge's hooks
+// packed as bridge `selffed`, whose host side counts what the launcher asked of it.
+struct ServeFixture {
+  ScratchDir dir{"cudaq_rt_test_serve"};
+  fs::path package;
+  ServeFixture() {
+    fixture(); // sets CUDAQ_RT_BRIDGE_PATH
+    PackOptions o;
+    o.inputs = {{CUDAQ_RT_TEST_EXAMPLE_APP, Role::application, ""},
+                {CUDAQ_RT_TEST_LOOPBACK_BRIDGE, Role::bridge, "selffed"}};
+    o.output_dir = dir.path;
+    o.name = "served";
+    auto packed = pack(o);
+    REQUIRE_MESSAGE(packed, (packed ? "" : packed.error().str()));
+    package = packed->dir;
+  }
+  ServeOptions options() const {
+    ServeOptions o;
+    o.load.package = package;
+    o.load.cache = {.dir = dir.path / "cache"};
+    o.load.stop_timeout_s = 0.2;
+    o.devices = {0};
+    return o;
+  }
+};
+
+ServeFixture &serve_fixture() {
+  static ServeFixture f;
+  return f;
+}
+
+TEST_CASE("serving: a stop request drains the bridge, then stops the kernel, then the bridge") {
+  FakeGpu gpu;
+  auto s = Service::start(serve_fixture().options(), gpu);
+  REQUIRE_MESSAGE(s, (s ? "" : s.error().str()));
+  REQUIRE((*s)->instances().size() == 1);
+  CHECK((*s)->instances()[0].address == "nowhere:0");
+  CHECK((*s)->instances()[0].report.bridge == "selffed");
+  std::atomic<bool> stop{false};
+  std::thread signal([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    stop = true;
+  });
+  ServeReport r = (*s)->run(stop);
+  signal.join();
+  CHECK(r.stopped_by == "signal");
+  CHECK(r.errors.empty());
+  REQUIRE(r.gpus.size() == 1);
+  const ServeCounters &c = r.gpus[0].counters;
+  CHECK(c.get("starts") == 1);
+  CHECK(c.get("drains") == 1);
+  CHECK(c.get("drained_while_started") == 1); // drained while its threads still ran
+  CHECK(c.get("stops") == 1);
+  CHECK(c.get("last_op") == 3); // stop last: after the kernel ended
+  CHECK(gpu.launches == 1);
+  CHECK(r.seconds >= 0.05);
+  CHECK(format_serve_report(r, true).starts_with("served for 0.0"));
+}
+
+TEST_CASE("serving stops by itself at --count and --duration") {
+  FakeGpu gpu;
+  std::atomic<bool> never{false};
+  ServeOptions o = serve_fixture().options();
+  o.count = 5; // the bridge's responses_sent grows by one on each read
+  auto s = Service::start(o, gpu);
+  REQUIRE_MESSAGE(s, (s ? "" : s.error().str()));
+  ServeReport r = (*s)->run(never);
+  CHECK(r.stopped_by == "count");
+  CHECK(r.total.answered() >= 5);
+  s->reset();
+
+  o.count = 0;
+  o.duration_s = 0.1;
+  o.stats_interval_s = 0.02;
+  s = Service::start(o, gpu);
+  REQUIRE_MESSAGE(s, (s ? "" : s.error().str()));
+  int ticks = 0;
+  r = (*s)->run(never, [&](const ServeReport &live) {
+    ++ticks;
+    CHECK(live.gpus.size() == 1);
+  });
+  CHECK(r.stopped_by == "duration");
+  CHECK(r.seconds >= 0.1);
+  CHECK(ticks >= 2);
+  auto j = serve_report_json(r);
+  CHECK(j["stopped_by"] == "duration");
+  CHECK(j["gpus"][0]["address"] == "nowhere:0");
+  CHECK(j["total"]["bridge"]["starts"] == 1);
+}
+
+TEST_CASE("a kernel that fails while serving ends the service, and says so") {
+  FakeGpu gpu;
+  gpu.kernel_behaviour = FakeGpu::Kernel::faults;
+  std::atomic<bool> never{false};
+  auto s = Service::start(serve_fixture().options(), gpu);
+  REQUIRE_MESSAGE(s, (s ? "" : s.error().str()));
+  ServeReport r = (*s)->run(never);
+  CHECK(r.stopped_by == "error");
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].str().find("failed: CUDA_ERROR_ILLEGAL_ADDRESS") != std::string::npos);
+  CHECK(r.gpus[0].counters.get("stops") >= 1); // the bridge's threads are ended too
+}
+
+TEST_CASE("serving refuses a host-fed bridge, and a GPU list on a one-GPU machine") {
+  FakeGpu gpu;
+  ServeOptions o = serve_fixture().options();
+  o.load.package = fixture().package; // bridge `host`: fed by the launcher
+  auto s = Service::start(o, gpu);
+  REQUIRE(!s);
+  CHECK(s.error().str() == "bridge 'host' is fed by this process, not by clients: serving needs a "
+                           "bridge that receives requests itself, such as udp");
+  o = serve_fixture().options();
+  o.devices = {0, 1};
+  s = Service::start(o, gpu);
+  REQUIRE(!s);
+  CHECK(s.error().str() == "GPU 1: no GPU 1: this machine has 1 GPU (0)");
 }

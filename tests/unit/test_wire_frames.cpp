@@ -140,6 +140,7 @@ TEST_CASE("status names") {
   CHECK(std::string(wire_status_name(-5)) == "handler fault");
   CHECK(std::string(wire_status_name(1)) == "handler error");
   CHECK(std::string(wire_status_name(0x7fffffff)) == "handler error");
-  CHECK(std::string(wire_status_name(-6)) == "unknown protocol error");
+  CHECK(std::string(wire_status_name(-6)) == "bad length");
+  CHECK(std::string(wire_status_name(-7)) == "unknown protocol error");
   CHECK(std::string(wire_status_name(INT32_MIN)) == "unknown protocol error");
 }

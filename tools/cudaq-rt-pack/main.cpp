@@ -74,6 +74,9 @@ int main(int argc, char **argv) {
       ->group("Inputs");
   app.add_option("--dispatcher", dispatchers, "A binary holding a custom dispatch kernel")
       ->group("Inputs");
+  app.add_option("--alias", opts.aliases,
+                 "Also answer FNV-1a(NAME) with the handler export HANDLER: NAME=HANDLER")
+      ->group("Exports");
   app.add_option("-o,--output", output_dir, "Directory to write NAME.cudaqpkg into (default .)")
       ->group("Output");
   app.add_option("-n,--name", opts.name,
@@ -91,8 +94,9 @@ int main(int argc, char **argv) {
     return rc;
 
   if (*list_opt) {
-    if (!app_inputs.empty() || !bridges.empty() || !dispatchers.empty()) {
-      std::fprintf(stderr, "%s: error: --list takes one package or binary and no inputs\n", tool);
+    if (!app_inputs.empty() || !bridges.empty() || !dispatchers.empty() || !opts.aliases.empty()) {
+      std::fprintf(
+          stderr, "%s: error: --list takes one package or binary and no inputs or aliases\n", tool);
       return driver::exit_usage;
     }
     return list(list_path, json);

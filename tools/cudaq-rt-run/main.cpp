@@ -5,13 +5,16 @@
 
 #include "cudaq_rt/client.h"
 #include "cudaq_rt/request_args.h"
+#include "cudaq_rt/serve.h"
 #include "cudaq_rt/server.h"
 #include "cudaq_rt/wire.h"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -22,6 +25,69 @@ using nlohmann::json;
 
 namespace {
 constexpr const char *tool = "cudaq-rt-run";
+
+// Set by SIGINT and SIGTERM while serving: the service stops cleanly and reports.
+std::atomic<bool> stop_requested{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
+
+void on_stop_signal(int) {
+  stop_requested.store(true, std::memory_order_release);
+}
+
+void catch_stop_signals() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+// --serve: every GPU in `devices` behind its own bridge instance until a signal or a bound.
+int serve(ServeOptions options, bool as_json) {
+  catch_stop_signals();
+  auto service = Service::start(options);
+  if (!service) {
+    if (as_json)
+      std::cout << json{{"package", options.load.package.string()},
+                        {"error", service.error().str()},
+                        {"exit_status", 1}}
+                       .dump(2, ' ', false, json::error_handler_t::replace)
+                << "\n";
+    return driver::fail(tool, service.error());
+  }
+  for (const ServeInstance &g : (*service)->instances()) {
+    for (const std::string &w : g.report.warnings)
+      driver::warn(tool, w);
+    std::fprintf(stderr, "%s: serving on %s (GPU %d: %s, %s, bridge %s, cubin from the %s)\n", tool,
+                 g.address.c_str(), g.device, g.report.device.name.c_str(),
+                 g.report.device.arch().c_str(), g.report.bridge.c_str(),
+                 cubin_source_name(g.report.source));
+  }
+  std::fflush(stderr);
+  ServeReport report = (*service)->run(stop_requested, [](const ServeReport &live) {
+    std::fprintf(stderr, "%s", format_serve_report(live, false).c_str());
+    std::fflush(stderr);
+  });
+  const int status = report.errors.empty() ? run_exit_ok : driver::exit_failure;
+  for (const Error &e : report.errors)
+    driver::fail(tool, e);
+  if (as_json) {
+    json doc = serve_report_json(report);
+    doc["package"] = options.load.package.string();
+    doc["bridge"] = report.gpus.empty() ? "" : report.gpus.front().report.bridge;
+    doc["exit_status"] = status;
+    std::cout << doc.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+  } else {
+    std::cout << format_serve_report(report, true);
+  }
+  std::cout.flush();
+  if (status != run_exit_ok) {
+    // A kernel that did not stop: exit-time cleanup would wait for it.
+    std::fflush(stderr);
+    std::_Exit(status);
+  }
+  return status;
+}
 
 // The payload bound before the bridge's slot size is known; the real one is checked after load.
 constexpr size_t parse_bound = size_t{16} << 20;
@@ -88,10 +154,15 @@ struct Request {
 // Refusals that need the loaded package: an unknown handler, a payload larger than a slot.
 std::optional<Error> refuse(const Server &server, const Request &r) {
   const LoadReport &rep = server.report();
-  if (std::find(rep.handlers.begin(), rep.handlers.end(), r.handler) == rep.handlers.end()) {
+  const bool alias = std::any_of(rep.aliases.begin(), rep.aliases.end(),
+                                 [&](const AliasEntry &a) { return a.name == r.handler; });
+  if (!alias &&
+      std::find(rep.handlers.begin(), rep.handlers.end(), r.handler) == rep.handlers.end()) {
     std::string names;
     for (const std::string &h : rep.handlers)
       names += cat(names.empty() ? "" : ", ", h);
+    for (const AliasEntry &a : rep.aliases)
+      names += cat(", ", a.name, " (alias of ", a.handler, ")");
     return make_error(rep.package.string(), "no handler ", quote(r.handler),
                       ": the package exports ", names.empty() ? std::string("none") : names);
   }
@@ -166,10 +237,12 @@ int main(int argc, char **argv) {
 
   LoadOptions opts;
   std::string package, call_name, result_text = "hex", calls_file, grid_text, cache_dir;
-  std::string remote_cache;
+  std::string remote_cache, device_text = "0";
+  ServeOptions serve_opts;
   std::vector<std::string> args, globals;
   uint64_t bench_count = 0;
   uint32_t inflight = 1;
+  bool serve_flag = false;
   bool list = false, no_cache = false, verbose = false, as_json = false, no_link = false;
   double timeout_s = 10;
 
@@ -187,12 +260,27 @@ int main(int argc, char **argv) {
           ->group("What");
   app.add_option("--inflight", inflight, "Requests kept in flight by --bench (default 1)")
       ->group("What");
+  auto *serve_opt = app.add_flag("--serve", serve_flag,
+                                 "Serve clients through a self-fed bridge (default udp) until "
+                                 "SIGINT, SIGTERM or a bound")
+                        ->group("What");
+  auto *count_opt =
+      app.add_option("--count", serve_opts.count, "--serve: stop after N requests were answered")
+          ->group("What");
+  auto *duration_opt =
+      app.add_option("--duration", serve_opts.duration_s, "--serve: stop after S seconds")
+          ->group("What");
+  auto *interval_opt = app.add_option("--stats-interval", serve_opts.stats_interval_s,
+                                      "--serve: print the live counters every S seconds")
+                           ->group("What");
   auto *list_opt =
       app.add_flag("--list", list, "List the handlers and the cubin this GPU would load")
           ->group("What");
   app.add_option("--global", globals, "Write NAME=SPEC into the __device__ global NAME at load")
       ->group("What");
-  app.add_option("--device", opts.device, "The CUDA device (default 0)")->group("Loading");
+  app.add_option("--device", device_text,
+                 "The CUDA device (default 0); with --serve also a list (0,1) or 'all'")
+      ->group("Loading");
   app.add_option("--bridge", opts.link.bridge, "Bridge name or library path (default loopback)")
       ->group("Loading");
   app.add_option("--bridge-arg", opts.bridge_config, "The bridge's options, KEY=VALUE[,...]")
@@ -230,6 +318,7 @@ int main(int argc, char **argv) {
   call_opt->excludes(calls_opt)->excludes(list_opt);
   calls_opt->excludes(bench_opt)->excludes(list_opt);
   bench_opt->excludes(list_opt);
+  serve_opt->excludes(call_opt)->excludes(calls_opt)->excludes(bench_opt)->excludes(list_opt);
 
   if (int rc = driver::parse(tool, app, argc, argv); rc >= 0)
     return rc;
@@ -240,10 +329,31 @@ int main(int argc, char **argv) {
   };
   if (!lto_text.empty())
     opts.link.lto_mode = parse_lto_mode(lto_text);
-  if (!*call_opt && !*calls_opt && !*bench_opt && !list)
-    return usage("nothing to do: give --call NAME, --calls FILE, --bench N or --list");
+  const bool serving = serve_flag;
+  if (!*call_opt && !*calls_opt && !*bench_opt && !list && !serving)
+    return usage("nothing to do: give --call NAME, --calls FILE, --bench N, --serve or --list");
+  for (auto *o : {count_opt, duration_opt, interval_opt})
+    if (*o && !serving)
+      return usage(o->get_name() + " needs --serve");
+  if (serving && (*count_opt && serve_opts.count == 0))
+    return usage("--count: must be at least 1");
+  if (serving && *duration_opt && !(serve_opts.duration_s > 0))
+    return usage("--duration: must be more than 0 seconds");
+  if (serving && *interval_opt && !(serve_opts.stats_interval_s > 0))
+    return usage("--stats-interval: must be more than 0 seconds");
   if (!args.empty() && !*call_opt)
     return usage("--arg needs --call");
+  if (device_text != "all") {
+    auto devices = parse_devices(device_text);
+    if (!devices)
+      return usage(devices.error().str());
+    if (devices->size() > 1 && !serving)
+      return usage("--device " + device_text + ": several GPUs need --serve");
+    opts.device = devices->front();
+    serve_opts.devices = *devices;
+  } else if (!serving) {
+    return usage("--device all: several GPUs need --serve");
+  }
   auto result_type = parse_result_type(result_text);
   if (!result_type)
     return usage("--result: " + result_type.error().str());
@@ -318,6 +428,19 @@ int main(int argc, char **argv) {
       std::cout << format_preview(*preview);
     }
     return preview->loadable() ? run_exit_ok : driver::exit_failure;
+  }
+
+  if (serving) {
+    if (opts.link.bridge.empty())
+      opts.link.bridge = "udp";
+    if (serve_opts.devices.empty()) {
+      auto devices = parse_devices(device_text);
+      if (!devices)
+        return load_failure(devices.error());
+      serve_opts.devices = *devices;
+    }
+    serve_opts.load = opts;
+    return serve(serve_opts, as_json);
   }
 
   auto server = Server::start(opts);

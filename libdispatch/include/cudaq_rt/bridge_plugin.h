@@ -12,8 +12,8 @@
  *   The runtime dlopens the library, calls the entry point once, checks the ABI version and the
  *   table size, and drives the bridge through the table.
  *
- * Life of a bridge instance, as a launcher drives it (the runtime's load path, cudaq_rt/loader.h,
- * which cudaq-rt-run, the tests and the benchmarks use):
+ * Life of a bridge instance, as a launcher drives it (the runtime's load path, cudaq_rt/
+ * server.h, which cudaq-rt-run, the tests and the benchmarks use):
  *
  *   ops = cudaq_rt_bridge_entry();                       check abi_version, struct_size
  *   ops->create("slots=64,slot_size=1024", &bridge);      allocates the ring, device context
@@ -21,9 +21,14 @@
  *   slot_size = ops->slot_size(bridge);                   -> cudaq_rt_dispatch_params.slot_size
  *   launch the dispatch kernel; then, for a host-fed bridge (CUDAQ_RT_BRIDGE_CAP_HOST_FRAMES):
  *     ops->send(bridge, frame, n);  ops->receive(bridge, buf, cap, &n);   any number of times
- *   set the shutdown flag and wait for the kernel; to serve again, clear the flag and launch again
- *   on the same instance (the loopback bridge resumes where the last kernel stopped; the rules
- *   are in cudaq_rt/dispatch.h); at the end, ops->destroy(bridge).
+ *   or, for a bridge that takes its frames from elsewhere (CUDAQ_RT_BRIDGE_CAP_SELF_FED: a socket):
+ *     ops->start(bridge);                        its own host threads move frames from now on
+ *     ... ops->counters(), ops->latency() read live, from any thread ...
+ *     ops->drain(bridge, timeout_s);             takes no more frames, answers what it took
+ *   set the shutdown flag and wait for the kernel; then ops->stop(bridge) (a self-fed bridge joins
+ *   its threads); to serve again, clear the flag and launch again on the same instance (the
+ *   loopback bridge resumes where the last kernel stopped; the rules are in cudaq_rt/dispatch.h),
+ *   and start again; at the end, ops->destroy(bridge).
  *
  * Operations return a cudaq_rt_bridge_result; on CUDAQ_RT_BRIDGE_ERROR, last_error() says why
  * (last_error(NULL) for a failed create). An instance is used by one host thread at a time.
@@ -52,6 +57,45 @@ typedef enum cudaq_rt_bridge_result {
 
 /* Capability bits. */
 #define CUDAQ_RT_BRIDGE_CAP_HOST_FRAMES 0x1u /* send/receive feed the ring from this process */
+/* The bridge receives requests and sends responses on threads of its own (start, drain, stop);
+ * a launcher serves with it (cudaq-rt-run --serve) rather than sending frames itself. */
+#define CUDAQ_RT_BRIDGE_CAP_SELF_FED 0x2u
+
+/* One live counter of a bridge instance: a static name ("datagrams_received") and its value. */
+typedef struct cudaq_rt_bridge_counter {
+  const char *name;
+  uint64_t value;
+} cudaq_rt_bridge_counter;
+
+/* Request latencies as the bridge measures them (for a network bridge: from the datagram's
+ * arrival to its response's departure) as a histogram of CUDAQ_RT_LATENCY_BUCKETS buckets of
+ * nanoseconds, so that instances on several GPUs can be summed. Bucket i < 32 holds exactly i ns;
+ * above, each power of two [2^e, 2^(e+1)) is split into 32 equal buckets (about 3% wide); the last
+ * bucket also holds everything longer (about 2.2 s and up). */
+#define CUDAQ_RT_LATENCY_SUB_BITS 5u
+#define CUDAQ_RT_LATENCY_MAX_EXP 40u
+#define CUDAQ_RT_LATENCY_BUCKETS                                                                   \
+  ((1u << CUDAQ_RT_LATENCY_SUB_BITS) * (CUDAQ_RT_LATENCY_MAX_EXP - CUDAQ_RT_LATENCY_SUB_BITS + 2u))
+
+static inline uint32_t cudaq_rt_latency_bucket(uint64_t ns) {
+  const uint32_t sub = 1u << CUDAQ_RT_LATENCY_SUB_BITS;
+  if (ns < sub)
+    return (uint32_t)ns;
+  uint32_t e = 63u - (uint32_t)__builtin_clzll(ns);
+  if (e > CUDAQ_RT_LATENCY_MAX_EXP)
+    return CUDAQ_RT_LATENCY_BUCKETS - 1u;
+  const uint32_t m = (uint32_t)(ns >> (e - CUDAQ_RT_LATENCY_SUB_BITS)) & (sub - 1u);
+  return sub + (e - CUDAQ_RT_LATENCY_SUB_BITS) * sub + m;
+}
+
+/* The smallest value, in ns, that falls in bucket i. */
+static inline uint64_t cudaq_rt_latency_bucket_low(uint32_t i) {
+  const uint32_t sub = 1u << CUDAQ_RT_LATENCY_SUB_BITS;
+  if (i < sub)
+    return i;
+  const uint32_t e = (i - sub) / sub + CUDAQ_RT_LATENCY_SUB_BITS;
+  return (uint64_t)(sub + (i - sub) % sub) << (e - CUDAQ_RT_LATENCY_SUB_BITS);
+}
 
 /* One bridge instance; its layout is the bridge's own business. */
 typedef struct cudaq_rt_bridge cudaq_rt_bridge;
@@ -90,7 +134,46 @@ typedef struct cudaq_rt_bridge_ops {
    * yet. `capacity` below the frame's size is an error and the frame stays queued. */
   cudaq_rt_bridge_result (*receive)(cudaq_rt_bridge *bridge, void *buffer, size_t capacity,
                                     size_t *size);
+
+  /* Appended within ABI version 1: a launcher uses them only when struct_size covers them (and
+   * they are not NULL). A bridge built before them is a host-fed bridge without counters. */
+
+  /* CUDAQ_RT_BRIDGE_CAP_SELF_FED only (else NULL). start: after the dispatch kernel is launched,
+   * starts the threads that feed the ring. drain: takes no more requests (what already arrived,
+   * e.g. in a socket's buffer, is still taken) and waits up to timeout_s until every request it
+   * took has been answered; AGAIN when the time ran out first (the kernel must still be running).
+   * stop: after the kernel stopped, ends the threads (a no-op when they are not running). */
+  cudaq_rt_bridge_result (*start)(cudaq_rt_bridge *bridge);
+  cudaq_rt_bridge_result (*drain)(cudaq_rt_bridge *bridge, double timeout_s);
+  void (*stop)(cudaq_rt_bridge *bridge);
+  /* Where clients reach the instance ("127.0.0.1:40123"), or NULL when that means nothing. */
+  const char *(*address)(const cudaq_rt_bridge *bridge);
+  /* May be NULL. Fills up to `capacity` counters (out may be NULL when capacity is 0) and returns
+   * how many the bridge has; names and their order are fixed for an instance. Safe to call from
+   * any thread while the bridge runs: each value is read atomically (not all at one instant). */
+  uint32_t (*counters)(const cudaq_rt_bridge *bridge, cudaq_rt_bridge_counter *out,
+                       uint32_t capacity);
+  /* May be NULL. Adds the latency histogram (CUDAQ_RT_LATENCY_BUCKETS counts) into `buckets`;
+   * any thread, any time, like counters. */
+  void (*latency)(const cudaq_rt_bridge *bridge, uint64_t *buckets);
+
+  /* The batched forms of send and receive, for one host thread that keeps many requests in
+   * flight (one call per batch instead of one per frame). Optional, even for a host-fed bridge:
+   * NULL (or a struct_size that ends before them) and the runtime loops over send and receive. */
+  /* Queues frames[0..count) (sizes[i] bytes each) in order, as send would one by one, until one
+   * does not fit; *queued says how many went. OK when at least one went (or count is 0), AGAIN
+   * when none fit, ERROR when frames[*queued] is refused (the ones before it are queued). */
+  cudaq_rt_bridge_result (*send_batch)(cudaq_rt_bridge *bridge, const void *const *frames,
+                                       const size_t *sizes, size_t count, size_t *queued);
+  /* Takes up to `count` responses, oldest first, response i into buffer + i * stride (at most
+   * stride bytes) with its size in sizes[i]; *taken says how many. OK when at least one was
+   * taken, AGAIN when none was there, ERROR as receive (the ones before it are taken). */
+  cudaq_rt_bridge_result (*receive_batch)(cudaq_rt_bridge *bridge, void *buffer, size_t stride,
+                                          size_t *sizes, size_t count, size_t *taken);
 } cudaq_rt_bridge_ops;
+
+/* The size of the table as ABI version 1 first defined it (up to receive). */
+#define CUDAQ_RT_BRIDGE_OPS_V1_SIZE (offsetof(cudaq_rt_bridge_ops, receive) + sizeof(void *))
 
 #ifdef __cplusplus
 extern "C" {

@@ -26,7 +26,26 @@
  *     stale, and the instance must then be destroyed rather than relaunched.
  * A relaunch on the same instance must be ordered after the previous kernel finished (same
  * stream, or the host waited for it): that also makes what the previous kernel stored in
- * transport_ctx visible to the next. */
+ * transport_ctx visible to the next.
+ *
+ * The warp form. A bridge may also provide three hooks for a dispatch kernel that serves with all
+ * 32 lanes of one warp (the built-in warp dispatcher, cudaq_rt_warp_dispatch):
+ *
+ *   session = cudaq_dev_warp_enter_kernel(storage, transport_ctx, shutdown_flag, lane)
+ *   loop, all 32 lanes together (converged, full mask), each lane with its own session:
+ *     r = cudaq_dev_warp_rx_poll(session, &req, &resp)    READY, IDLE or SHUTDOWN, per lane
+ *     if (r == READY) { serve req into resp; cudaq_dev_warp_tx_publish(session, resp); }
+ *   until every lane has answered SHUTDOWN.
+ *
+ * rx_poll does not wait: it probes the lane's next request once and answers IDLE when there is
+ * none, so that the warp stays converged and the lanes that have a request serve it together. A
+ * lane holds at most one frame and publishes it before it polls again. The bridge decides which
+ * requests each lane sees (the loopback bridge gives lane l the slots l, l + 32, l + 64, ... of
+ * its ring), keeps every lane's position across a relaunch, and answers SHUTDOWN to a lane only
+ * when it has served every request sent to it before the flag was set. Responses of different
+ * lanes are published in any order; the host side puts them back in request order if it must.
+ * Handlers run in several lanes at once, so a package linked with the warp dispatcher must export
+ * every handler with CUDAQ_RT_EXPORT_HANDLER_CONCURRENT (cudaq-rt-link checks). */
 #ifndef CUDAQ_RT_DISPATCH_H
 #define CUDAQ_RT_DISPATCH_H
 
@@ -40,6 +59,10 @@
  * (cudaq_rt/wire.h), since the hook has no way to say how many bytes arrived. */
 #define CUDAQ_DEV_RX_READY 0
 #define CUDAQ_DEV_RX_SHUTDOWN 1
+#define CUDAQ_DEV_RX_IDLE 2 /* the warp form only: nothing for this lane now; poll again */
+
+#define CUDAQ_RT_WARP_DISPATCH_KERNEL "cudaq_rt_warp_dispatch"
+#define CUDAQ_RT_WARP_LANES 32u
 
 /* One row of the function table: the runtime fills it from the module's cudaq_rt_handler__*
  * globals. Sorted by function_id. */
@@ -81,6 +104,12 @@ extern "C" {
 __device__ void *cudaq_dev_enter_kernel(void *storage, void *ctx, volatile int *shutdown_flag);
 __device__ int cudaq_dev_rx_poll(void *session, void **request, void **response);
 __device__ void cudaq_dev_tx_publish(void *session, void *response);
+
+/* The warp form (see above); `lane` is 0..31. */
+__device__ void *cudaq_dev_warp_enter_kernel(void *storage, void *ctx, volatile int *shutdown_flag,
+                                             unsigned lane);
+__device__ int cudaq_dev_warp_rx_poll(void *session, void **request, void **response);
+__device__ void cudaq_dev_warp_tx_publish(void *session, void *response);
 }
 
 #endif /* __CUDACC__ */

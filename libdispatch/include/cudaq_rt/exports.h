@@ -26,6 +26,9 @@
 #define CUDAQ_RT_EXPORT_HANDLER_KIND 1u
 #define CUDAQ_RT_EXPORT_DISPATCH_KERNEL_KIND 2u
 #define CUDAQ_RT_EXPORT_GLOBAL_KIND 3u
+/* A handler that is safe to run in several threads at once (no state written outside its own
+ * output): the only kind the warp dispatcher may call. */
+#define CUDAQ_RT_EXPORT_CONCURRENT_HANDLER_KIND 4u
 #define CUDAQ_RT_EXPORT_NAME_CAPACITY 112u
 #define CUDAQ_RT_HANDLER_SYMBOL_PREFIX "cudaq_rt_handler__"
 
@@ -67,17 +70,42 @@ typedef int (*cudaq_rt_handler_fn)(const void *input, void *output, uint32_t arg
 // clang-format on
 
 /* Exports `fn` (which may be static) under `name`, a C identifier; its function_id is
- * cudaq_rt_function_id("name"). The global sits in an extern "C" block on purpose: written as
+ * cudaq_rt_function_id("name"). With one argument, `fn` is exported under its own name: the form
+ * CUDA-Q realtime's device_code.h uses, where the application's function table (here: a package's
+ * aliases, cudaq-rt-pack --alias, or the C API's cudaq_rt_set_function) chooses the function_id
+ * a client sends. The global sits in an extern "C" block on purpose: written as
  * `extern "C" __device__ T x = ...;` nvcc takes it as a declaration and the host link fails on an
  * undefined shadow. */
-#define CUDAQ_RT_EXPORT_HANDLER(fn, name)                                                          \
+#define CUDAQ_RT_EXPORT_HANDLER(...)                                                               \
+  CUDAQ_RT_PICK_2_(__VA_ARGS__, CUDAQ_RT_EXPORT_HANDLER_AS_, CUDAQ_RT_EXPORT_HANDLER_SELF_, )      \
+  (__VA_ARGS__)
+#define CUDAQ_RT_PICK_2_(a1, a2, chosen, ...) chosen
+#define CUDAQ_RT_EXPORT_HANDLER_SELF_(fn) CUDAQ_RT_EXPORT_HANDLER_AS_(fn, fn)
+#define CUDAQ_RT_EXPORT_HANDLER_AS_(fn, name)                                                      \
   extern "C" {                                                                                     \
   __device__ cudaq_rt_handler_fn cudaq_rt_handler__##name = fn;                                    \
   }                                                                                                \
   CUDAQ_RT_EXPORT_RECORD_(CUDAQ_RT_EXPORT_HANDLER_KIND, ::cudaq_rt::function_id(#name), name)
 
-/* The name CUDA-Q realtime uses for the same job. */
-#define CUDAQ_REALTIME_EXPORT_DEVICE_FUNCTION(fn, name) CUDAQ_RT_EXPORT_HANDLER(fn, name)
+/* As CUDAQ_RT_EXPORT_HANDLER (one or two arguments), and promises that `fn` may run in several
+ * threads at once: it writes nothing but its own output and result_len (reads of shared tables
+ * are fine). The warp dispatcher (cudaq-rt-link --dispatcher warp) serves 32 requests at a time,
+ * one per lane, and links only packages whose every handler makes this promise. */
+#define CUDAQ_RT_EXPORT_HANDLER_CONCURRENT(...)                                                    \
+  CUDAQ_RT_PICK_2_(__VA_ARGS__, CUDAQ_RT_EXPORT_CONCURRENT_AS_,                                    \
+                   CUDAQ_RT_EXPORT_CONCURRENT_SELF_, )                                             \
+  (__VA_ARGS__)
+#define CUDAQ_RT_EXPORT_CONCURRENT_SELF_(fn) CUDAQ_RT_EXPORT_CONCURRENT_AS_(fn, fn)
+#define CUDAQ_RT_EXPORT_CONCURRENT_AS_(fn, name)                                                   \
+  extern "C" {                                                                                     \
+  __device__ cudaq_rt_handler_fn cudaq_rt_handler__##name = fn;                                    \
+  }                                                                                                \
+  CUDAQ_RT_EXPORT_RECORD_(CUDAQ_RT_EXPORT_CONCURRENT_HANDLER_KIND, ::cudaq_rt::function_id(#name), \
+                          name)
+
+/* The name CUDA-Q realtime uses for the same job: CUDAQ_REALTIME_EXPORT_DEVICE_FUNCTION(fn), or
+ * (fn, name). */
+#define CUDAQ_REALTIME_EXPORT_DEVICE_FUNCTION(...) CUDAQ_RT_EXPORT_HANDLER(__VA_ARGS__)
 
 /* Marks an extern "C" __global__ kernel with the cudaq_rt_dispatch_kernel_fn signature
  * (cudaq_rt/dispatch.h) as a custom dispatch kernel that cudaq-rt-pack records in the manifest. */

@@ -60,6 +60,9 @@
  * can tell "my frame was refused" from "the handler failed"; a handler that returns one breaks its
  * contract, and whatever it wrote is not sent. */
 #define CUDAQ_RT_STATUS_HANDLER_FAULT (-5)
+/* More bytes arrived than 24 + arg_len. Only a bridge that receives whole datagrams can tell (the
+ * UDP bridge answers it without the GPU); the dispatch kernel never sees such a frame. */
+#define CUDAQ_RT_STATUS_BAD_LENGTH (-6)
 
 typedef struct cudaq_rt_request_header {
   uint32_t magic;

@@ -65,6 +65,29 @@ public:
   // (receive, else the frame's size).
   Expected<bool> send(std::span<const uint8_t> frame);
   Expected<std::optional<size_t>> receive(std::span<uint8_t> buffer);
+  // The batched forms (cudaq_rt_bridge_ops::send_batch, receive_batch; a loop over send and
+  // receive where the bridge has none): how many frames were queued, or responses taken, in
+  // order. On an error, the ones before it were queued or taken and the count says how many.
+  struct BatchResult {
+    size_t done = 0;
+    std::optional<Error> error;
+  };
+  BatchResult send_batch(std::span<const void *const> frames, std::span<const size_t> sizes);
+  BatchResult receive_batch(std::span<uint8_t> buffer, size_t stride, std::span<size_t> sizes);
+
+  // Self-fed bridges (a socket): see cudaq_rt_bridge_ops::start, drain and stop. drain answers
+  // false when the time ran out before every request taken was answered.
+  bool self_fed() const;
+  Status start();
+  Expected<bool> drain(double timeout_s);
+  void stop();
+  // Where clients reach it, or empty.
+  std::string address() const;
+  // The bridge's live counters, in its order (empty for a bridge without them).
+  std::vector<std::pair<std::string, uint64_t>> counters() const;
+  // Adds its latency histogram (CUDAQ_RT_LATENCY_BUCKETS counts) into `buckets`; false when the
+  // bridge measures none.
+  bool add_latency(std::span<uint64_t, CUDAQ_RT_LATENCY_BUCKETS> buckets) const;
 
 private:
   friend class BridgeLibrary;

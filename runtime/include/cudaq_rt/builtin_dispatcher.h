@@ -1,23 +1,36 @@
-// The unified dispatch kernel that ships inside the runtime library (libdispatch/src/
-// unified_dispatch.cu): an LTO-IR-only fatbin for sm_80, linkable for sm_80 and every newer GPU.
-// cudaq-rt-link adds it as an NVJITLINK_INPUT_FATBIN next to a bridge's hooks and the
-// application's handlers, with -kernels-used=builtin_dispatcher_kernel.
+// The dispatch kernels that ship inside the runtime library (libdispatch/src/*_dispatch.cu), each
+// an LTO-IR-only fatbin for sm_80, linkable for sm_80 and every newer GPU. cudaq-rt-link adds the
+// one a link asks for as an NVJITLINK_INPUT_FATBIN next to a bridge's hooks and the application's
+// handlers, with -kernels-used=<its kernel>.
 #pragma once
 
 #include "cudaq_rt/dispatch.h"
 
 #include <cstdint>
 #include <span>
+#include <string_view>
 
 namespace cudaq_rt {
 
-// One fatbin container, static for the life of the process.
+struct BuiltinDispatcher {
+  const char *name;   // what --dispatcher takes: "builtin" (the unified kernel) or "warp"
+  const char *kernel; // the kernel's name in the linked module
+  unsigned threads;   // threads of its one block, unless the launcher is told otherwise
+  // It calls handlers from several threads at once: every handler of a package it links must be
+  // exported with CUDAQ_RT_EXPORT_HANDLER_CONCURRENT.
+  bool concurrent;
+  std::span<const uint8_t> fatbin; // one container, static for the life of the process
+};
+
+// The unified kernel ("builtin", the default) and the warp-wide one ("warp").
+std::span<const BuiltinDispatcher> builtin_dispatchers();
+// nullptr when `name` is none of them.
+const BuiltinDispatcher *find_builtin_dispatcher(std::string_view name);
+
+// The unified kernel's fatbin.
 std::span<const uint8_t> builtin_dispatcher_fatbin();
 
-// The kernel's name in the linked module.
-constexpr const char *builtin_dispatcher_kernel = CUDAQ_RT_UNIFIED_DISPATCH_KERNEL;
-
-// The SM number its LTO-IR was built for: the oldest GPU it links for.
+// The SM number their LTO-IR was built for: the oldest GPU they link for.
 constexpr unsigned builtin_dispatcher_arch = 80;
 
 } // namespace cudaq_rt

@@ -19,6 +19,7 @@ struct ExportRecord {
   ExportKind kind = ExportKind::handler;
   std::string name;
   uint32_t function_id = 0; // FNV-1a of name, for handlers
+  bool concurrent = false;  // a handler exported with CUDAQ_RT_EXPORT_HANDLER_CONCURRENT
 };
 
 // Parses every record of a .cudaq_rt_exports section; zero padding between records is skipped.

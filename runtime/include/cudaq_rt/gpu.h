@@ -59,6 +59,11 @@ public:
   // calling thread (the one the runtime API, and so a bridge built with it, uses too).
   virtual Expected<GpuDevice> open(int ordinal) = 0;
 
+  // How many GPUs the driver sees (cudaq-rt-run --device all).
+  virtual Expected<int> device_count() {
+    return make_error("", "cannot count this machine's GPUs");
+  }
+
   // Loads a cubin into the current context, with its kernels and globals loaded at once: a
   // module that CUDA's lazy loading brings in while a persistent kernel runs can deadlock.
   virtual Expected<GpuLibrary> load(std::span<const uint8_t> image) = 0;

@@ -73,6 +73,17 @@ struct ExportEntry {
   std::string symbol; // the device global (handlers) or kernel name
   Role role = Role::application;
   std::vector<size_t> sources;
+  bool concurrent = false; // handlers: safe to run in several threads at once (warp dispatcher)
+};
+
+// A second wire name for a handler export (cudaq-rt-pack --alias NAME=HANDLER): the function table
+// also answers function_id FNV-1a(NAME) with HANDLER. CUDA-Q realtime lets the application's
+// function table choose the id its handlers answer to; an alias records that choice in the
+// package, so that the code need not change.
+struct AliasEntry {
+  std::string name;    // the wire name, a C identifier
+  std::string handler; // a handler export
+  uint32_t function_id = 0;
 };
 
 struct LinkRecord {
@@ -97,6 +108,7 @@ struct Manifest {
   std::vector<Source> sources;
   std::vector<ContainerRecord> containers;
   std::vector<ExportEntry> exports;
+  std::vector<AliasEntry> aliases; // sorted by name
   std::vector<LinkRecord> links;
 
   std::string to_json_text() const; // pretty-printed, ends with a newline
@@ -106,6 +118,11 @@ struct Manifest {
 
   const ContainerRecord *find_container(const Digest &d) const;
 };
+
+// Whether `alias` can join `m.exports` and `m.aliases`: its handler is a handler export, its name
+// is a C identifier that no export or other alias has, and its function_id is its name's and no
+// other handler's or alias's. The error (no subject) says which.
+Status check_alias(const Manifest &m, const AliasEntry &alias);
 
 // Package names become directory names: letters, digits, '.', '_', '-', not starting with '.'.
 bool valid_package_name(const std::string &name);

@@ -23,6 +23,8 @@ struct PackOptions {
   std::filesystem::path output_dir = ".";
   std::string name; // default: the first application input's file name up to its first '.'
   bool force = false;
+  // Wire names for handler exports, each "NAME=HANDLER" (cudaq-rt-pack --alias).
+  std::vector<std::string> aliases;
 };
 
 // What a set of inputs would become, without writing anything: the manifest of the package
@@ -42,6 +44,10 @@ struct PackResult {
   std::filesystem::path dir;
   Inspection inspection;
 };
+
+// Adds "NAME=HANDLER" aliases to a manifest that has its exports, sorted by name; nothing is
+// added unless all of them are good.
+Status add_aliases(Manifest &m, const std::vector<std::string> &specs);
 
 // Writes output_dir/NAME.cudaqpkg atomically. On any error nothing is left behind.
 Expected<PackResult> pack(const PackOptions &options);

@@ -34,6 +34,10 @@ struct LoadOptions {
   std::vector<GlobalValue> globals; // written before launch; each exactly its global's size
   std::optional<LaunchShape> shape; // default 1 block of 1 thread
   double stop_timeout_s = 5;
+  // false: start() does everything but the launch, and relaunch() launches. A process that serves
+  // on several GPUs loads every GPU's module before any kernel starts: a module load (the
+  // driver loads a library into every context) waits behind a persistent kernel (serve.cpp).
+  bool launch = true;
 };
 
 // Milliseconds spent on each step of start().
@@ -56,6 +60,7 @@ struct LoadReport {
   std::string dispatcher;
   std::string kernel;
   std::vector<std::string> handlers; // as exported, in the manifest's order
+  std::vector<AliasEntry> aliases;   // the package's wire names for handlers
   uint32_t slot_size = 0;
   uint32_t num_slots = 0;
   LaunchShape shape;
@@ -72,6 +77,7 @@ struct LoadPreview {
   std::string bridge;
   std::string dispatcher;
   std::vector<std::string> handlers;
+  std::vector<AliasEntry> aliases;
   std::vector<LinkRecord> links;     // the package's
   std::optional<CubinSource> source; // where the cubin would come from; nullopt: nowhere
   std::string why_not;               // with no source
@@ -87,6 +93,12 @@ public:
   // Everything up to and including the launch; on any error, nothing is left running.
   static Expected<std::unique_ptr<Server>> start(const LoadOptions &options,
                                                  Gpu &gpu = driver_gpu());
+  // Everything but the launch: the module is loaded, the function table built (every handler
+  // under its own name's function_id and the package's aliases), the globals written and the
+  // bridge instance created. The caller may then look handlers up, replace the table, write
+  // globals, and launch with relaunch() (the C API, cudaq_rt.h, works this way).
+  static Expected<std::unique_ptr<Server>> load(const LoadOptions &options,
+                                                Gpu &gpu = driver_gpu());
   // Stops a running kernel first. A hung kernel's resources are left to the process's end:
   // freeing them would wait for the kernel.
   ~Server();
@@ -99,19 +111,43 @@ public:
   cudaq_rt_dispatch_stats stats() const;
   // The handler name behind a function_id, or empty.
   std::string handler_name(uint32_t function_id) const;
+  // A handler export's device address in the loaded module (its cudaq_rt_handler__<name>
+  // global's value), or nullopt when the package exports no such handler.
+  std::optional<GpuPointer> handler_address(const std::string &name) const;
+  // The handler export whose address this is, or empty.
+  std::string handler_at(GpuPointer address) const;
+  // Replaces the function table while the kernel is not running. Every entry's handler must be
+  // the address of one of the module's handlers (handler_address()): any other would have the
+  // kernel jump to an address outside the module. function_ids must be unique.
+  Status set_function_table(std::span<const cudaq_rt_function_entry> table);
+  // Writes a __device__ global exported with CUDAQ_RT_EXPORT_GLOBAL while the kernel is not
+  // running; `bytes` must be exactly its size.
+  Status set_global(const std::string &name, std::span<const uint8_t> bytes);
 
   // Host-fed bridges: queue a request frame (false: every slot is in flight), take the oldest
   // response (nullopt: not there yet). The server remembers what is in flight, to say which
   // request a failed kernel was serving.
   Expected<bool> send(std::span<const uint8_t> frame);
   Expected<std::optional<size_t>> receive(std::span<uint8_t> buffer);
+  // The batched forms (Bridge::send_batch, receive_batch): how many frames were queued, or
+  // responses taken (response i at buffer + i * stride, sizes[i] bytes), 0 when none could be.
+  Expected<size_t> send_batch(std::span<const void *const> frames, std::span<const size_t> sizes);
+  Expected<size_t> receive_batch(std::span<uint8_t> buffer, size_t stride, std::span<size_t> sizes);
+
+  // Copies a __device__ global of the loaded module (exported with CUDAQ_RT_EXPORT_GLOBAL, so
+  // that the link kept it by name) into `out`, which must be exactly its size. Only while the
+  // kernel is stopped: what a running kernel writes has no defined moment to be read.
+  Status read_global(const std::string &name, std::span<uint8_t> out);
 
   // An error once the kernel has ended by itself (a fault, a trap), naming what it served.
   Status check();
   // Sets the shutdown flag and waits up to the stop timeout. A kernel that does not stop is hung:
-  // the error names it and what it was serving, and hung() turns true.
+  // the error names it and what it was serving, and hung() turns true. A self-fed bridge (UDP) is
+  // drained first: it takes no more requests, and those it took are answered before the flag is
+  // set (waiting up to the stop timeout for them), then its threads end.
   Status stop();
-  // Launches the kernel again on the same bridge instance, after stop().
+  // Launches the kernel after load() (or a start() with LoadOptions::launch false), or again on
+  // the same bridge instance after stop().
   Status relaunch();
   bool running() const { return running_; }
   bool hung() const { return hung_; }
@@ -119,6 +155,8 @@ public:
 private:
   explicit Server(Gpu &gpu) : gpu_(gpu) {}
   Status launch();
+  void sent(std::span<const uint8_t> frame);        // in flight from now
+  void answered(std::span<const uint8_t> response); // no longer
   std::string serving() const; // "serving request_id 7 (handler 'echo')", or empty
 
   Error failed(const std::string &what) const;
@@ -131,11 +169,13 @@ private:
 
   Gpu &gpu_;
   std::optional<Bridge> bridge_;
+  std::vector<std::pair<std::string, GpuPointer>> addresses_; // handler export -> device address
   LoadReport report_;
   std::vector<std::pair<uint32_t, std::string>> names_; // function_id -> handler, sorted
   GpuLibrary library_ = nullptr;
   GpuFunction kernel_ = nullptr;
   GpuPointer table_ = 0;
+  size_t table_capacity_ = 0; // entries table_ has room for
   MappedMemory control_{};
   GpuStream stream_ = nullptr;
   cudaq_rt_dispatch_params params_{};

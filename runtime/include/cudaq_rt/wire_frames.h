@@ -30,7 +30,7 @@ struct Response {
 Expected<Response> parse_response_frame(std::span<const uint8_t> frame);
 
 // What a response status means: "ok", the protocol errors of wire.h ("unknown function or bad
-// magic", "payload too large", "result too large", "truncated", "handler fault"), "handler error"
+// magic", "payload too large", "result too large", "truncated", "handler fault", "bad length"), "handler error"
 // for any status > 0, "unknown protocol error" for other negative ones.
 const char *wire_status_name(int32_t status);
 

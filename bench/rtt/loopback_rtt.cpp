@@ -1,0 +1,149 @@
+// bench/loopback_rtt: the loopback round trip through the runtime's load path, one table per run.
+// Not a test: it prints and asserts nothing (bench/loopback_rtt.md holds the results).
+//
+//   loopback_rtt --package PKG [--requests N] [--sm-ghz F]
+//
+// PKG: the example handlers packed with the bench's dispatch kernels (bench/rtt/rtt_kernels.cu:
+// `cudaq-rt-pack cudaq_rt_example_app --dispatcher libcudaq_rt_bench_kernels.a`). For each
+// configuration below (bridge x dispatch kernel) it starts a Server, as cudaq-rt-run does, and
+// sends the 8-byte echo with 1, 4, 16 and 64 requests in flight; with cudaq_rt_bench_stages it
+// also prints where the GPU's time goes after a request is ready, from the kernel's own stamps.
+// Bridges and kernels that are not there (a variant not built) are reported and skipped.
+#include "cudaq_rt/client.h"
+#include "cudaq_rt/server.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+using namespace cudaq_rt;
+
+namespace {
+
+struct Config {
+  const char *label;
+  const char *bridge;
+  const char *dispatcher;
+  std::vector<uint32_t> inflight;
+};
+
+// The variants are the knobs of bridges/loopback (built by bench/CMakeLists.txt as extra bridges)
+// and the bench's own kernels: each differs from the first row by one thing.
+const Config configs[] = {
+    {"unified, loopback", "loopback", "builtin", {1, 4, 16, 64}},
+    {"unified, table in device memory", "loopback", "cudaq_rt_bench_global_table", {1, 64}},
+    {"unified, staging in device memory", "loopback_device_staging", "builtin", {1, 64}},
+    {"unified, probe of 4 slots always", "loopback_wide_probe", "builtin", {1, 64}},
+    {"warp, loopback", "loopback", "warp", {1, 16, 64, 256, 1024}},
+};
+
+constexpr uint32_t stage_rows = 65536, stage_cols = 8;
+const char *const stage_names[] = {"ready -> handler found (validate, lookup)",
+                                   "handler (8-byte echo)",
+                                   "response header",
+                                   "tx_publish",
+                                   "counters",
+                                   "all, after ready",
+                                   "staged in shared memory (1 = yes)"};
+
+void print_stages(Server &server, double ghz) {
+  std::vector<uint8_t> count_bytes(8), log(size_t(stage_rows) * stage_cols * 4);
+  if (auto st = server.read_global("cudaq_rt_bench_stage_count", count_bytes); !st) {
+    std::printf("stages: %s\n", st.error().str().c_str());
+    return;
+  }
+  if (auto st = server.read_global("cudaq_rt_bench_stage_log", log); !st) {
+    std::printf("stages: %s\n", st.error().str().c_str());
+    return;
+  }
+  uint64_t n = 0;
+  std::memcpy(&n, count_bytes.data(), 8);
+  const uint64_t rows = std::min<uint64_t>(n, stage_rows);
+  std::printf("\nGPU time per request after it is ready (cudaq_rt_bench_stages, last %llu of %llu "
+              "requests, SM clock %.2f GHz)\n\n| stage | median | p99 |\n| --- | --- | --- |\n",
+              (unsigned long long)rows, (unsigned long long)n, ghz);
+  for (uint32_t c = 0; c < 7; ++c) {
+    std::vector<uint32_t> v(rows);
+    for (uint64_t r = 0; r < rows; ++r)
+      std::memcpy(&v[r], log.data() + (r * stage_cols + c) * 4, 4);
+    std::sort(v.begin(), v.end());
+    if (v.empty())
+      continue;
+    const uint32_t p50 = v[v.size() / 2], p99 = v[v.size() * 99 / 100];
+    std::printf("| %s | %u cycles, %.0f ns | %u cycles, %.0f ns |\n", stage_names[c], p50,
+                p50 / ghz, p99, p99 / ghz);
+  }
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::string package;
+  uint64_t requests = 100000;
+  double ghz = 1.98;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--package" && i + 1 < argc)
+      package = argv[++i];
+    else if (a == "--requests" && i + 1 < argc)
+      requests = std::strtoull(argv[++i], nullptr, 10);
+    else if (a == "--sm-ghz" && i + 1 < argc)
+      ghz = std::strtod(argv[++i], nullptr);
+    else {
+      std::fprintf(stderr, "usage: loopback_rtt --package PKG [--requests N] [--sm-ghz F]\n");
+      return 2;
+    }
+  }
+  if (package.empty()) {
+    std::fprintf(stderr, "loopback_rtt: --package is required\n");
+    return 2;
+  }
+  if (auto why = no_gpu_reason()) {
+    std::printf("loopback_rtt: skipped: %s\n", why->c_str());
+    return 0;
+  }
+
+  const std::vector<uint8_t> payload(8, 0x5a); // the 8-byte echo; bench() puts request_ids in it
+  std::printf("| configuration | in flight | p50 us | p99 us | M req/s | wrong |\n"
+              "| --- | --- | --- | --- | --- | --- |\n");
+  auto run = [&](const char *label, const char *bridge, const char *dispatcher,
+                 const std::vector<uint32_t> &inflight, bool stages) {
+    LoadOptions o;
+    o.package = package;
+    o.link.bridge = bridge;
+    o.link.dispatcher = dispatcher;
+    o.bridge_config = "slots=1024";
+    auto server = Server::start(o);
+    if (!server) {
+      std::printf("| %s | - | skipped: %s | | | |\n", label, server.error().str().c_str());
+      return;
+    }
+    for (uint32_t k : inflight) {
+      BenchOptions b;
+      b.requests = k == 1 ? requests : requests * 4;
+      b.inflight = k;
+      b.expect_echo = true;
+      auto r = bench(**server, "echo", payload, b);
+      if (!r) {
+        std::printf("| %s | %u | failed: %s | | | |\n", label, k, r.error().str().c_str());
+        return;
+      }
+      std::printf("| %s | %u | %.2f | %.2f | %.3f | %llu |\n", label, k, r->latency.p50_us,
+                  r->latency.p99_us, r->requests_per_s / 1e6, (unsigned long long)r->wrong);
+      std::fflush(stdout);
+    }
+    if (auto st = (*server)->stop(); !st) {
+      std::printf("%s: stop: %s\n", label, st.error().str().c_str());
+      return;
+    }
+    if (stages)
+      print_stages(**server, ghz);
+  };
+  for (const Config &c : configs)
+    run(c.label, c.bridge, c.dispatcher, c.inflight, false);
+  run("stage stamps, loopback", "loopback", "cudaq_rt_bench_stages", {1}, true);
+  return 0;
+}

@@ -1,0 +1,128 @@
+#!/usr/bin/python3
+"""The UDP round trip through `cudaq-rt-run --serve`, next to its parts, in one run (prints a
+table, asserts nothing; bench/udp_rtt.md holds results):
+
+  bare UDP echo    bench/udp_echo.c: the same socket options and batching, no GPU
+  UDP via GPU      cudaq-rt-run PKG --serve (udp bridge, wait=spin): the echo handler
+  server part      the same run, as the bridge measures it (datagram arrival to response departure)
+  loopback         cudaq-rt-run PKG --bench (the loopback bridge: the ring and the kernel alone)
+  floor            /work/shared/probe/floor.cu variant A (one 16-byte word each way)
+
+The bare echo and the server run with threads that spin (the bridge's default, wait=spin), then
+both with threads that sleep in recvmmsg (wait=block).
+Each UDP row is bench/udp_rtt_client.c: one request at a time, 8-byte payload, polling its socket.
+Goal: UDP via GPU <= bare echo + loopback + 1 us (p50).
+
+  udp_rtt.py --pack P --link L --run R --app APP --echo udp_echo --client udp_rtt_client
+             [--floor floor.cu or a built binary] [--requests N]
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def client_run(client, address, n):
+    out = subprocess.run([client, address, str(n)], capture_output=True, text=True, timeout=600)
+    m = re.search(r"p50=([\d.]+) p90=([\d.]+) p99=([\d.]+).*lost=(\d+)", out.stdout)
+    if out.returncode != 0 or not m:
+        raise RuntimeError(f"{client}: {out.stdout}{out.stderr}")
+    return float(m.group(1)), float(m.group(3)), out.stdout.strip()
+
+
+def echo_row(echo, client, n, wait="spin"):
+    p = subprocess.Popen([echo, "0", wait], stdout=subprocess.PIPE, text=True)
+    try:
+        line = p.stdout.readline()
+        address = line.split()[-1]
+        return client_run(client, address, n)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(10)
+
+
+def serve_row(run, pkg, client, n, env, wait="spin"):
+    p = subprocess.Popen([run, pkg, "--serve", "--json", "--bridge-arg", "wait=" + wait],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    address = None
+    while address is None:
+        line = p.stderr.readline()
+        if not line:
+            raise RuntimeError("cudaq-rt-run --serve did not start: " + p.stdout.read())
+        m = re.match(r"cudaq-rt-run: serving on (\S+) ", line)
+        address = m.group(1) if m else None
+    try:
+        row = client_run(client, address, n)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        out = p.stdout.read()
+        p.wait(30)
+    lat = json.loads(out)["total"]["latency_us"]
+    return row, (lat["p50"], lat["p99"])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    for k in ("pack", "link", "run", "app", "echo", "client"):
+        ap.add_argument("--" + k, required=True)
+    ap.add_argument("--floor", help="floor.cu (built here with nvcc) or a built binary")
+    ap.add_argument("--requests", type=int, default=100000)
+    a = ap.parse_args()
+
+    tmp = tempfile.mkdtemp(prefix="cudaq-rt-udp-rtt.")
+    env = dict(os.environ, CUDAQ_RT_CACHE_DIR=os.path.join(tmp, "cache"))
+    try:
+        subprocess.run([a.pack, a.app, "--name", "example", "-o", tmp], check=True,
+                       capture_output=True)
+        pkg = os.path.join(tmp, "example.cudaqpkg")
+        arch = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+                              capture_output=True, text=True).stdout.split()[0].replace(".", "")
+        for bridge in ("udp", "loopback"):
+            subprocess.run([a.link, pkg, "--arch", "sm_" + arch, "--bridge", bridge], check=True,
+                           capture_output=True, env=env)
+        rows = []
+        echo = echo_row(a.echo, a.client, a.requests)
+        rows.append(("bare UDP echo (C, no GPU)", echo[0], echo[1]))
+        udp, server = serve_row(a.run, pkg, a.client, a.requests, env)
+        rows.append(("UDP via cudaq-rt-run --serve", udp[0], udp[1]))
+        rows.append(("  of which in the server (bridge)", server[0], server[1]))
+        echo_block = echo_row(a.echo, a.client, a.requests, "block")
+        rows.append(("bare UDP echo, blocking recvmmsg", echo_block[0], echo_block[1]))
+        udp_block, server_block = serve_row(a.run, pkg, a.client, a.requests, env, "block")
+        rows.append(("UDP via --serve, wait=block", udp_block[0], udp_block[1]))
+        rows.append(("  of which in the server (bridge)", server_block[0], server_block[1]))
+        bench = subprocess.run([a.run, pkg, "--bench", str(a.requests), "--json"],
+                               capture_output=True, text=True, env=env, check=True)
+        lb = json.loads(bench.stdout)["bench"]["latency_us"]
+        rows.append(("loopback (cudaq-rt-run --bench)", lb["p50"], lb["p99"]))
+        if a.floor:
+            binary = a.floor
+            if a.floor.endswith(".cu"):
+                binary = os.path.join(tmp, "floor")
+                subprocess.run([os.environ.get("NVCC", "nvcc"), "-O2", "-arch=sm_" + arch,
+                                a.floor, "-o", binary], check=True)
+            out = subprocess.run([binary, str(a.requests)], capture_output=True, text=True,
+                                 check=True).stdout
+            m = re.search(r"A one 16B store.*?p50=([\d.]+) p90=[\d.]+ p99=([\d.]+)", out)
+            if m:
+                rows.append(("floor.cu A (16 bytes each way)", float(m.group(1)),
+                             float(m.group(2))))
+        print(f"UDP round trip, {a.requests} requests one at a time, 8-byte payload, same host")
+        print(f"| path | p50 us | p99 us |\n| --- | --- | --- |")
+        for name, p50, p99 in rows:
+            print(f"| {name} | {p50:.2f} | {p99:.2f} |")
+        budget = echo[0] + lb["p50"] + 1.0
+        print(f"goal (p50): UDP via GPU {udp[0]:.2f} us <= bare echo {echo[0]:.2f} + loopback "
+              f"{lb['p50']:.2f} + 1 = {budget:.2f} us: {'met' if udp[0] <= budget else 'not met'}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+// The loopback ring's memory (loopback_alloc.h): the layout is in loopback_ring.h.
+#include "loopback_alloc.h"
+
+#include <cuda_runtime.h>
+
+#include <cstring>
+
+namespace cudaq_rt::loopback {
+namespace {
+
+bool cuda_ok(cudaError_t rc, const char *what, std::string &error) {
+  if (rc == cudaSuccess)
+    return true;
+  error = std::string(what) + ": " + cudaGetErrorString(rc);
+  return false;
+}
+
+} // namespace
+
+bool parse_u32(std::string_view text, uint32_t &out) {
+  if (text.empty() || text.size() > 10)
+    return false;
+  uint64_t v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9')
+      return false;
+    v = v * 10 + uint64_t(c - '0');
+  }
+  if (v > UINT32_MAX)
+    return false;
+  out = uint32_t(v);
+  return true;
+}
+
+std::string check_ring_shape(uint32_t slots, uint32_t slot_size) {
+  if (slots == 0 || slots > CUDAQ_RT_LOOPBACK_MAX_SLOTS)
+    return "slots=" + std::to_string(slots) + " is out of range 1.." +
+           std::to_string(CUDAQ_RT_LOOPBACK_MAX_SLOTS);
+  if (slot_size < CUDAQ_RT_LOOPBACK_MIN_SLOT_SIZE || slot_size > CUDAQ_RT_LOOPBACK_MAX_SLOT_SIZE ||
+      slot_size % 16 != 0)
+    return "slot_size=" + std::to_string(slot_size) + " must be a multiple of 16 in " +
+           std::to_string(CUDAQ_RT_LOOPBACK_MIN_SLOT_SIZE) + ".." +
+           std::to_string(CUDAQ_RT_LOOPBACK_MAX_SLOT_SIZE);
+  return {};
+}
+
+void release_ring(cudaq_rt_bridge *b) {
+  if (b->request_block)
+    cudaFreeHost(b->request_block);
+  if (b->response_block)
+    cudaFreeHost(b->response_block);
+  if (b->device_block)
+    cudaFree(b->device_block);
+  b->request_block = b->response_block = b->device_block = nullptr;
+}
+
+bool allocate_ring(cudaq_rt_bridge *b, uint32_t slots, uint32_t slot_size, std::string &error) {
+  b->num_slots = slots;
+  b->slot_size = slot_size;
+  b->tail_cells = cudaq_rt_loopback_tail_cells(slot_size);
+  const size_t heads_bytes = CUDAQ_RT_LOOPBACK_HEADS_BYTES(slots);
+  const size_t ring_bytes =
+      heads_bytes + size_t(slots) * b->tail_cells * CUDAQ_RT_LOOPBACK_CELL_SIZE;
+  const size_t frames_bytes = size_t(slots) * slot_size;
+  const size_t ctx_bytes = 256; // keeps the staging frames 256-aligned
+
+  // Both rings mapped, zeroed: no stamp is 0, so nothing looks ready. The host only writes the
+  // request ring (write-combined, see loopback_ring.h) and only reads the response ring (cached:
+  // a poll of an unchanged line costs the CPU nothing).
+  const unsigned request_flags =
+      cudaHostAllocMapped | (CUDAQ_RT_LOOPBACK_REQUEST_WC ? cudaHostAllocWriteCombined : 0u);
+  if (!cuda_ok(cudaHostAlloc(&b->request_block, ring_bytes, request_flags),
+               "cudaHostAlloc (mapped, request ring)", error) ||
+      !cuda_ok(cudaHostAlloc(&b->response_block, ring_bytes, cudaHostAllocMapped),
+               "cudaHostAlloc (mapped, response ring)", error) ||
+      !cuda_ok(cudaMalloc(&b->device_block, ctx_bytes + 2 * frames_bytes), "cudaMalloc", error)) {
+    release_ring(b);
+    return false;
+  }
+  std::memset(b->request_block, 0, ring_bytes);
+  std::memset(b->response_block, 0, ring_bytes);
+  flush_stores();
+  b->request_heads = static_cast<uint64_t *>(b->request_block);
+  b->request_tails = b->request_heads + heads_bytes / 8;
+  b->response_heads = static_cast<uint64_t *>(b->response_block);
+  b->response_tails = b->response_heads + heads_bytes / 8;
+
+  void *device_requests = nullptr, *device_responses = nullptr;
+  if (!cuda_ok(cudaHostGetDevicePointer(&device_requests, b->request_block, 0),
+               "cudaHostGetDevicePointer", error) ||
+      !cuda_ok(cudaHostGetDevicePointer(&device_responses, b->response_block, 0),
+               "cudaHostGetDevicePointer", error)) {
+    release_ring(b);
+    return false;
+  }
+  auto *device = static_cast<unsigned char *>(b->device_block);
+  cudaq_rt_loopback_device_ctx ctx{};
+  ctx.magic = CUDAQ_RT_LOOPBACK_CTX_MAGIC;
+  ctx.num_slots = slots;
+  ctx.slot_size = slot_size;
+  ctx.tail_cells = b->tail_cells;
+  ctx.request_heads = device_requests;
+  ctx.request_tails = static_cast<char *>(device_requests) + heads_bytes;
+  ctx.response_heads = device_responses;
+  ctx.response_tails = static_cast<char *>(device_responses) + heads_bytes;
+  ctx.request_frames = device + ctx_bytes;
+  ctx.response_frames = device + ctx_bytes + frames_bytes;
+  ctx.resume_slot = 0; // the first kernel starts where send() does: request 0, slot 0
+  ctx.resume_lap = cudaq_rt_loopback_lap(0, slots);
+  for (uint32_t lane = 0; lane < 32; ++lane) { // request `lane` is the warp form's first for it
+    ctx.warp_resume_slot[lane] = lane;
+    ctx.warp_resume_lap[lane] = cudaq_rt_loopback_lap(lane, slots);
+  }
+  b->device_ctx = reinterpret_cast<cudaq_rt_loopback_device_ctx *>(device);
+  // Synchronous copies: the dispatch kernel is not running yet, so nothing can queue behind it.
+  if (!cuda_ok(cudaMemset(device, 0, ctx_bytes + 2 * frames_bytes), "cudaMemset", error) ||
+      !cuda_ok(cudaMemcpy(device, &ctx, sizeof ctx, cudaMemcpyHostToDevice), "cudaMemcpy", error)) {
+    release_ring(b);
+    return false;
+  }
+  return true;
+}
+
+} // namespace cudaq_rt::loopback

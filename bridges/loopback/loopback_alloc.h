@@ -1,0 +1,31 @@
+// The loopback ring's memory: allocated and released with the CUDA runtime, for every bridge whose
+// device side is the loopback ring's (the loopback bridge itself, and the UDP bridge, whose host
+// threads feed the same ring from a socket). loopback_ring.h explains the layout.
+#ifndef CUDAQ_RT_LOOPBACK_ALLOC_H
+#define CUDAQ_RT_LOOPBACK_ALLOC_H
+
+#include "loopback_host.h"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace cudaq_rt::loopback {
+
+// A decimal number that fits 32 bits, nothing else.
+bool parse_u32(std::string_view text, uint32_t &out);
+
+// Why a ring of `slots` slots of `slot_size` bytes cannot be made; empty when it can.
+std::string check_ring_shape(uint32_t slots, uint32_t slot_size);
+
+// Allocates the rings (mapped pinned host memory) and the device context and staging frames
+// (device memory) of `b` for that shape, in the current CUDA context. On failure, says why in
+// `error` and leaves nothing allocated.
+bool allocate_ring(cudaq_rt_bridge *b, uint32_t slots, uint32_t slot_size, std::string &error);
+
+// Frees what allocate_ring allocated (the dispatch kernel must have stopped).
+void release_ring(cudaq_rt_bridge *b);
+
+} // namespace cudaq_rt::loopback
+
+#endif // CUDAQ_RT_LOOPBACK_ALLOC_H

@@ -1,0 +1,146 @@
+// The UDP bridge: a UDP socket on the host, the loopback ring to the GPU. Its device hooks are the
+// loopback bridge's (loopback_device.cu, compiled into this library's own __nv_relfatbin), its ring
+// memory is allocated the loopback bridge's way (loopback_alloc.h), and its host threads
+// (udp_host.h) move datagrams between the socket and the ring. Configuration, from
+// --bridge-arg: bind=ADDR (default 127.0.0.1), port=N (default 0: a free one), slots=N,
+// slot_size=BYTES (as the loopback bridge), wait=spin|block (default spin).
+#include "loopback_alloc.h"
+#include "udp_host.h"
+
+#include <memory>
+#include <new>
+#include <string>
+#include <unistd.h>
+
+namespace {
+
+using namespace cudaq_rt;
+
+thread_local std::string create_error;
+
+// The plugin's instance. The runtime only ever holds it as an opaque cudaq_rt_bridge pointer.
+struct UdpBridge {
+  cudaq_rt_bridge ring; // owns the ring memory
+  udp::Socket socket;
+  udp::Config config;
+  std::unique_ptr<udp::Pump> pump;
+  std::string error;
+};
+
+UdpBridge *self(cudaq_rt_bridge *b) {
+  return reinterpret_cast<UdpBridge *>(b);
+}
+const UdpBridge *self(const cudaq_rt_bridge *b) {
+  return reinterpret_cast<const UdpBridge *>(b);
+}
+
+void release(UdpBridge *u) {
+  u->pump.reset(); // joins the threads
+  if (u->socket.fd >= 0)
+    ::close(u->socket.fd);
+  loopback::release_ring(&u->ring);
+  delete u;
+}
+
+cudaq_rt_bridge_result create(const char *config, cudaq_rt_bridge **out) {
+  create_error.clear();
+  if (!out) {
+    create_error = "create: no place for the result";
+    return CUDAQ_RT_BRIDGE_ERROR;
+  }
+  *out = nullptr;
+  auto u = std::make_unique<UdpBridge>();
+  // Checked before anything is allocated: the configuration, the ring's shape, the socket.
+  if (std::string why = udp::parse_config(config ? config : "", u->config); !why.empty()) {
+    create_error = std::move(why);
+    return CUDAQ_RT_BRIDGE_ERROR;
+  }
+  if (std::string why = loopback::check_ring_shape(u->config.slots, u->config.slot_size);
+      !why.empty()) {
+    create_error = std::move(why);
+    return CUDAQ_RT_BRIDGE_ERROR;
+  }
+  if (!udp::open_socket(u->config, u->socket, create_error))
+    return CUDAQ_RT_BRIDGE_ERROR;
+  if (!loopback::allocate_ring(&u->ring, u->config.slots, u->config.slot_size, create_error)) {
+    ::close(u->socket.fd);
+    return CUDAQ_RT_BRIDGE_ERROR;
+  }
+  u->pump = std::make_unique<udp::Pump>(u->ring, u->socket.fd, u->config.spin);
+  *out = reinterpret_cast<cudaq_rt_bridge *>(u.release());
+  return CUDAQ_RT_BRIDGE_OK;
+}
+
+void destroy(cudaq_rt_bridge *b) {
+  if (b)
+    release(self(b));
+}
+
+const char *last_error(const cudaq_rt_bridge *b) {
+  return b ? self(b)->error.c_str() : create_error.c_str();
+}
+
+void *device_context(cudaq_rt_bridge *b) {
+  return self(b)->ring.device_ctx;
+}
+uint32_t slot_size(cudaq_rt_bridge *b) {
+  return self(b)->ring.slot_size;
+}
+uint32_t num_slots(cudaq_rt_bridge *b) {
+  return self(b)->ring.num_slots;
+}
+
+cudaq_rt_bridge_result start(cudaq_rt_bridge *b) {
+  UdpBridge *u = self(b);
+  return u->pump->start(u->error) ? CUDAQ_RT_BRIDGE_OK : CUDAQ_RT_BRIDGE_ERROR;
+}
+
+cudaq_rt_bridge_result drain(cudaq_rt_bridge *b, double timeout_s) {
+  return self(b)->pump->drain(timeout_s) ? CUDAQ_RT_BRIDGE_OK : CUDAQ_RT_BRIDGE_AGAIN;
+}
+
+void stop(cudaq_rt_bridge *b) {
+  self(b)->pump->stop();
+}
+
+const char *address(const cudaq_rt_bridge *b) {
+  return self(b)->socket.address.c_str();
+}
+
+uint32_t counters(const cudaq_rt_bridge *b, cudaq_rt_bridge_counter *out, uint32_t capacity) {
+  return self(b)->pump->counters(out, capacity);
+}
+
+void latency(const cudaq_rt_bridge *b, uint64_t *buckets) {
+  self(b)->pump->add_latency(buckets);
+}
+
+const cudaq_rt_bridge_ops udp_ops = {
+    CUDAQ_RT_BRIDGE_ABI_VERSION,
+    sizeof(cudaq_rt_bridge_ops),
+    "udp",
+    "a UDP socket; host threads move datagrams to and from a ring in mapped pinned memory",
+    CUDAQ_RT_BRIDGE_CAP_SELF_FED,
+    0,
+    create,
+    destroy,
+    last_error,
+    device_context,
+    slot_size,
+    num_slots,
+    nullptr, // send, receive: the socket feeds it
+    nullptr,
+    start,
+    drain,
+    stop,
+    address,
+    counters,
+    latency,
+};
+
+} // namespace
+
+extern "C" __attribute__((visibility("default"))) const cudaq_rt_bridge_ops *
+cudaq_rt_bridge_entry(void) {
+  return &udp_ops;
+}

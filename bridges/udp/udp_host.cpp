@@ -1,0 +1,470 @@
+// The UDP bridge's socket and threads (udp_host.h explains the design).
+#include "udp_host.h"
+
+#include <arpa/inet.h>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace cudaq_rt::udp {
+namespace {
+
+constexpr unsigned kBatch = 64;       // datagrams per recvmmsg / sendmmsg
+constexpr size_t kMinAnswerable = 16; // magic, function_id, arg_len, request_id
+constexpr int kSocketBuffer = 4 << 20;
+constexpr int kBlockTimeoutUs = 20000; // how often a sleeping RX thread looks at its flags
+
+uint64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
+}
+
+void relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+bool parse_number(std::string_view text, uint32_t &out) {
+  if (text.empty() || text.size() > 10)
+    return false;
+  uint64_t v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9')
+      return false;
+    v = v * 10 + uint64_t(c - '0');
+  }
+  if (v > UINT32_MAX)
+    return false;
+  out = uint32_t(v);
+  return true;
+}
+
+uint32_t read_u32(const uint8_t *data, size_t size, size_t offset) {
+  uint32_t v = 0;
+  if (offset < size)
+    std::memcpy(&v, data + offset, std::min<size_t>(4, size - offset));
+  return v;
+}
+
+// Sends `n` prepared messages; a message the kernel refuses is counted and skipped.
+uint64_t send_all(int fd, mmsghdr *msgs, unsigned n) {
+  uint64_t failed = 0;
+  unsigned done = 0;
+  while (done < n) {
+    int rc = ::sendmmsg(fd, msgs + done, n - done, 0);
+    if (rc > 0) {
+      done += unsigned(rc);
+    } else if (rc < 0 && errno == EINTR) {
+      continue;
+    } else {
+      ++failed; // the first of the rest could not go: skip it
+      ++done;
+    }
+  }
+  return failed;
+}
+
+} // namespace
+
+std::string parse_config(std::string_view text, Config &out) {
+  while (!text.empty()) {
+    size_t comma = text.find(',');
+    std::string_view item = text.substr(0, comma);
+    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
+    if (item.empty())
+      continue;
+    size_t eq = item.find('=');
+    std::string_view key = item.substr(0, eq);
+    std::string_view value =
+        eq == std::string_view::npos ? std::string_view{} : item.substr(eq + 1);
+    if (key == "bind") {
+      if (value.empty())
+        return "option 'bind' needs an address";
+      out.bind = std::string(value);
+    } else if (key == "wait") {
+      if (value != "spin" && value != "block")
+        return "option 'wait' is 'spin' or 'block', got '" + std::string(value) + "'";
+      out.spin = value == "spin";
+    } else if (key == "port" || key == "slots" || key == "slot_size") {
+      uint32_t *target = key == "port" ? &out.port : key == "slots" ? &out.slots : &out.slot_size;
+      if (!parse_number(value, *target))
+        return "option '" + std::string(key) + "' needs a number, got '" + std::string(value) + "'";
+      if (key == "port" && out.port > 65535)
+        return "port=" + std::to_string(out.port) + " is out of range 0..65535";
+    } else {
+      return "unknown option '" + std::string(key) +
+             "' (known: bind=ADDR, port=N, slots=N, slot_size=BYTES, wait=spin|block)";
+    }
+  }
+  return {};
+}
+
+Kind classify(const uint8_t *data, size_t size, uint32_t slot_size) {
+  if (size < kMinAnswerable)
+    return Kind::runt;
+  const uint32_t magic = read_u32(data, size, 0);
+  if (magic == CUDAQ_RT_TRUNCATED_MAGIC)
+    return Kind::truncated; // wire.h: a client that sends the marker is answered as truncated
+  if (magic != CUDAQ_RT_REQUEST_MAGIC)
+    return Kind::bad_magic;
+  if (size < CUDAQ_RT_HEADER_SIZE)
+    return Kind::truncated;
+  if (size > slot_size)
+    return Kind::oversize;
+  const uint64_t arg_len = read_u32(data, size, 8);
+  if (arg_len > size - CUDAQ_RT_HEADER_SIZE)
+    return Kind::truncated;
+  if (arg_len < size - CUDAQ_RT_HEADER_SIZE)
+    return Kind::bad_length;
+  return Kind::request;
+}
+
+int32_t answer_status(Kind kind) {
+  switch (kind) {
+  case Kind::bad_magic:
+    return CUDAQ_RT_STATUS_BAD_MAGIC;
+  case Kind::truncated:
+    return CUDAQ_RT_STATUS_TRUNCATED;
+  case Kind::oversize:
+    return CUDAQ_RT_STATUS_PAYLOAD_TOO_LARGE;
+  case Kind::bad_length:
+    return CUDAQ_RT_STATUS_BAD_LENGTH;
+  default:
+    return CUDAQ_RT_STATUS_OK;
+  }
+}
+
+std::array<uint8_t, CUDAQ_RT_HEADER_SIZE> error_response(const uint8_t *data, size_t size,
+                                                         int32_t status) {
+  cudaq_rt_request_header in{};
+  std::memcpy(&in, data, std::min<size_t>(size, sizeof in));
+  cudaq_rt_response_header out{CUDAQ_RT_RESPONSE_MAGIC, status, 0, in.request_id, in.ptp_timestamp};
+  std::array<uint8_t, CUDAQ_RT_HEADER_SIZE> bytes;
+  std::memcpy(bytes.data(), &out, sizeof out);
+  return bytes;
+}
+
+bool open_socket(const Config &config, Socket &out, std::string &error) {
+  sockaddr_storage addr{};
+  socklen_t addr_len = 0;
+  auto *v4 = reinterpret_cast<sockaddr_in *>(&addr);
+  auto *v6 = reinterpret_cast<sockaddr_in6 *>(&addr);
+  if (::inet_pton(AF_INET, config.bind.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(uint16_t(config.port));
+    addr_len = sizeof *v4;
+  } else if (::inet_pton(AF_INET6, config.bind.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(uint16_t(config.port));
+    addr_len = sizeof *v6;
+  } else {
+    error = "bind=" + config.bind + ": not a numeric IPv4 or IPv6 address";
+    return false;
+  }
+  const bool is_v6 = addr.ss_family == AF_INET6;
+  auto where = [&](uint32_t port) {
+    return (is_v6 ? "[" + config.bind + "]" : config.bind) + ":" + std::to_string(port);
+  };
+  int fd = ::socket(addr.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    error = std::string("socket: ") + std::strerror(errno);
+    return false;
+  }
+  // Best effort: the kernel caps the buffers at net.core.[rw]mem_max.
+  const int buffer = kSocketBuffer, on = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer, sizeof buffer);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buffer, sizeof buffer);
+  ::setsockopt(fd, SOL_SOCKET, SO_RXQ_OVFL, &on, sizeof on);
+  const timeval timeout{0, kBlockTimeoutUs};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  if (::bind(fd, reinterpret_cast<sockaddr *>(&addr), addr_len) != 0) {
+    error = "cannot bind " + where(config.port) + ": " + std::strerror(errno);
+    ::close(fd);
+    return false;
+  }
+  sockaddr_storage bound{};
+  socklen_t bound_len = sizeof bound;
+  if (::getsockname(fd, reinterpret_cast<sockaddr *>(&bound), &bound_len) != 0) {
+    error = std::string("getsockname: ") + std::strerror(errno);
+    ::close(fd);
+    return false;
+  }
+  const uint16_t port = is_v6 ? ntohs(reinterpret_cast<sockaddr_in6 *>(&bound)->sin6_port)
+                              : ntohs(reinterpret_cast<sockaddr_in *>(&bound)->sin_port);
+  out.fd = fd;
+  out.address = where(port);
+  return true;
+}
+
+const char *counter_name(uint32_t counter) {
+  static const char *const names[counter_count] = {
+      "datagrams_received",   "requests_forwarded", "responses_sent",   "answered_ok",
+      "handler_errors",       "unknown_function",   "result_too_large", "handler_fault",
+      "other_protocol_error", "bad_magic",          "truncated",        "oversize",
+      "bad_length",           "dropped_runt",       "dropped_socket",   "send_errors",
+      "ring_errors"};
+  return counter < counter_count ? names[counter] : "";
+}
+
+Pump::Pump(const cudaq_rt_bridge &ring, int fd, bool spin)
+    : fd_(fd), spin_(spin), slots_(ring.num_slots), slot_size_(ring.slot_size), rx_ring_(ring),
+      tx_ring_(ring), senders_(ring.num_slots), sender_lengths_(ring.num_slots),
+      arrivals_ns_(ring.num_slots), latency_(CUDAQ_RT_LATENCY_BUCKETS) {
+  sent_ = ring.sent;
+  received_ = ring.received;
+  answered_ = ring.received;
+}
+
+Pump::~Pump() {
+  stop();
+}
+
+bool Pump::start(std::string &error) {
+  if (rx_.joinable() || tx_.joinable()) {
+    error = "start: the bridge is already serving";
+    return false;
+  }
+  stopping_ = false;
+  intake_open_ = true;
+  rx_done_ = false;
+  try {
+    tx_ = std::thread([this] { tx_loop(); });
+    rx_ = std::thread([this] { rx_loop(); });
+  } catch (const std::system_error &e) {
+    error = std::string("start: cannot start a thread: ") + e.what();
+    stop();
+    return false;
+  }
+  return true;
+}
+
+bool Pump::drain(double timeout_s) {
+  intake_open_.store(false, std::memory_order_release);
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(timeout_s > 0 ? timeout_s : 0));
+  for (;;) {
+    if ((rx_done_.load(std::memory_order_acquire) || !rx_.joinable()) &&
+        answered_.load(std::memory_order_acquire) == sent_.load(std::memory_order_acquire))
+      return true;
+    if (std::chrono::steady_clock::now() >= deadline)
+      return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+void Pump::stop() {
+  intake_open_.store(false, std::memory_order_release);
+  stopping_.store(true, std::memory_order_release);
+  wake_.fetch_add(1, std::memory_order_release);
+  wake_.notify_all();
+  if (rx_.joinable())
+    rx_.join();
+  wake_.fetch_add(1, std::memory_order_release);
+  wake_.notify_all();
+  if (tx_.joinable())
+    tx_.join();
+}
+
+uint32_t Pump::counters(cudaq_rt_bridge_counter *out, uint32_t capacity) const {
+  for (uint32_t i = 0; i < counter_count && i < capacity && out; ++i)
+    out[i] = {counter_name(i), counters_[i].load(std::memory_order_relaxed)};
+  return counter_count;
+}
+
+void Pump::add_latency(uint64_t *buckets) const {
+  for (uint32_t i = 0; i < CUDAQ_RT_LATENCY_BUCKETS; ++i)
+    buckets[i] += latency_[i].load(std::memory_order_relaxed);
+}
+
+void Pump::rx_loop() {
+  std::vector<uint8_t> buffers(size_t(kBatch) * slot_size_);
+  std::array<mmsghdr, kBatch> msgs{};
+  std::array<iovec, kBatch> iov{};
+  std::array<sockaddr_storage, kBatch> from{};
+  alignas(cmsghdr) std::array<std::array<char, CMSG_SPACE(sizeof(uint32_t))>, kBatch> control{};
+  // Answers the bridge gives itself, sent at the end of each batch.
+  std::array<std::array<uint8_t, CUDAQ_RT_HEADER_SIZE>, kBatch> answers{};
+  std::array<mmsghdr, kBatch> answer_msgs{};
+  std::array<iovec, kBatch> answer_iov{};
+
+  for (;;) {
+    const bool open = intake_open_.load(std::memory_order_acquire);
+    if (stopping_.load(std::memory_order_acquire))
+      break;
+    for (unsigned i = 0; i < kBatch; ++i) {
+      iov[i] = {buffers.data() + size_t(i) * slot_size_, slot_size_};
+      msgs[i].msg_hdr = {};
+      msgs[i].msg_hdr.msg_name = &from[i];
+      msgs[i].msg_hdr.msg_namelen = sizeof from[i];
+      msgs[i].msg_hdr.msg_iov = &iov[i];
+      msgs[i].msg_hdr.msg_iovlen = 1;
+      msgs[i].msg_hdr.msg_control = control[i].data();
+      msgs[i].msg_hdr.msg_controllen = control[i].size();
+      msgs[i].msg_len = 0;
+    }
+    // MSG_TRUNC: msg_len is a datagram's real length even when it did not fit the slot.
+    const int flags = MSG_TRUNC | ((spin_ || !open) ? MSG_DONTWAIT : MSG_WAITFORONE);
+    const int n = ::recvmmsg(fd_, msgs.data(), kBatch, flags, nullptr);
+    if (n <= 0) {
+      if (!open && (n == 0 || errno == EAGAIN || errno == EWOULDBLOCK))
+        break; // drained: everything that arrived before the drain was taken
+      if (spin_)
+        relax();
+      continue;
+    }
+    const uint64_t arrival = now_ns();
+    count(datagrams_received, uint64_t(n));
+    unsigned answers_n = 0;
+    for (int i = 0; i < n; ++i) {
+      const msghdr &h = msgs[i].msg_hdr;
+      for (cmsghdr *c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(const_cast<msghdr *>(&h), c))
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL) {
+          uint32_t dropped = 0;
+          std::memcpy(&dropped, CMSG_DATA(c), sizeof dropped);
+          counters_[dropped_socket].store(dropped, std::memory_order_relaxed);
+        }
+      const uint8_t *data = static_cast<const uint8_t *>(iov[i].iov_base);
+      const size_t size = msgs[i].msg_len;
+      const Kind kind = classify(data, size, slot_size_);
+      if (kind == Kind::runt) {
+        count(dropped_runt);
+        continue;
+      }
+      if (kind != Kind::request) {
+        count(kind == Kind::bad_magic   ? bad_magic
+              : kind == Kind::truncated ? truncated
+              : kind == Kind::oversize  ? oversize
+                                        : bad_length);
+        answers[answers_n] =
+            error_response(data, std::min<size_t>(size, slot_size_), answer_status(kind));
+        answer_iov[answers_n] = {answers[answers_n].data(), CUDAQ_RT_HEADER_SIZE};
+        answer_msgs[answers_n].msg_hdr = {};
+        answer_msgs[answers_n].msg_hdr.msg_name = &from[i];
+        answer_msgs[answers_n].msg_hdr.msg_namelen = h.msg_namelen;
+        answer_msgs[answers_n].msg_hdr.msg_iov = &answer_iov[answers_n];
+        answer_msgs[answers_n].msg_hdr.msg_iovlen = 1;
+        ++answers_n;
+        continue;
+      }
+      // A whole request: wait for a free slot (the GPU frees one within microseconds). A sleeping
+      // TX thread is woken first: it frees the slots.
+      for (bool woken = false;; woken = true) {
+        rx_ring_.received = received_.load(std::memory_order_acquire);
+        if (rx_ring_.sent - rx_ring_.received < slots_)
+          break;
+        if (!woken && !spin_)
+          wake_tx();
+        if (stopping_.load(std::memory_order_acquire)) {
+          rx_done_.store(true, std::memory_order_release);
+          return; // stopped with every slot in flight: the kernel is gone
+        }
+        relax();
+      }
+      const uint32_t slot = uint32_t(rx_ring_.sent % slots_);
+      std::memcpy(&senders_[slot], &from[i], h.msg_namelen);
+      sender_lengths_[slot] = h.msg_namelen;
+      arrivals_ns_[slot] = arrival;
+      loopback::write_request(&rx_ring_, data, size);
+      sent_.store(rx_ring_.sent, std::memory_order_release);
+      count(requests_forwarded);
+    }
+    if (!spin_)
+      wake_tx();
+    if (answers_n)
+      count(send_errors, send_all(fd_, answer_msgs.data(), answers_n));
+  }
+  rx_done_.store(true, std::memory_order_release);
+}
+
+void Pump::tx_loop() {
+  std::vector<uint8_t> buffers(size_t(kBatch) * slot_size_);
+  std::array<mmsghdr, kBatch> msgs{};
+  std::array<iovec, kBatch> iov{};
+  std::array<sockaddr_storage, kBatch> to{};
+  std::array<uint64_t, kBatch> arrivals{};
+  std::chrono::steady_clock::time_point stop_seen{};
+  bool stop_noticed = false;
+
+  for (;;) {
+    tx_ring_.sent = sent_.load(std::memory_order_acquire);
+    unsigned k = 0;
+    while (k < kBatch) {
+      size_t len = 0;
+      uint8_t *buffer = buffers.data() + size_t(k) * slot_size_;
+      const cudaq_rt_bridge_result rc =
+          loopback::receive_response(&tx_ring_, buffer, slot_size_, &len);
+      if (rc == CUDAQ_RT_BRIDGE_AGAIN)
+        break;
+      if (rc != CUDAQ_RT_BRIDGE_OK) {
+        count(ring_errors);
+        return;
+      }
+      const uint32_t slot = uint32_t((tx_ring_.received - 1) % slots_);
+      std::memcpy(&to[k], &senders_[slot], sender_lengths_[slot]);
+      arrivals[k] = arrivals_ns_[slot];
+      iov[k] = {buffer, len};
+      msgs[k].msg_hdr = {};
+      msgs[k].msg_hdr.msg_name = &to[k];
+      msgs[k].msg_hdr.msg_namelen = sender_lengths_[slot];
+      msgs[k].msg_hdr.msg_iov = &iov[k];
+      msgs[k].msg_hdr.msg_iovlen = 1;
+      int32_t status = 0;
+      std::memcpy(&status, buffer + 4, sizeof status);
+      count(status == CUDAQ_RT_STATUS_OK                 ? answered_ok
+            : status > 0                                 ? handler_errors
+            : status == CUDAQ_RT_STATUS_UNKNOWN_FUNCTION ? unknown_function
+            : status == CUDAQ_RT_STATUS_RESULT_TOO_LARGE ? result_too_large
+            : status == CUDAQ_RT_STATUS_HANDLER_FAULT    ? handler_fault
+                                                         : other_protocol_error);
+      ++k;
+    }
+    if (k) {
+      // The slots are free once their senders are copied out.
+      received_.store(tx_ring_.received, std::memory_order_release);
+      const uint64_t failed = send_all(fd_, msgs.data(), k);
+      const uint64_t departure = now_ns();
+      for (unsigned i = 0; i < k; ++i)
+        latency_[cudaq_rt_latency_bucket(departure - arrivals[i])].fetch_add(
+            1, std::memory_order_relaxed);
+      count(responses_sent, k - failed);
+      count(send_errors, failed);
+      answered_.fetch_add(k, std::memory_order_release);
+      continue;
+    }
+    if (stopping_.load(std::memory_order_acquire)) {
+      if (rx_done_.load(std::memory_order_acquire) &&
+          tx_ring_.received == sent_.load(std::memory_order_acquire))
+        return; // everything taken was answered
+      const auto now = std::chrono::steady_clock::now();
+      if (!stop_noticed) {
+        stop_noticed = true;
+        stop_seen = now;
+      } else if (now - stop_seen > std::chrono::seconds(1)) {
+        return; // the kernel is gone with requests in flight
+      }
+    }
+    if (spin_ || tx_ring_.received != tx_ring_.sent) {
+      relax(); // a response is on its way: poll for it
+      continue;
+    }
+    // Nothing in flight: sleep until the RX thread writes a request (or stop() wakes us).
+    const uint32_t seen = wake_.load(std::memory_order_acquire);
+    if (sent_.load(std::memory_order_acquire) == tx_ring_.sent &&
+        !stopping_.load(std::memory_order_acquire))
+      wake_.wait(seen, std::memory_order_acquire);
+  }
+}
+
+} // namespace cudaq_rt::udp

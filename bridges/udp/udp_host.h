@@ -1,0 +1,161 @@
+// The UDP bridge's host side, as far as it needs no CUDA: the configuration, what a datagram is
+// (classify: a request for the GPU, or something the bridge answers or drops itself), the
+// socket, and the two threads that move datagrams between the socket and a loopback ring
+// (loopback_host.h). udp.cpp allocates the ring with CUDA and exports the plugin; the unit test
+// (tests/unit/test_udp_bridge.cpp) runs this code on a ring in ordinary memory against a CPU model
+// of the device side.
+//
+// How a request travels
+// ---------------------
+//   RX thread: recvmmsg takes up to kBatch datagrams at once. Each is classified; a whole request
+//     frame is written into the next ring slot (write_request), and the slot remembers the sender's
+//     address and the arrival time. The ring's order is the sequence the RX thread wrote, so slot k
+//     % N holds request k, and its response comes back in that slot: the sender is found by slot,
+//     never by request_id (two clients may use the same ids). With every slot in flight, the RX
+//     thread waits for a credit, and further datagrams wait in the socket's receive buffer.
+//   TX thread: takes every response that is ready, in ring order (receive_response), copies the
+//     slot's sender, returns the slot (the credit) and sends the batch with sendmmsg.
+//   The ring's host side (cudaq_rt_bridge) is not thread-safe: each thread works on its own copy
+//   of it (rx_ring_, tx_ring_: same memory, own counters), and they exchange only the two sequence
+//   numbers, as atomics: RX publishes `sent` after the slot's sender is stored, TX publishes
+//   `received` after it copied the sender out.
+//
+// What the bridge answers itself (the GPU never sees these; wire.h has the statuses):
+//   under 16 bytes                dropped, counted (no request_id to answer with: a client could
+//                                 not match the answer, and answering stray bytes would make
+//                                 the server a reflector)
+//   magic neither CUQR nor CUQT   CUDAQ_RT_STATUS_BAD_MAGIC
+//   16..23 bytes, or arg_len      CUDAQ_RT_STATUS_TRUNCATED, the header bytes that did not arrive
+//   above what arrived, or CUQT   as zeroes (the echoed request_id and timestamp are the sender's)
+//   larger than a slot            CUDAQ_RT_STATUS_PAYLOAD_TOO_LARGE
+//   arg_len below what arrived    CUDAQ_RT_STATUS_BAD_LENGTH
+// The GPU answers the rest, including an unknown function_id (CUDAQ_RT_STATUS_UNKNOWN_FUNCTION).
+#ifndef CUDAQ_RT_UDP_HOST_H
+#define CUDAQ_RT_UDP_HOST_H
+
+#include "cudaq_rt/bridge_plugin.h"
+#include "loopback_host.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace cudaq_rt::udp {
+
+struct Config {
+  std::string bind = "127.0.0.1";
+  uint32_t port = 0; // 0: the system picks a free one
+  uint32_t slots = CUDAQ_RT_LOOPBACK_DEFAULT_SLOTS;
+  uint32_t slot_size = CUDAQ_RT_LOOPBACK_DEFAULT_SLOT_SIZE;
+  bool spin = true; // wait=spin: threads poll without sleeping; wait=block: they sleep when idle
+};
+
+// Parses "bind=ADDR,port=N,slots=N,slot_size=BYTES,wait=spin|block" into `out`; returns why it
+// cannot, or empty.
+std::string parse_config(std::string_view text, Config &out);
+
+enum class Kind : uint8_t {
+  request,    // whole: for the GPU
+  runt,       // under 16 bytes: dropped
+  bad_magic,  // answered by the bridge
+  truncated,  // answered by the bridge
+  oversize,   // answered by the bridge
+  bad_length, // answered by the bridge
+};
+
+// What a datagram of `size` bytes is (`data` holds min(size, slot_size) of them: a larger one was
+// cut by the receive buffer, so `size` is the length the kernel reported with MSG_TRUNC).
+Kind classify(const uint8_t *data, size_t size, uint32_t slot_size);
+// The status the bridge answers a datagram of `kind` with (kind is neither request nor runt).
+int32_t answer_status(Kind kind);
+// The 24-byte response the bridge sends for such a datagram: request_id and ptp_timestamp echoed
+// from the bytes that arrived (zeroes for bytes that did not), result_len 0.
+std::array<uint8_t, CUDAQ_RT_HEADER_SIZE> error_response(const uint8_t *data, size_t size,
+                                                         int32_t status);
+
+// A bound UDP socket (IPv4 or IPv6, numeric address).
+struct Socket {
+  int fd = -1;
+  std::string address; // "127.0.0.1:40123", "[::1]:40123"
+};
+// Opens and binds; the error says which address could not be bound and why.
+bool open_socket(const Config &config, Socket &out, std::string &error);
+
+// The counters, in the order counters() reports them.
+enum Counter : uint32_t {
+  datagrams_received,
+  requests_forwarded, // written into the ring for the GPU
+  responses_sent,     // the GPU's answers, sent
+  answered_ok,
+  handler_errors,       // status > 0
+  unknown_function,     // status -1 from the GPU
+  result_too_large,     // -3
+  handler_fault,        // -5
+  other_protocol_error, // any other negative status from the GPU
+  bad_magic,            // answered by the bridge
+  truncated,
+  oversize,
+  bad_length,
+  dropped_runt,   // under 16 bytes
+  dropped_socket, // the socket's receive buffer overflowed (SO_RXQ_OVFL): never received
+  send_errors,    // responses sendmmsg could not send
+  ring_errors,    // a response the ring could not give back (the TX thread then stops)
+  counter_count
+};
+const char *counter_name(uint32_t counter);
+
+// The two threads between a socket and a ring. The ring (cudaq_rt_bridge) and the socket belong
+// to the caller and must outlive the pump.
+class Pump {
+public:
+  Pump(const cudaq_rt_bridge &ring, int fd, bool spin);
+  ~Pump();
+  Pump(const Pump &) = delete;
+  Pump &operator=(const Pump &) = delete;
+
+  // Starts both threads. Also after drain/stop: the ring positions carry on.
+  bool start(std::string &error);
+  // Takes no more datagrams (those already in the socket's buffer are still taken), then waits up
+  // to timeout_s until every request taken was answered. False: time ran out.
+  bool drain(double timeout_s);
+  // Ends both threads; responses already in the ring are still sent (a second at most).
+  void stop();
+
+  uint32_t counters(cudaq_rt_bridge_counter *out, uint32_t capacity) const;
+  void add_latency(uint64_t *buckets) const;
+
+private:
+  void rx_loop();
+  void tx_loop();
+  void wake_tx() {
+    wake_.fetch_add(1, std::memory_order_release);
+    wake_.notify_one();
+  }
+  void count(Counter c, uint64_t n = 1) { counters_[c].fetch_add(n, std::memory_order_relaxed); }
+
+  int fd_;
+  bool spin_;
+  uint32_t slots_, slot_size_;
+  cudaq_rt_bridge rx_ring_, tx_ring_;
+  std::atomic<uint64_t> sent_{0}, received_{0}; // rx_ring_.sent and tx_ring_.received, published
+  std::atomic<uint64_t> answered_{0};           // responses sent (or failed) for the GPU's answers
+  std::atomic<bool> intake_open_{false}, rx_done_{true}, stopping_{false};
+  std::atomic<uint32_t> wake_{0};         // bumped to wake a sleeping TX thread (wait=block)
+  std::vector<sockaddr_storage> senders_; // per slot
+  std::vector<socklen_t> sender_lengths_;
+  std::vector<uint64_t> arrivals_ns_; // per slot
+  std::array<std::atomic<uint64_t>, counter_count> counters_{};
+  std::vector<std::atomic<uint64_t>> latency_;
+  std::thread rx_, tx_;
+};
+
+} // namespace cudaq_rt::udp
+
+#endif // CUDAQ_RT_UDP_HOST_H

@@ -1,0 +1,64 @@
+// The warp dispatch kernel: 32 lanes of one warp serve 32 requests at a time, for throughput.
+// Selected with --dispatcher warp (cudaq-rt-link, cudaq-rt-run); launched as one block of 32
+// threads. It drives the bridge's warp-form hooks (cudaq_rt/dispatch.h): every lane polls its own
+// next request in the same instructions, the lanes that found one serve it (the same framing as
+// the unified kernel: cudaq_rt/dispatch_framing.cuh) and publish it, and lane 0 adds the round's
+// outcomes to the counters. Handlers therefore run concurrently: the link admits only handlers
+// exported with CUDAQ_RT_EXPORT_HANDLER_CONCURRENT.
+//
+// Built like the unified kernel: LTO-IR for sm_80, embedded in the runtime library.
+#include "cudaq_rt/dispatch_framing.cuh"
+
+#ifndef CUDAQ_RT_WARP_SHARED_TABLE_ROWS
+#define CUDAQ_RT_WARP_SHARED_TABLE_ROWS 512
+#endif
+
+extern "C" __global__ void cudaq_rt_warp_dispatch(cudaq_rt_dispatch_params p) {
+  // Warp 0 of block 0 serves; a launch with fewer than 32 threads cannot.
+  if (blockIdx.x != 0 || blockIdx.y != 0 || blockIdx.z != 0 || threadIdx.y != 0 ||
+      threadIdx.z != 0 || threadIdx.x >= CUDAQ_RT_WARP_LANES || blockDim.x < CUDAQ_RT_WARP_LANES)
+    return;
+  const unsigned lane = threadIdx.x;
+  const unsigned all = 0xFFFFFFFFu;
+
+  __align__(16) unsigned char storage[CUDAQ_RT_SESSION_STORAGE_SIZE];
+  void *session = cudaq_dev_warp_enter_kernel(storage, p.transport_ctx, p.shutdown_flag, lane);
+  if (!__all_sync(all, session != 0))
+    return;
+
+  __shared__ cudaq_rt_function_entry rows[CUDAQ_RT_WARP_SHARED_TABLE_ROWS];
+  const cudaq_rt_function_entry *table = p.function_table;
+  if (p.num_functions <= CUDAQ_RT_WARP_SHARED_TABLE_ROWS) {
+    for (uint32_t i = lane; i < p.num_functions; i += CUDAQ_RT_WARP_LANES)
+      rows[i] = p.function_table[i];
+    __syncwarp(all);
+    table = rows;
+  }
+
+  cudaq_rt_dispatch_counters counters = {0, 0, 0, 0};
+  if (lane == 0)
+    counters = cudaq_rt_counters_load(p.stats);
+  for (;;) {
+    void *request = 0, *response = 0;
+    const int r = cudaq_dev_warp_rx_poll(session, &request, &response);
+    int status = CUDAQ_RT_STATUS_OK;
+    if (r == CUDAQ_DEV_RX_READY) {
+      status = cudaq_rt_serve_frame(table, p.num_functions, p.slot_size, request, response, 0);
+      cudaq_dev_warp_tx_publish(session, response);
+    }
+    const unsigned ready = __ballot_sync(all, r == CUDAQ_DEV_RX_READY);
+    if (ready) {
+      const unsigned ok = __ballot_sync(all, r == CUDAQ_DEV_RX_READY && status == 0);
+      const unsigned failed = __ballot_sync(all, r == CUDAQ_DEV_RX_READY && status > 0);
+      if (lane == 0) {
+        counters.requests += __popc(ready);
+        counters.ok += __popc(ok);
+        counters.handler_errors += __popc(failed);
+        counters.protocol_errors += __popc(ready & ~ok & ~failed);
+        cudaq_rt_counters_store(p.stats, &counters); // after the responses, as the unified kernel
+      }
+    }
+    if (__all_sync(all, r == CUDAQ_DEV_RX_SHUTDOWN))
+      break;
+  }
+}

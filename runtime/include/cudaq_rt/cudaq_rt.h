@@ -1,0 +1,170 @@
+/* cudaq_rt/cudaq_rt.h: the C API. What cudaq-rt-run does, from an application's own process:
+ * open device code (a package, or the program's own), choose a bridge and a dispatch kernel,
+ * look handlers up by name, set globals, start, call handlers or feed frames, read counters,
+ * stop. It is a thin layer over the runtime's one load path (cudaq_rt/server.h): links, caches,
+ * checks and error texts are the same as the tools'.
+ *
+ * The life of a server:
+ *
+ *   cudaq_rt_code *code;                      cudaq_rt_open_self(&code) or
+ *                                             cudaq_rt_open_package("app.cudaqpkg", &code)
+ *   cudaq_rt_config cfg; cudaq_rt_config_init(&cfg); cfg.bridge = "loopback"; ...
+ *   cudaq_rt_server *srv;                     cudaq_rt_server_create(code, &cfg, &srv)
+ *   cudaq_rt_load(srv);                       the GPU: a cubin (package, cache, or a link now),
+ *                                             the module, every handler's address
+ *   cudaq_rt_lookup_handler(srv, "decode", &fn);            optional: the application's own
+ *   cudaq_rt_set_function(srv, my_id, fn);                  function table
+ *   cudaq_rt_set_global(srv, "table", bytes, size);         optional
+ *   cudaq_rt_start(srv);                      launches the dispatch kernel (loads first if needed)
+ *   cudaq_rt_call(srv, id, arg, len, out, cap, &out_len, &status, 1.0);   or send/receive
+ *   cudaq_rt_get_stats(srv, &stats);
+ *   cudaq_rt_stop(srv); cudaq_rt_server_destroy(srv); cudaq_rt_code_destroy(code);
+ *
+ * Every function returns CUDAQ_RT_OK (0) or an error code, and on an error sets the calling
+ * thread's last error, a one-line text (cudaq_rt_last_error). No C++ exception crosses this
+ * interface. Handles are opaque and freed only by their destroy function; a server must be
+ * destroyed before the code it was created from. One thread at a time may use a server, except
+ * cudaq_rt_get_stats, which any thread may call while another sends and receives.
+ *
+ * The guards:
+ * - the function table holds only addresses that cudaq_rt_lookup_handler returned for this
+ *   server's loaded module: any other address (made up, or looked up on another server, i.e. in
+ *   another binary's device code) is refused by cudaq_rt_start with CUDAQ_RT_E_REFUSED, before
+ *   anything is launched;
+ * - cudaq_rt_open_self reads the device code of the files this process was started from, and
+ *   refuses (CUDAQ_RT_E_REFUSED) a file on disk that is no longer the one mapped in the process
+ *   (replaced or rebuilt since): that would be another binary's device code;
+ * - a failed load or start leaves nothing running and can be retried on the same server, with
+ *   the cause fixed (cudaq_rt_server_configure, cudaq_rt_clear_functions, ...).
+ *
+ * Persistent kernels: cudaq_rt_load and cudaq_rt_start load modules and copy synchronously, which
+ * can wait behind a persistent kernel already running in the process (CUDA-Q realtime met this
+ * deadlock under CUDA's lazy loading). Load and start every server before any other's kernel runs
+ * (or stop it first), and set CUDA_MODULE_LOADING=EAGER before the process's first CUDA call.
+ *
+ * Link with libcudaq_rt (CMake: cudaq-rt::runtime). The header compiles as C99 and as C++. */
+#ifndef CUDAQ_RT_C_API_H
+#define CUDAQ_RT_C_API_H
+
+#include "cudaq_rt/dispatch.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Return codes. */
+#define CUDAQ_RT_OK 0
+#define CUDAQ_RT_E_ARGUMENT 1 /* a NULL handle or pointer, a bad config value */
+#define CUDAQ_RT_E_STATE 2 /* not now: e.g. a lookup before cudaq_rt_load, a start while running */
+#define CUDAQ_RT_E_NOT_FOUND 3 /* no such package, handler, dispatch kernel or global */
+#define CUDAQ_RT_E_REFUSED 4   /* a guard said no (see above) */
+#define CUDAQ_RT_E_NO_GPU 5    /* no CUDA driver or no device on this machine */
+#define CUDAQ_RT_E_TIMEOUT 6   /* a call's response did not come in time */
+#define CUDAQ_RT_E_FAILED 7    /* anything else: a link, a load, a kernel that faulted */
+
+/* Device code to serve: a package, or this program's own. */
+typedef struct cudaq_rt_code cudaq_rt_code;
+/* A dispatch kernel on a GPU, its bridge instance, and its function table. */
+typedef struct cudaq_rt_server cudaq_rt_server;
+
+/* A handler's address in a server's loaded module, as cudaq_rt_lookup_handler returns it. */
+typedef uint64_t cudaq_rt_device_fn;
+
+typedef struct cudaq_rt_config {
+  size_t struct_size;        /* sizeof(cudaq_rt_config): set by cudaq_rt_config_init */
+  int device;                /* CUDA device ordinal (0) */
+  const char *bridge;        /* bridge name or library path; NULL: the package's, else loopback */
+  const char *bridge_config; /* the bridge instance's "KEY=VALUE,..."; NULL: its defaults */
+  /* A custom dispatch kernel the code exports, or "builtin"; NULL: the one the code exports if
+   * exactly one, else the built-in unified kernel. */
+  const char *dispatcher;
+  unsigned grid_blocks, grid_threads; /* launch shape; 0: one block of one thread */
+  int allow_link;                     /* 1: link at load when no cubin is found (default 1) */
+  int use_cache;                      /* 1: read and write the link cache (default 1) */
+  const char *cache_dir;              /* NULL: CUDAQ_RT_CACHE_DIR, else the default */
+  const char *const *link_options;    /* extra nvJitLink options of a link at load */
+  size_t num_link_options;
+  double stop_timeout_s; /* how long cudaq_rt_stop waits for the kernel (5) */
+} cudaq_rt_config;
+
+/* Fills *config with the defaults above. */
+void cudaq_rt_config_init(cudaq_rt_config *config);
+
+/* The calling thread's last error: one line, never NULL ("" when none). Valid until the thread's
+ * next failing call. */
+const char *cudaq_rt_last_error(void);
+
+/* Opens a package directory (NAME.cudaqpkg), verifying every blob. No GPU work. */
+int cudaq_rt_open_package(const char *path, cudaq_rt_code **code);
+/* Opens this program's own device code: the __nv_relfatbin of /proc/self/exe and of every
+ * shared object it has loaded that exports handlers (a .cudaq_rt_exports section), bridge
+ * libraries excepted. Built with -rdc and LTO-IR, as for cudaq-rt-pack. No GPU work. */
+int cudaq_rt_open_self(cudaq_rt_code **code);
+void cudaq_rt_code_destroy(cudaq_rt_code *code);
+
+/* The code's handler exports, by index from 0 (NULL past the last), and its aliases' wire names
+ * (cudaq-rt-pack --alias). The strings live as long as the code. */
+const char *cudaq_rt_code_handler(const cudaq_rt_code *code, size_t index);
+/* CUDAQ_RT_OK when the code exports the dispatch kernel `name` (CUDAQ_RT_EXPORT_DISPATCH_KERNEL),
+ * else CUDAQ_RT_E_NOT_FOUND with the names it does export. */
+int cudaq_rt_find_dispatch_kernel(const cudaq_rt_code *code, const char *name);
+
+/* A server over `code`, which must outlive it. Copies the config and its strings. No GPU work. */
+int cudaq_rt_server_create(cudaq_rt_code *code, const cudaq_rt_config *config,
+                           cudaq_rt_server **server);
+/* Replaces the config while the server is not running; the next load uses it (a loaded module
+ * is dropped, and with it every address looked up and every function set). */
+int cudaq_rt_server_configure(cudaq_rt_server *server, const cudaq_rt_config *config);
+/* Stops the kernel if it runs, and frees everything. */
+void cudaq_rt_server_destroy(cudaq_rt_server *server);
+
+/* Finds or links the cubin for the GPU, loads it, reads every handler's address, writes the
+ * globals set so far, creates the bridge instance. Not while running. */
+int cudaq_rt_load(cudaq_rt_server *server);
+/* A handler's address in the loaded module, by export name or alias. */
+int cudaq_rt_lookup_handler(cudaq_rt_server *server, const char *name, cudaq_rt_device_fn *fn);
+/* The application's function table, after a load. Without any cudaq_rt_set_function since the
+ * last load, the kernel serves every handler under FNV-1a of its name and of each of its
+ * aliases; with some, it serves exactly those entries. Checked by cudaq_rt_start (see the
+ * guards). A function_id given twice is an error. Not while running. */
+int cudaq_rt_set_function(cudaq_rt_server *server, uint32_t function_id, cudaq_rt_device_fn fn);
+/* Back to the default table. */
+int cudaq_rt_clear_functions(cudaq_rt_server *server);
+/* Writes `size` bytes into the __device__ global `name` (exported with CUDAQ_RT_EXPORT_GLOBAL;
+ * exactly its size): now when loaded, else at the load; kept for later loads. Not while
+ * running. */
+int cudaq_rt_set_global(cudaq_rt_server *server, const char *name, const void *data, size_t size);
+
+/* Launches the dispatch kernel, loading first if needed. On an error nothing runs. After
+ * cudaq_rt_stop, starts it again on the same bridge instance. */
+int cudaq_rt_start(cudaq_rt_server *server);
+/* Sets the shutdown flag and waits up to stop_timeout_s; an error names a hung or failed kernel. */
+int cudaq_rt_stop(cudaq_rt_server *server);
+/* CUDAQ_RT_OK while the kernel runs; an error naming the fault once it ended by itself. */
+int cudaq_rt_check(cudaq_rt_server *server);
+
+/* Bytes per frame slot of the bridge instance (0 before a load): a request's arg_len and a
+ * result are at most this less 24. */
+uint32_t cudaq_rt_slot_size(const cudaq_rt_server *server);
+/* The counters, read live from mapped memory. */
+int cudaq_rt_get_stats(const cudaq_rt_server *server, cudaq_rt_dispatch_stats *stats);
+
+/* Host-fed bridges (loopback): queue a whole request frame (*accepted 0: every slot is in
+ * flight, try again), take the oldest response (*size 0: none yet). */
+int cudaq_rt_send(cudaq_rt_server *server, const void *frame, size_t size, int *accepted);
+int cudaq_rt_receive(cudaq_rt_server *server, void *buffer, size_t capacity, size_t *size);
+/* One request and its response: builds the frame, sends it, waits up to timeout_s. *status is
+ * the response's (0 ok, > 0 the handler's, < 0 a protocol error, cudaq_rt/wire.h); the result's
+ * bytes go to `result` (at most `capacity`; a longer one is an error). */
+int cudaq_rt_call(cudaq_rt_server *server, uint32_t function_id, const void *arg, uint32_t arg_len,
+                  void *result, uint32_t capacity, uint32_t *result_len, int32_t *status,
+                  double timeout_s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CUDAQ_RT_C_API_H */

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Copies what the GPU tests and benchmarks need from a build tree into a bundle (stripped of debug
+# info) that can travel to a GPU machine which has no LLVM or toolchain of ours:
+#   gpu-bundle.sh BUILD_DIR OUT_DIR
+# Layout: bin/, lib/cudaq-rt/bridges/, examples/, tests/gpu/, bench/ (as in the build tree), so
+# that bench/loopback_rtt.sh and scripts/gpu-tests.sh take the bundle for a build directory.
+set -euo pipefail
+build=${1:?build directory} out=${2:?output directory}
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib/cudaq-rt/bridges" "$out/examples" "$out/tests/gpu" "$out/tests/capi" \
+  "$out/bench"
+copy() { # SRC DST: stripped when it is an ELF file, skipped when it was not built
+  [ -e "$1" ] || return 0
+  if head -c 4 "$1" | grep -q ELF; then strip --strip-debug -o "$2" "$1"; else cp "$1" "$2"; fi
+}
+for f in "$build"/bin/*; do copy "$f" "$out/bin/${f##*/}"; done
+for f in "$build"/lib/cudaq-rt/bridges/*.so; do copy "$f" "$out/lib/cudaq-rt/bridges/${f##*/}"; done
+copy "$build/examples/cudaq_rt_example_app" "$out/examples/cudaq_rt_example_app"
+for f in "$build"/examples/*.a; do copy "$f" "$out/examples/${f##*/}"; done
+copy "$build/tests/capi/capi_test" "$out/tests/capi/capi_test"
+for f in loopback_dispatch_test cudaq_rt_fault_app; do
+  copy "$build/tests/gpu/$f" "$out/tests/gpu/$f"
+done
+for f in loopback_rtt libcudaq_rt_bench_kernels.a udp_echo udp_rtt_client; do
+  copy "$build/bench/$f" "$out/bench/$f"
+done
+du -sh "$out"

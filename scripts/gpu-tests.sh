@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Runs the GPU tests from a build tree or a bundle made by scripts/gpu-bundle.sh, the way ctest
+# runs them (tests/gpu/CMakeLists.txt), for a GPU machine without cmake's build tree:
+#   gpu-tests.sh BUILD_OR_BUNDLE
+set -uo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+b=$(cd "${1:?build directory or bundle}" && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export CUDAQ_RT_BRIDGE_PATH="$b/lib/cudaq-rt/bridges" CUDAQ_RT_CACHE_DIR="$tmp/cache"
+status=0
+echo "== gpu.example_package + gpu.loopback_dispatch"
+if bash "$here/tests/gpu/link_example.sh" "$b/bin/cudaq-rt-pack" "$b/bin/cudaq-rt-link" \
+     "$b/examples/cudaq_rt_example_app" "$tmp/example" >/dev/null; then
+  "$b/tests/gpu/loopback_dispatch_test" \
+    --bridge "$b/lib/cudaq-rt/bridges/libcudaq_rt_bridge_loopback.so" \
+    --package "$tmp/example/example.cudaqpkg" || status=1
+  echo "== gpu.loopback_dispatch_warp"
+  "$b/tests/gpu/loopback_dispatch_test" \
+    --bridge "$b/lib/cudaq-rt/bridges/libcudaq_rt_bridge_loopback.so" \
+    --package "$tmp/example/example.cudaqpkg" --dispatcher warp --slots 256 --many 1000000 ||
+    status=1
+else
+  echo "link_example.sh failed"; status=1
+fi
+echo "== gpu.capi"
+CUDAQ_RT_CACHE_DIR="$tmp/capi-cache" timeout 300 "$b/tests/capi/capi_test" \
+  --gpu "$tmp/example/example.cudaqpkg" || status=1
+export CUDAQ_RT_PACK="$b/bin/cudaq-rt-pack" CUDAQ_RT_LINK="$b/bin/cudaq-rt-link" \
+  CUDAQ_RT_RUN="$b/bin/cudaq-rt-run" CUDAQ_RT_EXAMPLE_APP="$b/examples/cudaq_rt_example_app" \
+  CUDAQ_RT_FAULT_APP="$b/tests/gpu/cudaq_rt_fault_app" \
+  CUDAQ_RT_LUT_TABLE="$here/examples/lut/syndrome_table.bin" \
+  CUDAQ_RT_TIMED_DISPATCH="$b/examples/libcudaq_rt_example_timed_dispatch.a" \
+  CUDAQ_RT_BLOCK_DISPATCH="$b/examples/libcudaq_rt_example_block_dispatch.a" \
+  CUDAQ_RT_RPC_INCREMENT="$b/examples/libcudaq_rt_example_rpc_increment.a" \
+  CUDAQ_RT_CLIENT="$here/tools/cudaq-rt-client.py"
+for t in run dispatch udp; do
+  echo "== gpu.$t"
+  timeout 600 python3 "$here/tests/gpu/test_$t.py" >"$tmp/$t.log" 2>&1 || status=1
+  grep -E "^(FAIL|ERROR):|Error|skipped" "$tmp/$t.log" | head -n 20
+  tail -n 4 "$tmp/$t.log"
+  [ -n "${OUT:-}" ] && cp "$tmp/$t.log" "$OUT/test_$t.log"
+done
+exit $status

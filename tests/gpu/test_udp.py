@@ -1,0 +1,444 @@
+#!/usr/bin/python3
+"""GPU tests of serving over UDP: `cudaq-rt-run PKG --serve` with the udp bridge, driven by the
+reference client (tools/cudaq-rt-client.py). Exits 77 (ctest: SKIPPED) at once where there is no
+GPU; the two-GPU test skips where there is one GPU.
+
+Environment (set by ctest): CUDAQ_RT_PACK, CUDAQ_RT_LINK, CUDAQ_RT_RUN (the tools),
+CUDAQ_RT_EXAMPLE_APP, CUDAQ_RT_FAULT_APP (the applications), CUDAQ_RT_BRIDGE_PATH (the bridges' directory),
+CUDAQ_RT_CLIENT (the reference client).
+"""
+import ctypes
+import importlib.util
+import json
+import multiprocessing
+import os
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PACK = os.environ.get("CUDAQ_RT_PACK", "cudaq-rt-pack")
+LINK = os.environ.get("CUDAQ_RT_LINK", "cudaq-rt-link")
+RUN = os.environ.get("CUDAQ_RT_RUN", "cudaq-rt-run")
+EXAMPLE_APP = os.environ.get("CUDAQ_RT_EXAMPLE_APP", "cudaq_rt_example_app")
+FAULT_APP = os.environ.get("CUDAQ_RT_FAULT_APP", "cudaq_rt_fault_app")
+CLIENT = os.environ.get("CUDAQ_RT_CLIENT", os.path.join(HERE, "../../tools/cudaq-rt-client.py"))
+
+SKIP = 77
+SLOT = 1024  # the udp bridge's default slot_size
+
+_spec = importlib.util.spec_from_file_location("cudaq_rt_client", CLIENT)
+client = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(client)
+
+
+def gpus():
+    """(arch of device 0, number of devices), or (None, 0) where there is no GPU."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None, 0
+    count, dev, major, minor = ctypes.c_int(), ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+    if (cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0 or
+            count.value < 1 or cuda.cuDeviceGet(ctypes.byref(dev), 0) != 0 or
+            cuda.cuDeviceGetAttribute(ctypes.byref(major), 75, dev) != 0 or
+            cuda.cuDeviceGetAttribute(ctypes.byref(minor), 76, dev) != 0):
+        return None, 0
+    return f"sm_{major.value}{minor.value}", count.value
+
+
+ARCH, GPU_COUNT = gpus() if __name__ == "__main__" else (None, 0)
+
+
+def load_worker(args):
+    """One client process: `count` echo requests to `address`, `window` in flight, tagged."""
+    address, count, window, tag, timeout = args
+    with client.Client(address, timeout) as c:
+        r = c.load(count, window, 24, tag=tag, first_id=0, timeout=timeout)
+    rtt = sorted(r.pop("rtt_us"))
+    r["p50_us"] = client.percentile(rtt, 50)
+    r["p99_us"] = client.percentile(rtt, 99)
+    return r
+
+
+class Server:
+    """A `cudaq-rt-run --serve --json` process; its addresses as it printed them at start."""
+
+    def __init__(self, test, pkg, *args, gpus=1, env=None):
+        self.test = test
+        self.proc = subprocess.Popen([RUN, pkg, "--serve", "--json", *args], env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.stderr = []
+        self.reader = threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr))
+        self.reader.start()
+        # A start that never finishes is a failure, not a hang of the test.
+        deadline = time.monotonic() + 120
+        while len(self.addresses) < gpus:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.proc.kill()
+                out = self.proc.stdout.read()
+                self.reader.join()
+                test.fail(f"{len(self.addresses)} of {gpus} 'serving on' lines; exit "
+                          f"{self.proc.returncode}:\n" + "".join(self.stderr) + out)
+            time.sleep(0.01)
+
+    @property
+    def addresses(self):
+        return [m.group(1) for m in (re.match(r"cudaq-rt-run: serving on (\S+) \(GPU \d+: ", l)
+                                     for l in list(self.stderr)) if m]
+
+    def stop(self, sig=signal.SIGTERM, timeout=60):
+        """Sends `sig` (None: wait for the server to stop by itself); returns the JSON report."""
+        if sig is not None:
+            self.proc.send_signal(sig)
+        out = self.proc.stdout.read()
+        self.proc.wait(timeout)
+        self.reader.join()
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+        self.test.assertEqual(self.proc.returncode, 0, out + "".join(self.stderr))
+        doc = json.loads(out)
+        self.test.assertEqual(doc["exit_status"], 0)
+        return doc
+
+
+class UdpCase(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix=f"cudaq-rt-udp-gpu.{cls.__name__}.")
+        cls.env = dict(os.environ, CUDAQ_RT_CACHE_DIR=os.path.join(cls.tmp, "cache"))
+        r = subprocess.run([PACK, EXAMPLE_APP, "--name", "example", "-o", cls.tmp],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        cls.pkg = os.path.join(cls.tmp, "example.cudaqpkg")
+        r = subprocess.run([LINK, cls.pkg, "--arch", ARCH, "--bridge", "udp"],
+                           capture_output=True, text=True, env=cls.env)
+        assert r.returncode == 0, r.stderr
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def serve(self, *args, gpus=1):
+        return Server(self, self.pkg, *args, gpus=gpus, env=self.env)
+
+    def run_tool(self, *args, timeout=120):
+        return subprocess.run([RUN, self.pkg, *args], capture_output=True, text=True,
+                              env=self.env, timeout=timeout)
+
+    def assert_one_error(self, r, *keywords):
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        errors = [l for l in r.stderr.splitlines() if l.startswith("cudaq-rt-run: error: ")]
+        self.assertEqual(len(errors), 1, r.stderr)
+        for k in keywords:
+            self.assertIn(k, errors[0])
+
+
+class ServeTest(UdpCase):
+    def test_eight_clients_100000_each(self):
+        s = self.serve()
+        n, count = 8, 100000
+        t0 = time.monotonic()
+        with multiprocessing.Pool(n) as pool:
+            # Every client uses request_ids 0..count-1: answers are matched by sender, not id.
+            results = pool.map(load_worker, [(s.addresses[0], count, 16, bytes([i + 1]) * 8, 10)
+                                             for i in range(n)])
+        seconds = time.monotonic() - t0
+        doc = s.stop()
+        for i, r in enumerate(results):
+            self.assertEqual((r["sent"], r["answered"], r["wrong"], r["lost"]),
+                             (count, count, 0, 0), f"client {i}")
+        t = doc["total"]
+        self.assertEqual(t["served"], n * count)
+        self.assertEqual(t["bridge"]["datagrams_received"], n * count)
+        self.assertEqual(t["bridge"]["responses_sent"], n * count)
+        self.assertEqual((t["protocol_errors"], t["dropped"]), (0, 0))
+        self.assertEqual(t["dispatch"]["requests"], n * count)
+        self.assertEqual(t["dispatch"]["ok"], n * count)
+        self.assertEqual(t["latency_us"]["count"], n * count)
+        self.assertEqual(doc["stopped_by"], "signal")
+        print(f"\n  8 clients x {count}: {n * count / seconds:.0f} requests/s through Python "
+              f"clients; server latency us p50 {t['latency_us']['p50']:.2f} p99 "
+              f"{t['latency_us']['p99']:.2f}; client round trip p50 "
+              f"{sorted(r['p50_us'] for r in results)[n // 2]:.1f} us", file=sys.stderr)
+
+    def test_every_malformed_kind_while_valid_traffic_flows(self):
+        s = self.serve()
+        address = s.addresses[0]
+        pool = multiprocessing.Pool(3)
+        load = pool.map_async(load_worker, [(address, 30000, 8, bytes([0xA0 + i]) * 8, 10)
+                                            for i in range(3)])
+        echo = client.function_id("echo")
+        good = client.request("echo", b"abc", 99)
+        cases = [
+            ("23 bytes", good[:23], -4),
+            ("header only, arg_len 8", client.request(echo, b"", 11, arg_len=8), -4),
+            ("arg_len larger than the datagram", client.request(echo, b"wxyz", 12, arg_len=40), -4),
+            ("arg_len smaller than the datagram", client.request(echo, b"wxyz" * 4, 13, arg_len=3),
+             -6),
+            ("oversize", client.request(echo, bytes(2000), 14), -2),
+            ("bad magic", client.request(echo, b"wxyz", 15, magic=0x12345678), -1),
+            ("the truncation marker", client.request(echo, b"wxyz", 16,
+                                                      magic=client.TRUNCATED_MAGIC), -4),
+            ("unknown function", client.request(0x0BADF00D, b"wxyz", 17), -1),
+        ]
+        valid = 0
+        with client.Client(address, 5) as c:
+            for what, runt in (("empty", b""), ("1 byte", b"\x52")):
+                c.send(runt)
+                c.send(good)  # a dropped datagram has no answer: the next one is this one's
+                r = c.receive()
+                self.assertIsNotNone(r, what)
+                self.assertEqual((r.status, r.request_id, r.result), (0, 99, b"abc"), what)
+                valid += 1
+            for what, datagram, status in cases:
+                c.send(datagram)
+                r = c.receive()
+                self.assertIsNotNone(r, what)
+                self.assertEqual((r.status, r.request_id, r.result),
+                                 (status, struct.unpack_from("<I", datagram, 12)[0], b""), what)
+                self.assertEqual(c.call("echo", b"still serving").result, b"still serving", what)
+                valid += 1
+        results = load.get(120)
+        pool.close()
+        pool.join()
+        for r in results:
+            self.assertEqual((r["answered"], r["wrong"], r["lost"]), (30000, 0, 0))
+        doc = s.stop()
+        b = doc["total"]["bridge"]
+        self.assertEqual((b["dropped_runt"], b["truncated"], b["bad_length"], b["oversize"],
+                          b["bad_magic"], b["unknown_function"]), (2, 4, 1, 1, 1, 1))
+        self.assertEqual(doc["total"]["served"], 90000 + valid)
+        self.assertEqual(doc["total"]["protocol_errors"], 8)
+        self.assertEqual(doc["total"]["dropped"], 2)
+        self.assertEqual(b["datagrams_received"], 90000 + valid + 2 + len(cases))
+
+    def test_sigterm_under_load_answers_everything_received(self):
+        s = self.serve()
+        pool = multiprocessing.Pool(4)
+        load = pool.map_async(load_worker, [(s.addresses[0], 10 ** 8, 16, bytes([0xC0 + i]) * 8,
+                                             3) for i in range(4)])
+        time.sleep(2)
+        t0 = time.monotonic()
+        doc = s.stop(signal.SIGTERM, timeout=30)
+        stop_s = time.monotonic() - t0
+        results = load.get(60)
+        pool.close()
+        pool.join()
+        b = doc["total"]["bridge"]
+        sent = sum(r["sent"] for r in results)
+        answered = sum(r["answered"] for r in results)
+        self.assertEqual(sum(r["wrong"] for r in results), 0)
+        self.assertGreater(answered, 1000)
+        # Every datagram the server took was answered, and every answer reached its client...
+        self.assertEqual(b["datagrams_received"], b["responses_sent"])
+        self.assertEqual(b["responses_sent"], answered)
+        # ...so what the clients miss is exactly what never reached the server before the stop.
+        self.assertEqual(sent - answered, sum(r["lost"] for r in results))
+        self.assertLessEqual(sent - answered, 4 * 16)
+        self.assertEqual(doc["stopped_by"], "signal")
+        self.assertLess(stop_s, 10)
+
+    def test_wait_block(self):
+        s = self.serve("--bridge-arg", "wait=block,slots=16")
+        with multiprocessing.Pool(4) as pool:
+            results = pool.map(load_worker, [(s.addresses[0], 20000, 16, bytes([0xB0 + i]) * 8, 10)
+                                             for i in range(4)])
+        for r in results:
+            self.assertEqual((r["answered"], r["wrong"], r["lost"]), (20000, 0, 0))
+        time.sleep(0.3)  # idle: both threads asleep; a request must still wake them
+        with client.Client(s.addresses[0], 5) as c:
+            self.assertEqual(c.call("echo", b"awake").result, b"awake")
+        doc = s.stop()
+        self.assertEqual(doc["total"]["served"], 80001)
+
+    def test_bounds_stats_interval_and_text_report(self):
+        s = self.serve("--count", "2000", "--stats-interval", "0.2")
+        with client.Client(s.addresses[0], 5) as c:
+            r = c.load(2000, 4, 16)
+        self.assertEqual(r["answered"], 2000)
+        doc = s.stop(sig=None)
+        self.assertEqual(doc["stopped_by"], "count")
+        self.assertEqual(doc["total"]["served"], 2000)
+        r = self.run_tool("--serve", "--duration", "1", timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout, r"^served for 1\.\d{3} s, stopped by duration\n"
+                                   r"GPU 0 \(127\.0\.0\.1:\d+\): received 0, served 0 ")
+
+    def test_live_stats_lines(self):
+        s = self.serve("--stats-interval", "0.2")
+        with client.Client(s.addresses[0], 5) as c:
+            c.load(500, 4, 16)
+        time.sleep(0.7)
+        s.stop()
+        ticks = [l for l in s.stderr
+                 if re.match(r"\d+\.\d s: GPU 0 \(127\.0\.0\.1:\d+\): received \d+, served \d+", l)]
+        self.assertGreaterEqual(len(ticks), 2, "".join(s.stderr))
+        self.assertTrue(any("received 500, served 500" in l for l in s.stderr), "".join(s.stderr))
+
+    def test_reference_client_command(self):
+        s = self.serve()
+        a = s.addresses[0]
+        r = subprocess.run([sys.executable, CLIENT, a, "--call", "echo", "--text", "hello"],
+                           capture_output=True, text=True)
+        self.assertEqual((r.returncode, r.stdout), (0, "ok: 68656c6c6f\n"), r.stderr)
+        r = subprocess.run([sys.executable, CLIENT, a, "--call", "sum_i32", "--i32", "1,2,3,-10",
+                            "--result", "i64"], capture_output=True, text=True)
+        self.assertEqual((r.returncode, r.stdout), (0, "ok: -4\n"), r.stderr)
+        r = subprocess.run([sys.executable, CLIENT, a, "--call", "nope"], capture_output=True,
+                           text=True)
+        self.assertEqual((r.returncode, r.stdout),
+                         (4, "unknown function or bad magic (request_id 1)\n"), r.stderr)
+        r = subprocess.run([sys.executable, CLIENT, a, "--load", "1000"], capture_output=True,
+                           text=True)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("answered 1000, wrong 0, lost 0", r.stdout)
+        s.stop()
+
+
+class RefusalTest(UdpCase):
+    def test_port_in_use(self):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
+            taken.bind(("127.0.0.1", 0))
+            port = taken.getsockname()[1]
+            r = self.run_tool("--serve", "--bridge-arg", f"port={port}")
+        self.assert_one_error(r, f"bridge 'udp': cannot bind 127.0.0.1:{port}: "
+                                 "Address already in use")
+
+    def test_unknown_bridge_arg(self):
+        r = self.run_tool("--serve", "--bridge-arg", "bogus=1")
+        self.assert_one_error(r, "bridge 'udp': unknown option 'bogus' (known: bind=ADDR, port=N, "
+                                 "slots=N, slot_size=BYTES, wait=spin|block)")
+
+    def test_device_out_of_range(self):
+        r = self.run_tool("--serve", "--device", "9")
+        self.assert_one_error(r, f"no GPU 9: this machine has {GPU_COUNT} GPU")
+        r = self.run_tool("--serve", "--device", f"0,{GPU_COUNT}")
+        self.assert_one_error(r, f"no GPU {GPU_COUNT}: this machine has {GPU_COUNT} GPU")
+        r = self.run_tool("--call", "echo", "--device", "9")
+        self.assert_one_error(r, f"no GPU 9: this machine has {GPU_COUNT} GPU")
+
+    def test_host_fed_bridge_cannot_serve(self):
+        r = self.run_tool("--serve", "--bridge", "loopback")
+        self.assert_one_error(r, "bridge 'loopback' is fed by this process, not by clients")
+
+
+class FaultWhileServingTest(UdpCase):
+    """A handler that kills or hangs the kernel while serving: an error, exit 1, bounded time."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        r = subprocess.run([PACK, FAULT_APP, "--name", "faults", "-o", cls.tmp],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        cls.faults = os.path.join(cls.tmp, "faults.cudaqpkg")
+        r = subprocess.run([LINK, cls.faults, "--arch", ARCH, "--bridge", "udp"],
+                           capture_output=True, text=True, env=cls.env)
+        assert r.returncode == 0, r.stderr
+
+    def start(self, *args):
+        s = Server(self, self.faults, "--stop-timeout", "1", *args, env=self.env)
+        with client.Client(s.addresses[0], 5) as c:
+            self.assertEqual(c.call("ok").status, 0)
+        return s
+
+    def finish(self, s, sig=None):
+        if sig is not None:
+            s.proc.send_signal(sig)
+        out = s.proc.stdout.read()
+        s.proc.wait(30)
+        s.reader.join()
+        s.proc.stdout.close()
+        s.proc.stderr.close()
+        self.assertEqual(s.proc.returncode, 1, out + "".join(s.stderr))
+        doc = json.loads(out)
+        self.assertEqual(doc["exit_status"], 1)
+        self.assertEqual(len(doc["errors"]), 1, doc)
+        return doc, "".join(s.stderr)
+
+    def test_trap_while_serving(self):
+        s = self.start()
+        t0 = time.monotonic()
+        with client.Client(s.addresses[0], 1) as c:
+            c.send(client.request("fault_trap", b"", 7))
+            self.assertIsNone(c.receive(1))
+        doc, err = self.finish(s)  # stops by itself: the kernel is gone
+        self.assertLess(time.monotonic() - t0, 10)
+        self.assertEqual(doc["stopped_by"], "error")
+        self.assertIn("failed: ", doc["errors"][0])
+        self.assertIn("cudaq-rt-run: error: ", err)
+
+    def test_hung_kernel_at_sigterm(self):
+        s = self.start()
+        with client.Client(s.addresses[0], 1) as c:
+            c.send(client.request("spin_forever", b"", 8))
+            self.assertIsNone(c.receive(0.5))
+        t0 = time.monotonic()
+        doc, err = self.finish(s, signal.SIGTERM)
+        self.assertLess(time.monotonic() - t0, 10)  # drain 1 s + stop 1 s, then out
+        self.assertIn("did not stop within 1 s: it is hung", doc["errors"][0])
+
+
+def free_port_pair():
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            if port >= 65535:
+                continue
+            try:
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as b:
+                    b.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no two consecutive free UDP ports")
+
+
+class TwoGpuTest(UdpCase):
+    def setUp(self):
+        if GPU_COUNT < 2:
+            self.skipTest(f"{GPU_COUNT} GPU on this machine")
+
+    def test_two_gpus_consecutive_ports(self):
+        port = free_port_pair()
+        s = self.serve("--device", "0,1", "--bridge-arg", f"port={port}", gpus=2)
+        self.assertEqual(s.addresses, [f"127.0.0.1:{port}", f"127.0.0.1:{port + 1}"])
+        with multiprocessing.Pool(4) as pool:
+            results = pool.map(load_worker, [(s.addresses[i % 2], 20000 + 1000 * i, 16,
+                                              bytes([0xE0 + i]) * 8, 10) for i in range(4)])
+        for r in results:
+            self.assertEqual((r["wrong"], r["lost"]), (0, 0))
+        doc = s.stop()
+        self.assertEqual([g["device"] for g in doc["gpus"]], [0, 1])
+        self.assertEqual(doc["gpus"][0]["served"], 20000 + 22000)
+        self.assertEqual(doc["gpus"][1]["served"], 21000 + 23000)
+        self.assertEqual(doc["total"]["served"], 86000)
+        self.assertEqual(doc["total"]["dispatch"]["requests"], 86000)
+        self.assertEqual(doc["total"]["latency_us"]["count"], 86000)
+
+    def test_all_gpus_and_sigint(self):
+        s = self.serve("--device", "all", gpus=GPU_COUNT)
+        self.assertEqual(len(set(s.addresses)), GPU_COUNT)
+        for a in s.addresses:
+            with client.Client(a, 5) as c:
+                self.assertEqual(c.call("echo", b"hi").result, b"hi")
+        doc = s.stop(signal.SIGINT)
+        self.assertEqual([g["served"] for g in doc["gpus"]], [1] * GPU_COUNT)
+        self.assertEqual(doc["total"]["served"], GPU_COUNT)
+
+
+if __name__ == "__main__":
+    if ARCH is None:
+        print("no GPU on this machine: skipped", file=sys.stderr)
+        sys.exit(SKIP)
+    unittest.main(verbosity=2)

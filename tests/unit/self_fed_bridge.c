@@ -1,0 +1,115 @@
+/* A self-fed bridge whose host side needs no GPU, for the serving tests of test_server: like
+ * host_bridge.c, its device hooks are the loopback bridge's, packed under this bridge's name. It
+ * has no socket; its counters say how often the launcher called start, drain and stop, and in what
+ * order (last_op: 1 start, 2 drain, 3 stop), and responses_sent grows by one on each read of the
+ * counters, so that a --count bound is reached without traffic. */
+#include "cudaq_rt/bridge_plugin.h"
+
+#include <stdlib.h>
+
+struct cudaq_rt_bridge {
+  uint64_t starts, drains, stops, last_op, reads, drained_while_started;
+  int started;
+  unsigned char device_context[64];
+};
+
+static const char *create_error = "";
+
+static cudaq_rt_bridge_result create(const char *config, cudaq_rt_bridge **out) {
+  if (config && *config) {
+    create_error = "self-fed bridge: takes no configuration";
+    return CUDAQ_RT_BRIDGE_ERROR;
+  }
+  *out = calloc(1, sizeof **out);
+  return *out ? CUDAQ_RT_BRIDGE_OK : CUDAQ_RT_BRIDGE_ERROR;
+}
+
+static void destroy(cudaq_rt_bridge *b) {
+  free(b);
+}
+
+static const char *last_error(const cudaq_rt_bridge *b) {
+  return b ? "" : create_error;
+}
+
+static void *device_context(cudaq_rt_bridge *b) {
+  return b->device_context;
+}
+
+static uint32_t slot_size(cudaq_rt_bridge *b) {
+  (void)b;
+  return 1024;
+}
+
+static uint32_t num_slots(cudaq_rt_bridge *b) {
+  (void)b;
+  return 4;
+}
+
+static cudaq_rt_bridge_result start(cudaq_rt_bridge *b) {
+  b->starts++;
+  b->started = 1;
+  b->last_op = 1;
+  return CUDAQ_RT_BRIDGE_OK;
+}
+
+static cudaq_rt_bridge_result drain(cudaq_rt_bridge *b, double timeout_s) {
+  (void)timeout_s;
+  b->drains++;
+  b->drained_while_started += b->started;
+  b->last_op = 2;
+  return CUDAQ_RT_BRIDGE_OK;
+}
+
+static void stop(cudaq_rt_bridge *b) {
+  b->stops++;
+  b->started = 0;
+  b->last_op = 3;
+}
+
+static const char *address(const cudaq_rt_bridge *b) {
+  (void)b;
+  return "nowhere:0";
+}
+
+static uint32_t counters(const cudaq_rt_bridge *b, cudaq_rt_bridge_counter *out,
+                         uint32_t capacity) {
+  cudaq_rt_bridge *m = (cudaq_rt_bridge *)b;
+  const cudaq_rt_bridge_counter all[] = {{"starts", m->starts},
+                                         {"drains", m->drains},
+                                         {"stops", m->stops},
+                                         {"last_op", m->last_op},
+                                         {"responses_sent", ++m->reads},
+                                         {"drained_while_started", m->drained_while_started}};
+  const uint32_t n = sizeof all / sizeof all[0];
+  for (uint32_t i = 0; i < n && i < capacity; ++i)
+    out[i] = all[i];
+  return n;
+}
+
+static const cudaq_rt_bridge_ops ops = {
+    CUDAQ_RT_BRIDGE_ABI_VERSION,
+    sizeof(cudaq_rt_bridge_ops),
+    "selffed",
+    "a self-fed bridge without a socket, for the serving tests",
+    CUDAQ_RT_BRIDGE_CAP_SELF_FED,
+    0,
+    create,
+    destroy,
+    last_error,
+    device_context,
+    slot_size,
+    num_slots,
+    NULL,
+    NULL,
+    start,
+    drain,
+    stop,
+    address,
+    counters,
+    NULL,
+};
+
+__attribute__((visibility("default"))) const cudaq_rt_bridge_ops *cudaq_rt_bridge_entry(void) {
+  return &ops;
+}

@@ -1,0 +1,419 @@
+// The UDP bridge's host side on the CPU: its configuration, how it classifies datagrams and what it
+// answers itself, and its two threads (udp_host.h, the code the bridge runs) between real UDP
+// sockets and a ring in ordinary memory, served by a CPU model of the loopback device hooks. Then
+// the plugin itself (dlopened), for the refusals that come before any CUDA call: an unknown
+// option, a port in use. The GPU test (tests/gpu/test_udp.py) runs the real device code.
+#include "udp_host.h"
+
+#include "cudaq_rt/bridge.h"
+
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <map>
+#include <thread>
+#include <vector>
+
+using namespace cudaq_rt;
+using namespace cudaq_rt::loopback;
+using Bytes = std::vector<uint8_t>;
+
+namespace {
+
+constexpr uint32_t kEcho = cudaq_rt::function_id("echo");
+
+Bytes frame(uint32_t function_id, const Bytes &payload, uint32_t request_id,
+            uint32_t arg_len = UINT32_MAX, uint32_t magic = CUDAQ_RT_REQUEST_MAGIC) {
+  cudaq_rt_request_header h{magic, function_id,
+                            arg_len == UINT32_MAX ? uint32_t(payload.size()) : arg_len, request_id,
+                            0x0102030405060708ull + request_id};
+  Bytes f(sizeof h);
+  std::memcpy(f.data(), &h, sizeof h);
+  f.insert(f.end(), payload.begin(), payload.end());
+  return f;
+}
+
+cudaq_rt_response_header header_of(const Bytes &r) {
+  cudaq_rt_response_header h{};
+  REQUIRE(r.size() >= sizeof h);
+  std::memcpy(&h, r.data(), sizeof h);
+  return h;
+}
+
+// A ring in ordinary memory, zeroed as the bridge's create leaves it.
+struct Ring {
+  std::vector<uint64_t> requests, responses;
+  cudaq_rt_bridge b;
+  Ring(uint32_t slots, uint32_t slot_size) {
+    b.num_slots = slots;
+    b.slot_size = slot_size;
+    b.tail_cells = cudaq_rt_loopback_tail_cells(slot_size);
+    const size_t heads = CUDAQ_RT_LOOPBACK_HEADS_BYTES(slots) / 8;
+    const size_t halves = heads + size_t(slots) * b.tail_cells * 2;
+    requests.assign(halves, 0);
+    responses.assign(halves, 0);
+    b.request_heads = requests.data();
+    b.request_tails = b.request_heads + heads;
+    b.response_heads = responses.data();
+    b.response_tails = b.response_heads + heads;
+  }
+};
+
+// The loopback device hooks and the unified kernel, modelled on the CPU: take request after
+// request in ring order, answer echo with its payload and anything else with an unknown function.
+class DeviceModel {
+public:
+  explicit DeviceModel(Ring &ring) : ring_(ring), thread_([this] { serve(); }) {}
+  ~DeviceModel() {
+    stop_ = true;
+    thread_.join();
+  }
+  uint64_t served() const { return served_; }
+
+private:
+  uint64_t half(uint64_t *heads, uint64_t *tails, uint32_t slot, uint32_t c, bool second) {
+    return load_half(cell_half(heads, tails, ring_.b.tail_cells, slot, c) + second);
+  }
+  bool wait_stamped(uint64_t *heads, uint64_t *tails, uint32_t slot, uint32_t c, uint32_t lap,
+                    uint64_t &h0, uint64_t &h1) {
+    for (;;) {
+      h0 = half(heads, tails, slot, c, false);
+      h1 = half(heads, tails, slot, c, true);
+      if (cudaq_rt_loopback_stamped(stamp_of(h0), stamp_of(h1), lap))
+        return true;
+      if (stop_)
+        return false;
+      std::this_thread::yield();
+    }
+  }
+  void serve() {
+    cudaq_rt_bridge &b = ring_.b;
+    uint32_t slot = 0, lap = 1;
+    while (!stop_) {
+      uint64_t c0, c1;
+      if (!wait_stamped(b.request_heads, b.request_tails, slot, 0, lap, c0, c1))
+        return;
+      const uint32_t len = data_of(c0);
+      Bytes in(size_t(cudaq_rt_loopback_frame_cells(len) - 1) * 8);
+      for (uint32_t c = 1; c < cudaq_rt_loopback_frame_cells(len); ++c) {
+        uint64_t h0, h1;
+        if (!wait_stamped(b.request_heads, b.request_tails, slot, c, lap, h0, h1))
+          return;
+        const uint32_t d[2] = {data_of(h0), data_of(h1)};
+        std::memcpy(in.data() + 8 * (c - 1), d, 8);
+      }
+      cudaq_rt_request_header rq;
+      std::memcpy(&rq, in.data(), sizeof rq);
+      const bool echo = rq.magic == CUDAQ_RT_REQUEST_MAGIC && rq.function_id == kEcho;
+      cudaq_rt_response_header rs{CUDAQ_RT_RESPONSE_MAGIC,
+                                  echo ? 0 : CUDAQ_RT_STATUS_UNKNOWN_FUNCTION,
+                                  echo ? rq.arg_len : 0u, rq.request_id, rq.ptp_timestamp};
+      Bytes out(sizeof rs);
+      std::memcpy(out.data(), &rs, sizeof rs);
+      if (echo)
+        out.insert(out.end(), in.begin() + 24, in.begin() + 24 + rq.arg_len);
+      const uint32_t out_len = uint32_t(out.size());
+      out.resize((out.size() + 7) / 8 * 8, 0);
+      for (uint32_t c = 1; c < cudaq_rt_loopback_frame_cells(out_len); ++c) {
+        uint32_t d[2];
+        std::memcpy(d, out.data() + 8 * (c - 1), 8);
+        uint64_t *p = cell_half(b.response_heads, b.response_tails, b.tail_cells, slot, c);
+        store_half(p, lap, d[0]);
+        store_half(p + 1, lap, d[1]);
+      }
+      uint64_t *control = cell_half(b.response_heads, b.response_tails, b.tail_cells, slot, 0);
+      store_half(control + 1, lap, 0);
+      store_half(control, lap, out_len);
+      ++served_;
+      if (++slot == b.num_slots) {
+        slot = 0;
+        lap = cudaq_rt_loopback_next_lap(lap);
+      }
+    }
+  }
+
+  Ring &ring_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> served_{0};
+  std::thread thread_;
+};
+
+// A client socket connected to the bridge's address.
+struct ClientSocket {
+  int fd = -1;
+  explicit ClientSocket(const std::string &address) {
+    const size_t colon = address.rfind(':');
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(uint16_t(std::stoi(address.substr(colon + 1))));
+    REQUIRE(inet_pton(AF_INET, address.substr(0, colon).c_str(), &a.sin_addr) == 1);
+    fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+    REQUIRE(fd >= 0);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) == 0);
+  }
+  ~ClientSocket() { ::close(fd); }
+  void send(const Bytes &b) const {
+    REQUIRE(::send(fd, b.data(), b.size(), 0) == ssize_t(b.size()));
+  }
+  // The next datagram, or nothing within `ms`.
+  std::optional<Bytes> receive(int ms = 5000) const {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, ms) != 1)
+      return std::nullopt;
+    Bytes b(65536);
+    ssize_t n = ::recv(fd, b.data(), b.size(), 0);
+    if (n < 0)
+      return std::nullopt;
+    b.resize(size_t(n));
+    return b;
+  }
+};
+
+std::map<std::string, uint64_t> counters_of(const udp::Pump &pump) {
+  std::vector<cudaq_rt_bridge_counter> c(udp::counter_count);
+  REQUIRE(pump.counters(c.data(), uint32_t(c.size())) == udp::counter_count);
+  std::map<std::string, uint64_t> out;
+  for (auto &x : c)
+    out[x.name] = x.value;
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("configuration: defaults, every key, and exact refusals") {
+  udp::Config c;
+  CHECK(udp::parse_config("", c).empty());
+  CHECK(c.bind == "127.0.0.1");
+  CHECK(c.port == 0);
+  CHECK(c.spin);
+  CHECK(udp::parse_config("bind=::1,port=5000,slots=8,slot_size=256,wait=block", c).empty());
+  CHECK(c.bind == "::1");
+  CHECK(c.port == 5000);
+  CHECK(c.slots == 8);
+  CHECK(c.slot_size == 256);
+  CHECK(!c.spin);
+  CHECK(udp::parse_config("bogus=1", c) ==
+        "unknown option 'bogus' (known: bind=ADDR, port=N, slots=N, slot_size=BYTES, "
+        "wait=spin|block)");
+  CHECK(udp::parse_config("port=65536", c) == "port=65536 is out of range 0..65535");
+  CHECK(udp::parse_config("port=x", c) == "option 'port' needs a number, got 'x'");
+  CHECK(udp::parse_config("wait=sometimes", c) ==
+        "option 'wait' is 'spin' or 'block', got 'sometimes'");
+  CHECK(udp::parse_config("bind=", c) == "option 'bind' needs an address");
+}
+
+TEST_CASE("every malformed datagram kind is classified, and answered with its status") {
+  using udp::Kind;
+  const uint32_t slot = 64;
+  auto kind = [&](const Bytes &b, size_t size = SIZE_MAX) {
+    return udp::classify(b.data(), size == SIZE_MAX ? b.size() : size, slot);
+  };
+  const Bytes whole = frame(kEcho, Bytes(8, 7), 5);
+  CHECK(kind(Bytes{}) == Kind::runt);                                  // empty
+  CHECK(kind(Bytes{0x52}) == Kind::runt);                              // 1 byte
+  CHECK(kind(Bytes(whole.begin(), whole.begin() + 15)) == Kind::runt); // no request_id
+  CHECK(kind(Bytes(whole.begin(), whole.begin() + 16)) == Kind::truncated);
+  CHECK(kind(Bytes(whole.begin(), whole.begin() + 23)) == Kind::truncated); // 23 bytes
+  CHECK(kind(frame(kEcho, {}, 1, 8)) == Kind::truncated);        // header only, arg_len 8
+  CHECK(kind(frame(kEcho, Bytes(4), 1, 9)) == Kind::truncated);  // arg_len > what arrived
+  CHECK(kind(frame(kEcho, Bytes(9), 1, 4)) == Kind::bad_length); // arg_len < what arrived
+  CHECK(kind(frame(kEcho, Bytes(8), 1, UINT32_MAX, 0xdeadbeef)) == Kind::bad_magic);
+  CHECK(kind(frame(kEcho, Bytes(8), 1, UINT32_MAX, CUDAQ_RT_TRUNCATED_MAGIC)) == Kind::truncated);
+  CHECK(kind(frame(kEcho, Bytes(slot - 24), 1)) == Kind::request); // exactly a slot
+  // A datagram larger than a slot: the buffer holds a slot of it, the size is the real one.
+  CHECK(kind(frame(kEcho, Bytes(slot - 24), 1, 2000), 2024) == Kind::oversize);
+  CHECK(kind(whole) == Kind::request);
+  CHECK(kind(frame(0x1234, Bytes(8), 1)) == Kind::request); // unknown function: the GPU's call
+
+  CHECK(udp::answer_status(Kind::bad_magic) == CUDAQ_RT_STATUS_BAD_MAGIC);
+  CHECK(udp::answer_status(Kind::truncated) == CUDAQ_RT_STATUS_TRUNCATED);
+  CHECK(udp::answer_status(Kind::oversize) == CUDAQ_RT_STATUS_PAYLOAD_TOO_LARGE);
+  CHECK(udp::answer_status(Kind::bad_length) == CUDAQ_RT_STATUS_BAD_LENGTH);
+
+  // The answer echoes what arrived of request_id and timestamp, and zeroes the rest.
+  const Bytes part(whole.begin(), whole.begin() + 20);
+  auto r = udp::error_response(part.data(), part.size(), CUDAQ_RT_STATUS_TRUNCATED);
+  cudaq_rt_response_header h;
+  std::memcpy(&h, r.data(), sizeof h);
+  CHECK(h.magic == CUDAQ_RT_RESPONSE_MAGIC);
+  CHECK(h.status == CUDAQ_RT_STATUS_TRUNCATED);
+  CHECK(h.result_len == 0);
+  CHECK(h.request_id == 5);
+  CHECK(h.ptp_timestamp == ((0x0102030405060708ull + 5) & 0xFFFFFFFFull));
+}
+
+TEST_CASE("many clients at once, same request_ids: each gets exactly its own answers") {
+  Ring ring(8, 128); // fewer slots than requests in flight: slots are reused, the RX thread waits
+  DeviceModel device(ring);
+  udp::Config config;
+  config.spin = false;
+  udp::Socket socket;
+  std::string error;
+  REQUIRE_MESSAGE(udp::open_socket(config, socket, error), error);
+  CHECK(socket.address.starts_with("127.0.0.1:"));
+  CHECK(socket.address != "127.0.0.1:0");
+  {
+    udp::Pump pump(ring.b, socket.fd, false);
+    REQUIRE_MESSAGE(pump.start(error), error);
+    constexpr int kClients = 4, kRequests = 3000, kWindow = 6;
+    std::vector<std::thread> clients;
+    std::vector<int> good(kClients, 0), bad(kClients, 0);
+    for (int c = 0; c < kClients; ++c)
+      clients.emplace_back([&, c] {
+        ClientSocket s(socket.address);
+        std::map<uint32_t, Bytes> pending;
+        int next = 0;
+        while (next < kRequests || !pending.empty()) {
+          while (next < kRequests && pending.size() < kWindow) {
+            Bytes payload(8 + next % 40);
+            payload[0] = uint8_t(c);
+            std::memcpy(payload.data() + 1, &next, 4);
+            const uint32_t id = uint32_t(next); // every client uses the same ids
+            pending[id] = payload;
+            s.send(frame(kEcho, payload, id));
+            ++next;
+          }
+          auto r = s.receive();
+          if (!r)
+            break; // lost: counted as bad below
+          auto h = header_of(*r);
+          auto it = pending.find(h.request_id);
+          if (it == pending.end() || h.status != 0 ||
+              Bytes(r->begin() + 24, r->end()) != it->second) {
+            ++bad[c];
+            continue;
+          }
+          pending.erase(it);
+          ++good[c];
+        }
+        bad[c] += int(pending.size());
+      });
+    for (auto &t : clients)
+      t.join();
+    for (int c = 0; c < kClients; ++c) {
+      CAPTURE(c);
+      CHECK(good[c] == kRequests);
+      CHECK(bad[c] == 0);
+    }
+    CHECK(pump.drain(5));
+    auto n = counters_of(pump);
+    CHECK(n["datagrams_received"] == kClients * kRequests);
+    CHECK(n["requests_forwarded"] == kClients * kRequests);
+    CHECK(n["responses_sent"] == kClients * kRequests);
+    CHECK(n["answered_ok"] == kClients * kRequests);
+    CHECK(n["send_errors"] == 0);
+    std::vector<uint64_t> latency(CUDAQ_RT_LATENCY_BUCKETS, 0);
+    pump.add_latency(latency.data());
+    uint64_t measured = 0;
+    for (uint64_t v : latency)
+      measured += v;
+    CHECK(measured == kClients * kRequests);
+    pump.stop();
+  }
+  ::close(socket.fd);
+}
+
+TEST_CASE("malformed datagrams among valid ones: answered or dropped, counted, serving goes on") {
+  Ring ring(4, 64);
+  DeviceModel device(ring);
+  udp::Config config;
+  udp::Socket socket;
+  std::string error;
+  REQUIRE_MESSAGE(udp::open_socket(config, socket, error), error);
+  udp::Pump pump(ring.b, socket.fd, false);
+  REQUIRE_MESSAGE(pump.start(error), error);
+  ClientSocket s(socket.address);
+  const Bytes good = frame(kEcho, Bytes{1, 2, 3}, 77);
+  // What is dropped gets no answer: the valid request sent after it is the next datagram back.
+  for (const Bytes &runt : {Bytes{}, Bytes{0x52}, Bytes(good.begin(), good.begin() + 15)}) {
+    CAPTURE(runt.size());
+    s.send(runt);
+    s.send(good);
+    auto r = s.receive();
+    REQUIRE(r);
+    CHECK(header_of(*r).status == 0);
+    CHECK(header_of(*r).request_id == 77);
+  }
+  struct Case {
+    const char *what;
+    Bytes datagram;
+    int32_t status;
+  };
+  const std::vector<Case> cases = {
+      {"23 bytes", Bytes(good.begin(), good.begin() + 23), CUDAQ_RT_STATUS_TRUNCATED},
+      {"header only, arg_len 8", frame(kEcho, {}, 11, 8), CUDAQ_RT_STATUS_TRUNCATED},
+      {"arg_len beyond the datagram", frame(kEcho, Bytes(4), 12, 30), CUDAQ_RT_STATUS_TRUNCATED},
+      {"arg_len short of the datagram", frame(kEcho, Bytes(8), 13, 2), CUDAQ_RT_STATUS_BAD_LENGTH},
+      {"oversize", frame(kEcho, Bytes(200), 14), CUDAQ_RT_STATUS_PAYLOAD_TOO_LARGE},
+      {"bad magic", frame(kEcho, Bytes(4), 15, UINT32_MAX, 0x11223344), CUDAQ_RT_STATUS_BAD_MAGIC},
+      {"unknown function (the device's answer)", frame(0xabcdef, Bytes(4), 16),
+       CUDAQ_RT_STATUS_UNKNOWN_FUNCTION},
+  };
+  for (const Case &c : cases) {
+    CAPTURE(c.what);
+    s.send(c.datagram);
+    auto r = s.receive();
+    REQUIRE(r);
+    CHECK(r->size() == 24);
+    cudaq_rt_request_header rq{};
+    std::memcpy(&rq, c.datagram.data(), std::min(c.datagram.size(), sizeof rq));
+    CHECK(header_of(*r).status == c.status);
+    CHECK(header_of(*r).request_id == rq.request_id);
+    s.send(good);
+    r = s.receive();
+    REQUIRE(r);
+    CHECK(header_of(*r).status == 0);
+  }
+  CHECK(pump.drain(5));
+  auto n = counters_of(pump);
+  CHECK(n["datagrams_received"] == 3 * 2 + cases.size() * 2);
+  CHECK(n["dropped_runt"] == 3);
+  CHECK(n["truncated"] == 3);
+  CHECK(n["bad_length"] == 1);
+  CHECK(n["oversize"] == 1);
+  CHECK(n["bad_magic"] == 1);
+  CHECK(n["unknown_function"] == 1);
+  CHECK(n["answered_ok"] == 3 + cases.size());
+  CHECK(n["requests_forwarded"] == 3 + cases.size() + 1);
+  // After the drain, nothing more is taken.
+  s.send(good);
+  CHECK(!s.receive(200));
+  pump.stop();
+  ::close(socket.fd);
+}
+
+#ifdef CUDAQ_RT_TEST_UDP_BRIDGE
+TEST_CASE("the plugin refuses an unknown option and a port in use before touching CUDA") {
+  auto lib = BridgeLibrary::open(CUDAQ_RT_TEST_UDP_BRIDGE);
+  REQUIRE_MESSAGE(lib, lib.error().str());
+  CHECK(lib->name() == "udp");
+  CHECK((lib->ops().capabilities & CUDAQ_RT_BRIDGE_CAP_SELF_FED) != 0);
+  CHECK((lib->ops().capabilities & CUDAQ_RT_BRIDGE_CAP_HOST_FRAMES) == 0);
+  auto bogus = lib->create("bogus=1");
+  REQUIRE(!bogus);
+  CHECK(bogus.error().str() ==
+        "'" + std::string(CUDAQ_RT_TEST_UDP_BRIDGE) +
+            "': bridge 'udp': unknown option 'bogus' (known: bind=ADDR, port=N, slots=N, "
+            "slot_size=BYTES, wait=spin|block)");
+  // A port some other socket holds.
+  udp::Config config;
+  udp::Socket taken;
+  std::string error;
+  REQUIRE_MESSAGE(udp::open_socket(config, taken, error), error);
+  const std::string port = taken.address.substr(taken.address.rfind(':') + 1);
+  auto in_use = lib->create("port=" + port);
+  REQUIRE(!in_use);
+  CHECK(in_use.error().str() == "'" + std::string(CUDAQ_RT_TEST_UDP_BRIDGE) +
+                                    "': bridge 'udp': cannot bind 127.0.0.1:" + port +
+                                    ": Address already in use");
+  auto bad_bind = lib->create("bind=localhost");
+  REQUIRE(!bad_bind);
+  CHECK(bad_bind.error().str() == "'" + std::string(CUDAQ_RT_TEST_UDP_BRIDGE) +
+                                      "': bridge 'udp': bind=localhost: not a numeric IPv4 or "
+                                      "IPv6 address");
+  ::close(taken.fd);
+}
+#endif
