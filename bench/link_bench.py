@@ -5,7 +5,8 @@ Usage:
   cmake --build build --target bench_link
   bench/link_bench.py --pack build/bin/cudaq-rt-pack --link build/bin/cudaq-rt-link
                       [--nvcc nvcc] [--include libdispatch/include] [--runs N] [--jobs N]
-                      [--tmp DIR]
+                      [--tmp DIR] [--scale 10,100,1000 [--scale-archs sm_80,sm_90,sm_100]
+                      [--whole-max N]]
 
 Two handler sets are compiled with nvcc (relocatable, sm_80 cubin + lto_80 LTO-IR) and packed:
   - small:  examples/handlers (3 translation units, 4 handlers, no other kernels);
@@ -18,6 +19,13 @@ process start and the loading of the 98 MB libnvJitLink are part of what a build
   - three archs (sm_80,sm_90,sm_100), cold, -j 1 and -j N;
   - sm_90 into a fresh cache directory (a miss, then a store) and again (a hit).
 Every row also shows the cubin size and, for cold links, nvJitLink's own link time from --json.
+
+With --scale N[,N...] it runs the per-TU against whole-program benchmark instead (bench/link_bench.md):
+N generated trivial handlers in 10 translation units, for each arch of --scale-archs and both
+--lto modes: a cold link into an empty cache, then a link after one translation unit changed
+(recompiled and repacked, the same cache). Each row shows the wall time of the cudaq-rt-link process
+and its peak memory (the child's max RSS, from wait4). The whole-program link grows with N (about
+100 s per arch at N=1000 on 2 cores): above --whole-max handlers it runs for sm_90 only.
 It measures and asserts nothing; it is not part of the test run.
 """
 import argparse
@@ -97,6 +105,30 @@ def medium_source(tu):
             + "".join(f"HANDLER({k})\n" for k in range(12)))
 
 
+# One generated translation unit of the scale benchmark: K trivial handlers, distinct code each;
+# SALT changes the unit's code without changing its exports (the one-unit change).
+SCALE_HANDLER = r"""
+static __device__ int h_TU_K(const void *input, void *output, uint32_t arg_len,
+                             uint32_t max_result_len, uint32_t *result_len) {
+  if (max_result_len < 4)
+    return 1;
+  uint32_t x = 2166136261u ^ (TU * 7919u + K * 104729u + SALT);
+  for (uint32_t i = 0; i < arg_len; ++i)
+    x = (x ^ static_cast<const uint8_t *>(input)[i]) * 16777619u;
+  *static_cast<uint32_t *>(output) = x;
+  *result_len = 4;
+  return 0;
+}
+CUDAQ_RT_EXPORT_HANDLER(h_TU_K, h_TU_K);
+"""
+
+
+def scale_source(tu, handlers, salt):
+    body = "".join(SCALE_HANDLER.replace("TU", str(tu)).replace("SALT", str(salt))
+                   .replace("_K", f"_{k}").replace(" K ", f" {k} ") for k in range(handlers))
+    return '#include "cudaq_rt/exports.h"\n#include <stdint.h>\n' + body
+
+
 def run(cmd, env=None):
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
@@ -145,6 +177,96 @@ def timed_link(args, pkg, link_args, env, prepare=None):
     return statistics.median(walls), statistics.median(nvj), sizes, all(hits)
 
 
+def measured(cmd, env):
+    """(wall s, CPU s, peak RSS MB, --json document) of one cudaq-rt-link run; exits on failure.
+    CPU time (user + system) and the peak are the child's own, from wait4."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as ex:
+        out, err = ex.submit(proc.stdout.read), ex.submit(proc.stderr.read)
+        _, status, usage = os.wait4(proc.pid, 0)
+        out, err = out.result().decode(), err.result().decode()
+    wall = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        sys.exit(f"link_bench: {' '.join(cmd)} failed ({proc.returncode}):\n{out}{err}")
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, json.loads(out)
+
+
+def scale_bench(args, tmp):
+    flags = ["-rdc=true", "-gencode", "arch=compute_80,code=[sm_80,lto_80]", "-std=c++17",
+             "-I" + args.include]
+    tus = 10
+    rows = []
+    load = os.getloadavg()
+    for n in args.scale:
+        per = max(1, n // tus)
+        d = os.path.join(tmp, f"n{n}")
+        os.makedirs(d)
+
+        def build(tu, salt):
+            src = os.path.join(d, f"tu{tu}.cu")
+            with open(src, "w") as f:
+                f.write(scale_source(tu, per, salt))
+            run([args.nvcc, *flags, "-c", src, "-o", os.path.join(d, f"tu{tu}.o")])
+
+        def pack():
+            run([args.pack, "-o", d, "-n", "scale", "--force",
+                 *[os.path.join(d, f"tu{t}.o") for t in range(tus)]])
+            return os.path.join(d, "scale.cudaqpkg")
+
+        print(f"N={n}: compiling {tus} translation units of {per} handlers ...", file=sys.stderr)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as ex:
+            list(ex.map(lambda t: build(t, 0), range(tus)))
+        for arch in args.scale_archs:
+            for mode in ("per-tu", "whole"):
+                if mode == "whole" and per * tus > args.whole_max and arch != "sm_90":
+                    continue
+                build(0, 0)
+                pkg = pack()
+                cache = os.path.join(d, f"cache-{arch}-{mode}")
+                shutil.rmtree(cache, ignore_errors=True)
+                env = dict(os.environ, CUDAQ_RT_CACHE_DIR=cache)
+                env.pop("CUDAQ_RT_CACHE_DISABLE", None)
+                cmd = [args.link, pkg, "-a", arch, "--lto", mode, "--no-store", "--json",
+                       "-j", str(args.jobs)]
+                print(f"  {arch} {mode} cold ...", file=sys.stderr)
+                wall, cpu, rss, doc = measured(cmd, env)
+                a = doc["archs"][0]
+                rows.append((n, arch, mode, "cold", wall, cpu, rss, a["cubin"]["size"],
+                             units_summary(a)))
+                if mode == "whole" and per * tus > args.whole_max:
+                    continue  # a change relinks the whole program: the same again
+                build(0, 1)
+                pkg = pack()
+                print(f"  {arch} {mode} after a one-unit change ...", file=sys.stderr)
+                wall, cpu, rss, doc = measured(cmd, env)
+                a = doc["archs"][0]
+                rows.append((n, arch, mode, "one TU changed", wall, cpu, rss, a["cubin"]["size"],
+                             units_summary(a)))
+    print(f"cudaq-rt-link, one process per row (wall s; CPU s and peak RSS of the process); 10 "
+          f"translation units; -j {args.jobs}; {os.cpu_count()} cores; load average "
+          f"{load[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
+    head = ("N", "arch", "--lto", "state", "wall s", "CPU s", "peak MB", "cubin bytes", "units")
+    table = [head] + [(str(n), a, m, st, f"{w:.2f}", f"{c:.2f}", f"{r:.0f}", str(b), u)
+                      for n, a, m, st, w, c, r, b, u in rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
+    for k, r in enumerate(table):
+        print("| " + " | ".join(c.ljust(widths[i]) for i, c in enumerate(r)) + " |")
+        if k == 0:
+            print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+
+
+def units_summary(a):
+    """'3 cached, 8 compiled' for a per-TU link, '-' otherwise."""
+    units = a.get("units", [])
+    if not units:
+        return "module cached" if a["cache_hit"] else "-"
+    hit = sum(u["source"] == "cache" for u in units)
+    built = sum(u["source"] == "compiled" for u in units)
+    return f"{hit} cached, {built} compiled"
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--pack", default=shutil.which("cudaq-rt-pack"))
@@ -154,11 +276,23 @@ def main():
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     p.add_argument("--tmp")
+    p.add_argument("--scale", type=lambda s: [int(x) for x in s.split(",")],
+                   help="per-TU against whole-program for these handler counts, e.g. 10,100,1000")
+    p.add_argument("--scale-archs", type=lambda s: s.split(","),
+                   default=["sm_80", "sm_90", "sm_100"])
+    p.add_argument("--whole-max", type=int, default=100,
+                   help="above this many handlers, the whole-program link runs for sm_90 only")
     args = p.parse_args()
     if not args.pack or not args.link:
         sys.exit("link_bench: give --pack and --link")
 
     tmp = tempfile.mkdtemp(prefix="link_bench.", dir=args.tmp)
+    if args.scale:
+        try:
+            scale_bench(args, tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
     try:
         packages = build_sets(args, tmp)
         env = dict(os.environ)

@@ -22,6 +22,7 @@ Expected<CubinInfo> read_cubin(std::span<const uint8_t> cubin, const std::string
                       static_cast<unsigned>(header.e_machine), ")");
   CubinInfo info;
   info.arch = (header.e_flags >> 8) & 0xff;
+  info.relocatable = header.e_type == llvm::ELF::ET_REL;
   for (const llvm::object::ELFSymbolRef &sym : elf->symbols()) {
     auto name = sym.getName();
     auto type = sym.getType();

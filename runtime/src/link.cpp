@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <ctime>
+#include <functional>
 #include <set>
 #include <thread>
 
@@ -117,6 +118,9 @@ std::optional<Error> verify_cubin(const LinkPlan &plan, const TargetArch &arch,
     return info.error();
   if (info->arch != arch.sm)
     return make_error(plan.subject, arch.str(), ": nvJitLink produced a cubin for sm_", info->arch);
+  if (info->relocatable)
+    return make_error(plan.subject, arch.str(),
+                      ": nvJitLink produced a relocatable cubin, not a module a GPU can load");
   if (!info->functions.count(plan.kernel))
     return make_error(plan.subject, arch.str(),
                       ": the linked cubin does not define the dispatch kernel ", plan.kernel);
@@ -151,78 +155,323 @@ ArchLink link_arch(const LinkPlan &plan, const TargetArch &arch, const LinkCache
 
 ArchLink link_arch(const LinkPlan &plan, const TargetArch &arch, const LinkCache &cache,
                    LinkMiss on_miss) {
-  using Clock = std::chrono::steady_clock;
-  const auto t0 = Clock::now();
-  ArchLink a = describe_arch(plan, arch);
-  if (auto st = plan.check_target(arch); !st) {
-    a.error = st.error();
-    return a;
-  }
+  return std::move(link_archs(plan, std::span<const TargetArch>(&arch, 1), cache, 0, on_miss)[0]);
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// Runs work(i) for every i < n on up to `jobs` threads (0: one per core), in order of i.
+void parallel_for(size_t n, unsigned jobs, const std::function<void(size_t)> &work) {
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < n;)
+      work(i);
+  };
+  jobs = jobs ? jobs : std::max(1u, std::thread::hardware_concurrency());
+  jobs = static_cast<unsigned>(std::min<size_t>(jobs, n));
+  std::vector<std::thread> threads;
+  for (unsigned j = 1; j < jobs; ++j)
+    threads.emplace_back(worker);
+  worker();
+  for (std::thread &t : threads)
+    t.join();
+}
+
+// One arch on its way through link_archs.
+struct ArchJob {
+  const TargetArch *arch = nullptr;
+  Clock::time_point t0;
+  ArchLink a;
   LinkRecord rec;
-  rec.arch = a.arch;
-  rec.bridge = plan.bridge;
-  rec.dispatcher = plan.dispatcher;
-  rec.mode = plan.lto ? "lto" : "cubin";
-  rec.options = a.options;
-  rec.nvjitlink_version = plan.nvjitlink.version();
-  rec.inputs = plan.input_digests();
-  rec.cache_key = a.key.digest;
   LinkCache::RemoteLog remote_log;
-  auto keep_log = [&] {
+  bool done = false;                         // a result or an error
+  std::vector<std::vector<uint8_t>> objects; // per-TU mode: each unit's relocatable cubin
+
+  void keep_log() {
     a.notes.insert(a.notes.end(), remote_log.notes.begin(), remote_log.notes.end());
     a.warnings.insert(a.warnings.end(), remote_log.warnings.begin(), remote_log.warnings.end());
-  };
-  std::optional<CacheEntry> hit = cache.get(a.key);
+    remote_log = {};
+  }
+};
+
+// The record's fields that do not depend on the outcome; false when the arch is out of reach.
+bool begin_arch(const LinkPlan &plan, ArchJob &j) {
+  j.t0 = Clock::now();
+  j.a = describe_arch(plan, *j.arch);
+  j.a.mode = plan.mode;
+  if (auto st = plan.check_target(*j.arch); !st) {
+    j.a.error = st.error();
+    j.done = true;
+    return false;
+  }
+  j.rec.arch = j.a.arch;
+  j.rec.bridge = plan.bridge;
+  j.rec.dispatcher = plan.dispatcher;
+  j.rec.mode = !plan.lto ? "cubin" : plan.mode == LtoMode::per_tu ? "lto-per-tu" : "lto";
+  j.rec.options = j.a.options;
+  j.rec.nvjitlink_version = plan.nvjitlink.version();
+  j.rec.inputs = plan.input_digests();
+  j.rec.cache_key = j.a.key.digest;
+  return true;
+}
+
+// The module from the local cache, else the remote one.
+bool lookup_module(const LinkPlan &plan, const LinkCache &cache, ArchJob &j) {
+  std::optional<CacheEntry> hit = cache.get(j.a.key);
   if (!hit)
     hit = cache.get_remote(
-        a.key, [&](std::span<const uint8_t> cubin) { return verify_cubin(plan, arch, cubin); },
-        remote_log);
-  if (hit) {
-    a.cache_hit = true;
-    a.remote_hit = hit->remote;
-    a.cubin = std::move(hit->cubin);
-    rec.link_ms = hit->metadata.link_time_ms;
-    a.info_log = hit->metadata.info_log;
-  } else if (on_miss == LinkMiss::report) {
-    keep_log();
-    return a;
-  } else {
-    std::vector<NvJitLinkInput> inputs;
-    for (const LinkInput &in : plan.inputs)
-      inputs.push_back({in.name, in.bytes});
-    NvJitLinkOutcome out = nvjitlink_link(a.options, inputs);
-    if (!out.ok) {
-      keep_log();
-      a.error = explain_failure(plan.subject, a.arch, out.failure, a.details, plan.inputs);
-      a.info_log = out.failure.info_log;
-      return a;
-    }
-    a.cubin = std::move(out.result.cubin);
-    rec.link_ms = out.result.link_ms;
-    a.info_log = out.result.info_log;
+        j.a.key, [&](std::span<const uint8_t> cubin) { return verify_cubin(plan, *j.arch, cubin); },
+        j.remote_log);
+  if (!hit)
+    return false;
+  j.a.cache_hit = true;
+  j.a.remote_hit = hit->remote;
+  j.a.cubin = std::move(hit->cubin);
+  j.rec.link_ms = hit->metadata.link_time_ms;
+  j.a.info_log = hit->metadata.info_log;
+  return true;
+}
+
+// Verifies what was found or linked, caches what was linked, and fills in the record.
+void finish_arch(const LinkPlan &plan, const LinkCache &cache, ArchJob &j) {
+  j.done = true;
+  if ((j.a.error = verify_cubin(plan, *j.arch, j.a.cubin))) {
+    j.keep_log();
+    return;
   }
-  if ((a.error = verify_cubin(plan, arch, a.cubin))) {
-    keep_log();
-    return a;
-  }
-  rec.cubin = sha256(a.cubin);
-  rec.cubin_size = a.cubin.size();
-  rec.created = now_utc();
-  if (!a.cache_hit) {
-    LinkMetadata md = LinkMetadata::from_key(a.key);
-    md.info_log = a.info_log;
-    md.link_time_ms = rec.link_ms;
+  j.rec.cubin = sha256(j.a.cubin);
+  j.rec.cubin_size = j.a.cubin.size();
+  j.rec.created = now_utc();
+  if (!j.a.cache_hit) {
+    LinkMetadata md = LinkMetadata::from_key(j.a.key);
+    md.info_log = j.a.info_log;
+    md.link_time_ms = j.rec.link_ms;
     md.created = std::time(nullptr);
     // The cubin is good whatever the cache does: a full disk or a read-only shared cache costs
     // the next process a link, not this one its result.
-    if (auto st = cache.put(a.key, a.cubin, md); !st)
-      a.warnings.push_back("not cached: " + st.error().str());
-    cache.put_remote(a.key, a.cubin, md, remote_log);
+    if (auto st = cache.put(j.a.key, j.a.cubin, md); !st)
+      j.a.warnings.push_back("not cached: " + st.error().str());
+    cache.put_remote(j.a.key, j.a.cubin, md, j.remote_log);
   }
-  keep_log();
-  a.record = std::move(rec);
-  a.time_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  return a;
+  j.keep_log();
+  j.a.record = std::move(j.rec);
+  j.a.time_ms = ms_since(j.t0);
+}
+
+void fail_link(const LinkPlan &plan, ArchJob &j, const NvJitLinkFailure &f, std::string what,
+               const std::vector<LinkInput> &inputs) {
+  j.keep_log();
+  j.a.error = explain_failure(plan.subject, std::move(what), f, j.a.details, inputs);
+  j.a.info_log += f.info_log;
+  j.done = true;
+}
+
+// Whole mode: one link of every input.
+void link_whole(const LinkPlan &plan, const LinkCache &cache, ArchJob &j) {
+  std::vector<NvJitLinkInput> inputs;
+  for (const LinkInput &in : plan.inputs)
+    inputs.push_back({in.name, in.bytes});
+  NvJitLinkOutcome out = nvjitlink_link(j.a.options, inputs);
+  if (!out.ok)
+    return fail_link(plan, j, out.failure, j.a.arch, plan.inputs);
+  j.a.cubin = std::move(out.result.cubin);
+  j.rec.link_ms = out.result.link_ms;
+  j.a.info_log = out.result.info_log;
+  finish_arch(plan, cache, j);
+}
+
+// A unit's relocatable cubin must be one, for the arch, and the dispatcher's must hold the kernel.
+std::optional<Error> verify_unit(const LinkPlan &plan, const TargetArch &arch, const LinkUnit &u,
+                                 std::span<const uint8_t> object) {
+  const std::string subject = cat(plan.subject, ": ", arch.str(), ": ", u.name);
+  auto info = read_cubin(object, subject);
+  if (!info)
+    return info.error();
+  if (info->arch != arch.sm || !info->relocatable)
+    return make_error(subject, "nvJitLink gave ", info->relocatable ? "" : "a non-relocatable ",
+                      "cubin for sm_", info->arch, " where a relocatable one for ", arch.str(),
+                      " was asked for");
+  if (u.dispatcher && !info->functions.count(plan.kernel))
+    return make_error(subject, "the compiled unit does not define the dispatch kernel ",
+                      plan.kernel);
+  return std::nullopt;
+}
+
+// Per-TU mode: one unit of one arch, from the local cache or compiled (and cached). The remote
+// cache holds modules only: a unit is worth a request only where the module missed anyway.
+struct UnitOutcome {
+  UnitLink link;
+  std::vector<uint8_t> object;
+  std::string info_log;
+  std::optional<NvJitLinkFailure> failure;
+  std::optional<Error> error;
+  std::string warning;
+};
+
+UnitOutcome compile_unit(const LinkPlan &plan, const TargetArch &arch, const LinkUnit &u,
+                         const LinkCache &cache) {
+  const auto t0 = Clock::now();
+  UnitOutcome o;
+  o.link.name = u.name;
+  if (!u.compile)
+    return o;
+  LinkKey key = plan.unit_key(arch, u);
+  o.link.key = key.digest;
+  if (std::optional<CacheEntry> hit = cache.get(key);
+      hit && !verify_unit(plan, arch, u, hit->cubin)) {
+    o.link.cache_hit = true;
+    o.object = std::move(hit->cubin);
+    o.info_log = hit->metadata.info_log;
+  } else {
+    std::vector<NvJitLinkInput> inputs;
+    for (size_t k = u.first; k < u.first + u.count; ++k)
+      inputs.push_back({plan.inputs[k].name, plan.inputs[k].bytes});
+    NvJitLinkOutcome out = nvjitlink_link(plan.unit_options(arch), inputs);
+    if (!out.ok) {
+      o.failure = std::move(out.failure);
+      return o;
+    }
+    if ((o.error = verify_unit(plan, arch, u, out.result.cubin)))
+      return o;
+    o.link.compiled = true;
+    o.object = std::move(out.result.cubin);
+    o.info_log = std::move(out.result.info_log);
+    LinkMetadata md = LinkMetadata::from_key(key);
+    md.info_log = o.info_log;
+    md.link_time_ms = out.result.link_ms;
+    if (auto st = cache.put(key, o.object, md); !st)
+      o.warning = cat("not cached: ", u.name, ": ", st.error().str());
+  }
+  o.link.size = o.object.size();
+  o.link.time_ms = ms_since(t0);
+  return o;
+}
+
+// Per-TU mode: the final link of the units' cubins (and the fatbins of units without LTO-IR).
+void link_units(const LinkPlan &plan, const TargetArch &arch, const LinkCache &cache, ArchJob &j,
+                Clock::time_point units_t0) {
+  std::vector<NvJitLinkInput> inputs;
+  for (size_t u = 0; u < plan.units.size(); ++u) {
+    const LinkUnit &unit = plan.units[u];
+    if (unit.compile) {
+      inputs.push_back({unit.name, j.objects[u], true});
+      continue;
+    }
+    for (size_t k = unit.first; k < unit.first + unit.count; ++k)
+      inputs.push_back({plan.inputs[k].name, plan.inputs[k].bytes});
+  }
+  NvJitLinkOutcome out = nvjitlink_link(plan.final_options(arch), inputs);
+  if (!out.ok)
+    return fail_link(plan, j, out.failure, j.a.arch, plan.inputs);
+  j.a.cubin = std::move(out.result.cubin);
+  j.objects.clear();
+  // The module's link time is the wall time from its units (compiled in parallel with every
+  // other arch's) to its final link.
+  j.a.final_link_ms = out.result.link_ms;
+  j.rec.link_ms = ms_since(units_t0);
+  j.a.info_log = out.result.info_log + j.a.info_log;
+  finish_arch(plan, cache, j);
+}
+
+} // namespace
+
+std::vector<ArchLink> link_archs(const LinkPlan &plan, std::span<const TargetArch> archs,
+                                 const LinkCache &cache, unsigned jobs, LinkMiss on_miss) {
+  std::vector<ArchJob> job(archs.size());
+  for (size_t i = 0; i < archs.size(); ++i)
+    job[i].arch = &archs[i];
+  auto results = [&] {
+    std::vector<ArchLink> out;
+    for (ArchJob &j : job) {
+      if (!j.done)
+        j.keep_log();
+      out.push_back(std::move(j.a));
+    }
+    return out;
+  };
+
+  // The modules, from the caches; in whole mode, linked right away on a miss.
+  parallel_for(archs.size(), jobs, [&](size_t i) {
+    ArchJob &j = job[i];
+    if (!begin_arch(plan, j))
+      return;
+    if (lookup_module(plan, cache, j))
+      finish_arch(plan, cache, j);
+    else if (plan.mode == LtoMode::whole && on_miss == LinkMiss::link)
+      link_whole(plan, cache, j);
+  });
+  std::vector<size_t> missed;
+  for (size_t i = 0; i < job.size(); ++i)
+    if (!job[i].done)
+      missed.push_back(i);
+  if (missed.empty() || on_miss == LinkMiss::report)
+    return results();
+
+  // Per-TU mode needs an nvJitLink that compiles a unit alone; without one, the whole program.
+  if (const std::string why = nvjitlink_unit_refusal(); !why.empty()) {
+    const LinkPlan whole = plan.as_whole_fallback();
+    std::vector<TargetArch> targets;
+    for (size_t i : missed)
+      targets.push_back(*job[i].arch);
+    std::vector<ArchLink> linked = link_archs(whole, targets, cache, jobs, on_miss);
+    for (size_t k = 0; k < missed.size(); ++k) {
+      ArchJob &j = job[missed[k]];
+      j.keep_log();
+      linked[k].notes.insert(linked[k].notes.begin(), j.a.notes.begin(), j.a.notes.end());
+      linked[k].warnings.insert(linked[k].warnings.begin(), j.a.warnings.begin(),
+                                j.a.warnings.end());
+      linked[k].fallback = cat("per-TU link unavailable (", why, "): linked as a whole program");
+      j.a = std::move(linked[k]);
+      j.done = true;
+    }
+    return results();
+  }
+
+  // Every unit of every arch that missed, then each arch's final link.
+  const size_t units = plan.units.size();
+  const auto units_t0 = Clock::now();
+  std::vector<UnitOutcome> compiled(missed.size() * units);
+  parallel_for(compiled.size(), jobs, [&](size_t t) {
+    compiled[t] = compile_unit(plan, *job[missed[t / units]].arch, plan.units[t % units], cache);
+  });
+  for (size_t k = 0; k < missed.size(); ++k) {
+    ArchJob &j = job[missed[k]];
+    j.objects.resize(units);
+    for (size_t u = 0; u < units; ++u) {
+      UnitOutcome &o = compiled[k * units + u];
+      if (!o.warning.empty())
+        j.a.warnings.push_back(o.warning);
+      if (!o.info_log.empty())
+        j.a.info_log += cat(plan.units[u].name, ":\n", o.info_log);
+      j.a.units.push_back(o.link);
+      j.objects[u] = std::move(o.object);
+      if (j.done)
+        continue;
+      const LinkUnit &unit = plan.units[u];
+      if (o.failure) {
+        std::vector<LinkInput> inputs(plan.inputs.begin() + static_cast<ptrdiff_t>(unit.first),
+                                      plan.inputs.begin() +
+                                          static_cast<ptrdiff_t>(unit.first + unit.count));
+        fail_link(plan, j, *o.failure, cat(j.a.arch, ": ", unit.name), inputs);
+      } else if (o.error) {
+        j.keep_log();
+        j.a.error = std::move(o.error);
+        j.done = true;
+      }
+    }
+  }
+  parallel_for(missed.size(), jobs, [&](size_t k) {
+    ArchJob &j = job[missed[k]];
+    if (!j.done)
+      link_units(plan, *j.arch, cache, j, units_t0);
+  });
+  return results();
 }
 
 Status store_links(const fs::path &package_path, const LinkPlan &plan,
@@ -314,6 +563,7 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
   report.package = opt.package;
   report.bridge = plan->bridge;
   report.dispatcher = plan->dispatcher;
+  report.mode = plan->mode;
   report.archs.resize(targets.size());
   if (opt.dry_run) {
     for (size_t i = 0; i < targets.size(); ++i)
@@ -321,20 +571,8 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
     return report;
   }
 
-  // One nvJitLink handle per thread, archs handed out in order.
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < targets.size();)
-      report.archs[i] = link_arch(*plan, targets[i], cache);
-  };
-  unsigned jobs = opt.jobs ? opt.jobs : std::max(1u, std::thread::hardware_concurrency());
-  jobs = std::min<unsigned>(jobs, static_cast<unsigned>(targets.size()));
-  std::vector<std::thread> threads;
-  for (unsigned j = 1; j < jobs; ++j)
-    threads.emplace_back(work);
-  work();
-  for (std::thread &t : threads)
-    t.join();
+  // One nvJitLink handle per thread, archs (and per-TU units) handed out in order.
+  report.archs = link_archs(*plan, targets, cache, opt.jobs);
 
   if (opt.save_temps)
     for (const ArchLink &a : report.archs)
@@ -372,6 +610,7 @@ Expected<std::vector<PushedLink>> push_links(const fs::path &package_path, const
     md.options = normalize_link_options(l.options);
     md.nvjitlink_version = l.nvjitlink_version;
     md.inputs = l.inputs;
+    md.mode = l.mode == "lto-per-tu" ? "per-tu" : "";
     md.link_time_ms = l.link_ms;
     md.created = static_cast<int64_t>(std::time(nullptr));
     std::vector<uint8_t> entry = encode_cache_entry(l.cache_key, as_bytes(*cubin), md);

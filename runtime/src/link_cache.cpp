@@ -25,7 +25,17 @@
 //    more than most links. As ccache's compiler_check=mtime does, the realpath, size and mtime of
 //    the loaded library stand in for its contents;
 //  - the input digests in link order: symbol resolution and the layout of the cubin follow the
-//    order of nvJitLinkAddData calls.
+//    order of nvJitLinkAddData calls;
+//  - what the entry holds, when it is not a module linked whole: a module linked per translation
+//    unit ("per-tu", with the sizes of the runs of inputs compiled alone, since which inputs are
+//    compiled together decides what is inlined), or one unit's relocatable cubin ("object"). A
+//    whole-program key hashes no mode, so keys made before per-TU mode existed still match. The
+//    options differ between the modes too (-Xptxas=-c), but the mode is what decides the procedure.
+//
+// Per-TU mode keeps each unit's relocatable cubin as an entry of its own, under a key of the same
+// parts (the unit's container digests, its compile options): the same format, the same checks on
+// read, the same LRU eviction. A module's entry is found without its units; the units are looked
+// up only when the module misses, so a change to one unit costs that unit and the final link.
 //
 // On disk
 // -------
@@ -48,8 +58,9 @@
 // flips, garbage, another key's entry renamed into place) is a miss and is removed, so the next
 // link stores a good one. The cubin is never handed out unverified.
 //
-// <dir>/v1/stats holds counters (hits, misses, stores, evictions, corrupt entries, and the remote
-// cache's: hits, misses, corrupt entries, stores, errors, bytes in and out) and the
+// <dir>/v1/stats holds counters (hits, misses, stores, evictions, corrupt entries, per-TU units'
+// hits and misses, and the remote cache's: hits, misses, corrupt entries, stores, errors, bytes in
+// and out) and the
 // approximate total size of the entries, as fixed-width text lines rewritten in place under
 // flock(2), in the manner of ccache's stats files. Fixed width means that a rewrite never leaves a
 // stale tail behind, whatever the numbers. The counters are advisory: a stats file that cannot be
@@ -126,7 +137,7 @@ constexpr uint32_t entry_format_version = 1;
 constexpr size_t header_size = 128;
 constexpr size_t checked_header_size = 96; // the part the header digest covers
 constexpr int64_t stale_temp_seconds = 3600;
-// Thirteen fixed-width lines; anything past this is not ours to read.
+// Fifteen fixed-width lines; anything past this is not ours to read.
 constexpr size_t max_stats_bytes = 4096;
 // The largest entry get() reads without a size limit: an entry larger than the limit is never
 // stored, so a larger file is corrupt; without a limit, more than any cubin.
@@ -220,7 +231,8 @@ std::optional<CacheEntry> decode_entry(std::string_view file, const Digest &key)
 }
 
 struct Counters {
-  uint64_t hits = 0, misses = 0, stores = 0, evictions = 0, corrupt = 0;
+  uint64_t hits = 0, misses = 0, stores = 0, evictions = 0, corrupt = 0, unit_hits = 0,
+           unit_misses = 0;
   std::optional<uint64_t> bytes; // unknown until a scan has counted them
   uint64_t remote_hits = 0, remote_misses = 0, remote_corrupt = 0, remote_stores = 0,
            remote_errors = 0, remote_bytes_in = 0, remote_bytes_out = 0;
@@ -239,7 +251,9 @@ template <class C> auto counter_fields(C &c) {
                     std::pair{"r_stores", &c.remote_stores},
                     std::pair{"r_errors", &c.remote_errors},
                     std::pair{"r_bytes_in", &c.remote_bytes_in},
-                    std::pair{"r_bytes_out", &c.remote_bytes_out}};
+                    std::pair{"r_bytes_out", &c.remote_bytes_out},
+                    std::pair{"unit_hits", &c.unit_hits},
+                    std::pair{"unit_misses", &c.unit_misses}};
 }
 
 // The counters in <dir>/v1/stats, locked for as long as this object lives. Created with mode
@@ -519,8 +533,19 @@ std::vector<std::string> normalize_link_options(std::span<const std::string> opt
 
 LinkKey LinkKey::make(std::string arch, std::span<const std::string> options,
                       NvJitLinkIdentity nvjitlink, std::vector<Digest> inputs) {
-  LinkKey k{std::move(arch), normalize_link_options(options), std::move(nvjitlink),
-            std::move(inputs), Digest{}};
+  return make(std::move(arch), options, std::move(nvjitlink), std::move(inputs), "");
+}
+
+LinkKey LinkKey::make(std::string arch, std::span<const std::string> options,
+                      NvJitLinkIdentity nvjitlink, std::vector<Digest> inputs, std::string mode,
+                      std::vector<uint32_t> units) {
+  LinkKey k{std::move(arch),
+            normalize_link_options(options),
+            std::move(nvjitlink),
+            std::move(inputs),
+            std::move(mode),
+            std::move(units),
+            Digest{}};
   Sha256 h;
   h.field("cudaq-rt link key");
   h.field(std::to_string(format_version));
@@ -535,17 +560,28 @@ LinkKey LinkKey::make(std::string arch, std::span<const std::string> options,
   h.field(std::to_string(k.inputs.size()));
   for (const Digest &d : k.inputs)
     h.field(std::string_view(reinterpret_cast<const char *>(d.bytes.data()), d.bytes.size()));
+  if (!k.mode.empty()) {
+    h.field("mode");
+    h.field(k.mode);
+    h.field(std::to_string(k.units.size()));
+    for (uint32_t n : k.units)
+      h.field(std::to_string(n));
+  }
   k.digest = h.finish();
   return k;
 }
 
 json LinkKey::to_json() const {
-  return {{"digest", digest.str()},
-          {"format_version", format_version},
-          {"arch", arch},
-          {"options", options},
-          {"nvjitlink", nvjitlink.to_json()},
-          {"inputs", digests_to_json(inputs)}};
+  json j = {{"digest", digest.str()},
+            {"format_version", format_version},
+            {"arch", arch},
+            {"options", options},
+            {"nvjitlink", nvjitlink.to_json()},
+            {"inputs", digests_to_json(inputs)},
+            {"mode", mode.empty() ? "whole" : mode}};
+  if (!units.empty())
+    j["units"] = units;
+  return j;
 }
 
 LinkMetadata LinkMetadata::from_key(const LinkKey &key) {
@@ -554,18 +590,22 @@ LinkMetadata LinkMetadata::from_key(const LinkKey &key) {
   m.options = key.options;
   m.nvjitlink_version = key.nvjitlink.version();
   m.inputs = key.inputs;
+  m.mode = key.mode;
   m.created = static_cast<int64_t>(::time(nullptr));
   return m;
 }
 
 json LinkMetadata::to_json() const {
-  return {{"arch", arch},
-          {"options", options},
-          {"nvjitlink_version", nvjitlink_version},
-          {"inputs", digests_to_json(inputs)},
-          {"info_log", info_log},
-          {"link_time_ms", link_time_ms},
-          {"created", created}};
+  json j = {{"arch", arch},
+            {"options", options},
+            {"nvjitlink_version", nvjitlink_version},
+            {"inputs", digests_to_json(inputs)},
+            {"info_log", info_log},
+            {"link_time_ms", link_time_ms},
+            {"created", created}};
+  if (!mode.empty())
+    j["mode"] = mode;
+  return j;
 }
 
 std::optional<LinkMetadata> LinkMetadata::from_json(const json &j) {
@@ -587,6 +627,11 @@ std::optional<LinkMetadata> LinkMetadata::from_json(const json &j) {
       created == j.end() || !created->is_number_integer())
     return std::nullopt;
   LinkMetadata m;
+  if (auto mode = j.find("mode"); mode != j.end()) {
+    if (!mode->is_string())
+      return std::nullopt;
+    m.mode = mode->get<std::string>();
+  }
   m.arch = arch->get<std::string>();
   m.nvjitlink_version = version->get<std::string>();
   m.info_log = log->get<std::string>();
@@ -722,6 +767,7 @@ json CacheStats::to_json() const {
             {"entries", entries},  {"bytes", bytes},     {"hits", hits},
             {"misses", misses},    {"stores", stores},   {"evictions", evictions},
             {"corrupt", corrupt}};
+  j["units"] = {{"hits", unit_hits}, {"misses", unit_misses}};
   j["remote"] = {{"url", remote_url.empty() ? json(nullptr) : json(remote_url)},
                  {"hits", remote_hits},
                  {"misses", remote_misses},
@@ -803,9 +849,9 @@ std::optional<CacheEntry> LinkCache::get(const LinkKey &key) const {
     ::close(shard);
   LockedStats stats(root() / "stats");
   if (entry) {
-    ++stats.c.hits;
+    ++(key.object() ? stats.c.unit_hits : stats.c.hits);
   } else {
-    ++stats.c.misses;
+    ++(key.object() ? stats.c.unit_misses : stats.c.misses);
     if (corrupt) {
       ++stats.c.corrupt;
       if (stats.c.bytes && bytes)
@@ -875,6 +921,8 @@ Expected<CacheStats> LinkCache::stats() const {
   s.stores = locked.c.stores;
   s.evictions = locked.c.evictions;
   s.corrupt = locked.c.corrupt;
+  s.unit_hits = locked.c.unit_hits;
+  s.unit_misses = locked.c.unit_misses;
   s.remote_hits = locked.c.remote_hits;
   s.remote_misses = locked.c.remote_misses;
   s.remote_corrupt = locked.c.remote_corrupt;

@@ -15,6 +15,28 @@
 // every exported host-set global (CUDAQ_RT_EXPORT_GLOBAL), which nvJitLink would otherwise make
 // internal to the module, out of the driver's reach by name.
 //
+// Two modes for LTO-IR (LtoMode). Whole: one -lto link of every input. NVVM then sees the whole
+// program: the hooks and every handler the kernel's indirect call can reach are compiled into the
+// kernel (at 1,000 handlers the kernel symbol was 3.3 MB, and the link took 132 s of CPU and
+// 1.4 GB here: bench/link_bench.md), and a change to one handler relinks everything. Per-TU: each
+// unit is compiled alone for the arch into a relocatable cubin (-lto -Xptxas=-c
+// -Xnvvm=--device-c, nvjitlink.cpp), cached under its own key, and one link without -lto joins
+// the cubins. The dispatcher and the bridge's hooks are one unit, so the hooks are still inlined
+// into the kernel. The kernel reaches handlers through the function table in both modes; what per
+// TU loses is inlining across application units: a handler's call into another unit is a real
+// call. On the H200 the example handlers, one of them with such a call, answered as fast in both
+// modes (bench/link_bench.md).
+// -kernels-used=<dispatch kernel> goes to every unit (a unit that does not define the kernel keeps
+// none of its own), but -variables-used does not: each unit's key must depend on that unit alone,
+// and a unit compiled alone keeps its external globals anyway.
+//
+// -split-compile-extended=N splits NVVM's and ptxas's work on a whole program over N threads: 100
+// handlers linked in 5 to 7 s instead of 11 to 12.6 s (2 loaded cores, sm_90), but into other code
+// (449,024 B where the plain link gives 468,264 B) and, measured with CUDA 13.0, different bytes
+// on every run, even with N fixed: three links at N=4 gave three cubins. So --lto whole, the mode
+// for the best code, does without it (a user may still pass it with -X); only the fallback from
+// per-TU mode, which stands in for a fast link, uses it.
+//
 // Everything that can be told from the package is checked before nvJitLink runs (arch too old
 // for the LTO-IR, LTO-IR from another toolkit, options that are not UTF-8), because nvJitLink's
 // own messages for these name neither the input nor the fix.
@@ -25,9 +47,11 @@
 #include "cudaq_rt/containers.h"
 #include "cudaq_rt/export_records.h"
 #include "cudaq_rt/fatbin.h"
+#include "cudaq_rt/nvjitlink.h"
 #include "cudaq_rt/package.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <set>
 
 namespace fs = std::filesystem;
@@ -94,7 +118,24 @@ Status check_ltoir_versions(const LinkPlan &plan, const EntryRecord &ours) {
   return Status::ok();
 }
 
+bool carries_ltoir(const std::vector<EntryRecord> &entries) {
+  return std::any_of(entries.begin(), entries.end(),
+                     [](const EntryRecord &e) { return e.kind == "ltoir"; });
+}
+
 } // namespace
+
+const char *lto_mode_name(LtoMode mode) {
+  return mode == LtoMode::per_tu ? "per-tu" : "whole";
+}
+
+std::optional<LtoMode> parse_lto_mode(std::string_view text) {
+  if (text == "per-tu")
+    return LtoMode::per_tu;
+  if (text == "whole")
+    return LtoMode::whole;
+  return std::nullopt;
+}
 
 std::string TargetArch::str() const {
   return suffix ? cat("sm_", sm, suffix) : cat("sm_", sm);
@@ -153,11 +194,15 @@ Status LinkPlan::check_target(const TargetArch &arch) const {
 }
 
 std::vector<std::string> LinkPlan::options(const TargetArch &arch) const {
+  if (mode == LtoMode::per_tu)
+    return unit_options(arch);
   std::vector<std::string> out{"-arch=" + arch.str()};
   if (lto)
     out.push_back("-lto");
   if (!settings.opt_level.empty())
     out.push_back(settings.opt_level);
+  if (split_compile && lto)
+    out.push_back("-split-compile-extended=0");
   if (settings.kernels_used && lto) {
     out.push_back("-kernels-used=" + kernel);
     for (const std::string &s : handler_symbols)
@@ -174,7 +219,53 @@ std::vector<std::string> LinkPlan::options(const TargetArch &arch) const {
 }
 
 LinkKey LinkPlan::key(const TargetArch &arch) const {
+  if (mode == LtoMode::per_tu) {
+    std::vector<uint32_t> sizes;
+    for (const LinkUnit &u : units)
+      sizes.push_back(static_cast<uint32_t>(u.count));
+    return LinkKey::make(arch.str(), options(arch), nvjitlink, input_digests(), "per-tu",
+                         std::move(sizes));
+  }
   return LinkKey::make(arch.str(), options(arch), nvjitlink, input_digests());
+}
+
+std::vector<std::string> LinkPlan::unit_options(const TargetArch &arch) const {
+  std::vector<std::string> out{"-arch=" + arch.str(), "-lto"};
+  out.insert(out.end(), std::begin(nvjitlink_unit_options), std::end(nvjitlink_unit_options));
+  if (!settings.opt_level.empty())
+    out.push_back(settings.opt_level);
+  if (settings.kernels_used)
+    out.push_back("-kernels-used=" + kernel);
+  out.insert(out.end(), settings.extra_options.begin(), settings.extra_options.end());
+  if (settings.verbose) {
+    out.push_back("-verbose");
+    out.push_back("-time");
+  }
+  return out;
+}
+
+LinkKey LinkPlan::unit_key(const TargetArch &arch, const LinkUnit &unit) const {
+  std::vector<Digest> digests;
+  for (size_t k = unit.first; k < unit.first + unit.count; ++k)
+    digests.push_back(inputs[k].digest);
+  return LinkKey::make(arch.str(), unit_options(arch), nvjitlink, std::move(digests), "object");
+}
+
+std::vector<std::string> LinkPlan::final_options(const TargetArch &arch) const {
+  std::vector<std::string> out{"-arch=" + arch.str()};
+  if (settings.verbose) {
+    out.push_back("-verbose");
+    out.push_back("-time");
+  }
+  return out;
+}
+
+LinkPlan LinkPlan::as_whole_fallback() const {
+  LinkPlan whole = *this;
+  whole.mode = LtoMode::whole;
+  whole.units.clear();
+  whole.split_compile = true;
+  return whole;
 }
 
 Expected<LinkPlan> plan_link(const Package &pkg, const LinkSettings &settings) {
@@ -329,6 +420,7 @@ Expected<LinkPlan> plan_link(const Package &pkg, const LinkSettings &settings) {
   }
 
   // The application.
+  const size_t first_application = plan.inputs.size();
   if (auto st = package_inputs([](const ContainerRecord &c) { return c.role == Role::application; },
                                origin_name);
       !st)
@@ -362,10 +454,28 @@ Expected<LinkPlan> plan_link(const Package &pkg, const LinkSettings &settings) {
         return std::move(st).take_error();
       break;
     }
-  plan.lto = std::any_of(plan.inputs.begin(), plan.inputs.end(), [](const LinkInput &in) {
-    return std::any_of(in.entries.begin(), in.entries.end(),
-                       [](const EntryRecord &e) { return e.kind == "ltoir"; });
-  });
+  plan.lto = std::any_of(plan.inputs.begin(), plan.inputs.end(),
+                         [](const LinkInput &in) { return carries_ltoir(in.entries); });
+
+  std::optional<LtoMode> mode = settings.lto_mode;
+  if (const char *env = std::getenv(lto_mode_env); !mode && env && *env) {
+    mode = parse_lto_mode(env);
+    if (!mode)
+      return make_error(plan.subject, lto_mode_env, "=", quote(env), ": expected per-tu or whole");
+  }
+  plan.mode = plan.lto ? mode.value_or(default_lto_mode) : LtoMode::whole;
+  if (plan.mode == LtoMode::per_tu) {
+    auto unit = [&](std::string name, size_t first, size_t count, bool dispatcher) {
+      bool lto = std::any_of(plan.inputs.begin() + static_cast<ptrdiff_t>(first),
+                             plan.inputs.begin() + static_cast<ptrdiff_t>(first + count),
+                             [](const LinkInput &in) { return carries_ltoir(in.entries); });
+      plan.units.push_back({std::move(name), first, count, lto, dispatcher});
+    };
+    unit(cat("dispatcher ", plan.dispatcher, " + bridge ", plan.bridge), 0, first_application,
+         true);
+    for (size_t k = first_application; k < plan.inputs.size(); ++k)
+      unit(plan.inputs[k].name, k, 1, false);
+  }
   return plan;
 }
 

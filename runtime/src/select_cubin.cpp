@@ -33,12 +33,20 @@ Expected<CubinChoice> select_cubin(const Package &package, const LinkPlan &plan,
   const std::string what =
       cat(c.arch, " (bridge ", plan.bridge, ", dispatcher ", plan.dispatcher, ")");
 
-  // 1. The package.
+  // 1. The package. A mode asked for by name takes only a cubin linked in that mode; otherwise
+  // the package's cubin serves whichever mode it was linked in.
   const std::vector<Digest> inputs = plan.input_digests();
   bool stale = false;
   for (const LinkRecord &l : package.manifest().links) {
     if (l.arch != c.arch || l.bridge != plan.bridge || l.dispatcher != plan.dispatcher)
       continue;
+    if (plan.settings.lto_mode && l.mode != "cubin" &&
+        (l.mode == "lto-per-tu") != (*plan.settings.lto_mode == LtoMode::per_tu)) {
+      c.notes.push_back(cat("the package's cubin for ", what, " was linked ",
+                            l.mode == "lto-per-tu" ? "per-tu" : "whole", ", not ",
+                            lto_mode_name(*plan.settings.lto_mode), ": not used"));
+      continue;
+    }
     if (l.inputs != inputs) {
       stale = true;
       continue;
@@ -79,6 +87,17 @@ Expected<CubinChoice> select_cubin(const Package &package, const LinkPlan &plan,
     ArchLink a =
         link_arch(plan, arch, cache, policy.allow_link ? LinkMiss::link : LinkMiss::report);
     c.notes.insert(c.notes.end(), a.notes.begin(), a.notes.end());
+    if (!a.fallback.empty())
+      c.warnings.push_back(a.fallback);
+    if (!a.units.empty()) {
+      size_t cached = 0, compiled = 0;
+      for (const UnitLink &u : a.units) {
+        cached += u.cache_hit;
+        compiled += u.compiled;
+      }
+      c.notes.push_back(cat("linked per TU: ", cached, " of ", a.units.size(),
+                            " units from the cache, ", compiled, " compiled"));
+    }
     if (a.error)
       return std::move(*a.error);
     if (a.record) {

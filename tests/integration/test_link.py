@@ -36,18 +36,26 @@ class LinkTest(unittest.TestCase):
         cls.schema = validate_schema.load(SCHEMA_PATH)
         cls.tmp = tempfile.mkdtemp(prefix="cudaq-rt-link-test.")
         t = cls.path
+        # bits.cu with one more definition: a change to one translation unit of the app.
+        with open(t("bits_changed.cu"), "w") as f:
+            f.write(read(os.path.join(HANDLERS, "bits.cu")).decode()
+                    + "\n__device__ int cudaq_rt_test_changed = 1;\n")
         compiles = [[NVCC, *DEVICE_FLAGS, "-c", src, "-o", t(out)] for src, out in [
             (os.path.join(HANDLERS, "arith.cu"), "arith.o"),
             (os.path.join(HANDLERS, "decode.cu"), "decode.o"),
             (os.path.join(HANDLERS, "bits.cu"), "bits.o"),
             (os.path.join(INPUTS, "unresolved.cu"), "unresolved.o"),
-            (os.path.join(INPUTS, "unused_kernel.cu"), "unused_kernel.o")]]
+            (os.path.join(INPUTS, "unused_kernel.cu"), "unused_kernel.o"),
+            (t("bits_changed.cu"), "bits_changed.o")]]
         with concurrent.futures.ThreadPoolExecutor(max_workers=2) as ex:  # nvcc is slow
             list(ex.map(check, compiles))
         os.mkdir(t("base"))
         check([PACK, "-o", t("base"), "-n", "app", t("arith.o"), t("decode.o"), t("bits.o")])
         check([PACK, "-o", t("base"), "-n", "unresolved", t("unresolved.o")])
         check([PACK, "-o", t("base"), "-n", "extra", t("arith.o"), t("unused_kernel.o")])
+        check([PACK, "-o", t("base"), "-n", "changed", t("arith.o"), t("decode.o"),
+               t("bits_changed.o")])
+        check([PACK, "-o", t("base"), "-n", "nobits", t("arith.o"), t("decode.o")])
         cls.base = t("base/app.cudaqpkg")
         cls.base_manifest = json.loads(read(os.path.join(cls.base, "manifest.json")))
         # LTO-IR from a newer toolkit and from another major: arith.o's container with the
@@ -121,13 +129,14 @@ class LinkTest(unittest.TestCase):
     # What every failure must satisfy: the exit status, one `cudaq-rt-link: error: ` line holding
     # every keyword, nothing on stdout, the package unchanged byte for byte, no directory left
     # beside it, and no cache entry (or partial one) written.
-    def link_fails(self, pkg, args, keywords, status=1, cache=None):
+    def link_fails(self, pkg, args, keywords, status=1, cache=None, env_extra=None,
+                   units_cached=False):
         parent = os.path.dirname(os.path.abspath(pkg))
         cache = cache or os.path.join(tempfile.mkdtemp(dir=self.tmp, prefix="c."), "cache")
         lock = "." + os.path.basename(pkg) + ".lock"
         before = (snapshot(pkg), sorted(set(os.listdir(parent)) - {lock}),
                   snapshot(cache, skip={"v1/stats"}, dirs=False))
-        r = run([LINK, pkg, *args], self.env(cache))
+        r = run([LINK, pkg, *args], self.env(cache, **(env_extra or {})))
         self.assertEqual(r.returncode, status, f"{args}\n{r.stderr}")
         self.assertEqual(r.stdout, "")
         errors = [l for l in r.stderr.splitlines() if l.startswith("cudaq-rt-link: error: ")]
@@ -138,6 +147,12 @@ class LinkTest(unittest.TestCase):
                  snapshot(cache, skip={"v1/stats"}, dirs=False))
         self.assertEqual(before[0], after[0], "a failed link changed the package")
         self.assertEqual(before[1], after[1], "a failed link left something beside the package")
+        if units_cached:  # per-TU: the units that compiled are kept, but no module
+            for name in set(after[2]) - set(before[2]):
+                entry = read(os.path.join(cache, name))
+                size, = struct.unpack_from("<Q", entry, 48)
+                self.assertEqual(json.loads(entry[128:128 + size])["mode"], "object", name)
+            after = after[:2] + (before[2],)
         self.assertEqual(before[2], after[2], "a failed link wrote to the cache")
         return errors[0], r.stderr
 
@@ -154,13 +169,21 @@ class LinkTest(unittest.TestCase):
         for l in m["links"]:
             self.assertEqual(l["bridge"], "loopback")
             self.assertEqual(l["dispatcher"], "builtin")
-            self.assertEqual(l["mode"], "lto")
+            # The default mode's record: the link's --json says which mode that was.
+            self.assertEqual(l["mode"], {"whole": "lto", "per-tu": "lto-per-tu"}[
+                self.linked_json["lto"]])
             self.assertEqual(l["nvjitlink_version"], "13.0")
             self.assertIn("-arch=" + l["arch"], l["options"])
             self.assertIn("-lto", l["options"])
             self.assertIn("-kernels-used=" + KERNEL, l["options"])
+            # Whole: the handler globals are named; per-TU: a unit keeps its globals itself, and
+            # its key must not depend on the other units' exports.
             for s in HANDLER_SYMBOLS:
-                self.assertIn("-variables-used=" + s, l["options"])
+                if l["mode"] == "lto":
+                    self.assertIn("-variables-used=" + s, l["options"])
+                else:
+                    self.assertIn("-Xptxas=-c", l["options"])
+                    self.assertNotIn("-variables-used=" + s, l["options"])
             self.assertRegex(l["cache_key"], r"^sha256:[0-9a-f]{64}$")
             # Inputs, in link order: the dispatcher, the bridge's hooks, the application.
             roles = [containers[d]["role"] for d in l["inputs"]]
@@ -232,7 +255,8 @@ class LinkTest(unittest.TestCase):
         first = self.link_json(pkg, "--arch", "sm_80,sm_90", cache=cache)
         stats = lambda: json.loads(self.link("--cache-stats", "--json", cache=cache).stdout)["cache"]  # noqa: E731
         s1 = stats()
-        self.assertEqual((s1["entries"], s1["stores"], s1["hits"]), (2, 2, 0))
+        units = s1["units"]["misses"]  # per-TU mode: each unit compiled is an entry too
+        self.assertEqual((s1["entries"], s1["stores"], s1["hits"]), (2 + units, 2 + units, 0))
         second = self.link_json(pkg, "--arch", "sm_80,sm_90", cache=cache)
         self.assertEqual([a["cache_hit"] for a in first["archs"]], [False, False])
         self.assertEqual([a["cache_hit"] for a in second["archs"]], [True, True])
@@ -240,7 +264,8 @@ class LinkTest(unittest.TestCase):
         self.assertEqual(self.cubin_digests(first), self.cubin_digests(self.linked_json))
         s2 = stats()
         self.assertEqual(s2["hits"], s1["hits"] + 2)
-        self.assertEqual((s2["entries"], s2["stores"]), (2, 2))
+        self.assertEqual((s2["entries"], s2["stores"]), (2 + units, 2 + units))
+        self.assertEqual(s2["units"], s1["units"], "a module hit looked its units up")
         # Relinking an already linked package replaces its records instead of adding more.
         m = self.manifest(pkg)
         self.assertEqual([l["arch"] for l in m["links"]], ["sm_80", "sm_90"])
@@ -367,7 +392,8 @@ class LinkTest(unittest.TestCase):
         doc = json.loads(self.link(pkg, "--arch", "sm_80", "--json", "--cache-stats",
                                    cache=cache).stdout)
         self.assertTrue(doc["ok"])
-        self.assertEqual(doc["cache"]["stores"], 1)
+        # One module, and in per-TU mode each unit it compiled.
+        self.assertEqual(doc["cache"]["stores"], 1 + doc["cache"]["units"]["misses"])
         self.assertEqual(doc["cache"]["dir"], cache)
 
     def test_verbose_and_plain_links_do_not_share_a_cubin(self):
@@ -569,18 +595,194 @@ class LinkTest(unittest.TestCase):
                                   [f"LTO-IR version {major + 1}.{minor}", "another major"])
         self.assertNotIn("nvJitLink failed", line)
 
+    # --- --lto per-tu and whole -----------------------------------------------------------------
+
+    def cubin(self, doc, arch):
+        a = next(a for a in doc["archs"] if a["arch"] == arch)
+        path = os.path.join(doc["package"], "blobs", "sha256", a["cubin"]["digest"][7:])
+        return read(path)
+
+    def test_both_modes_define_the_kernel_and_every_handler(self):
+        pkg, cache = self.fresh()
+        docs, records = {}, {}
+        for mode in ("whole", "per-tu"):
+            doc = docs[mode] = self.link_json(pkg, "--arch", "sm_80,sm_90", "--lto", mode,
+                                              cache=cache)
+            self.assertEqual(doc["lto"], mode)
+            for a in doc["archs"]:
+                self.assertEqual(a["lto"], mode)
+                self.assertFalse(a["cache_hit"])
+                data = self.cubin(doc, a["arch"])
+                machine, flags, symbols = cubin_info(data)
+                self.assertEqual(machine, EM_CUDA)
+                self.assertEqual(struct.unpack_from("<H", data, 0x10)[0], 2, "not ET_EXEC")
+                self.assertEqual((flags >> 8) & 0xFF, int(a["arch"][3:]))
+                self.assertEqual(symbols.get(KERNEL), "func", (mode, a["arch"]))
+                handlers = sorted(s for s in symbols if s.startswith("cudaq_rt_handler__"))
+                self.assertEqual(handlers, HANDLER_SYMBOLS, (mode, a["arch"]))
+            records[mode] = {l["arch"]: l for l in self.manifest(pkg)["links"]}
+            self.assertEqual(validate_schema.validate(self.schema, self.manifest(pkg)), [])
+        self.assertEqual([l["mode"] for l in records["whole"].values()], ["lto", "lto"])
+        self.assertEqual([l["mode"] for l in records["per-tu"].values()], ["lto-per-tu"] * 2)
+        for arch in ("sm_80", "sm_90"):
+            self.assertNotEqual(records["whole"][arch]["cache_key"],
+                                records["per-tu"][arch]["cache_key"])
+            self.assertNotEqual(records["whole"][arch]["cubin"], records["per-tu"][arch]["cubin"])
+            self.assertIn("-Xptxas=-c", records["per-tu"][arch]["options"])
+            self.assertNotIn("-Xptxas=-c", records["whole"][arch]["options"])
+        # Per-TU: the dispatcher with the bridge's hooks, then one unit per application container.
+        units = docs["per-tu"]["archs"][0]["units"]
+        self.assertEqual([u["source"] for u in units], ["compiled"] * 4)
+        self.assertTrue(units[0]["name"].startswith("dispatcher builtin + bridge loopback"))
+        self.assertEqual([u["name"] for u in units[1:]], ["arith.o#0", "decode.o#0", "bits.o#0"])
+        # Each mode finds its own module in the cache.
+        for mode in ("whole", "per-tu"):
+            again = self.link_json(pkg, "--arch", "sm_80,sm_90", "--lto", mode, cache=cache)
+            self.assertEqual([a["cache_hit"] for a in again["archs"]], [True, True])
+            self.assertEqual(self.cubin_digests(again), self.cubin_digests(docs[mode]))
+            self.assertNotIn("units", again["archs"][0])
+
+    def test_a_call_into_another_unit_is_a_real_call_per_tu(self):
+        # decode.cu's parity calls bits.cu's popcount_bytes: compiled alone, decode.cu leaves the
+        # call unresolved and the final link resolves it to bits.cu's definition, which the cubin
+        # then defines as a function of its own. The whole-program link may inline it instead.
+        pkg, cache = self.fresh()
+        doc = self.link_json(pkg, "--arch", "sm_90", "--lto", "per-tu", "--no-cache", cache=cache)
+        _, _, symbols = cubin_info(self.cubin(doc, "sm_90"))
+        self.assertEqual(symbols.get("_Z14popcount_bytesPKhj"), "func")
+        # Without bits.cu the per-TU link fails at the final link, naming the call.
+        nobits, _ = self.fresh("nobits")
+        line, stderr = self.link_fails(nobits, ["--arch", "sm_90", "--lto", "per-tu"],
+                                       ["sm_90", "nvJitLink failed", "unresolved symbol",
+                                        "popcount_bytes"], units_cached=True)
+        self.assertIn("Undefined reference to '_Z14popcount_bytesPKhj' in 'decode.o#0'", stderr)
+
+    def test_one_changed_unit_is_the_only_unit_compiled_again(self):
+        pkg, cache = self.fresh()
+        # -v on both: -verbose is part of every key.
+        first = self.link_json(pkg, "--arch", "sm_90", "--lto", "per-tu", "-v", cache=cache)
+        stats = lambda: json.loads(self.link("--cache-stats", "--json", cache=cache).stdout)["cache"]  # noqa: E731
+        before = stats()
+        self.assertEqual((before["units"]["hits"], before["units"]["misses"]), (0, 4))
+        changed, _ = self.fresh("changed")
+        r = self.link(changed, "--arch", "sm_90", "--lto", "per-tu", "--json", "-v", cache=cache)
+        doc = json.loads(r.stdout)
+        units = doc["archs"][0]["units"]
+        self.assertFalse(doc["archs"][0]["cache_hit"])
+        self.assertEqual([(u["name"], u["source"]) for u in units][1:],
+                         [("arith.o#0", "cache"), ("decode.o#0", "cache"),
+                          ("bits_changed.o#0", "compiled")])
+        self.assertEqual(units[0]["source"], "cache")
+        self.assertEqual([u["key"] for u in units[:3]],
+                         [u["key"] for u in first["archs"][0]["units"][:3]])
+        after = stats()
+        self.assertEqual((after["units"]["hits"] - before["units"]["hits"],
+                          after["units"]["misses"] - before["units"]["misses"]), (3, 1))
+        # -v names each unit and where it came from.
+        lines = [l for l in r.stderr.splitlines() if ": unit " in l]
+        self.assertEqual(len(lines), 4, r.stderr)
+        self.assertRegex(lines[1], r"^cudaq-rt-link: sm_90: unit arith\.o#0: cached  \d+ bytes")
+        self.assertRegex(lines[3],
+                         r"^cudaq-rt-link: sm_90: unit bits_changed\.o#0: compiled  \d+ bytes")
+        # The same cubin as a link that compiles every unit afresh.
+        cold = self.link_json(changed, "--arch", "sm_90", "--lto", "per-tu", "-v", "--no-cache",
+                              "--no-store", cache=cache)
+        self.assertEqual(self.cubin_digests(cold), self.cubin_digests(doc))
+        symbols = cubin_info(self.blob(changed, doc["archs"][0]["cubin"]["digest"]))[2]
+        self.assertIn("cudaq_rt_test_changed", symbols)
+        text = self.link("--cache-stats", cache=cache).stdout
+        self.assertRegex(text, r"unit hits +3\n")
+        self.assertRegex(text, r"unit misses +5\n")
+
+    def test_a_corrupt_unit_entry_is_a_miss(self):
+        pkg, cache = self.fresh()
+        first = self.link_json(pkg, "--arch", "sm_80", "--lto", "per-tu", "--no-store",
+                               cache=cache)
+        a = first["archs"][0]
+        entry = lambda key: os.path.join(cache, "v1", key[7:9], key[7:])  # noqa: E731
+        arith = next(u for u in a["units"] if u["name"] == "arith.o#0")
+        data = bytearray(read(entry(arith["key"])))
+        data[-20] ^= 0x01  # in the relocatable cubin
+        with open(entry(arith["key"]), "wb") as f:
+            f.write(data)
+        os.remove(entry(a["cache_key"]))  # the module, so that the units are looked up
+        before = json.loads(self.link("--cache-stats", "--json", cache=cache).stdout)["cache"]
+        again = self.link_json(pkg, "--arch", "sm_80", "--lto", "per-tu", "--no-store",
+                               cache=cache)
+        sources = {u["name"]: u["source"] for u in again["archs"][0]["units"]}
+        self.assertEqual(sources["arith.o#0"], "compiled")
+        self.assertEqual(sorted(sources.values()), ["cache", "cache", "cache", "compiled"])
+        self.assertEqual(self.cubin_digests(again), self.cubin_digests(first))
+        after = json.loads(self.link("--cache-stats", "--json", cache=cache).stdout)["cache"]
+        self.assertEqual(after["corrupt"], before["corrupt"] + 1)
+        self.assertEqual(after["units"]["misses"], before["units"]["misses"] + 1)
+        self.assertNotEqual(read(entry(arith["key"])), bytes(data), "the corrupt entry stayed")
+
+    def test_forced_fallback_links_the_whole_program(self):
+        pkg, cache = self.fresh()
+        whole = self.link_json(pkg, "--arch", "sm_80", "--lto", "whole", "--no-cache",
+                               "--no-store", cache=cache)
+        env = self.env(cache, CUDAQ_RT_FORCE_WHOLE_LINK="1")
+        r = self.link(pkg, "--arch", "sm_80", "--lto", "per-tu", "--json", cache=cache, env=env)
+        doc = json.loads(r.stdout)
+        a = doc["archs"][0]
+        self.assertEqual(doc["lto"], "per-tu")  # asked for
+        self.assertEqual(a["lto"], "whole")     # done
+        self.assertEqual(r.stderr.splitlines(), [
+            "cudaq-rt-link: note: sm_80: per-TU link unavailable (CUDAQ_RT_FORCE_WHOLE_LINK is "
+            "set): linked as a whole program"])
+        self.assertEqual(a["fallback"], r.stderr.splitlines()[0].split("sm_80: ", 1)[1])
+        self.assertNotIn("units", a)
+        # The whole program with split compile: --lto whole's options and one more (its output
+        # differs from run to run: nvJitLink 13.0), under a key of its own.
+        self.assertEqual(a["options"], whole["archs"][0]["options"][:2]
+                         + ["-split-compile-extended=0"] + whole["archs"][0]["options"][2:])
+        self.assertNotEqual(a["cache_key"], whole["archs"][0]["cache_key"])
+        _, _, symbols = cubin_info(self.cubin(doc, "sm_80"))
+        self.assertEqual(symbols.get(KERNEL), "func")
+        self.assertEqual(sorted(s for s in symbols if s.startswith("cudaq_rt_handler__")),
+                         HANDLER_SYMBOLS)
+        self.assertEqual([l["mode"] for l in self.manifest(pkg)["links"]], ["lto"])
+        # Without it, the per-TU link runs (its module is not the whole program's).
+        per_tu = self.link_json(pkg, "--arch", "sm_80", "--lto", "per-tu", cache=cache)
+        self.assertEqual(per_tu["archs"][0]["lto"], "per-tu")
+        self.assertFalse(per_tu["archs"][0]["cache_hit"])
+        self.assertEqual([l["mode"] for l in self.manifest(pkg)["links"]], ["lto-per-tu"])
+
+    def test_lto_mode_from_the_environment(self):
+        pkg, cache = self.fresh()
+        doc = json.loads(self.link(pkg, "--arch", "sm_80", "--dry-run", "--json", cache=cache,
+                                   env=self.env(cache, CUDAQ_RT_LTO="whole")).stdout)
+        self.assertEqual(doc["lto"], "whole")
+        flag = json.loads(self.link(pkg, "--arch", "sm_80", "--dry-run", "--json", "--lto",
+                                    "per-tu", cache=cache,
+                                    env=self.env(cache, CUDAQ_RT_LTO="whole")).stdout)
+        self.assertEqual(flag["lto"], "per-tu")
+        self.assertNotEqual(flag["archs"][0]["cache_key"], doc["archs"][0]["cache_key"])
+        self.link_fails(pkg, ["--arch", "sm_80"], ["CUDAQ_RT_LTO='fast'",
+                                                   "expected per-tu or whole"],
+                        env_extra={"CUDAQ_RT_LTO": "fast"})
+        r = self.link(pkg, "--arch", "sm_80", "--lto", "fast", cache=cache, status=2)
+        self.assertIn("--lto", r.stderr)
+
     def test_unresolved_symbol(self):
-        pkg, _ = self.fresh("unresolved")
-        line, stderr = self.link_fails(pkg, ["--arch", "sm_80"],
-                                       ["sm_80", "nvJitLink failed", "unresolved symbol",
-                                        "cudaq_rt_test_defined_nowhere"])
-        notes = [l for l in stderr.splitlines() if l.startswith("cudaq-rt-link: note: ")]
-        text = "\n".join(notes)
-        self.assertIn("Unresolved extern function", text)  # nvJitLink's own log
-        self.assertIn("note: inputs:", text)
-        self.assertIn("dispatcher builtin", text)
-        self.assertIn("bridge loopback", text)
-        self.assertIn("unresolved.o#0", text)
+        # nvJitLink's own log says it: ptxas in a whole-program link, nvlink in the final link
+        # of per-TU units (which names the unit).
+        for mode, log in (("whole", "Unresolved extern function"),
+                          ("per-tu", "Undefined reference to "
+                                     "'_Z29cudaq_rt_test_defined_nowherePKhj' in "
+                                     "'unresolved.o#0'")):
+            pkg, _ = self.fresh("unresolved")
+            line, stderr = self.link_fails(pkg, ["--arch", "sm_80", "--lto", mode],
+                                           ["sm_80", "nvJitLink failed", "unresolved symbol",
+                                            "cudaq_rt_test_defined_nowhere"], units_cached=True)
+            notes = [l for l in stderr.splitlines() if l.startswith("cudaq-rt-link: note: ")]
+            text = "\n".join(notes)
+            self.assertIn(log, text)
+            self.assertIn("note: inputs:", text)
+            self.assertIn("dispatcher builtin", text)
+            self.assertIn("bridge loopback", text)
+            self.assertIn("unresolved.o#0", text)
 
     def test_blob_that_does_not_match_its_digest(self):
         pkg, _ = self.fresh()

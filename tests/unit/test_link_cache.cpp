@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -124,6 +125,27 @@ TEST_CASE("every part of the key changes the key") {
   NvJitLinkIdentity moved = fake_nvjitlink();
   moved.path = "/usr/lib/libnvJitLink.so.13";
   CHECK(LinkKey::make("sm_90a", options, moved, {input(1), input(2)}).digest != base.digest);
+}
+
+TEST_CASE("the mode is part of a key, and a whole-program key is as it was before modes") {
+  const std::vector<std::string> options = {"-arch=sm_90", "-lto"};
+  const std::vector<Digest> inputs = {input(1), input(2), input(3)};
+  LinkKey whole = LinkKey::make("sm_90", options, fake_nvjitlink(), inputs);
+  CHECK(LinkKey::make("sm_90", options, fake_nvjitlink(), inputs, "").digest == whole.digest);
+  LinkKey per_tu = LinkKey::make("sm_90", options, fake_nvjitlink(), inputs, "per-tu", {2, 1});
+  LinkKey regrouped = LinkKey::make("sm_90", options, fake_nvjitlink(), inputs, "per-tu", {1, 2});
+  LinkKey object = LinkKey::make("sm_90", options, fake_nvjitlink(), inputs, "object");
+  std::set<std::string> digests{whole.digest.str(), per_tu.digest.str(), regrouped.digest.str(),
+                                object.digest.str()};
+  CHECK(digests.size() == 4);
+  CHECK(object.object());
+  CHECK_FALSE(per_tu.object());
+  CHECK(whole.to_json()["mode"] == "whole");
+  CHECK(per_tu.to_json()["units"] == nlohmann::json::array({2, 1}));
+  CHECK(LinkMetadata::from_key(object).mode == "object");
+  auto back = LinkMetadata::from_json(LinkMetadata::from_key(per_tu).to_json());
+  REQUIRE(back);
+  CHECK(back->mode == "per-tu");
 }
 
 TEST_CASE("options that cannot change the cubin do not change the key") {
@@ -371,6 +393,17 @@ TEST_CASE("the counters add up") {
   CHECK(s.dir == tmp.path);
   CHECK(s.to_json()["hits"] == 3);
 
+  // A unit's entry counts apart from the modules.
+  LinkKey unit = LinkKey::make("sm_90", std::vector<std::string>{"-arch=sm_90"}, fake_nvjitlink(),
+                               {input(9)}, "object");
+  CHECK_FALSE(cache.get(unit));
+  REQUIRE(cache.put(unit, cubin_for(9), LinkMetadata::from_key(unit)));
+  CHECK(cache.get(unit));
+  s = stats_of(cache);
+  CHECK((s.hits == 3 && s.misses == 2 && s.unit_hits == 1 && s.unit_misses == 1));
+  CHECK(s.to_json()["units"]["hits"] == 1);
+  CHECK(stats_of(open_cache(tmp.path)).unit_misses == 1);
+
   // Counters live on disk: another LinkCache over the same directory sees them.
   CHECK(stats_of(open_cache(tmp.path)).hits == 3);
 
@@ -379,7 +412,7 @@ TEST_CASE("the counters add up") {
   put_ok(cache, 3);
   s = stats_of(cache);
   CHECK(s.stores == 1);
-  CHECK(s.entries == 3);
+  CHECK(s.entries == 4);
 }
 
 TEST_CASE("a disabled cache stores nothing and never hits") {

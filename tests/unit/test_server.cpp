@@ -14,6 +14,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -202,6 +203,47 @@ TEST_CASE("the load path takes the package's cubin, else the cache's, else links
   REQUIRE_MESSAGE(fourth, error_of(fourth));
   CHECK((*fourth)->report().source == CubinSource::package);
   CHECK(gpu.launches == 4);
+}
+
+TEST_CASE("a package's cubin serves any mode, unless a mode is asked for by name") {
+  Fixture &f = fixture();
+  const fs::path pkg = f.fresh_copy("modes");
+  FakeGpu gpu;
+  // Linked at load as a whole program, and stored.
+  LoadOptions whole = f.options(pkg, "");
+  whole.link.lto_mode = LtoMode::whole;
+  whole.policy.store = true;
+  auto linked = Server::start(whole, gpu);
+  REQUIRE_MESSAGE(linked, error_of(linked));
+  CHECK((*linked)->report().source == CubinSource::link);
+  CHECK((*linked)->report().record.mode == "lto");
+  const Digest whole_key = (*linked)->report().record.cache_key;
+  linked->reset();
+
+  LoadOptions any = f.options(pkg, "");
+  any.policy.allow_link = false;
+  auto served = Server::start(any, gpu);
+  REQUIRE_MESSAGE(served, error_of(served));
+  CHECK((*served)->report().source == CubinSource::package);
+  served->reset();
+
+  LoadOptions per_tu = any;
+  per_tu.link.lto_mode = LtoMode::per_tu;
+  auto refused = Server::start(per_tu, gpu);
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().str().find("no cubin for sm_90 (bridge host, dispatcher builtin) in the "
+                                   "package or the link cache") != std::string::npos);
+
+  // Linked at load per TU: a record of that mode, under a key of its own.
+  per_tu.policy = {.allow_link = true, .store = true};
+  auto relinked = Server::start(per_tu, gpu);
+  REQUIRE_MESSAGE(relinked, error_of(relinked));
+  CHECK((*relinked)->report().source == CubinSource::link);
+  CHECK((*relinked)->report().record.mode == "lto-per-tu");
+  const std::vector<std::string> &notes = (*relinked)->report().notes;
+  CHECK(std::count(notes.begin(), notes.end(),
+                   "linked per TU: 0 of 5 units from the cache, 5 compiled") == 1);
+  CHECK((*relinked)->report().record.cache_key != whole_key);
 }
 
 TEST_CASE("with linking at load off, a GPU the package and cache have no cubin for is refused") {

@@ -48,6 +48,23 @@ json arch_json(const ArchLink &a) {
     j["info_log"] = a.info_log;
   if (!a.notes.empty())
     j["remote_cache"] = a.notes;
+  j["lto"] = lto_mode_name(a.mode);
+  if (!a.fallback.empty())
+    j["fallback"] = a.fallback;
+  // Per-TU mode, when the module was not in the cache: where each unit's cubin came from.
+  if (!a.units.empty()) {
+    j["final_link_ms"] = a.final_link_ms;
+    j["units"] = json::array();
+    for (const UnitLink &u : a.units) {
+      json ju = {{"name", u.name},
+                 {"source", u.cache_hit  ? "cache"
+                            : u.compiled ? "compiled"
+                                         : "fatbin"}};
+      if (u.cache_hit || u.compiled)
+        ju.update({{"key", u.key.str()}, {"size", u.size}, {"time_ms", u.time_ms}});
+      j["units"].push_back(ju);
+    }
+  }
   return j;
 }
 
@@ -73,12 +90,13 @@ int cache_command(const LinkCache &cache, bool stats, std::optional<uint64_t> pr
       std::printf("cache directory  %s\nenabled          %s\nentries          %llu\n"
                   "size             %llu bytes (max %llu)\nhits             %llu\n"
                   "misses           %llu\nstores           %llu\nevictions        %llu\n"
-                  "corrupt entries  %llu\n",
+                  "corrupt entries  %llu\nunit hits        %llu\nunit misses      %llu\n",
                   s->dir.c_str(), s->enabled ? "yes" : "no", (unsigned long long)s->entries,
                   (unsigned long long)s->bytes, (unsigned long long)s->max_bytes,
                   (unsigned long long)s->hits, (unsigned long long)s->misses,
                   (unsigned long long)s->stores, (unsigned long long)s->evictions,
-                  (unsigned long long)s->corrupt);
+                  (unsigned long long)s->corrupt, (unsigned long long)s->unit_hits,
+                  (unsigned long long)s->unit_misses);
     if (!as_json && !s->remote_url.empty())
       std::printf("remote cache     %s\nremote hits      %llu\nremote misses    %llu "
                   "(%llu corrupt)\nremote stores    %llu\nremote errors    %llu\n"
@@ -144,7 +162,14 @@ int main(int argc, char **argv) {
                  "Dispatch kernel: 'builtin' or a custom kernel the package exports (default: "
                  "the package's custom kernel, else builtin)")
       ->group("Link");
-  app.add_option("-j,--jobs", opts.jobs, "Archs linked at once (default: the number of cores)")
+  app.add_option("-j,--jobs", opts.jobs,
+                 "Archs (and per-TU units) linked at once (default: the number of cores)")
+      ->group("Link");
+  std::string lto_text;
+  app.add_option("--lto", lto_text,
+                 "How LTO-IR is linked: per-tu (each translation unit compiled alone and cached, "
+                 "then a link of the cubins; the default) or whole (one whole-program link)")
+      ->check(CLI::IsMember({"per-tu", "whole"}))
       ->group("Link");
   std::string opt_level;
   app.add_option("-O", opt_level, "nvJitLink optimization level: -O0 or -O3 (part of the key)")
@@ -195,6 +220,8 @@ int main(int argc, char **argv) {
     return rc;
   opts.settings.opt_level = opt_level.empty() ? "" : "-O" + opt_level;
   opts.settings.kernels_used = !no_kernels_used;
+  if (!lto_text.empty())
+    opts.settings.lto_mode = parse_lto_mode(lto_text);
   if (*prune_opt) {
     prune = parse_cache_size(prune_text);
     if (!prune) {
@@ -257,6 +284,18 @@ int main(int argc, char **argv) {
   for (const ArchLink &a : report->archs) {
     for (const std::string &w : a.warnings)
       driver::warn(tool, a.arch + ": " + w);
+    if (!a.fallback.empty())
+      std::fprintf(stderr, "%s: note: %s: %s\n", tool, a.arch.c_str(), a.fallback.c_str());
+    if (opts.settings.verbose)
+      for (const UnitLink &u : a.units) {
+        char ms[32];
+        std::snprintf(ms, sizeof ms, "%.1f ms", u.time_ms);
+        std::string what = u.cache_hit  ? cat("cached  ", u.size, " bytes  ", ms)
+                           : u.compiled ? cat("compiled  ", u.size, " bytes  ", ms)
+                                        : std::string("no LTO-IR: linked as it is");
+        std::fprintf(stderr, "%s: %s: unit %s: %s\n", tool, a.arch.c_str(), u.name.c_str(),
+                     what.c_str());
+      }
     if (opts.settings.verbose)
       for (const std::string &n : a.notes)
         std::fprintf(stderr, "%s: %s: note: %s\n", tool, a.arch.c_str(), n.c_str());
@@ -274,6 +313,7 @@ int main(int argc, char **argv) {
     json j = {{"package", report->package.string()},
               {"bridge", report->bridge},
               {"dispatcher", report->dispatcher},
+              {"lto", lto_mode_name(report->mode)},
               {"dry_run", opts.dry_run},
               {"ok", report->ok()},
               {"archs", json::array()}};

@@ -291,6 +291,12 @@ int main(int argc, char **argv) {
   auto *grid_opt = app.add_option("--grid", grid_text,
                                   "Launch shape of a custom dispatch kernel: BLOCKS,THREADS")
                        ->group("Loading");
+  std::string lto_text;
+  app.add_option("--lto", lto_text,
+                 "How a link at load links LTO-IR: per-tu or whole (default per-tu; named, the "
+                 "package's cubin is used only when linked in that mode)")
+      ->check(CLI::IsMember({"per-tu", "whole"}))
+      ->group("Loading");
   app.add_flag("--no-link", no_link, "Never link at load: the package or the cache must have it")
       ->group("Loading");
   app.add_flag("--store", opts.policy.store, "Store a cubin linked at load in the package too")
@@ -321,6 +327,8 @@ int main(int argc, char **argv) {
                  tool);
     return driver::exit_usage;
   };
+  if (!lto_text.empty())
+    opts.link.lto_mode = parse_lto_mode(lto_text);
   const bool serving = serve_flag;
   if (!*call_opt && !*calls_opt && !*bench_opt && !list && !serving)
     return usage("nothing to do: give --call NAME, --calls FILE, --bench N, --serve or --list");

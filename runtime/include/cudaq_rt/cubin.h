@@ -12,6 +12,7 @@ namespace cudaq_rt {
 
 struct CubinInfo {
   uint32_t arch = 0;               // SM number from the ELF header
+  bool relocatable = false;        // ET_REL: one unit compiled alone, not a loadable module
   std::set<std::string> functions; // defined function symbols (kernels and device functions)
   std::set<std::string> variables; // defined object symbols (globals)
 };

@@ -6,6 +6,10 @@
 //   store_links plan + cubins                 -> the package, replaced atomically under its lock
 //
 // link_package runs the three for a list of archs, in parallel: cudaq-rt-link.
+//
+// LTO-IR is linked in one of two modes (LtoMode): the whole program in one -lto link, or each
+// translation unit compiled alone to a relocatable cubin (kept in the link cache) and a final link
+// of those cubins. link_plan.cpp says why and what each costs.
 #pragma once
 
 #include "cudaq_rt/digest.h"
@@ -18,6 +22,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -33,6 +38,18 @@ struct TargetArch {
 };
 std::optional<TargetArch> parse_arch(std::string_view text);
 
+// How LTO-IR is linked (cudaq-rt-link(1), --lto).
+enum class LtoMode {
+  per_tu, // each unit compiled alone for the arch (cached), then a non-LTO link of the cubins
+  whole,  // one -lto link of every input: inlining across units, cost that grows with the whole
+};
+const char *lto_mode_name(LtoMode mode); // "per-tu", "whole"
+std::optional<LtoMode> parse_lto_mode(std::string_view text);
+// The mode when none is asked for, by the settings or by CUDAQ_RT_LTO (per-tu or whole): chosen
+// from GPU measurements (bench/link_bench.md).
+constexpr LtoMode default_lto_mode = LtoMode::per_tu;
+constexpr const char *lto_mode_env = "CUDAQ_RT_LTO";
+
 // What a link is asked for, whatever the arch.
 struct LinkSettings {
   // A bridge name or library path. Empty: the package's bridge if it packs exactly one, else
@@ -45,6 +62,9 @@ struct LinkSettings {
   std::string opt_level;    // "-O0" or "-O3"; empty: nvJitLink's default
   std::vector<std::string> extra_options; // passed through; part of the key
   bool verbose = false;                   // -verbose -time; the info log is returned
+  // Unset: $CUDAQ_RT_LTO, else default_lto_mode; and the load path takes a package's cubin
+  // linked in either mode.
+  std::optional<LtoMode> lto_mode;
 };
 
 // One container that goes into the link, with what the checks need to know about it.
@@ -53,6 +73,18 @@ struct LinkInput {
   Digest digest;
   std::span<const uint8_t> bytes; // owned by the LinkPlan
   std::vector<EntryRecord> entries;
+};
+
+// Per-TU mode: a run of a plan's inputs compiled alone to a relocatable cubin. The dispatcher and
+// the bridge's hooks are one unit, so that the hooks are inlined into the kernel; every
+// application container is one. A unit with no LTO-IR is not compiled: its fatbin goes into the
+// final link as it is.
+struct LinkUnit {
+  std::string name;
+  size_t first = 0; // into LinkPlan::inputs
+  size_t count = 0;
+  bool compile = true;
+  bool dispatcher = false; // holds the dispatch kernel
 };
 
 // Code the package does not hold yet (the bridge's hooks, the built-in dispatcher): stored in it
@@ -75,6 +107,12 @@ public:
   std::vector<std::string> handler_symbols; // their cudaq_rt_handler__<name> globals
   std::vector<std::string> globals;         // exported host-set globals (CUDAQ_RT_EXPORT_GLOBAL)
   bool lto = false;                         // some input carries LTO-IR
+  // The mode this plan links in (whole where no input carries LTO-IR). A toolkit that cannot
+  // compile a unit alone is found out at the first unit to compile (link_archs), not here, so
+  // that a cache hit costs no trial compile.
+  LtoMode mode = LtoMode::whole;
+  std::vector<LinkUnit> units; // per-TU mode
+  bool split_compile = false;  // whole mode: -split-compile-extended=0 (the fallback only)
   NvJitLinkIdentity nvjitlink;
   LinkSettings settings;
   // The packed code the plan was made from: a store refuses a package whose code was replaced.
@@ -83,8 +121,16 @@ public:
   std::vector<Digest> input_digests() const;
   // Whether the inputs can be linked for `arch`; the error says what the package can serve.
   Status check_target(const TargetArch &arch) const;
+  // What the link record says was passed to nvJitLink, and the key of the linked module. In
+  // per-TU mode: the units' options (every unit gets the same).
   std::vector<std::string> options(const TargetArch &arch) const;
   LinkKey key(const TargetArch &arch) const;
+  // Per-TU mode: a unit's compile (LTO, relocatable output), its key, and the final link's options.
+  std::vector<std::string> unit_options(const TargetArch &arch) const;
+  LinkKey unit_key(const TargetArch &arch, const LinkUnit &unit) const;
+  std::vector<std::string> final_options(const TargetArch &arch) const;
+  // The fallback from per-TU mode: the same plan linked as a whole program, with split compile.
+  LinkPlan as_whole_fallback() const;
 
 private:
   friend Expected<LinkPlan> plan_link(const Package &, const LinkSettings &);
@@ -102,6 +148,16 @@ std::vector<std::tuple<Digest, Role, std::string>> packed_code(const Manifest &m
 // told before nvJitLink runs (LTO-IR from another toolkit, options that are not UTF-8).
 Expected<LinkPlan> plan_link(const Package &package, const LinkSettings &settings);
 
+// Per-TU mode: one unit's relocatable cubin, from the cache or compiled.
+struct UnitLink {
+  std::string name;
+  Digest key;
+  bool cache_hit = false;
+  bool compiled = false; // false with cache_hit false: not compiled (no LTO-IR), or failed
+  double time_ms = 0;    // this run: the compile, or the lookup
+  uint64_t size = 0;
+};
+
 // One arch's outcome.
 struct ArchLink {
   std::string arch;
@@ -118,6 +174,11 @@ struct ArchLink {
   std::string details; // with an error: nvJitLink's log and the inputs, several lines
   std::vector<std::string> warnings;
   std::vector<std::string> notes; // what the remote cache did, for -v
+  LtoMode mode = LtoMode::whole;  // the mode it was linked in
+  std::vector<UnitLink> units;    // per-TU mode, when the module was not a cache hit
+  double final_link_ms = 0;       // per-TU mode: the final link of the units' cubins alone
+  // Why a per-TU link became a whole-program one, in one line (a note, always shown), or empty.
+  std::string fallback;
 };
 
 // The arch's key, and nothing else: what a dry run shows.
@@ -130,6 +191,12 @@ enum class LinkMiss { link, report };
 ArchLink link_arch(const LinkPlan &plan, const TargetArch &arch, const LinkCache &cache,
                    LinkMiss on_miss);
 
+// link_arch for several archs: `jobs` threads (0: one per core) over the archs, or in per-TU mode
+// over every (arch, unit) to compile, then over the final links. Results in the order of `archs`.
+std::vector<ArchLink> link_archs(const LinkPlan &plan, std::span<const TargetArch> archs,
+                                 const LinkCache &cache, unsigned jobs,
+                                 LinkMiss on_miss = LinkMiss::link);
+
 // Stores the cubins and link records of `links` (all successful) in the package, under the lock
 // every writer of the package takes, into the package as it is then: records other links stored
 // meanwhile stay, and ours replace older ones for the same (arch, bridge, dispatcher).
@@ -140,7 +207,7 @@ struct LinkOptions {
   std::filesystem::path package;
   std::vector<std::string> archs; // sm_NN with an optional a/f suffix
   LinkSettings settings;
-  unsigned jobs = 0;    // 0: one per arch, at most the machine's cores
+  unsigned jobs = 0;    // 0: the machine's cores (archs, and per-TU units, linked at once)
   bool dry_run = false; // plan and print keys, link nothing, write nothing
   std::optional<std::filesystem::path> save_temps; // inputs, cubin and log per arch
   bool store_in_package = true;
@@ -150,6 +217,7 @@ struct LinkReport {
   std::filesystem::path package;
   std::string bridge;
   std::string dispatcher;
+  LtoMode mode = LtoMode::whole; // the plan's (an arch may have fallen back: ArchLink::mode)
   std::vector<ArchLink> archs;
   bool ok() const;
 };

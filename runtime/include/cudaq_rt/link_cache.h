@@ -54,11 +54,20 @@ struct LinkKey {
   std::vector<std::string> options; // normalized
   NvJitLinkIdentity nvjitlink;
   std::vector<Digest> inputs; // in the order they are added to the link
-  Digest digest;              // SHA-256 over all of the above
+  // What the entry holds: "" a module linked whole (keys made before per-TU mode existed),
+  // "per-tu" a module linked from units compiled alone, whose sizes (runs of `inputs`) are
+  // `units`, "object" one unit's relocatable cubin. Hashed unless empty.
+  std::string mode;
+  std::vector<uint32_t> units;
+  Digest digest; // SHA-256 over all of the above
 
   // `options` is the final list passed to nvJitLinkCreate; it is normalized here.
   static LinkKey make(std::string arch, std::span<const std::string> options,
                       NvJitLinkIdentity nvjitlink, std::vector<Digest> inputs);
+  static LinkKey make(std::string arch, std::span<const std::string> options,
+                      NvJitLinkIdentity nvjitlink, std::vector<Digest> inputs, std::string mode,
+                      std::vector<uint32_t> units = {});
+  bool object() const { return mode == "object"; }
   nlohmann::json to_json() const;
 };
 
@@ -68,6 +77,7 @@ struct LinkMetadata {
   std::vector<std::string> options;
   std::string nvjitlink_version; // "13.0"
   std::vector<Digest> inputs;
+  std::string mode; // the key's: "", "per-tu" or "object"
   std::string info_log;
   double link_time_ms = 0;
   int64_t created = 0; // seconds since the epoch
@@ -124,6 +134,9 @@ struct CacheStats {
   uint64_t stores = 0;
   uint64_t evictions = 0;
   uint64_t corrupt = 0; // entries that failed verification and were removed
+  // Per-TU mode's units (relocatable cubins), counted apart from the modules above.
+  uint64_t unit_hits = 0;
+  uint64_t unit_misses = 0;
 
   // The remote cache (empty url: none), and its counters, kept in the same file.
   std::string remote_url; // with its options, never a secret
@@ -169,7 +182,8 @@ public:
   std::filesystem::path entry_path(const Digest &key) const;
 
   // A verified entry, or nothing: a missing, unreadable or corrupt entry is a miss, and a corrupt
-  // one is removed. A hit makes the entry the most recently used.
+  // one is removed. A hit makes the entry the most recently used. A unit's entry (key.object())
+  // counts as a unit hit or miss.
   std::optional<CacheEntry> get(const LinkKey &key) const;
   // Stores an entry (unless it alone is larger than the limit), then evicts least recently used
   // entries if the cache has grown past its limit.

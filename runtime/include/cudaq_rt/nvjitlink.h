@@ -13,6 +13,7 @@ namespace cudaq_rt {
 struct NvJitLinkInput {
   std::string name; // shown in nvJitLink's log
   std::span<const uint8_t> fatbin;
+  bool cubin = false; // the bytes are a relocatable cubin (a per-TU unit), not a fatbin container
 };
 
 struct NvJitLinkResult {
@@ -37,6 +38,17 @@ struct NvJitLinkOutcome {
 };
 NvJitLinkOutcome nvjitlink_link(std::span<const std::string> options,
                                 std::span<const NvJitLinkInput> inputs);
+
+// The options that make nvJitLink compile LTO-IR for one translation unit alone into a relocatable
+// cubin (nvjitlink.cpp says why both, and that neither is documented).
+inline constexpr const char *nvjitlink_unit_options[] = {"-Xptxas=-c", "-Xnvvm=--device-c"};
+
+// Whether this process's nvJitLink compiles a unit alone: empty if it does, else why not, in a few
+// words. A trial compile of a few lines of LTO-IR, run once per process, on the first call.
+// CUDAQ_RT_FORCE_WHOLE_LINK=1 makes it refuse without a trial, as a toolkit that cannot would
+// (for tests of the fallback to the whole-program link).
+constexpr const char *force_whole_link_env = "CUDAQ_RT_FORCE_WHOLE_LINK";
+std::string nvjitlink_unit_refusal();
 
 // NVJITLINK_ERROR_ARCH_MISMATCH -> "ARCH_MISMATCH".
 const char *nvjitlink_result_name(int result);
