@@ -264,7 +264,10 @@ __device__ bool fetch(Session *s) {
 
   s->shared_batch = CUDAQ_RT_LOOPBACK_SHARED_STAGING && s->outstanding == 0 &&
                     2u * W * s->slot_size <= kSharedBytes && one_thread_block();
-  s->batch_first = slot[0];
+  // Only a batch staged in shared memory moves batch_first: a frame of the last shared batch that
+  // is still held (which is why this batch is not shared) finds its slot from it at publish.
+  if (s->shared_batch)
+    s->batch_first = slot[0];
 #pragma unroll
   for (uint32_t w = 0; w < W; ++w)
     if (w < ready) {
