@@ -111,8 +111,7 @@ Expected<BenchResult> bench(Server &server, const std::string &handler,
   Clock::time_point measured_from{};
   const uint32_t first_id = 1;
   auto id_of = [&](uint64_t k) { return first_id + static_cast<uint32_t>(k); };
-  auto deadline = Clock::now() + seconds(opt.timeout_s);
-  for (uint64_t polls = 1; received < total; ++polls) {
+  while (received < total) {
     // Fill the free slots, up to `inflight` in flight.
     const size_t room =
         static_cast<size_t>(std::min<uint64_t>(total - sent, inflight - (sent - received)));
@@ -137,23 +136,21 @@ Expected<BenchResult> bench(Server &server, const std::string &handler,
         sent_at[id_of(sent + i) % sent_at.size()] = now;
       sent += *queued;
     }
-    auto taken =
-        server.receive_batch(std::span(responses.data(), size_t(sent - received) * stride), stride,
-                             std::span(response_sizes.data(), size_t(sent - received)));
+    // Every request in flight fits the buffers: take what has come, at least one.
+    const size_t outstanding = size_t(sent - received);
+    auto taken = poll<size_t>(
+        server,
+        [&]() -> Expected<std::optional<size_t>> {
+          auto got = server.receive_batch(std::span(responses.data(), outstanding * stride), stride,
+                                          std::span(response_sizes.data(), outstanding));
+          if (!got)
+            return std::move(got).take_error();
+          return *got ? std::optional<size_t>(*got) : std::nullopt;
+        },
+        Clock::now() + seconds(opt.timeout_s), opt.timeout_s, "no response");
     if (!taken)
       return std::move(taken).take_error();
-    if (*taken == 0) {
-      if (polls % 4096 == 0) {
-        if (auto st = server.check(); !st)
-          return std::move(st).take_error();
-        if (Clock::now() >= deadline)
-          return make_error(server.report().package.string(), server.report().device.arch(),
-                            ": no response within ", opt.timeout_s, " s");
-      }
-      continue;
-    }
     const auto now = Clock::now();
-    deadline = now + seconds(opt.timeout_s);
     for (size_t i = 0; i < *taken; ++i, ++received) {
       const uint8_t *resp = responses.data() + i * stride;
       const size_t size = response_sizes[i];

@@ -322,14 +322,15 @@ Expected<LinkPlan> plan_link(const Package &pkg, const LinkSettings &settings) {
   plan.dispatcher = !settings.dispatcher.empty() ? settings.dispatcher
                     : custom.size() == 1         ? custom[0]
                                                  : "builtin";
-  auto builtin = parse_container(builtin_dispatcher_fatbin(), "built-in dispatcher", "fatbin");
-  if (!builtin)
-    return std::move(builtin).take_error();
+  // The unified kernel's container: its LTO-IR version is the reference for every input (below).
+  std::optional<Container> unified;
   if (const BuiltinDispatcher *b = find_builtin_dispatcher(plan.dispatcher)) {
     plan.kernel = b->kernel;
     auto parsed = parse_container(b->fatbin, cat("built-in dispatcher ", b->name), "fatbin");
     if (!parsed)
       return std::move(parsed).take_error();
+    if (b->fatbin.data() == builtin_dispatcher_fatbin().data())
+      unified = *parsed;
     NewContainer nc{container_record(*parsed, sha256(parsed->bytes), Role::dispatcher, ""),
                     std::nullopt};
     nc.record.added_by = "cudaq-rt-link";
@@ -448,7 +449,13 @@ Expected<LinkPlan> plan_link(const Package &pkg, const LinkSettings &settings) {
   plan.nvjitlink = *identity;
   // The built-in dispatcher's LTO-IR is this build's toolkit's: the reference for every input,
   // whichever dispatch kernel is linked.
-  for (const Entry &e : builtin->entries)
+  if (!unified) {
+    auto parsed = parse_container(builtin_dispatcher_fatbin(), "built-in dispatcher", "fatbin");
+    if (!parsed)
+      return std::move(parsed).take_error();
+    unified = std::move(*parsed);
+  }
+  for (const Entry &e : unified->entries)
     if (e.is_ltoir()) {
       if (auto st = check_ltoir_versions(plan, entry_record(e)); !st)
         return std::move(st).take_error();

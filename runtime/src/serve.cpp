@@ -225,8 +225,8 @@ struct Service::Worker {
   bool self_fed = true;
 
   void body(LoadOptions options, Gpu &gpu, Shared &shared) {
-    options.launch = false; // every GPU's module is loaded before any kernel runs
-    auto started_server = Server::start(options, gpu);
+    // Loaded only: every GPU's module is loaded before any kernel runs (Server::load).
+    auto started_server = Server::load(options, gpu);
     std::unique_ptr<Server> s;
     {
       std::lock_guard lock(m);

@@ -111,7 +111,7 @@ Expected<GpuGlobal> exported_global(Gpu &gpu, GpuLibrary library, const std::str
 
 Expected<std::unique_ptr<Server>> Server::start(const LoadOptions &opt, Gpu &gpu) {
   auto s = load(opt, gpu);
-  if (!s || !opt.launch)
+  if (!s)
     return s;
   auto t = Clock::now();
   if (auto st = (*s)->launch(); !st)

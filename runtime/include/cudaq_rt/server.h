@@ -34,10 +34,6 @@ struct LoadOptions {
   std::vector<GlobalValue> globals; // written before launch; each exactly its global's size
   std::optional<LaunchShape> shape; // default 1 block of 1 thread
   double stop_timeout_s = 5;
-  // false: start() does everything but the launch, and relaunch() launches. A process that serves
-  // on several GPUs loads every GPU's module before any kernel starts: a module load (the
-  // driver loads a library into every context) waits behind a persistent kernel (serve.cpp).
-  bool launch = true;
 };
 
 // Milliseconds spent on each step of start().
@@ -96,7 +92,9 @@ public:
   // Everything but the launch: the module is loaded, the function table built (every handler
   // under its own name's function_id and the package's aliases), the globals written and the
   // bridge instance created. The caller may then look handlers up, replace the table, write
-  // globals, and launch with relaunch() (the C API, cudaq_rt.h, works this way).
+  // globals, and launch with relaunch() (the C API, cudaq_rt.h, works this way). A process that
+  // serves on several GPUs loads every GPU's module before any kernel starts (serve.cpp): a
+  // module load (the driver loads a library into every context) waits behind a persistent kernel.
   static Expected<std::unique_ptr<Server>> load(const LoadOptions &options,
                                                 Gpu &gpu = driver_gpu());
   // Stops a running kernel first. A hung kernel's resources are left to the process's end:
@@ -146,8 +144,7 @@ public:
   // drained first: it takes no more requests, and those it took are answered before the flag is
   // set (waiting up to the stop timeout for them), then its threads end.
   Status stop();
-  // Launches the kernel after load() (or a start() with LoadOptions::launch false), or again on
-  // the same bridge instance after stop().
+  // Launches the kernel after load(), or again on the same bridge instance after stop().
   Status relaunch();
   bool running() const { return running_; }
   bool hung() const { return hung_; }
