@@ -28,6 +28,7 @@ struct Config {
   const char *bridge;
   const char *dispatcher;
   std::vector<uint32_t> inflight;
+  unsigned threads = 0; // a custom kernel's block size (0: the load path's default)
 };
 
 // The variants are the knobs of bridges/loopback (built by bench/CMakeLists.txt as extra bridges)
@@ -38,6 +39,9 @@ const Config configs[] = {
     {"unified, staging in device memory", "loopback_device_staging", "builtin", {1, 64}},
     {"unified, probe of 4 slots always", "loopback_wide_probe", "builtin", {1, 64}},
     {"warp, loopback", "loopback", "warp", {1, 16, 64, 256, 1024}},
+    {"hooks around a fixed echo (no dispatcher)", "loopback", "cudaq_rt_bench_hooks_echo", {1, 64}},
+    {"unified, no handler cache", "loopback", "cudaq_rt_bench_no_cache", {1, 64}},
+    {"raw ring: head cells in registers, no hooks", "loopback", "cudaq_rt_bench_raw_ring", {1, 64}},
 };
 
 constexpr uint32_t stage_rows = 65536, stage_cols = 8;
@@ -61,6 +65,15 @@ void print_stages(Server &server, double ghz) {
   }
   uint64_t n = 0;
   std::memcpy(&n, count_bytes.data(), 8);
+  std::vector<uint8_t> clock_bytes(16);
+  if (server.read_global("cudaq_rt_bench_stage_clock", clock_bytes)) {
+    uint64_t cyc = 0, ns = 0;
+    std::memcpy(&cyc, clock_bytes.data(), 8);
+    std::memcpy(&ns, clock_bytes.data() + 8, 8);
+    if (ns)
+      std::printf("\nSM clock over the stage kernel's life (clock64 over %%globaltimer): %.3f GHz\n",
+                  double(cyc) / double(ns));
+  }
   const uint64_t rows = std::min<uint64_t>(n, stage_rows);
   std::printf("\nGPU time per request after it is ready (cudaq_rt_bench_stages, last %llu of %llu "
               "requests, SM clock %.2f GHz)\n\n| stage | median | p99 |\n| --- | --- | --- |\n",
@@ -75,6 +88,47 @@ void print_stages(Server &server, double ghz) {
     const uint32_t p50 = v[v.size() / 2], p99 = v[v.size() * 99 / 100];
     std::printf("| %s | %u cycles, %.0f ns | %u cycles, %.0f ns |\n", stage_names[c], p50,
                 p50 / ghz, p99, p99 / ghz);
+  }
+}
+
+// Per warp round that found requests (cudaq_rt_bench_warp_rounds): median and p99 of each column.
+void print_rounds(Server &server, double ghz) {
+  std::vector<uint8_t> count_bytes(8), log(size_t(stage_rows) * 8 * 4);
+  if (!server.read_global("cudaq_rt_bench_round_count", count_bytes) ||
+      !server.read_global("cudaq_rt_bench_round_log", log)) {
+    std::printf("rounds: not read\n");
+    return;
+  }
+  uint64_t n = 0;
+  std::memcpy(&n, count_bytes.data(), 8);
+  const uint64_t rows = std::min<uint64_t>(n, stage_rows);
+  const char *names[] = {"poll (all lanes' probes), ns", "serve + publish, ns",
+                         "requests per round", "round to round, ns", "round to round, globaltimer ns"};
+  std::printf("\nwarp rounds that found requests (last %llu of %llu)\n\n| column | median | p99 | "
+              "mean |\n| --- | --- | --- | --- |\n",
+              (unsigned long long)rows, (unsigned long long)n);
+  double cycles = 0, ns = 0;
+  for (uint64_t r = 0; r < rows; ++r) {
+    uint32_t c3 = 0, c4 = 0;
+    std::memcpy(&c3, log.data() + (r * 8 + 3) * 4, 4);
+    std::memcpy(&c4, log.data() + (r * 8 + 4) * 4, 4);
+    cycles += c3;
+    ns += c4;
+  }
+  std::printf("SM clock while serving (clock64 over %%globaltimer): %.3f GHz\n", cycles / ns);
+  for (uint32_t c = 0; c < 5; ++c) {
+    std::vector<uint32_t> v(rows);
+    double sum = 0;
+    for (uint64_t r = 0; r < rows; ++r) {
+      std::memcpy(&v[r], log.data() + (r * 8 + c) * 4, 4);
+      sum += v[r];
+    }
+    std::sort(v.begin(), v.end());
+    if (v.empty())
+      continue;
+    const double scale = c == 2 || c == 4 ? 1.0 : 1.0 / ghz;
+    std::printf("| %s | %.0f | %.0f | %.1f |\n", names[c], v[v.size() / 2] * scale,
+                v[v.size() * 99 / 100] * scale, sum / double(v.size()) * scale);
   }
 }
 
@@ -110,12 +164,15 @@ int main(int argc, char **argv) {
   std::printf("| configuration | in flight | p50 us | p99 us | M req/s | wrong |\n"
               "| --- | --- | --- | --- | --- | --- |\n");
   auto run = [&](const char *label, const char *bridge, const char *dispatcher,
-                 const std::vector<uint32_t> &inflight, bool stages) {
+                 const std::vector<uint32_t> &inflight, bool stages, unsigned threads = 0,
+                 bool rounds = false) {
     LoadOptions o;
     o.package = package;
     o.link.bridge = bridge;
     o.link.dispatcher = dispatcher;
     o.bridge_config = "slots=1024";
+    if (threads)
+      o.shape = LaunchShape{1, threads};
     auto server = Server::start(o);
     if (!server) {
       std::printf("| %s | - | skipped: %s | | | |\n", label, server.error().str().c_str());
@@ -141,9 +198,14 @@ int main(int argc, char **argv) {
     }
     if (stages)
       print_stages(**server, ghz);
+    if (rounds)
+      print_rounds(**server, ghz);
   };
   for (const Config &c : configs)
-    run(c.label, c.bridge, c.dispatcher, c.inflight, false);
+    run(c.label, c.bridge, c.dispatcher, c.inflight, false, c.threads);
   run("stage stamps, loopback", "loopback", "cudaq_rt_bench_stages", {1}, true);
+  for (uint32_t k : {32u, 256u, 1024u})
+    run("warp round stamps, loopback", "loopback", "cudaq_rt_bench_warp_rounds", {k}, false, 32,
+        true);
   return 0;
 }

@@ -5,7 +5,11 @@
 //                                request's stage times go to cudaq_rt_bench_stage_log, which the
 //                                bench reads after the kernel stopped;
 //   cudaq_rt_bench_global_table  the unified kernel with the function table left in device
-//                                memory (what the table in shared memory buys).
+//                                memory (what the table in shared memory buys);
+//   cudaq_rt_bench_no_cache      the unified kernel without its handler cache;
+//   cudaq_rt_bench_hooks_echo,   the transport without the dispatcher, and without the hooks
+//   cudaq_rt_bench_raw_ring      (below);
+//   cudaq_rt_bench_warp_rounds   the warp kernel with a stamp around each round's poll and serve.
 #include "cudaq_rt/dispatch_framing.cuh"
 
 #define BENCH_STAGE_ROWS 65536u
@@ -17,11 +21,18 @@
 extern "C" {
 __device__ unsigned int cudaq_rt_bench_stage_log[BENCH_STAGE_ROWS][8];
 __device__ unsigned long long cudaq_rt_bench_stage_count;
+__device__ unsigned long long cudaq_rt_bench_stage_clock[2]; // SM cycles and ns over the kernel
 }
 CUDAQ_RT_EXPORT_GLOBAL(cudaq_rt_bench_stage_log);
 CUDAQ_RT_EXPORT_GLOBAL(cudaq_rt_bench_stage_count);
+CUDAQ_RT_EXPORT_GLOBAL(cudaq_rt_bench_stage_clock);
 
 namespace {
+__device__ __forceinline__ unsigned long long globaltimer_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
 __device__ __forceinline__ bool first_thread() {
   return threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0 && blockIdx.x == 0 &&
          blockIdx.y == 0 && blockIdx.z == 0;
@@ -39,7 +50,10 @@ extern "C" __global__ void cudaq_rt_bench_stages(cudaq_rt_dispatch_params p) {
   const cudaq_rt_function_entry *table =
       cudaq_rt_table_in_shared(p.function_table, p.num_functions, rows, BENCH_TABLE_ROWS);
   cudaq_rt_dispatch_counters counters = cudaq_rt_counters_load(p.stats);
+  cudaq_rt_handler_cache cache = {0, 0};
   unsigned long long n = 0;
+  const long long c0 = clock64();
+  const unsigned long long ns0 = globaltimer_ns();
   void *request = 0, *response = 0;
   while (cudaq_dev_rx_poll(session, &request, &response) == CUDAQ_DEV_RX_READY) {
     const long long t0 = clock64();
@@ -50,7 +64,7 @@ extern "C" __global__ void cudaq_rt_bench_stages(cudaq_rt_dispatch_params p) {
     int status = cudaq_rt_validate_request(req, p.slot_size);
     cudaq_rt_handler_fn handler = 0;
     if (status == CUDAQ_RT_STATUS_OK) {
-      handler = cudaq_rt_find_handler(table, p.num_functions, req->function_id);
+      handler = cudaq_rt_find_handler_cached(table, p.num_functions, req->function_id, &cache);
       if (!handler)
         status = CUDAQ_RT_STATUS_UNKNOWN_FUNCTION;
     }
@@ -77,6 +91,8 @@ extern "C" __global__ void cudaq_rt_bench_stages(cudaq_rt_dispatch_params p) {
     ++n;
   }
   cudaq_rt_bench_stage_count = n;
+  cudaq_rt_bench_stage_clock[0] = clock64() - c0;
+  cudaq_rt_bench_stage_clock[1] = globaltimer_ns() - ns0;
 }
 CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_stages);
 
@@ -88,12 +104,187 @@ extern "C" __global__ void cudaq_rt_bench_global_table(cudaq_rt_dispatch_params 
   if (!session)
     return;
   cudaq_rt_dispatch_counters counters = cudaq_rt_counters_load(p.stats);
+  cudaq_rt_handler_cache cache = {0, 0};
   void *request = 0, *response = 0;
   while (cudaq_dev_rx_poll(session, &request, &response) == CUDAQ_DEV_RX_READY) {
-    cudaq_rt_serve_frame(p.function_table, p.num_functions, p.slot_size, request, response,
-                         &counters);
+    cudaq_rt_serve_frame_cached(p.function_table, p.num_functions, p.slot_size, request, response,
+                                &counters, &cache);
     cudaq_dev_tx_publish(session, response);
     cudaq_rt_counters_store(p.stats, &counters);
   }
 }
 CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_global_table);
+
+// What the transport costs without the dispatcher, two ways:
+//   cudaq_rt_bench_hooks_echo  the bridge's hooks (rx_poll, tx_publish) around a fixed 8-byte
+//                              echo: no validation, lookup, call or counters;
+//   cudaq_rt_bench_raw_ring    no hooks either: the loopback ring's head cells polled and the
+//                              response cells written straight from registers (bridges/loopback's
+//                              layout, loopback_ring.h), the request never staged.
+// Both answer every request as an echo of its first 8 payload bytes, whatever its function_id.
+#include "../../bridges/loopback/loopback_ring.h"
+
+extern "C" __global__ void cudaq_rt_bench_hooks_echo(cudaq_rt_dispatch_params p) {
+  if (!first_thread())
+    return;
+  __align__(16) unsigned char storage[CUDAQ_RT_SESSION_STORAGE_SIZE];
+  void *session = cudaq_dev_enter_kernel(storage, p.transport_ctx, p.shutdown_flag);
+  if (!session)
+    return;
+  void *request = 0, *response = 0;
+  while (cudaq_dev_rx_poll(session, &request, &response) == CUDAQ_DEV_RX_READY) {
+    const uint2 *in = (const uint2 *)request;
+    uint2 *out = (uint2 *)response;
+    const uint2 h1 = in[1], h2 = in[2], d = in[3];
+    out[0] = make_uint2(CUDAQ_RT_RESPONSE_MAGIC, 0u);
+    out[1] = make_uint2(8u, h1.y);
+    out[2] = h2;
+    out[3] = d;
+    cudaq_dev_tx_publish(session, response);
+  }
+}
+CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_hooks_echo);
+
+namespace {
+__device__ __forceinline__ uint4 bench_load(const volatile uint4 *p) {
+  uint4 v;
+  asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ void bench_store(volatile uint4 *p, uint4 v) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w)
+               : "memory");
+}
+} // namespace
+
+extern "C" __global__ void cudaq_rt_bench_raw_ring(cudaq_rt_dispatch_params p) {
+  if (!first_thread())
+    return;
+  cudaq_rt_loopback_device_ctx *c = (cudaq_rt_loopback_device_ctx *)p.transport_ctx;
+  if (!c || c->magic != CUDAQ_RT_LOOPBACK_CTX_MAGIC)
+    return;
+  const volatile uint4 *rq = (const volatile uint4 *)c->request_heads;
+  volatile uint4 *rs = (volatile uint4 *)c->response_heads;
+  const uint32_t n = c->num_slots;
+  uint32_t slot = c->resume_slot, lap = c->resume_lap;
+  for (;;) {
+    uint4 v[5];
+#pragma unroll
+    for (uint32_t k = 0; k < 5; ++k)
+      v[k] = bench_load(rq + cudaq_rt_loopback_head_cell(slot, k));
+    const int shutdown = *p.shutdown_flag;
+    if (v[0].x == lap && v[0].z == lap) {
+#pragma unroll
+      for (uint32_t k = 1; k < 5; ++k)
+        while (v[k].x != lap || v[k].z != lap)
+          v[k] = bench_load(rq + cudaq_rt_loopback_head_cell(slot, k));
+      // Request cells: 1 {magic, function_id}, 2 {arg_len, request_id}, 3 ptp, 4 payload.
+      bench_store(rs + cudaq_rt_loopback_head_cell(slot, 1),
+                  make_uint4(lap, CUDAQ_RT_RESPONSE_MAGIC, lap, 0u));
+      bench_store(rs + cudaq_rt_loopback_head_cell(slot, 2), make_uint4(lap, 8u, lap, v[2].w));
+      bench_store(rs + cudaq_rt_loopback_head_cell(slot, 3), v[3]);
+      bench_store(rs + cudaq_rt_loopback_head_cell(slot, 4), v[4]);
+      bench_store(rs + cudaq_rt_loopback_head_cell(slot, 0), make_uint4(lap, 32u, lap, 0u));
+      if (++slot == n) {
+        slot = 0;
+        lap = cudaq_rt_loopback_next_lap(lap);
+      }
+      continue;
+    }
+    if (shutdown)
+      break;
+  }
+  c->resume_slot = slot;
+  c->resume_lap = lap;
+}
+CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_raw_ring);
+
+// The warp kernel (libdispatch/src/warp_dispatch.cu) with a clock64 stamp around each round's
+// poll and serve: per round that found requests, [0] poll cycles, [1] serve + publish cycles,
+// [2] requests served, [3] cycles since the previous such round ended, [4] the same in ns
+// (%globaltimer), so that the SM clock can be told.
+extern "C" {
+__device__ unsigned int cudaq_rt_bench_round_log[BENCH_STAGE_ROWS][8];
+__device__ unsigned long long cudaq_rt_bench_round_count;
+}
+CUDAQ_RT_EXPORT_GLOBAL(cudaq_rt_bench_round_log);
+CUDAQ_RT_EXPORT_GLOBAL(cudaq_rt_bench_round_count);
+
+extern "C" __global__ void cudaq_rt_bench_warp_rounds(cudaq_rt_dispatch_params p) {
+  if (blockIdx.x != 0 || threadIdx.x >= CUDAQ_RT_WARP_LANES || blockDim.x < CUDAQ_RT_WARP_LANES)
+    return;
+  const unsigned lane = threadIdx.x, all = 0xFFFFFFFFu;
+  __align__(16) unsigned char storage[CUDAQ_RT_SESSION_STORAGE_SIZE];
+  void *session = cudaq_dev_warp_enter_kernel(storage, p.transport_ctx, p.shutdown_flag, lane);
+  if (!__all_sync(all, session != 0))
+    return;
+  __shared__ cudaq_rt_function_entry rows[BENCH_TABLE_ROWS];
+  const cudaq_rt_function_entry *table = p.function_table;
+  if (p.num_functions <= BENCH_TABLE_ROWS) {
+    for (uint32_t i = lane; i < p.num_functions; i += CUDAQ_RT_WARP_LANES)
+      rows[i] = p.function_table[i];
+    __syncwarp(all);
+    table = rows;
+  }
+  cudaq_rt_handler_cache cache = {0, 0};
+  unsigned long long n = 0;
+  long long last_end = clock64();
+  unsigned long long last_ns = globaltimer_ns();
+  for (;;) {
+    void *request = 0, *response = 0;
+    const long long t0 = clock64();
+    const int r = cudaq_dev_warp_rx_poll(session, &request, &response);
+    const unsigned ready = __ballot_sync(all, r == CUDAQ_DEV_RX_READY);
+    const long long t1 = clock64();
+    if (r == CUDAQ_DEV_RX_READY) {
+      cudaq_rt_serve_frame_cached(table, p.num_functions, p.slot_size, request, response, 0, &cache);
+      cudaq_dev_warp_tx_publish(session, response);
+    }
+    __syncwarp(all);
+    const long long t2 = clock64();
+    if (ready && lane == 0) {
+      unsigned int *row = cudaq_rt_bench_round_log[n % BENCH_STAGE_ROWS];
+      row[0] = (unsigned int)(t1 - t0);
+      row[1] = (unsigned int)(t2 - t1);
+      row[2] = __popc(ready);
+      row[3] = (unsigned int)(t2 - last_end);
+      const unsigned long long ns = globaltimer_ns();
+      row[4] = (unsigned int)(ns - last_ns);
+      last_ns = ns;
+      ++n;
+    }
+    if (ready)
+      last_end = t2;
+    if (__all_sync(all, r == CUDAQ_DEV_RX_SHUTDOWN))
+      break;
+  }
+  if (lane == 0)
+    cudaq_rt_bench_round_count = n;
+}
+CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_warp_rounds);
+
+// The unified kernel without its handler cache: every request searches the table (what the
+// cache, cudaq_rt_handler_cache, buys).
+extern "C" __global__ void cudaq_rt_bench_no_cache(cudaq_rt_dispatch_params p) {
+  if (!first_thread())
+    return;
+  __align__(16) unsigned char storage[CUDAQ_RT_SESSION_STORAGE_SIZE];
+  void *session = cudaq_dev_enter_kernel(storage, p.transport_ctx, p.shutdown_flag);
+  if (!session)
+    return;
+  __shared__ cudaq_rt_function_entry rows[BENCH_TABLE_ROWS];
+  const cudaq_rt_function_entry *table =
+      cudaq_rt_table_in_shared(p.function_table, p.num_functions, rows, BENCH_TABLE_ROWS);
+  cudaq_rt_dispatch_counters counters = cudaq_rt_counters_load(p.stats);
+  void *request = 0, *response = 0;
+  while (cudaq_dev_rx_poll(session, &request, &response) == CUDAQ_DEV_RX_READY) {
+    cudaq_rt_serve_frame(table, p.num_functions, p.slot_size, request, response, &counters);
+    cudaq_dev_tx_publish(session, response);
+    cudaq_rt_counters_store(p.stats, &counters);
+  }
+}
+CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_no_cache);

@@ -32,9 +32,11 @@ extern "C" __global__ void cudaq_rt_unified_dispatch(cudaq_rt_dispatch_params p)
       p.function_table, p.num_functions, rows, CUDAQ_RT_UNIFIED_SHARED_TABLE_ROWS);
 
   cudaq_rt_dispatch_counters counters = cudaq_rt_counters_load(p.stats);
+  cudaq_rt_handler_cache cache = {0, 0};
   void *request = 0, *response = 0;
   while (cudaq_dev_rx_poll(session, &request, &response) == CUDAQ_DEV_RX_READY) {
-    cudaq_rt_serve_frame(table, p.num_functions, p.slot_size, request, response, &counters);
+    cudaq_rt_serve_frame_cached(table, p.num_functions, p.slot_size, request, response, &counters,
+                                &cache);
     cudaq_dev_tx_publish(session, response);
     cudaq_rt_counters_store(p.stats, &counters); // after the response: it is what the host waits on
   }

@@ -36,6 +36,7 @@ extern "C" __global__ void cudaq_rt_warp_dispatch(cudaq_rt_dispatch_params p) {
   }
 
   cudaq_rt_dispatch_counters counters = {0, 0, 0, 0};
+  cudaq_rt_handler_cache cache = {0, 0}; // per lane
   if (lane == 0)
     counters = cudaq_rt_counters_load(p.stats);
   for (;;) {
@@ -43,7 +44,8 @@ extern "C" __global__ void cudaq_rt_warp_dispatch(cudaq_rt_dispatch_params p) {
     const int r = cudaq_dev_warp_rx_poll(session, &request, &response);
     int status = CUDAQ_RT_STATUS_OK;
     if (r == CUDAQ_DEV_RX_READY) {
-      status = cudaq_rt_serve_frame(table, p.num_functions, p.slot_size, request, response, 0);
+      status = cudaq_rt_serve_frame_cached(table, p.num_functions, p.slot_size, request, response,
+                                           0, &cache);
       cudaq_dev_warp_tx_publish(session, response);
     }
     const unsigned ready = __ballot_sync(all, r == CUDAQ_DEV_RX_READY);
