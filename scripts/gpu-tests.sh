@@ -25,6 +25,15 @@ if bash "$here/tests/gpu/link_example.sh" "$b/bin/cudaq-rt-pack" "$b/bin/cudaq-r
       --bridge "$b/lib/cudaq-rt/bridges/libcudaq_rt_bridge_loopback.so" \
       --package "$tmp/example/example.cudaqpkg" --dispatcher warp --slots 256 --many 1000000 ||
       status=1
+    echo "== gpu.loopback_dispatch_lanes"
+    "$b/tests/gpu/loopback_dispatch_test" \
+      --bridge "$b/lib/cudaq-rt/bridges/libcudaq_rt_bridge_loopback.so" \
+      --package "$tmp/example/example.cudaqpkg" --layout lanes || status=1
+    echo "== gpu.loopback_dispatch_warp_slots"
+    "$b/tests/gpu/loopback_dispatch_test" \
+      --bridge "$b/lib/cudaq-rt/bridges/libcudaq_rt_bridge_loopback.so" \
+      --package "$tmp/example/example.cudaqpkg" --dispatcher warp --slots 256 --layout slots \
+      --many 100000 || status=1
   fi
 else
   echo "link_example.sh failed"; status=1

@@ -28,7 +28,8 @@ struct Config {
   const char *bridge;
   const char *dispatcher;
   std::vector<uint32_t> inflight;
-  unsigned threads = 0; // a custom kernel's block size (0: the load path's default)
+  unsigned threads = 0;   // a custom kernel's block size (0: the load path's default)
+  const char *extra = ""; // appended to the bridge configuration
 };
 
 // The variants are the knobs of bridges/loopback (built by bench/CMakeLists.txt as extra bridges)
@@ -38,7 +39,8 @@ const Config configs[] = {
     {"unified, table in device memory", "loopback", "cudaq_rt_bench_global_table", {1, 64}},
     {"unified, staging in device memory", "loopback_device_staging", "builtin", {1, 64}},
     {"unified, probe of 4 slots always", "loopback_wide_probe", "builtin", {1, 64}},
-    {"warp, loopback", "loopback", "warp", {1, 16, 64, 256, 1024}},
+    {"warp, loopback (lanes layout)", "loopback", "warp", {1, 16, 64, 256, 1024}},
+    {"warp, slots layout", "loopback", "warp", {1, 256, 1024}, 0, ",layout=slots"},
     {"hooks around a fixed echo (no dispatcher)", "loopback", "cudaq_rt_bench_hooks_echo", {1, 64}},
     {"unified, no handler cache", "loopback", "cudaq_rt_bench_no_cache", {1, 64}},
     {"raw ring: head cells in registers, no hooks", "loopback", "cudaq_rt_bench_raw_ring", {1, 64}},
@@ -71,8 +73,9 @@ void print_stages(Server &server, double ghz) {
     std::memcpy(&cyc, clock_bytes.data(), 8);
     std::memcpy(&ns, clock_bytes.data() + 8, 8);
     if (ns)
-      std::printf("\nSM clock over the stage kernel's life (clock64 over %%globaltimer): %.3f GHz\n",
-                  double(cyc) / double(ns));
+      std::printf(
+          "\nSM clock over the stage kernel's life (clock64 over %%globaltimer): %.3f GHz\n",
+          double(cyc) / double(ns));
   }
   const uint64_t rows = std::min<uint64_t>(n, stage_rows);
   std::printf("\nGPU time per request after it is ready (cudaq_rt_bench_stages, last %llu of %llu "
@@ -103,7 +106,8 @@ void print_rounds(Server &server, double ghz) {
   std::memcpy(&n, count_bytes.data(), 8);
   const uint64_t rows = std::min<uint64_t>(n, stage_rows);
   const char *names[] = {"poll (all lanes' probes), ns", "serve + publish, ns",
-                         "requests per round", "round to round, ns", "round to round, globaltimer ns"};
+                         "requests per round", "round to round, ns",
+                         "round to round, globaltimer ns"};
   std::printf("\nwarp rounds that found requests (last %llu of %llu)\n\n| column | median | p99 | "
               "mean |\n| --- | --- | --- | --- |\n",
               (unsigned long long)rows, (unsigned long long)n);
@@ -165,12 +169,12 @@ int main(int argc, char **argv) {
               "| --- | --- | --- | --- | --- | --- |\n");
   auto run = [&](const char *label, const char *bridge, const char *dispatcher,
                  const std::vector<uint32_t> &inflight, bool stages, unsigned threads = 0,
-                 bool rounds = false) {
+                 bool rounds = false, const char *extra = "") {
     LoadOptions o;
     o.package = package;
     o.link.bridge = bridge;
     o.link.dispatcher = dispatcher;
-    o.bridge_config = "slots=1024";
+    o.bridge_config = std::string("slots=1024") + extra;
     if (threads)
       o.shape = LaunchShape{1, threads};
     auto server = Server::start(o);
@@ -202,10 +206,11 @@ int main(int argc, char **argv) {
       print_rounds(**server, ghz);
   };
   for (const Config &c : configs)
-    run(c.label, c.bridge, c.dispatcher, c.inflight, false, c.threads);
+    run(c.label, c.bridge, c.dispatcher, c.inflight, false, c.threads, false, c.extra);
   run("stage stamps, loopback", "loopback", "cudaq_rt_bench_stages", {1}, true);
-  for (uint32_t k : {32u, 256u, 1024u})
-    run("warp round stamps, loopback", "loopback", "cudaq_rt_bench_warp_rounds", {k}, false, 32,
-        true);
+  for (const char *layout : {",layout=lanes", ",layout=slots"})
+    for (uint32_t k : {32u, 256u, 1024u})
+      run(layout[8] == 'l' ? "warp round stamps, lanes layout" : "warp round stamps, slots layout",
+          "loopback", "cudaq_rt_bench_warp_rounds", {k}, false, 32, true, layout);
   return 0;
 }

@@ -175,20 +175,22 @@ extern "C" __global__ void cudaq_rt_bench_raw_ring(cudaq_rt_dispatch_params p) {
     uint4 v[5];
 #pragma unroll
     for (uint32_t k = 0; k < 5; ++k)
-      v[k] = bench_load(rq + cudaq_rt_loopback_head_cell(slot, k));
+      v[k] = bench_load(rq + cudaq_rt_loopback_head_cell(c->layout, slot, k));
     const int shutdown = *p.shutdown_flag;
     if (v[0].x == lap && v[0].z == lap) {
 #pragma unroll
       for (uint32_t k = 1; k < 5; ++k)
         while (v[k].x != lap || v[k].z != lap)
-          v[k] = bench_load(rq + cudaq_rt_loopback_head_cell(slot, k));
+          v[k] = bench_load(rq + cudaq_rt_loopback_head_cell(c->layout, slot, k));
       // Request cells: 1 {magic, function_id}, 2 {arg_len, request_id}, 3 ptp, 4 payload.
-      bench_store(rs + cudaq_rt_loopback_head_cell(slot, 1),
+      bench_store(rs + cudaq_rt_loopback_head_cell(c->layout, slot, 1),
                   make_uint4(lap, CUDAQ_RT_RESPONSE_MAGIC, lap, 0u));
-      bench_store(rs + cudaq_rt_loopback_head_cell(slot, 2), make_uint4(lap, 8u, lap, v[2].w));
-      bench_store(rs + cudaq_rt_loopback_head_cell(slot, 3), v[3]);
-      bench_store(rs + cudaq_rt_loopback_head_cell(slot, 4), v[4]);
-      bench_store(rs + cudaq_rt_loopback_head_cell(slot, 0), make_uint4(lap, 32u, lap, 0u));
+      bench_store(rs + cudaq_rt_loopback_head_cell(c->layout, slot, 2),
+                  make_uint4(lap, 8u, lap, v[2].w));
+      bench_store(rs + cudaq_rt_loopback_head_cell(c->layout, slot, 3), v[3]);
+      bench_store(rs + cudaq_rt_loopback_head_cell(c->layout, slot, 4), v[4]);
+      bench_store(rs + cudaq_rt_loopback_head_cell(c->layout, slot, 0),
+                  make_uint4(lap, 32u, lap, 0u));
       if (++slot == n) {
         slot = 0;
         lap = cudaq_rt_loopback_next_lap(lap);
@@ -241,7 +243,8 @@ extern "C" __global__ void cudaq_rt_bench_warp_rounds(cudaq_rt_dispatch_params p
     const unsigned ready = __ballot_sync(all, r == CUDAQ_DEV_RX_READY);
     const long long t1 = clock64();
     if (r == CUDAQ_DEV_RX_READY) {
-      cudaq_rt_serve_frame_cached(table, p.num_functions, p.slot_size, request, response, 0, &cache);
+      cudaq_rt_serve_frame_cached(table, p.num_functions, p.slot_size, request, response, 0,
+                                  &cache);
       cudaq_dev_warp_tx_publish(session, response);
     }
     __syncwarp(all);

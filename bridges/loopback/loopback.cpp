@@ -19,12 +19,17 @@ bool fail_create(std::string message) {
   return false;
 }
 
-bool parse_config(std::string_view config, uint32_t &slots, uint32_t &slot_size) {
+bool parse_config(std::string_view config, uint32_t &slots, uint32_t &slot_size, uint32_t &layout) {
   std::string why =
       for_each_option(config, [&](std::string_view key, std::string_view value) -> std::string {
+        if (key == "layout")
+          return parse_layout(value, layout)
+                     ? std::string()
+                     : "option 'layout' is slots or lanes, got '" + std::string(value) + "'";
         uint32_t *target = key == "slots" ? &slots : key == "slot_size" ? &slot_size : nullptr;
         if (!target)
-          return "unknown option '" + std::string(key) + "' (known: slots=N, slot_size=BYTES)";
+          return "unknown option '" + std::string(key) +
+                 "' (known: slots=N, slot_size=BYTES, layout=slots|lanes)";
         if (!parse_u32(value, *target))
           return "option '" + std::string(key) + "' needs a number, got '" + std::string(value) +
                  "'";
@@ -32,7 +37,7 @@ bool parse_config(std::string_view config, uint32_t &slots, uint32_t &slot_size)
       });
   if (!why.empty())
     return fail_create(std::move(why));
-  if (std::string why = check_ring_shape(slots, slot_size); !why.empty())
+  if (std::string why = check_ring_shape(slots, slot_size, layout); !why.empty())
     return fail_create(std::move(why));
   return true;
 }
@@ -50,11 +55,12 @@ cudaq_rt_bridge_result create(const char *config, cudaq_rt_bridge **out) {
   }
   *out = nullptr;
   uint32_t slots = CUDAQ_RT_LOOPBACK_DEFAULT_SLOTS, slot_size = CUDAQ_RT_LOOPBACK_DEFAULT_SLOT_SIZE;
-  if (!parse_config(config ? config : "", slots, slot_size))
+  uint32_t layout = CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS;
+  if (!parse_config(config ? config : "", slots, slot_size, layout))
     return CUDAQ_RT_BRIDGE_ERROR;
 
   auto *b = new cudaq_rt_bridge;
-  if (!allocate_ring(b, slots, slot_size, create_error)) {
+  if (!allocate_ring(b, slots, slot_size, layout, create_error)) {
     delete b;
     return CUDAQ_RT_BRIDGE_ERROR;
   }
@@ -107,7 +113,7 @@ constexpr size_t kPrefetchResponses = 8;
 void prefetch_response(const cudaq_rt_bridge *b, uint64_t k) {
   const uint32_t slot = uint32_t(k % b->num_slots);
   for (uint32_t c = 0; c < CUDAQ_RT_LOOPBACK_HEAD_CELLS; ++c)
-    __builtin_prefetch(b->response_heads + 2 * cudaq_rt_loopback_head_cell(slot, c));
+    __builtin_prefetch(b->response_heads + 2 * cudaq_rt_loopback_head_cell(b->layout, slot, c));
 }
 
 cudaq_rt_bridge_result receive_batch(cudaq_rt_bridge *b, void *buffer, size_t stride, size_t *sizes,

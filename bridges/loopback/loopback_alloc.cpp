@@ -17,18 +17,6 @@ bool cuda_ok(cudaError_t rc, const char *what, std::string &error) {
 
 } // namespace
 
-std::string check_ring_shape(uint32_t slots, uint32_t slot_size) {
-  if (slots == 0 || slots > CUDAQ_RT_LOOPBACK_MAX_SLOTS)
-    return "slots=" + std::to_string(slots) + " is out of range 1.." +
-           std::to_string(CUDAQ_RT_LOOPBACK_MAX_SLOTS);
-  if (slot_size < CUDAQ_RT_LOOPBACK_MIN_SLOT_SIZE || slot_size > CUDAQ_RT_LOOPBACK_MAX_SLOT_SIZE ||
-      slot_size % 16 != 0)
-    return "slot_size=" + std::to_string(slot_size) + " must be a multiple of 16 in " +
-           std::to_string(CUDAQ_RT_LOOPBACK_MIN_SLOT_SIZE) + ".." +
-           std::to_string(CUDAQ_RT_LOOPBACK_MAX_SLOT_SIZE);
-  return {};
-}
-
 void release_ring(cudaq_rt_bridge *b) {
   if (b->request_block)
     cudaFreeHost(b->request_block);
@@ -39,15 +27,20 @@ void release_ring(cudaq_rt_bridge *b) {
   b->request_block = b->response_block = b->device_block = nullptr;
 }
 
-bool allocate_ring(cudaq_rt_bridge *b, uint32_t slots, uint32_t slot_size, std::string &error) {
+bool allocate_ring(cudaq_rt_bridge *b, uint32_t slots, uint32_t slot_size, uint32_t layout,
+                   std::string &error) {
   b->num_slots = slots;
   b->slot_size = slot_size;
+  b->layout = layout;
   b->tail_cells = cudaq_rt_loopback_tail_cells(slot_size);
   const size_t heads_bytes = CUDAQ_RT_LOOPBACK_HEADS_BYTES(slots);
   const size_t ring_bytes =
       heads_bytes + size_t(slots) * b->tail_cells * CUDAQ_RT_LOOPBACK_CELL_SIZE;
   const size_t frames_bytes = size_t(slots) * slot_size;
-  const size_t ctx_bytes = 256; // keeps the staging frames 256-aligned
+  // The ctx, rounded up to keep the staging frames 256-aligned. (It was a fixed 256 bytes while
+  // the ctx grew to 328 with the warp form's positions: a request staged in slot 0's device frame
+  // overwrote warp_resume_lap[14..31].)
+  constexpr size_t ctx_bytes = (sizeof(cudaq_rt_loopback_device_ctx) + 255) & ~size_t(255);
 
   // Both rings mapped, zeroed: no stamp is 0, so nothing looks ready. The host only writes the
   // request ring (write-combined, see loopback_ring.h) and only reads the response ring (cached:
@@ -84,6 +77,7 @@ bool allocate_ring(cudaq_rt_bridge *b, uint32_t slots, uint32_t slot_size, std::
   ctx.num_slots = slots;
   ctx.slot_size = slot_size;
   ctx.tail_cells = b->tail_cells;
+  ctx.layout = layout;
   ctx.request_heads = device_requests;
   ctx.request_tails = static_cast<char *>(device_requests) + heads_bytes;
   ctx.response_heads = device_responses;

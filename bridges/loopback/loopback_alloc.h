@@ -12,13 +12,11 @@
 
 namespace cudaq_rt::loopback {
 
-// Why a ring of `slots` slots of `slot_size` bytes cannot be made; empty when it can.
-std::string check_ring_shape(uint32_t slots, uint32_t slot_size);
-
 // Allocates the rings (mapped pinned host memory) and the device context and staging frames
-// (device memory) of `b` for that shape, in the current CUDA context. On failure, says why in
+// (device memory) of `b` for that shape (check_ring_shape, loopback_host.h, said yes), in the current CUDA context. On failure, says why in
 // `error` and leaves nothing allocated.
-bool allocate_ring(cudaq_rt_bridge *b, uint32_t slots, uint32_t slot_size, std::string &error);
+bool allocate_ring(cudaq_rt_bridge *b, uint32_t slots, uint32_t slot_size, uint32_t layout,
+                   std::string &error);
 
 // Frees what allocate_ring allocated (the dispatch kernel must have stopped).
 void release_ring(cudaq_rt_bridge *b);

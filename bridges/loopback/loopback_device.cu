@@ -32,6 +32,8 @@ struct Session {
   uint32_t num_slots;
   uint32_t slot_size;
   uint32_t tail_cells;
+  uint32_t layout;       // of the heads (loopback_ring.h)
+  uint32_t head_stride;  // cells from a slot's head cell c to its cell c + 1
   uint32_t head_slot;    // slot of the next frame to hand out
   uint32_t fetched_slot; // slot of the next frame to probe for
   uint32_t fetched_lap;  // and the lap it must carry
@@ -103,14 +105,13 @@ __device__ __forceinline__ uint32_t frame_cells(uint32_t frame_len) {
 }
 
 constexpr uint32_t kHead = CUDAQ_RT_LOOPBACK_HEAD_CELLS;
-constexpr uint32_t kLineCells = CUDAQ_RT_LOOPBACK_LINE_CELLS;
 
-// Frame cell c of a slot: in the slot's head lines, or in its tail (layout: loopback_ring.h).
+// Frame cell c of a slot: in the slot's head cells, or in its tail (layout: loopback_ring.h).
 template <class Cell>
-__device__ __forceinline__ Cell *cell_at(Cell *heads, Cell *tails, uint32_t tail_cells,
-                                         uint32_t slot, uint32_t c) {
-  return c < kHead ? heads + cudaq_rt_loopback_head_cell(slot, c)
-                   : tails + cudaq_rt_loopback_tail_cell(slot, c - kHead, tail_cells);
+__device__ __forceinline__ Cell *cell_at(const Session *s, Cell *heads, Cell *tails, uint32_t slot,
+                                         uint32_t c) {
+  return c < kHead ? heads + cudaq_rt_loopback_head_cell(s->layout, slot, c)
+                   : tails + cudaq_rt_loopback_tail_cell(slot, c - kHead, s->tail_cells);
 }
 
 __device__ __forceinline__ void next_slot(uint32_t &slot, uint32_t &lap, uint32_t n) {
@@ -152,7 +153,7 @@ template <uint32_t P>
 __device__ __forceinline__ uint32_t unpack(const Session *s, uint32_t slot, uint2 *frame,
                                            uint32_t lap, const uint4 (&probe)[P]) {
   static_assert(P >= 3, "the probe holds the header's arg_len (frame cell 2)");
-  const volatile uint4 *head = s->request_heads + cudaq_rt_loopback_head_cell(slot, 0);
+  const volatile uint4 *head = s->request_heads + cudaq_rt_loopback_head_cell(s->layout, slot, 0);
   const uint32_t len = probe[0].y < s->slot_size ? probe[0].y : s->slot_size;
   const uint32_t cells = frame_cells(len);
   uint32_t arg_len = 0xFFFFFFFFu; // stays so when the frame does not reach the header's arg_len
@@ -161,7 +162,7 @@ __device__ __forceinline__ uint32_t unpack(const Session *s, uint32_t slot, uint
     if (c < cells) {
       uint4 v = probe[c];
       while (!stamped(v, lap))
-        v = load_cell(head + c * kLineCells);
+        v = load_cell(head + c * s->head_stride);
       frame[c - 1] = make_uint2(v.y, v.w);
       if (c == 2) // header bytes 8..11 (c is a constant after unrolling: a register move)
         arg_len = v.y;
@@ -172,7 +173,7 @@ __device__ __forceinline__ uint32_t unpack(const Session *s, uint32_t slot, uint
 #pragma unroll
     for (uint32_t b = 0; b < kBatch; ++b)
       if (c + b < cells) {
-        at[b] = cell_at(s->request_heads, s->request_tails, s->tail_cells, slot, c + b);
+        at[b] = cell_at(s, s->request_heads, s->request_tails, slot, c + b);
         v[b] = load_cell(at[b]);
       }
 #pragma unroll
@@ -206,7 +207,8 @@ __device__ bool fetch(Session *s) {
   }
 #pragma unroll
   for (uint32_t w = 0; w < W; ++w)
-    cells[w] = s->request_heads + cudaq_rt_loopback_head_cell(slot[w], 0);
+    cells[w] = s->request_heads + cudaq_rt_loopback_head_cell(s->layout, slot[w], 0);
+  const uint32_t stride = s->head_stride;
   const volatile int *shutdown_flag = s->shutdown_flag;
 
   uint4 probe[W][P];
@@ -225,7 +227,7 @@ __device__ bool fetch(Session *s) {
     for (uint32_t w = 0; w < W; ++w)
 #pragma unroll
       for (uint32_t c = 0; c < P; ++c)
-        probe[w][c] = w < probe_slots ? load_cell(cells[w] + c * kLineCells) // a line per cell
+        probe[w][c] = w < probe_slots ? load_cell(cells[w] + c * stride) // a line per cell
                                       : make_uint4(0u, 0u, 0u, 0u);
     const int shutdown = *shutdown_flag;
     if (shutdown && !s->draining) {
@@ -303,16 +305,16 @@ __device__ __forceinline__ void publish_frame(Session *s, uint32_t slot, uint32_
   const uint32_t result_len = first[1].x;
   const uint32_t len = CUDAQ_RT_HEADER_SIZE + (result_len < max_result ? result_len : max_result);
   const uint32_t cells = frame_cells(len);
-  volatile uint4 *head = s->response_heads + cudaq_rt_loopback_head_cell(slot, 0);
+  volatile uint4 *head = s->response_heads + cudaq_rt_loopback_head_cell(s->layout, slot, 0);
   // Posted stores, in any order: each half carries its own stamp, so no fence is needed.
 #pragma unroll
   for (uint32_t c = 1; c <= kFirst; ++c)
     if (c < cells)
-      store_cell(cell_at(s->response_heads, s->response_tails, s->tail_cells, slot, c),
+      store_cell(cell_at(s, s->response_heads, s->response_tails, slot, c),
                  make_uint4(lap, first[c - 1].x, lap, first[c - 1].y));
   for (uint32_t c = kFirst + 1; c < cells; ++c) {
     const uint2 d = frame[c - 1];
-    store_cell(cell_at(s->response_heads, s->response_tails, s->tail_cells, slot, c),
+    store_cell(cell_at(s, s->response_heads, s->response_tails, slot, c),
                make_uint4(lap, d.x, lap, d.y));
   }
   store_cell(head, make_uint4(lap, len, lap, 0u));
@@ -325,7 +327,9 @@ extern "C" __device__ void *cudaq_dev_enter_kernel(void *storage, void *ctx,
   cudaq_rt_loopback_device_ctx *c = static_cast<cudaq_rt_loopback_device_ctx *>(ctx);
   if (!storage || !c || !shutdown_flag || c->magic != CUDAQ_RT_LOOPBACK_CTX_MAGIC ||
       c->num_slots == 0 || c->slot_size < CUDAQ_RT_LOOPBACK_MIN_SLOT_SIZE ||
-      c->resume_slot >= c->num_slots || c->resume_lap == 0)
+      c->resume_slot >= c->num_slots || c->resume_lap == 0 ||
+      (c->layout != CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS &&
+       (c->layout != CUDAQ_RT_LOOPBACK_LAYOUT_LANES || c->num_slots % CUDAQ_RT_LOOPBACK_LANES)))
     return nullptr;
   Session *s = static_cast<Session *>(storage);
   s->request_heads = static_cast<const volatile uint4 *>(c->request_heads);
@@ -339,6 +343,8 @@ extern "C" __device__ void *cudaq_dev_enter_kernel(void *storage, void *ctx,
   s->num_slots = c->num_slots;
   s->slot_size = c->slot_size;
   s->tail_cells = c->tail_cells;
+  s->layout = c->layout;
+  s->head_stride = cudaq_rt_loopback_head_stride(c->layout);
   // Where the previous kernel on this instance stopped (0 and lap 1 for the first): the host's
   // sent/received counters carry on from there, so starting at slot 0 again would serve old
   // requests still stamped with their lap, or wait forever for a lap that is not coming.
@@ -438,13 +444,13 @@ extern "C" __device__ int cudaq_dev_warp_rx_poll(void *session, void **request, 
   constexpr uint32_t P = kHead;
   Session *s = static_cast<Session *>(session);
   const uint32_t slot = s->fetched_slot, lap = s->fetched_lap;
-  const volatile uint4 *cells = s->request_heads + cudaq_rt_loopback_head_cell(slot, 0);
+  const volatile uint4 *cells = s->request_heads + cudaq_rt_loopback_head_cell(s->layout, slot, 0);
   // One probe: this lane's next slot's head cells and the flag, all in flight together (the
   // lanes' loads of the flag are one transaction).
   uint4 probe[P];
 #pragma unroll
   for (uint32_t c = 0; c < P; ++c)
-    probe[c] = load_cell(cells + c * kLineCells);
+    probe[c] = load_cell(cells + c * s->head_stride);
   const int shutdown = *s->shutdown_flag;
   if (!stamped(probe[0], lap)) {
     if (!shutdown)

@@ -30,6 +30,7 @@ struct cudaq_rt_bridge {
   uint32_t num_slots = 0;
   uint32_t slot_size = 0;
   uint32_t tail_cells = 0;
+  uint32_t layout = CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS; // of the heads (loopback_ring.h)
   uint64_t *request_heads = nullptr; // host view, 2 halves per cell (see loopback_ring.h)
   uint64_t *request_tails = nullptr;
   uint64_t *response_heads = nullptr;
@@ -61,6 +62,35 @@ inline bool parse_u32(std::string_view text, uint32_t &out) {
     return false;
   out = uint32_t(v);
   return true;
+}
+
+// The value of a layout= option: "slots" or "lanes" (loopback_ring.h).
+inline bool parse_layout(std::string_view text, uint32_t &out) {
+  if (text == "slots")
+    out = CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS;
+  else if (text == "lanes")
+    out = CUDAQ_RT_LOOPBACK_LAYOUT_LANES;
+  else
+    return false;
+  return true;
+}
+
+// Why a ring of `slots` slots of `slot_size` bytes, heads laid out as `layout`
+// (CUDAQ_RT_LOOPBACK_LAYOUT_*), cannot be made; empty when it can.
+inline std::string check_ring_shape(uint32_t slots, uint32_t slot_size,
+                                    uint32_t layout = CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS) {
+  if (slots == 0 || slots > CUDAQ_RT_LOOPBACK_MAX_SLOTS)
+    return "slots=" + std::to_string(slots) + " is out of range 1.." +
+           std::to_string(CUDAQ_RT_LOOPBACK_MAX_SLOTS);
+  if (slot_size < CUDAQ_RT_LOOPBACK_MIN_SLOT_SIZE || slot_size > CUDAQ_RT_LOOPBACK_MAX_SLOT_SIZE ||
+      slot_size % 16 != 0)
+    return "slot_size=" + std::to_string(slot_size) + " must be a multiple of 16 in " +
+           std::to_string(CUDAQ_RT_LOOPBACK_MIN_SLOT_SIZE) + ".." +
+           std::to_string(CUDAQ_RT_LOOPBACK_MAX_SLOT_SIZE);
+  if (layout == CUDAQ_RT_LOOPBACK_LAYOUT_LANES && slots % CUDAQ_RT_LOOPBACK_LANES != 0)
+    return "layout=lanes needs a multiple of " + std::to_string(CUDAQ_RT_LOOPBACK_LANES) +
+           " slots, not slots=" + std::to_string(slots);
+  return {};
 }
 
 // Calls take(key, value) for each item of a bridge configuration, "key=value,key=value" (empty
@@ -112,11 +142,12 @@ inline void flush_stores() {
 #endif
 }
 
-// The first half of frame cell c of `slot` (c = 0: control) in the ring made of heads and tails.
-inline uint64_t *cell_half(uint64_t *heads, uint64_t *tails, uint32_t tail_cells, uint32_t slot,
-                           uint32_t c) {
+// The first half of frame cell c of `slot` (c = 0: control) in the ring made of heads (laid out
+// as `layout` says) and tails.
+inline uint64_t *cell_half(uint64_t *heads, uint64_t *tails, uint32_t tail_cells, uint32_t layout,
+                           uint32_t slot, uint32_t c) {
   return c < CUDAQ_RT_LOOPBACK_HEAD_CELLS
-             ? heads + 2 * cudaq_rt_loopback_head_cell(slot, c)
+             ? heads + 2 * cudaq_rt_loopback_head_cell(layout, slot, c)
              : tails + 2 * cudaq_rt_loopback_tail_cell(slot, c - CUDAQ_RT_LOOPBACK_HEAD_CELLS,
                                                        tail_cells);
 }
@@ -148,7 +179,7 @@ inline cudaq_rt_bridge_result write_request(cudaq_rt_bridge *b, const void *fram
   const uint32_t lap = cudaq_rt_loopback_lap(k, b->num_slots);
   const uint32_t slot = uint32_t(k % b->num_slots);
   auto cell = [&](uint32_t c) {
-    return cell_half(b->request_heads, b->request_tails, b->tail_cells, slot, c);
+    return cell_half(b->request_heads, b->request_tails, b->tail_cells, b->layout, slot, c);
   };
   const auto *bytes = static_cast<const unsigned char *>(frame);
   // Data word w (4 bytes) is half w % 2 of frame cell 1 + w / 2.
@@ -190,7 +221,7 @@ inline cudaq_rt_bridge_result receive_response(cudaq_rt_bridge *b, void *buffer,
   const uint32_t lap = cudaq_rt_loopback_lap(k, b->num_slots);
   const uint32_t slot = uint32_t(k % b->num_slots);
   auto cell = [&](uint32_t c) {
-    return cell_half(b->response_heads, b->response_tails, b->tail_cells, slot, c);
+    return cell_half(b->response_heads, b->response_tails, b->tail_cells, b->layout, slot, c);
   };
   const uint64_t control = load_half(cell(0));
   if (stamp_of(control) != lap)

@@ -135,9 +135,37 @@ static inline CUDAQ_RT_LOOPBACK_HD uint32_t cudaq_rt_loopback_tail_cells(uint32_
   return (tail + CUDAQ_RT_LOOPBACK_TAIL_BLOCK - 1u) & ~(CUDAQ_RT_LOOPBACK_TAIL_BLOCK - 1u);
 }
 
+/* Two layouts of the heads, chosen per bridge instance (layout=slots|lanes):
+ *   slots: as above, every head cell on a line of its own: one serving thread probes several
+ *          slots' head cells in one batch, all loads on distinct lines (the unified dispatcher);
+ *   lanes: the ring's slots in groups of 32 (the ring must have a multiple of 32 slots), frame
+ *          cell c of the group's 32 slots side by side, slot 32g + l at cell (5g + c) * 32 + l.
+ *          When the 32 lanes of a warp load cell c of their own slots (the warp dispatcher: lane
+ *          l serves slots l, l + 32, ...), the loads fall on 4 lines and coalesce into 4
+ *          requests instead of 32; and consecutive frames share lines on the host (4 cells
+ *          to a 64-byte CPU line), so that taking 4 responses in a row costs the CPU 5 cache
+ *          misses instead of 20. A single
+ *          thread probing consecutive slots would load one line several times, which do not
+ *          overlap: that is what the slots layout is for.
+ * Tails are laid out per slot in both. */
+#define CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS 0u
+#define CUDAQ_RT_LOOPBACK_LAYOUT_LANES 1u
+#define CUDAQ_RT_LOOPBACK_LANES 32u /* slots per group in the lanes layout */
+
 /* Cell index, from the ring's heads, of frame cell c < HEAD_CELLS of `slot`. */
-static inline CUDAQ_RT_LOOPBACK_HD uint64_t cudaq_rt_loopback_head_cell(uint32_t slot, uint32_t c) {
+static inline CUDAQ_RT_LOOPBACK_HD uint64_t cudaq_rt_loopback_head_cell(uint32_t layout,
+                                                                        uint32_t slot, uint32_t c) {
+  if (layout == CUDAQ_RT_LOOPBACK_LAYOUT_LANES)
+    return ((uint64_t)(slot / CUDAQ_RT_LOOPBACK_LANES) * CUDAQ_RT_LOOPBACK_HEAD_CELLS + c) *
+               CUDAQ_RT_LOOPBACK_LANES +
+           slot % CUDAQ_RT_LOOPBACK_LANES;
   return ((uint64_t)slot * CUDAQ_RT_LOOPBACK_HEAD_CELLS + c) * CUDAQ_RT_LOOPBACK_LINE_CELLS;
+}
+
+/* Cells from frame cell c of a slot to its cell c + 1 (c + 1 < HEAD_CELLS). */
+static inline CUDAQ_RT_LOOPBACK_HD uint32_t cudaq_rt_loopback_head_stride(uint32_t layout) {
+  return layout == CUDAQ_RT_LOOPBACK_LAYOUT_LANES ? CUDAQ_RT_LOOPBACK_LANES
+                                                  : CUDAQ_RT_LOOPBACK_LINE_CELLS;
 }
 
 /* Cell index, from the ring's tails, of frame cell HEAD_CELLS + t of `slot`. */
@@ -148,7 +176,7 @@ static inline CUDAQ_RT_LOOPBACK_HD uint64_t cudaq_rt_loopback_tail_cell(uint32_t
          (t % CUDAQ_RT_LOOPBACK_TAIL_BLOCK) / CUDAQ_RT_LOOPBACK_LINE_CELLS;
 }
 
-/* Bytes of one ring's heads. */
+/* Bytes of one ring's heads (enough for either layout: the lanes layout needs an eighth). */
 #define CUDAQ_RT_LOOPBACK_HEADS_BYTES(n)                                                           \
   ((size_t)(n)*CUDAQ_RT_LOOPBACK_HEAD_CELLS * CUDAQ_RT_LOOPBACK_LINE_CELLS *                       \
    CUDAQ_RT_LOOPBACK_CELL_SIZE)
@@ -214,6 +242,7 @@ typedef struct cudaq_rt_loopback_device_ctx {
    * slot l and lap 1; a ring whose slots are not a multiple of 32 has no warp form. */
   uint32_t warp_resume_slot[32];
   uint32_t warp_resume_lap[32];
+  uint32_t layout; /* CUDAQ_RT_LOOPBACK_LAYOUT_*: where the head cells are */
 } cudaq_rt_loopback_device_ctx;
 
 #endif /* CUDAQ_RT_LOOPBACK_RING_H */

@@ -3,7 +3,7 @@
 // memory is allocated the loopback bridge's way (loopback_alloc.h), and its host threads
 // (udp_host.h) move datagrams between the socket and the ring. Configuration, from
 // --bridge-arg: bind=ADDR (default 127.0.0.1), port=N (default 0: a free one), slots=N,
-// slot_size=BYTES (as the loopback bridge), wait=spin|block (default spin).
+// slot_size=BYTES, layout=slots|lanes (as the loopback bridge), wait=spin|block (default spin).
 #include "loopback_alloc.h"
 #include "udp_host.h"
 
@@ -55,14 +55,16 @@ cudaq_rt_bridge_result create(const char *config, cudaq_rt_bridge **out) {
     create_error = std::move(why);
     return CUDAQ_RT_BRIDGE_ERROR;
   }
-  if (std::string why = loopback::check_ring_shape(u->config.slots, u->config.slot_size);
+  if (std::string why =
+          loopback::check_ring_shape(u->config.slots, u->config.slot_size, u->config.layout);
       !why.empty()) {
     create_error = std::move(why);
     return CUDAQ_RT_BRIDGE_ERROR;
   }
   if (!udp::open_socket(u->config, u->socket, create_error))
     return CUDAQ_RT_BRIDGE_ERROR;
-  if (!loopback::allocate_ring(&u->ring, u->config.slots, u->config.slot_size, create_error)) {
+  if (!loopback::allocate_ring(&u->ring, u->config.slots, u->config.slot_size, u->config.layout,
+                               create_error)) {
     ::close(u->socket.fd);
     return CUDAQ_RT_BRIDGE_ERROR;
   }

@@ -73,6 +73,9 @@ std::string parse_config(std::string_view text, Config &out) {
           if (value != "spin" && value != "block")
             return "option 'wait' is 'spin' or 'block', got '" + std::string(value) + "'";
           out.spin = value == "spin";
+        } else if (key == "layout") {
+          if (!loopback::parse_layout(value, out.layout))
+            return "option 'layout' is slots or lanes, got '" + std::string(value) + "'";
         } else if (key == "port" || key == "slots" || key == "slot_size") {
           uint32_t *target = key == "port"    ? &out.port
                              : key == "slots" ? &out.slots
@@ -84,7 +87,8 @@ std::string parse_config(std::string_view text, Config &out) {
             return "port=" + std::to_string(out.port) + " is out of range 0..65535";
         } else {
           return "unknown option '" + std::string(key) +
-                 "' (known: bind=ADDR, port=N, slots=N, slot_size=BYTES, wait=spin|block)";
+                 "' (known: bind=ADDR, port=N, slots=N, slot_size=BYTES, wait=spin|block, "
+                 "layout=slots|lanes)";
         }
         return {};
       });

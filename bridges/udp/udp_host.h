@@ -53,12 +53,13 @@ struct Config {
   std::string bind = "127.0.0.1";
   uint32_t port = 0; // 0: the system picks a free one
   uint32_t slots = CUDAQ_RT_LOOPBACK_DEFAULT_SLOTS;
+  uint32_t layout = CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS; // of the ring's heads (loopback_ring.h)
   uint32_t slot_size = CUDAQ_RT_LOOPBACK_DEFAULT_SLOT_SIZE;
   bool spin = true; // wait=spin: threads poll without sleeping; wait=block: they sleep when idle
 };
 
-// Parses "bind=ADDR,port=N,slots=N,slot_size=BYTES,wait=spin|block" into `out`; returns why it
-// cannot, or empty.
+// Parses "bind=ADDR,port=N,slots=N,slot_size=BYTES,wait=spin|block,layout=slots|lanes" into
+// `out`; returns why it cannot, or empty.
 std::string parse_config(std::string_view text, Config &out);
 
 enum class Kind : uint8_t {

@@ -8,9 +8,12 @@
 // counters).
 //
 //   loopback_dispatch_test [--bridge NAME|PATH] --package DIR [--latency-requests N]
-//                          [--dispatcher builtin|warp] [--slots N] [--many N]
+//                          [--dispatcher builtin|warp] [--slots N] [--layout slots|lanes]
+//                          [--many N]
 //
 // --dispatcher warp runs every check against the warp dispatcher instead of the unified one;
+// --layout gives the loopback ring that layout (loopback_ring.h) instead of the load path's
+// choice for the dispatcher;
 // --many N also sends N echoes through the batched send and receive with the ring kept full,
 // each checked by request_id and payload.
 //
@@ -147,6 +150,7 @@ int main(int argc, char **argv) {
   options.policy.allow_link = false;
   int latency_requests = 20000;
   uint64_t many = 0;
+  std::string layout;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -168,6 +172,8 @@ int main(int argc, char **argv) {
       options.bridge_config = "slots=" + value() + ",slot_size=1024";
     else if (a == "--many")
       many = std::stoull(value());
+    else if (a == "--layout")
+      layout = value();
     else {
       std::fprintf(stderr, "loopback_dispatch_test: error: unknown argument '%s'\n", a.c_str());
       return 2;
@@ -177,6 +183,8 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "loopback_dispatch_test: error: give --package\n");
     return 2;
   }
+  if (!layout.empty())
+    options.bridge_config += ",layout=" + layout;
   // Skipped only where there is no GPU (no driver installed, or no device): any other failure,
   // a driver too old for the cubin included, is on a machine that may well have a GPU.
   if (auto why = cudaq_rt::no_gpu_reason()) {
@@ -194,6 +202,9 @@ int main(int argc, char **argv) {
               (unsigned long long)report.record.cubin_size, report.record.cubin.str().c_str());
   cudaq_rt::Bridge *bridge = &loaded.bridge();
   const uint32_t slot_size = bridge->slot_size();
+  if (report.bridge == "loopback") // built from this tree: its instance can be looked into
+    std::printf("ring: %u slots, %s layout\n", bridge->num_slots(),
+                bridge->get()->layout == CUDAQ_RT_LOOPBACK_LAYOUT_LANES ? "lanes" : "slots");
   auto stop = [&] {
     if (auto st = loaded.stop(); !st)
       fail(st.error().str());

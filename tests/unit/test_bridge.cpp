@@ -100,7 +100,16 @@ TEST_CASE("loopback rejects a bad configuration with a clear message") {
   auto bridge = lib->create("slots=4,colour=blue");
   REQUIRE(!bridge);
   CHECK(bridge.error().message ==
-        "bridge 'loopback': unknown option 'colour' (known: slots=N, slot_size=BYTES)");
+        "bridge 'loopback': unknown option 'colour' (known: slots=N, slot_size=BYTES, "
+        "layout=slots|lanes)");
+  auto lanes = lib->create("slots=48,layout=lanes");
+  REQUIRE(!lanes);
+  CHECK(lanes.error().message ==
+        "bridge 'loopback': layout=lanes needs a multiple of 32 slots, not slots=48");
+  auto layout = lib->create("layout=rows");
+  REQUIRE(!layout);
+  CHECK(layout.error().message ==
+        "bridge 'loopback': option 'layout' is slots or lanes, got 'rows'");
   auto odd = lib->create("slot_size=100");
   REQUIRE(!odd);
   CHECK(odd.error().message == "bridge 'loopback': slot_size=100 must be a multiple of 16 in "

@@ -24,9 +24,10 @@ struct TestBridge {
   std::vector<uint64_t> request_ring, response_ring;
   cudaq_rt_bridge b;
 
-  TestBridge(uint32_t slots, uint32_t slot_size) {
+  TestBridge(uint32_t slots, uint32_t slot_size, uint32_t layout = CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS) {
     b.num_slots = slots;
     b.slot_size = slot_size;
+    b.layout = layout;
     b.tail_cells = cudaq_rt_loopback_tail_cells(slot_size);
     const size_t heads = CUDAQ_RT_LOOPBACK_HEADS_BYTES(slots) / 8;
     const size_t halves = heads + size_t(slots) * b.tail_cells * 2;
@@ -41,10 +42,10 @@ struct TestBridge {
   TestBridge &operator=(const TestBridge &) = delete;
 
   uint64_t *request_half(uint32_t slot, uint32_t c) {
-    return cell_half(b.request_heads, b.request_tails, b.tail_cells, slot, c);
+    return cell_half(b.request_heads, b.request_tails, b.tail_cells, b.layout, slot, c);
   }
   uint64_t *response_half(uint32_t slot, uint32_t c) {
-    return cell_half(b.response_heads, b.response_tails, b.tail_cells, slot, c);
+    return cell_half(b.response_heads, b.response_tails, b.tail_cells, b.layout, slot, c);
   }
 };
 
@@ -129,70 +130,113 @@ Bytes receive(TestBridge &t, uint64_t max_polls = 16) {
 } // namespace
 
 TEST_CASE("every frame length from 24 to slot_size goes through the ring and back") {
-  for (uint32_t slot_size : {32u, 48u, 528u, 1024u, 2064u}) {
-    CAPTURE(slot_size);
-    TestBridge t(3, slot_size); // 3 slots: slots are reused, laps go up
-    Position dev;
-    std::vector<Bytes> staging(3, Bytes(slot_size, 0xEE));
-    for (uint32_t len = CUDAQ_RT_HEADER_SIZE; len <= slot_size; ++len) {
-      CAPTURE(len);
-      const Bytes frame = request(len - CUDAQ_RT_HEADER_SIZE, len);
-      // Before send(), the device sees nothing in the slot (an old lap, or zeroed memory).
-      CHECK_FALSE(device_unpack(t, dev.slot, dev.lap, staging[dev.slot]));
-      REQUIRE(send_request(&t.b, frame.data(), frame.size()) == CUDAQ_RT_BRIDGE_OK);
-      const auto got = device_unpack(t, dev.slot, dev.lap, staging[dev.slot]);
-      REQUIRE(got);
-      CHECK(*got == len);
-      CHECK(Bytes(staging[dev.slot].begin(), staging[dev.slot].begin() + len) == frame);
-      // The host has nothing before the device publishes, then exactly what was published.
-      Bytes buffer(slot_size);
-      size_t size = 0;
-      CHECK(receive_response(&t.b, buffer.data(), buffer.size(), &size) == CUDAQ_RT_BRIDGE_AGAIN);
-      Bytes response = frame;
-      response[0] ^= 1; // any bytes: the ring does not look inside
-      device_publish(t, dev.slot, dev.lap, response);
-      CHECK(receive(t) == response);
-      dev.next(t.b.num_slots);
+  for (uint32_t layout : {CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS, CUDAQ_RT_LOOPBACK_LAYOUT_LANES})
+    for (uint32_t slot_size : {32u, 48u, 528u, 1024u, 2064u}) {
+      CAPTURE(layout);
+      CAPTURE(slot_size);
+      // Slots are reused and laps go up: 3 slots, or the one group of the lanes layout.
+      const uint32_t slots =
+          layout == CUDAQ_RT_LOOPBACK_LAYOUT_LANES ? CUDAQ_RT_LOOPBACK_LANES : 3u;
+      TestBridge t(slots, slot_size, layout);
+      Position dev;
+      std::vector<Bytes> staging(slots, Bytes(slot_size, 0xEE));
+      for (uint32_t len = CUDAQ_RT_HEADER_SIZE; len <= slot_size; ++len) {
+        CAPTURE(len);
+        const Bytes frame = request(len - CUDAQ_RT_HEADER_SIZE, len);
+        // Before send(), the device sees nothing in the slot (an old lap, or zeroed memory).
+        CHECK_FALSE(device_unpack(t, dev.slot, dev.lap, staging[dev.slot]));
+        REQUIRE(send_request(&t.b, frame.data(), frame.size()) == CUDAQ_RT_BRIDGE_OK);
+        const auto got = device_unpack(t, dev.slot, dev.lap, staging[dev.slot]);
+        REQUIRE(got);
+        CHECK(*got == len);
+        CHECK(Bytes(staging[dev.slot].begin(), staging[dev.slot].begin() + len) == frame);
+        // The host has nothing before the device publishes, then exactly what was published.
+        Bytes buffer(slot_size);
+        size_t size = 0;
+        CHECK(receive_response(&t.b, buffer.data(), buffer.size(), &size) == CUDAQ_RT_BRIDGE_AGAIN);
+        Bytes response = frame;
+        response[0] ^= 1; // any bytes: the ring does not look inside
+        device_publish(t, dev.slot, dev.lap, response);
+        CHECK(receive(t) == response);
+        dev.next(t.b.num_slots);
+      }
+    }
+}
+
+TEST_CASE("the cell layout is a bijection, and each batch of loads is on distinct lines") {
+  for (uint32_t layout : {CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS, CUDAQ_RT_LOOPBACK_LAYOUT_LANES}) {
+    const bool lanes = layout == CUDAQ_RT_LOOPBACK_LAYOUT_LANES;
+    for (uint32_t slots :
+         lanes ? std::vector<uint32_t>{32u, 64u, 96u} : std::vector<uint32_t>{1u, 3u, 64u}) {
+      for (uint32_t slot_size : {32u, 48u, 1024u, 1040u, 8192u}) {
+        CAPTURE(layout);
+        CAPTURE(slots);
+        CAPTURE(slot_size);
+        const uint32_t tail_cells = cudaq_rt_loopback_tail_cells(slot_size);
+        const uint32_t cells = cudaq_rt_loopback_frame_cells(slot_size);
+        CHECK(tail_cells % CUDAQ_RT_LOOPBACK_TAIL_BLOCK == 0);
+        const uint64_t head_cells_total =
+            CUDAQ_RT_LOOPBACK_HEADS_BYTES(slots) / CUDAQ_RT_LOOPBACK_CELL_SIZE;
+        const uint32_t stride = cudaq_rt_loopback_head_stride(layout);
+        std::set<std::pair<bool, uint64_t>> seen; // (in the tails, cell index)
+        for (uint32_t slot = 0; slot < slots; ++slot) {
+          std::set<uint64_t> head_lines;
+          for (uint32_t c = 0; c < cells; ++c) {
+            const bool tail = c >= CUDAQ_RT_LOOPBACK_HEAD_CELLS;
+            const uint64_t at = tail ? cudaq_rt_loopback_tail_cell(
+                                           slot, c - CUDAQ_RT_LOOPBACK_HEAD_CELLS, tail_cells)
+                                     : cudaq_rt_loopback_head_cell(layout, slot, c);
+            CHECK(at < (tail ? uint64_t(slots) * tail_cells : head_cells_total));
+            CHECK(seen.insert({tail, at}).second);
+            if (!tail) {
+              // The device addresses a slot's head cells from its cell 0 by the stride.
+              CHECK(at == cudaq_rt_loopback_head_cell(layout, slot, 0) + uint64_t(c) * stride);
+              // One thread's probe of one slot: every head cell on a line of its own.
+              CHECK(head_lines.insert(at / CUDAQ_RT_LOOPBACK_LINE_CELLS).second);
+              if (!lanes) // and of several slots too: one line per head cell
+                CHECK(at % CUDAQ_RT_LOOPBACK_LINE_CELLS == 0);
+            }
+          }
+          // unpack() loads tail cells 8 at a time, starting at frame cell HEAD_CELLS.
+          for (uint32_t t0 = 0; CUDAQ_RT_LOOPBACK_HEAD_CELLS + t0 < cells; t0 += 8) {
+            std::set<uint64_t> lines;
+            uint32_t in_batch = 0;
+            for (uint32_t t = t0; t < t0 + 8 && CUDAQ_RT_LOOPBACK_HEAD_CELLS + t < cells; ++t) {
+              lines.insert(cudaq_rt_loopback_tail_cell(slot, t, tail_cells) /
+                           CUDAQ_RT_LOOPBACK_LINE_CELLS);
+              ++in_batch;
+            }
+            CHECK(lines.size() == in_batch);
+          }
+        }
+        if (lanes) // a warp's load of head cell c of 32 slots of a group: 4 lines, coalesced
+          for (uint32_t g = 0; g < slots / CUDAQ_RT_LOOPBACK_LANES; ++g)
+            for (uint32_t c = 0; c < CUDAQ_RT_LOOPBACK_HEAD_CELLS; ++c) {
+              std::set<uint64_t> lines;
+              for (uint32_t l = 0; l < CUDAQ_RT_LOOPBACK_LANES; ++l)
+                lines.insert(
+                    cudaq_rt_loopback_head_cell(layout, g * CUDAQ_RT_LOOPBACK_LANES + l, c) /
+                    CUDAQ_RT_LOOPBACK_LINE_CELLS);
+              CHECK(lines.size() == CUDAQ_RT_LOOPBACK_LANES / CUDAQ_RT_LOOPBACK_LINE_CELLS);
+            }
+      }
     }
   }
 }
 
-TEST_CASE("the cell layout is a bijection, and each batch of loads is on distinct lines") {
-  for (uint32_t slots : {1u, 3u, 64u}) {
-    for (uint32_t slot_size : {32u, 48u, 1024u, 1040u, 8192u}) {
-      CAPTURE(slots);
-      CAPTURE(slot_size);
-      const uint32_t tail_cells = cudaq_rt_loopback_tail_cells(slot_size);
-      const uint32_t cells = cudaq_rt_loopback_frame_cells(slot_size);
-      CHECK(tail_cells % CUDAQ_RT_LOOPBACK_TAIL_BLOCK == 0);
-      const uint64_t head_cells_total =
-          CUDAQ_RT_LOOPBACK_HEADS_BYTES(slots) / CUDAQ_RT_LOOPBACK_CELL_SIZE;
-      std::set<std::pair<bool, uint64_t>> seen; // (in the tails, cell index)
-      for (uint32_t slot = 0; slot < slots; ++slot) {
-        for (uint32_t c = 0; c < cells; ++c) {
-          const bool tail = c >= CUDAQ_RT_LOOPBACK_HEAD_CELLS;
-          const uint64_t at =
-              tail ? cudaq_rt_loopback_tail_cell(slot, c - CUDAQ_RT_LOOPBACK_HEAD_CELLS, tail_cells)
-                   : cudaq_rt_loopback_head_cell(slot, c);
-          CHECK(at < (tail ? uint64_t(slots) * tail_cells : head_cells_total));
-          CHECK(seen.insert({tail, at}).second);
-          if (!tail) // one line per head cell: the probe's loads overlap
-            CHECK(at % CUDAQ_RT_LOOPBACK_LINE_CELLS == 0);
-        }
-        // unpack() loads tail cells 8 at a time, starting at frame cell HEAD_CELLS.
-        for (uint32_t t0 = 0; CUDAQ_RT_LOOPBACK_HEAD_CELLS + t0 < cells; t0 += 8) {
-          std::set<uint64_t> lines;
-          uint32_t in_batch = 0;
-          for (uint32_t t = t0; t < t0 + 8 && CUDAQ_RT_LOOPBACK_HEAD_CELLS + t < cells; ++t) {
-            lines.insert(cudaq_rt_loopback_tail_cell(slot, t, tail_cells) /
-                         CUDAQ_RT_LOOPBACK_LINE_CELLS);
-            ++in_batch;
-          }
-          CHECK(lines.size() == in_batch);
-        }
-      }
-    }
-  }
+TEST_CASE("a ring's shape: slots, slot size, and the lanes layout's groups of 32") {
+  CHECK(check_ring_shape(64, 1024).empty());
+  CHECK(check_ring_shape(0, 1024) == "slots=0 is out of range 1..65536");
+  CHECK(check_ring_shape(8, 40) == "slot_size=40 must be a multiple of 16 in 32..1048576");
+  CHECK(check_ring_shape(48, 256, CUDAQ_RT_LOOPBACK_LAYOUT_LANES) ==
+        "layout=lanes needs a multiple of 32 slots, not slots=48");
+  CHECK(check_ring_shape(64, 256, CUDAQ_RT_LOOPBACK_LAYOUT_LANES).empty());
+  uint32_t layout = 7;
+  CHECK(parse_layout("lanes", layout));
+  CHECK(layout == CUDAQ_RT_LOOPBACK_LAYOUT_LANES);
+  CHECK(parse_layout("slots", layout));
+  CHECK(layout == CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS);
+  CHECK_FALSE(parse_layout("Lanes", layout));
 }
 
 TEST_CASE("a torn cell is not accepted until both halves carry the lap") {

@@ -75,7 +75,7 @@ public:
 
 private:
   uint64_t half(uint64_t *heads, uint64_t *tails, uint32_t slot, uint32_t c, bool second) {
-    return load_half(cell_half(heads, tails, ring_.b.tail_cells, slot, c) + second);
+    return load_half(cell_half(heads, tails, ring_.b.tail_cells, ring_.b.layout, slot, c) + second);
   }
   bool wait_stamped(uint64_t *heads, uint64_t *tails, uint32_t slot, uint32_t c, uint32_t lap,
                     uint64_t &h0, uint64_t &h1) {
@@ -120,11 +120,13 @@ private:
       for (uint32_t c = 1; c < cudaq_rt_loopback_frame_cells(out_len); ++c) {
         uint32_t d[2];
         std::memcpy(d, out.data() + 8 * (c - 1), 8);
-        uint64_t *p = cell_half(b.response_heads, b.response_tails, b.tail_cells, slot, c);
+        uint64_t *p =
+            cell_half(b.response_heads, b.response_tails, b.tail_cells, b.layout, slot, c);
         store_half(p, lap, d[0]);
         store_half(p + 1, lap, d[1]);
       }
-      uint64_t *control = cell_half(b.response_heads, b.response_tails, b.tail_cells, slot, 0);
+      uint64_t *control =
+          cell_half(b.response_heads, b.response_tails, b.tail_cells, b.layout, slot, 0);
       store_half(control + 1, lap, 0);
       store_half(control, lap, out_len);
       ++served_;
@@ -195,9 +197,14 @@ TEST_CASE("configuration: defaults, every key, and exact refusals") {
   CHECK(c.slots == 8);
   CHECK(c.slot_size == 256);
   CHECK(!c.spin);
+  CHECK(c.layout == CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS);
+  CHECK(udp::parse_config("layout=lanes", c).empty());
+  CHECK(c.layout == CUDAQ_RT_LOOPBACK_LAYOUT_LANES);
+  CHECK(udp::parse_config("layout=diagonal", c) ==
+        "option 'layout' is slots or lanes, got 'diagonal'");
   CHECK(udp::parse_config("bogus=1", c) ==
         "unknown option 'bogus' (known: bind=ADDR, port=N, slots=N, slot_size=BYTES, "
-        "wait=spin|block)");
+        "wait=spin|block, layout=slots|lanes)");
   CHECK(udp::parse_config("port=65536", c) == "port=65536 is out of range 0..65535");
   CHECK(udp::parse_config("port=x", c) == "option 'port' needs a number, got 'x'");
   CHECK(udp::parse_config("wait=sometimes", c) ==
@@ -397,7 +404,7 @@ TEST_CASE("the plugin refuses an unknown option and a port in use before touchin
   CHECK(bogus.error().str() ==
         "'" + std::string(CUDAQ_RT_TEST_UDP_BRIDGE) +
             "': bridge 'udp': unknown option 'bogus' (known: bind=ADDR, port=N, slots=N, "
-            "slot_size=BYTES, wait=spin|block)");
+            "slot_size=BYTES, wait=spin|block, layout=slots|lanes)");
   // A port some other socket holds.
   udp::Config config;
   udp::Socket taken;
