@@ -13,6 +13,7 @@
 #include "cudaq_rt/server.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -136,6 +137,57 @@ void print_rounds(Server &server, double ghz) {
   }
 }
 
+// Where the one host thread's time goes with `inflight` echoes in flight through the batched
+// send and receive (the loop of cudaq_rt::bench, timed in parts): per request, the time inside
+// send_batch, inside receive_batch calls that took responses, and in calls that found none (the
+// thread waiting for the GPU).
+void host_split(Server &server, uint32_t inflight, uint64_t requests) {
+  using Clock = std::chrono::steady_clock;
+  auto frame = build_request_frame("echo", std::vector<uint8_t>(8, 0x5a), 0, 0);
+  if (!frame) {
+    std::printf("host split: %s\n", frame.error().str().c_str());
+    return;
+  }
+  const size_t stride = server.report().slot_size;
+  std::vector<const void *> ptrs(inflight, frame->data());
+  std::vector<size_t> sizes(inflight, frame->size()), got(inflight);
+  std::vector<uint8_t> responses(size_t(inflight) * stride);
+  uint64_t sent = 0, received = 0, empty_polls = 0;
+  double send_ns = 0, take_ns = 0, wait_ns = 0;
+  const auto t0 = Clock::now();
+  while (received < requests) {
+    const size_t room = size_t(std::min<uint64_t>(requests - sent, inflight - (sent - received)));
+    auto a = Clock::now();
+    if (room > 0) {
+      auto q = server.send_batch(std::span(ptrs.data(), room), std::span(sizes.data(), room));
+      if (!q) {
+        std::printf("host split: %s\n", q.error().str().c_str());
+        return;
+      }
+      sent += *q;
+    }
+    auto b = Clock::now();
+    send_ns += std::chrono::duration<double, std::nano>(b - a).count();
+    const size_t out = size_t(sent - received);
+    auto r = server.receive_batch(std::span(responses.data(), out * stride), stride,
+                                  std::span(got.data(), out));
+    auto c = Clock::now();
+    if (!r) {
+      std::printf("host split: %s\n", r.error().str().c_str());
+      return;
+    }
+    (*r ? take_ns : wait_ns) += std::chrono::duration<double, std::nano>(c - b).count();
+    empty_polls += *r == 0;
+    received += *r;
+  }
+  const double total_ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+  const double n = double(requests);
+  std::printf("| host thread, %u in flight | %.1f M req/s | send %.1f ns | receive %.1f ns | "
+              "waiting %.1f ns (%llu empty polls) | other %.1f ns |\n",
+              inflight, n / total_ns * 1e3, send_ns / n, take_ns / n, wait_ns / n,
+              (unsigned long long)empty_polls, (total_ns - send_ns - take_ns - wait_ns) / n);
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -169,7 +221,7 @@ int main(int argc, char **argv) {
               "| --- | --- | --- | --- | --- | --- |\n");
   auto run = [&](const char *label, const char *bridge, const char *dispatcher,
                  const std::vector<uint32_t> &inflight, bool stages, unsigned threads = 0,
-                 bool rounds = false, const char *extra = "") {
+                 bool rounds = false, const char *extra = "", bool split = false) {
     LoadOptions o;
     o.package = package;
     o.link.bridge = bridge;
@@ -200,6 +252,9 @@ int main(int argc, char **argv) {
       std::printf("%s: stop: %s\n", label, st.error().str().c_str());
       return;
     }
+    if (split)
+      for (uint32_t k : inflight)
+        host_split(**server, k, requests * 4);
     if (stages)
       print_stages(**server, ghz);
     if (rounds)
@@ -208,6 +263,10 @@ int main(int argc, char **argv) {
   for (const Config &c : configs)
     run(c.label, c.bridge, c.dispatcher, c.inflight, false, c.threads, false, c.extra);
   run("stage stamps, loopback", "loopback", "cudaq_rt_bench_stages", {1}, true);
+  std::printf("\nThe host thread's time per request (one thread, batched send and receive)\n\n");
+  for (const char *layout : {",layout=slots", ",layout=lanes"})
+    run(layout[8] == 'l' ? "warp, lanes layout" : "warp, slots layout", "loopback", "warp",
+        {256, 1024}, false, 0, false, layout, true);
   for (const char *layout : {",layout=lanes", ",layout=slots"})
     for (uint32_t k : {32u, 256u, 1024u})
       run(layout[8] == 'l' ? "warp round stamps, lanes layout" : "warp round stamps, slots layout",

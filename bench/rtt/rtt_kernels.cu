@@ -169,28 +169,27 @@ extern "C" __global__ void cudaq_rt_bench_raw_ring(cudaq_rt_dispatch_params p) {
     return;
   const volatile uint4 *rq = (const volatile uint4 *)c->request_heads;
   volatile uint4 *rs = (volatile uint4 *)c->response_heads;
-  const uint32_t n = c->num_slots;
+  const uint32_t n = c->num_slots, layout = c->layout;
   uint32_t slot = c->resume_slot, lap = c->resume_lap;
   for (;;) {
     uint4 v[5];
 #pragma unroll
     for (uint32_t k = 0; k < 5; ++k)
-      v[k] = bench_load(rq + cudaq_rt_loopback_head_cell(c->layout, slot, k));
+      v[k] = bench_load(rq + cudaq_rt_loopback_head_cell(layout, slot, k));
     const int shutdown = *p.shutdown_flag;
     if (v[0].x == lap && v[0].z == lap) {
 #pragma unroll
       for (uint32_t k = 1; k < 5; ++k)
         while (v[k].x != lap || v[k].z != lap)
-          v[k] = bench_load(rq + cudaq_rt_loopback_head_cell(c->layout, slot, k));
+          v[k] = bench_load(rq + cudaq_rt_loopback_head_cell(layout, slot, k));
       // Request cells: 1 {magic, function_id}, 2 {arg_len, request_id}, 3 ptp, 4 payload.
-      bench_store(rs + cudaq_rt_loopback_head_cell(c->layout, slot, 1),
+      bench_store(rs + cudaq_rt_loopback_head_cell(layout, slot, 1),
                   make_uint4(lap, CUDAQ_RT_RESPONSE_MAGIC, lap, 0u));
-      bench_store(rs + cudaq_rt_loopback_head_cell(c->layout, slot, 2),
+      bench_store(rs + cudaq_rt_loopback_head_cell(layout, slot, 2),
                   make_uint4(lap, 8u, lap, v[2].w));
-      bench_store(rs + cudaq_rt_loopback_head_cell(c->layout, slot, 3), v[3]);
-      bench_store(rs + cudaq_rt_loopback_head_cell(c->layout, slot, 4), v[4]);
-      bench_store(rs + cudaq_rt_loopback_head_cell(c->layout, slot, 0),
-                  make_uint4(lap, 32u, lap, 0u));
+      bench_store(rs + cudaq_rt_loopback_head_cell(layout, slot, 3), v[3]);
+      bench_store(rs + cudaq_rt_loopback_head_cell(layout, slot, 4), v[4]);
+      bench_store(rs + cudaq_rt_loopback_head_cell(layout, slot, 0), make_uint4(lap, 32u, lap, 0u));
       if (++slot == n) {
         slot = 0;
         lap = cudaq_rt_loopback_next_lap(lap);

@@ -306,11 +306,15 @@ __device__ __forceinline__ void publish_frame(Session *s, uint32_t slot, uint32_
   const uint32_t len = CUDAQ_RT_HEADER_SIZE + (result_len < max_result ? result_len : max_result);
   const uint32_t cells = frame_cells(len);
   volatile uint4 *head = s->response_heads + cudaq_rt_loopback_head_cell(s->layout, slot, 0);
-  // Posted stores, in any order: each half carries its own stamp, so no fence is needed.
+  volatile uint4 *tail = s->response_tails + (size_t)slot * s->tail_cells;
+  const uint32_t stride = s->head_stride;
+  // Posted stores, in any order: each half carries its own stamp, so no fence is needed. (The
+  // addresses from the slot's first head and tail cells: c is a constant after unrolling.)
 #pragma unroll
   for (uint32_t c = 1; c <= kFirst; ++c)
     if (c < cells)
-      store_cell(cell_at(s, s->response_heads, s->response_tails, slot, c),
+      store_cell(c < kHead ? head + c * stride
+                           : tail + cudaq_rt_loopback_tail_cell(0u, c - kHead, s->tail_cells),
                  make_uint4(lap, first[c - 1].x, lap, first[c - 1].y));
   for (uint32_t c = kFirst + 1; c < cells; ++c) {
     const uint2 d = frame[c - 1];

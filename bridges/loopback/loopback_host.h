@@ -43,6 +43,13 @@ struct cudaq_rt_bridge {
   // across kernel launches: the device ctx keeps the device's side of the same position.
   uint64_t sent = 0;
   uint64_t received = 0;
+  // Slot and lap of frame `k`, kept for the next frame so that no 64-bit division runs per frame
+  // (send and receive each remember their own; recomputed when sent or received was moved).
+  struct Position {
+    uint64_t k = 0;
+    uint32_t slot = 0, lap = 1;
+  };
+  Position send_at, receive_at;
   std::string error;
 };
 
@@ -152,6 +159,20 @@ inline uint64_t *cell_half(uint64_t *heads, uint64_t *tails, uint32_t tail_cells
                                                        tail_cells);
 }
 
+// Slot and lap of frame k in a ring of n slots: `at`, moved to k (one step in the common case).
+inline cudaq_rt_bridge::Position &position(cudaq_rt_bridge::Position &at, uint64_t k, uint32_t n) {
+  if (at.k + 1 == k) {
+    at.k = k;
+    if (++at.slot == n) {
+      at.slot = 0;
+      at.lap = cudaq_rt_loopback_next_lap(at.lap);
+    }
+  } else if (at.k != k) {
+    at = {k, uint32_t(k % n), cudaq_rt_loopback_lap(k, n)};
+  }
+  return at;
+}
+
 // Why send() refuses `frame` (size bytes) for a ring of slot_size-byte slots; empty when it may go.
 // A frame must be whole (cudaq_rt/wire.h): its header's arg_len is exactly size - 24. A shorter
 // payload would leave the device staging frame's tail, an earlier request's bytes, where the
@@ -175,9 +196,8 @@ inline std::string check_request(const void *frame, size_t size, uint32_t slot_s
 inline cudaq_rt_bridge_result write_request(cudaq_rt_bridge *b, const void *frame, size_t size) {
   if (b->sent - b->received == b->num_slots)
     return CUDAQ_RT_BRIDGE_AGAIN;
-  const uint64_t k = b->sent;
-  const uint32_t lap = cudaq_rt_loopback_lap(k, b->num_slots);
-  const uint32_t slot = uint32_t(k % b->num_slots);
+  const cudaq_rt_bridge::Position &at = position(b->send_at, b->sent, b->num_slots);
+  const uint32_t lap = at.lap, slot = at.slot;
   auto cell = [&](uint32_t c) {
     return cell_half(b->request_heads, b->request_tails, b->tail_cells, b->layout, slot, c);
   };
@@ -218,8 +238,8 @@ inline cudaq_rt_bridge_result receive_response(cudaq_rt_bridge *b, void *buffer,
   if (b->received == b->sent)
     return CUDAQ_RT_BRIDGE_AGAIN;
   const uint64_t k = b->received;
-  const uint32_t lap = cudaq_rt_loopback_lap(k, b->num_slots);
-  const uint32_t slot = uint32_t(k % b->num_slots);
+  const cudaq_rt_bridge::Position &at = position(b->receive_at, k, b->num_slots);
+  const uint32_t lap = at.lap, slot = at.slot;
   auto cell = [&](uint32_t c) {
     return cell_half(b->response_heads, b->response_tails, b->tail_cells, b->layout, slot, c);
   };

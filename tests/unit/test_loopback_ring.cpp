@@ -224,6 +224,22 @@ TEST_CASE("the cell layout is a bijection, and each batch of loads is on distinc
   }
 }
 
+TEST_CASE("the running slot and lap are what the division gives, also after a jump") {
+  for (uint32_t n : {1u, 3u, 64u}) {
+    CAPTURE(n);
+    cudaq_rt_bridge::Position at;
+    // Near the end of the laps too: the stamps wrap from 0xFFFFFFFF to 1.
+    for (uint64_t start : {uint64_t(0), uint64_t(n) * uint64_t(0xFFFFFFFEu) - 5, uint64_t(12345)}) {
+      for (uint64_t k = start; k < start + 3 * n + 7; ++k) {
+        const cudaq_rt_bridge::Position &p = position(at, k, n);
+        CHECK(p.k == k);
+        CHECK(p.slot == k % n);
+        CHECK(p.lap == cudaq_rt_loopback_lap(k, n));
+      }
+    }
+  }
+}
+
 TEST_CASE("a ring's shape: slots, slot size, and the lanes layout's groups of 32") {
   CHECK(check_ring_shape(64, 1024).empty());
   CHECK(check_ring_shape(0, 1024) == "slots=0 is out of range 1..65536");
