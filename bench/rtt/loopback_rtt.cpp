@@ -155,7 +155,13 @@ void host_split(Server &server, uint32_t inflight, uint64_t requests) {
   uint64_t sent = 0, received = 0, empty_polls = 0;
   double send_ns = 0, take_ns = 0, wait_ns = 0;
   const auto t0 = Clock::now();
+  const auto give_up = t0 + std::chrono::seconds(20);
   while (received < requests) {
+    if (Clock::now() > give_up) {
+      std::printf("host split: %llu of %llu responses within 20 s\n",
+                  (unsigned long long)received, (unsigned long long)requests);
+      return;
+    }
     const size_t room = size_t(std::min<uint64_t>(requests - sent, inflight - (sent - received)));
     auto a = Clock::now();
     if (room > 0) {
@@ -186,6 +192,7 @@ void host_split(Server &server, uint32_t inflight, uint64_t requests) {
               "waiting %.1f ns (%llu empty polls) | other %.1f ns |\n",
               inflight, n / total_ns * 1e3, send_ns / n, take_ns / n, wait_ns / n,
               (unsigned long long)empty_polls, (total_ns - send_ns - take_ns - wait_ns) / n);
+  std::fflush(stdout);
 }
 
 } // namespace
@@ -248,13 +255,13 @@ int main(int argc, char **argv) {
                   r->latency.p99_us, r->requests_per_s / 1e6, (unsigned long long)r->wrong);
       std::fflush(stdout);
     }
+    if (split) // while the kernel runs
+      for (uint32_t k : inflight)
+        host_split(**server, k, requests * 4);
     if (auto st = (*server)->stop(); !st) {
       std::printf("%s: stop: %s\n", label, st.error().str().c_str());
       return;
     }
-    if (split)
-      for (uint32_t k : inflight)
-        host_split(**server, k, requests * 4);
     if (stages)
       print_stages(**server, ghz);
     if (rounds)
