@@ -158,8 +158,8 @@ void host_split(Server &server, uint32_t inflight, uint64_t requests) {
   const auto give_up = t0 + std::chrono::seconds(20);
   while (received < requests) {
     if (Clock::now() > give_up) {
-      std::printf("host split: %llu of %llu responses within 20 s\n",
-                  (unsigned long long)received, (unsigned long long)requests);
+      std::printf("host split: %llu of %llu responses within 20 s\n", (unsigned long long)received,
+                  (unsigned long long)requests);
       return;
     }
     const size_t room = size_t(std::min<uint64_t>(requests - sent, inflight - (sent - received)));
@@ -271,9 +271,12 @@ int main(int argc, char **argv) {
     run(c.label, c.bridge, c.dispatcher, c.inflight, false, c.threads, false, c.extra);
   run("stage stamps, loopback", "loopback", "cudaq_rt_bench_stages", {1}, true);
   std::printf("\nThe host thread's time per request (one thread, batched send and receive)\n\n");
-  for (const char *layout : {",layout=slots", ",layout=lanes"})
-    run(layout[8] == 'l' ? "warp, lanes layout" : "warp, slots layout", "loopback", "warp",
-        {256, 1024}, false, 0, false, layout, true);
+  for (const char *bridge : {"loopback", "loopback_wc"})
+    for (const char *layout : {",layout=slots", ",layout=lanes"}) {
+      const std::string label = std::string("warp, ") + (layout[8] == 'l' ? "lanes" : "slots") +
+                                " layout" + (bridge[8] ? ", write-combined request ring" : "");
+      run(label.c_str(), bridge, "warp", {256, 1024}, false, 0, false, layout, true);
+    }
   for (const char *layout : {",layout=lanes", ",layout=slots"})
     for (uint32_t k : {32u, 256u, 1024u})
       run(layout[8] == 'l' ? "warp round stamps, lanes layout" : "warp round stamps, slots layout",

@@ -101,8 +101,10 @@ cudaq_rt_bridge_result send_batch(cudaq_rt_bridge *b, const void *const *frames,
   size_t done = 0;
   cudaq_rt_bridge_result r = CUDAQ_RT_BRIDGE_OK;
   for (; done < count; ++done)
-    if ((r = send_request(b, frames[done], sizes[done])) != CUDAQ_RT_BRIDGE_OK)
+    if ((r = send_request(b, frames[done], sizes[done], false)) != CUDAQ_RT_BRIDGE_OK)
       break;
+  if (CUDAQ_RT_LOOPBACK_REQUEST_WC)
+    flush_stores();
   *queued = done;
   return done > 0 && r == CUDAQ_RT_BRIDGE_AGAIN ? CUDAQ_RT_BRIDGE_OK : r;
 }

@@ -17,6 +17,7 @@
 #include "loopback_ring.h"
 
 #include <atomic>
+#include <bit>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
@@ -173,6 +174,36 @@ inline cudaq_rt_bridge::Position &position(cudaq_rt_bridge::Position &at, uint64
   return at;
 }
 
+// The first halves of one slot's frame cells, addressed from its first head cell and its tail
+// (cell_half, with what does not depend on the cell worked out once per frame).
+struct SlotCells {
+  uint64_t *head;
+  uint64_t *tail;
+  uint32_t stride; // halves from head cell c to c + 1
+  uint32_t tail_cells;
+  uint64_t *operator()(uint32_t c) const {
+    return c < CUDAQ_RT_LOOPBACK_HEAD_CELLS
+               ? head + uint64_t(c) * stride
+               : tail + 2 * cudaq_rt_loopback_tail_cell(0, c - CUDAQ_RT_LOOPBACK_HEAD_CELLS,
+                                                        tail_cells);
+  }
+};
+
+inline SlotCells slot_cells(const cudaq_rt_bridge *b, uint64_t *heads, uint64_t *tails,
+                            uint32_t slot) {
+  return {heads + 2 * cudaq_rt_loopback_head_cell(b->layout, slot, 0),
+          tails + 2 * uint64_t(slot) * b->tail_cells, 2 * cudaq_rt_loopback_head_stride(b->layout),
+          b->tail_cells};
+}
+
+// A cell's two halves: d's low 4 bytes (the first 4 frame bytes, little-endian) in the first.
+inline void store_cell(uint64_t *cell, uint32_t lap, uint64_t d) {
+  store_half(cell, lap, uint32_t(d));
+  store_half(cell + 1, lap, uint32_t(d >> 32));
+}
+static_assert(std::endian::native == std::endian::little,
+              "the ring's halves carry frame bytes in the host's order: little-endian");
+
 // Why send() refuses `frame` (size bytes) for a ring of slot_size-byte slots; empty when it may go.
 // A frame must be whole (cudaq_rt/wire.h): its header's arg_len is exactly size - 24. A shorter
 // payload would leave the device staging frame's tail, an earlier request's bytes, where the
@@ -193,41 +224,71 @@ inline std::string check_request(const void *frame, size_t size, uint32_t slot_s
 
 // Writes `frame` (size <= slot_size bytes, not checked otherwise) as the next request: AGAIN when
 // every slot is in flight. This is send() without check_request().
-inline cudaq_rt_bridge_result write_request(cudaq_rt_bridge *b, const void *frame, size_t size) {
+// write_request without the store fence a write-combined request ring needs after it (a batch
+// fences once, after its last frame).
+inline cudaq_rt_bridge_result write_request_unfenced(cudaq_rt_bridge *b, const void *frame,
+                                                     size_t size) {
   if (b->sent - b->received == b->num_slots)
     return CUDAQ_RT_BRIDGE_AGAIN;
   const cudaq_rt_bridge::Position &at = position(b->send_at, b->sent, b->num_slots);
-  const uint32_t lap = at.lap, slot = at.slot;
-  auto cell = [&](uint32_t c) {
-    return cell_half(b->request_heads, b->request_tails, b->tail_cells, b->layout, slot, c);
-  };
+  const uint32_t lap = at.lap;
+  const SlotCells cell = slot_cells(b, b->request_heads, b->request_tails, at.slot);
   const auto *bytes = static_cast<const unsigned char *>(frame);
-  // Data word w (4 bytes) is half w % 2 of frame cell 1 + w / 2.
-  const size_t words = (size + 3) / 4;
-  for (size_t w = 0; w < words; ++w) {
-    uint32_t data = 0;
-    std::memcpy(&data, bytes + 4 * w, size - 4 * w < 4 ? size - 4 * w : 4);
-    store_half(cell(uint32_t(1 + w / 2)) + w % 2, lap, data);
+  // Frame bytes 8c..8c+7 are cell 1 + c: the first four in its first half, the rest in its
+  // second; past the frame's end, zeroes (both halves stamped, so the GPU sees the cell whole).
+  const size_t full = size / 8;
+  for (size_t c = 0; c < full; ++c) {
+    uint64_t d;
+    std::memcpy(&d, bytes + 8 * c, 8);
+    store_cell(cell(uint32_t(1 + c)), lap, d);
   }
-  if (words % 2) // the last cell's second half: stamped too, so the GPU sees the cell complete
-    store_half(cell(uint32_t(1 + words / 2)) + 1, lap, 0);
+  if (size % 8) {
+    uint64_t d = 0;
+    std::memcpy(&d, bytes + 8 * full, size % 8);
+    store_cell(cell(uint32_t(1 + full)), lap, d);
+  }
   // Control last, so a poll that sees it usually finds the whole frame already there.
   uint64_t *control = cell(0);
   store_half(control + 1, lap, 0);
   store_half(control, lap, uint32_t(size));
-  if (CUDAQ_RT_LOOPBACK_REQUEST_WC)
-    flush_stores();
   ++b->sent;
   return CUDAQ_RT_BRIDGE_OK;
 }
 
-// The bridge's send operation.
-inline cudaq_rt_bridge_result send_request(cudaq_rt_bridge *b, const void *frame, size_t size) {
+inline cudaq_rt_bridge_result write_request(cudaq_rt_bridge *b, const void *frame, size_t size) {
+  const cudaq_rt_bridge_result r = write_request_unfenced(b, frame, size);
+  if (CUDAQ_RT_LOOPBACK_REQUEST_WC)
+    flush_stores();
+  return r;
+}
+
+// The bridge's send operation; `fence` false leaves the fence to the caller (send_batch).
+inline cudaq_rt_bridge_result send_request(cudaq_rt_bridge *b, const void *frame, size_t size,
+                                           bool fence = true) {
   if (std::string why = check_request(frame, size, b->slot_size); !why.empty()) {
     b->error = std::move(why);
     return CUDAQ_RT_BRIDGE_ERROR;
   }
-  return write_request(b, frame, size);
+  return fence ? write_request(b, frame, size) : write_request_unfenced(b, frame, size);
+}
+
+// Polls a cell's halves until both carry `lap`, at most max_polls times each; false, with the
+// error set, when one never does.
+[[gnu::cold, gnu::noinline]] inline bool wait_for_halves(cudaq_rt_bridge *b, uint64_t k,
+                                                         const uint64_t *h, uint32_t lap,
+                                                         uint64_t max_polls, uint64_t &first,
+                                                         uint64_t &second) {
+  for (int i = 0; i < 2; ++i) {
+    uint64_t &value = i ? second : first;
+    for (uint64_t polls = 0; stamp_of(value) != lap; ++polls) {
+      if (polls == max_polls) {
+        b->error = "receive: response " + std::to_string(k) + " never completed";
+        return false;
+      }
+      value = load_half(h + i);
+    }
+  }
+  return true;
 }
 
 // The bridge's receive operation; max_half_polls bounds the wait for a response's missing halves
@@ -239,10 +300,8 @@ inline cudaq_rt_bridge_result receive_response(cudaq_rt_bridge *b, void *buffer,
     return CUDAQ_RT_BRIDGE_AGAIN;
   const uint64_t k = b->received;
   const cudaq_rt_bridge::Position &at = position(b->receive_at, k, b->num_slots);
-  const uint32_t lap = at.lap, slot = at.slot;
-  auto cell = [&](uint32_t c) {
-    return cell_half(b->response_heads, b->response_tails, b->tail_cells, b->layout, slot, c);
-  };
+  const uint32_t lap = at.lap;
+  const SlotCells cell = slot_cells(b, b->response_heads, b->response_tails, at.slot);
   const uint64_t control = load_half(cell(0));
   if (stamp_of(control) != lap)
     return CUDAQ_RT_BRIDGE_AGAIN;
@@ -258,19 +317,18 @@ inline cudaq_rt_bridge_result receive_response(cudaq_rt_bridge *b, void *buffer,
     return CUDAQ_RT_BRIDGE_ERROR;
   }
   auto *out = static_cast<unsigned char *>(buffer);
-  const size_t words = (len + 3) / 4;
-  for (size_t w = 0; w < words; ++w) {
-    const uint64_t *at = cell(uint32_t(1 + w / 2)) + w % 2;
-    uint64_t half = load_half(at);
-    for (uint64_t polls = 0; stamp_of(half) != lap; ++polls) {
-      if (polls == max_half_polls) {
-        b->error = "receive: response " + std::to_string(k) + " never completed";
-        return CUDAQ_RT_BRIDGE_ERROR;
-      }
-      half = load_half(at);
-    }
-    const uint32_t data = data_of(half);
-    std::memcpy(out + 4 * w, &data, len - 4 * w < 4 ? len - 4 * w : 4);
+  for (uint32_t c = 0; 8 * size_t(c) < len; ++c) {
+    const uint64_t *h = cell(1 + c);
+    uint64_t first = load_half(h), second = load_half(h + 1);
+    // Both halves carry the lap, or wait for them (loopback_ring.h); rarely taken.
+    if ((stamp_of(first) != lap || stamp_of(second) != lap) &&
+        !wait_for_halves(b, k, h, lap, max_half_polls, first, second))
+      return CUDAQ_RT_BRIDGE_ERROR;
+    const uint64_t d = data_of(first) | uint64_t(data_of(second)) << 32;
+    if (len - 8 * size_t(c) >= 8)
+      std::memcpy(out + 8 * size_t(c), &d, 8);
+    else
+      std::memcpy(out + 8 * size_t(c), &d, len - 8 * size_t(c));
   }
   *size = len;
   ++b->received;
