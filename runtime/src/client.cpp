@@ -1,6 +1,7 @@
 #include "cudaq_rt/client.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstddef>
 #include <cstring>
@@ -97,13 +98,17 @@ Expected<BenchResult> bench(Server &server, const std::string &handler,
   const size_t frame_size = tmpl.size();
   const bool stamp_payload = opt.expect_echo && payload.size() >= 4;
   std::vector<uint8_t> frames(size_t{inflight} * frame_size);
+  for (uint32_t i = 0; i < inflight; ++i) // per request, only the ids change
+    std::memcpy(frames.data() + size_t{i} * frame_size, tmpl.data(), frame_size);
   std::vector<const void *> frame_ptrs(inflight);
   std::vector<size_t> frame_sizes(inflight, frame_size);
   std::vector<uint8_t> responses(size_t{inflight} * stride);
   std::vector<size_t> response_sizes(inflight);
   const uint64_t total = opt.warmup + opt.requests;
-  // Send times by request_id modulo a ring larger than what can be in flight.
-  std::vector<Clock::time_point> sent_at(size_t{inflight} * 2);
+  // Send times by request_id modulo a ring larger than what can be in flight (a power of two: a
+  // mask, not a division, per request).
+  std::vector<Clock::time_point> sent_at(std::bit_ceil(size_t{inflight} * 2));
+  const size_t sent_mask = sent_at.size() - 1;
   std::vector<double> latencies;
   latencies.reserve(opt.requests);
   BenchResult r;
@@ -118,7 +123,6 @@ Expected<BenchResult> bench(Server &server, const std::string &handler,
     if (room > 0) {
       for (size_t i = 0; i < room; ++i) {
         uint8_t *f = frames.data() + i * frame_size;
-        std::memcpy(f, tmpl.data(), frame_size);
         const uint32_t id = id_of(sent + i);
         std::memcpy(f + offsetof(cudaq_rt_request_header, request_id), &id, 4);
         if (stamp_payload)
@@ -133,7 +137,7 @@ Expected<BenchResult> bench(Server &server, const std::string &handler,
         return std::move(queued).take_error();
       const auto now = Clock::now();
       for (size_t i = 0; i < *queued; ++i)
-        sent_at[id_of(sent + i) % sent_at.size()] = now;
+        sent_at[id_of(sent + i) & sent_mask] = now;
       sent += *queued;
     }
     // Every request in flight fits the buffers: take what has come, at least one.
@@ -165,15 +169,17 @@ Expected<BenchResult> bench(Server &server, const std::string &handler,
       if (right && opt.expect_echo) {
         const uint8_t *result = resp + sizeof h;
         right = h.result_len == payload.size();
-        if (right && stamp_payload)
-          right = std::memcmp(result, &want, 4) == 0 &&
-                  std::memcmp(result + 4, payload.data() + 4, payload.size() - 4) == 0;
-        else if (right)
-          right = std::memcmp(result, payload.data(), payload.size()) == 0;
+        if (right && stamp_payload) {
+          uint32_t echoed;
+          std::memcpy(&echoed, result, 4);
+          right = echoed == want && std::equal(payload.begin() + 4, payload.end(), result + 4);
+        } else if (right) {
+          right = std::equal(payload.begin(), payload.end(), result);
+        }
       }
       if (received >= opt.warmup) {
         r.wrong += right ? 0 : 1;
-        latencies.push_back(us_between(sent_at[want % sent_at.size()], now));
+        latencies.push_back(us_between(sent_at[want & sent_mask], now));
       } else if (!right) {
         r.wrong += 1;
       }
