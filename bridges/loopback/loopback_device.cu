@@ -32,8 +32,7 @@ struct Session {
   uint32_t num_slots;
   uint32_t slot_size;
   uint32_t tail_cells;
-  uint32_t layout;       // of the heads (loopback_ring.h)
-  uint32_t head_stride;  // cells from a slot's head cell c to its cell c + 1
+  uint32_t lanes_layout; // the heads' layout (loopback_ring.h) is lanes, not slots
   uint32_t head_slot;    // slot of the next frame to hand out
   uint32_t fetched_slot; // slot of the next frame to probe for
   uint32_t fetched_lap;  // and the lap it must carry
@@ -106,11 +105,15 @@ __device__ __forceinline__ uint32_t frame_cells(uint32_t frame_len) {
 
 constexpr uint32_t kHead = CUDAQ_RT_LOOPBACK_HEAD_CELLS;
 
+// Head cells are addressed for a layout L (CUDAQ_RT_LOOPBACK_LAYOUT_*). publish_frame and the
+// warp form's poll are compiled once per layout, so that L and the offsets are constants there:
+// worked out at run time they cost tx_publish 130 cycles on the H200.
+
 // Frame cell c of a slot: in the slot's head cells, or in its tail (layout: loopback_ring.h).
 template <class Cell>
-__device__ __forceinline__ Cell *cell_at(const Session *s, Cell *heads, Cell *tails, uint32_t slot,
-                                         uint32_t c) {
-  return c < kHead ? heads + cudaq_rt_loopback_head_cell(s->layout, slot, c)
+__device__ __forceinline__ Cell *cell_at(const Session *s, uint32_t L, Cell *heads, Cell *tails,
+                                         uint32_t slot, uint32_t c) {
+  return c < kHead ? heads + cudaq_rt_loopback_head_cell(L, slot, c)
                    : tails + cudaq_rt_loopback_tail_cell(slot, c - kHead, s->tail_cells);
 }
 
@@ -150,10 +153,10 @@ __device__ __forceinline__ void warm_lines(Session *s, const unsigned char *fram
 // cells per round trip; any half the host has not stamped yet (torn, or still being written) is
 // reloaded. A frame shorter than its header claims is staged marked (mark_truncated).
 template <uint32_t P>
-__device__ __forceinline__ uint32_t unpack(const Session *s, uint32_t slot, uint2 *frame,
-                                           uint32_t lap, const uint4 (&probe)[P]) {
+__device__ __forceinline__ uint32_t unpack(const Session *s, uint32_t L, uint32_t slot,
+                                           uint2 *frame, uint32_t lap, const uint4 (&probe)[P]) {
   static_assert(P >= 3, "the probe holds the header's arg_len (frame cell 2)");
-  const volatile uint4 *head = s->request_heads + cudaq_rt_loopback_head_cell(s->layout, slot, 0);
+  const volatile uint4 *head = s->request_heads + cudaq_rt_loopback_head_cell(L, slot, 0);
   const uint32_t len = probe[0].y < s->slot_size ? probe[0].y : s->slot_size;
   const uint32_t cells = frame_cells(len);
   uint32_t arg_len = 0xFFFFFFFFu; // stays so when the frame does not reach the header's arg_len
@@ -162,7 +165,7 @@ __device__ __forceinline__ uint32_t unpack(const Session *s, uint32_t slot, uint
     if (c < cells) {
       uint4 v = probe[c];
       while (!stamped(v, lap))
-        v = load_cell(head + c * s->head_stride);
+        v = load_cell(head + c * cudaq_rt_loopback_head_stride(L));
       frame[c - 1] = make_uint2(v.y, v.w);
       if (c == 2) // header bytes 8..11 (c is a constant after unrolling: a register move)
         arg_len = v.y;
@@ -173,7 +176,7 @@ __device__ __forceinline__ uint32_t unpack(const Session *s, uint32_t slot, uint
 #pragma unroll
     for (uint32_t b = 0; b < kBatch; ++b)
       if (c + b < cells) {
-        at[b] = cell_at(s, s->request_heads, s->request_tails, slot, c + b);
+        at[b] = cell_at(s, L, s->request_heads, s->request_tails, slot, c + b);
         v[b] = load_cell(at[b]);
       }
 #pragma unroll
@@ -192,6 +195,10 @@ __device__ __forceinline__ uint32_t unpack(const Session *s, uint32_t slot, uint
 // Probes the next slots until at least one request is there (true) or shutdown is seen (false),
 // and unpacks every ready request into its staging frame.
 __device__ bool fetch(Session *s) {
+  // The layout at run time here: a select per probed slot, before the loads (an instance per
+  // layout would double this function's code for nothing measurable).
+  const uint32_t L =
+      s->lanes_layout ? CUDAQ_RT_LOOPBACK_LAYOUT_LANES : CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS;
   constexpr uint32_t W = CUDAQ_RT_LOOPBACK_PROBE_SLOTS, P = kHead;
   const uint32_t n = s->num_slots;
   uint32_t probe_slots = n < s->width ? n : s->width;
@@ -207,8 +214,8 @@ __device__ bool fetch(Session *s) {
   }
 #pragma unroll
   for (uint32_t w = 0; w < W; ++w)
-    cells[w] = s->request_heads + cudaq_rt_loopback_head_cell(s->layout, slot[w], 0);
-  const uint32_t stride = s->head_stride;
+    cells[w] = s->request_heads + cudaq_rt_loopback_head_cell(L, slot[w], 0);
+  const uint32_t stride = cudaq_rt_loopback_head_stride(L);
   const volatile int *shutdown_flag = s->shutdown_flag;
 
   uint4 probe[W][P];
@@ -276,7 +283,7 @@ __device__ bool fetch(Session *s) {
       uint2 *frame = reinterpret_cast<uint2 *>(
           s->shared_batch ? shared_staging + (size_t)w * s->slot_size
                           : s->request_frames + (size_t)slot[w] * s->slot_size);
-      const uint32_t len = unpack<P>(s, slot[w], frame, lap[w], probe[w]);
+      const uint32_t len = unpack<P>(s, L, slot[w], frame, lap[w], probe[w]);
       if (!s->shared_batch)
         warm_lines(s, reinterpret_cast<const unsigned char *>(frame), len);
     }
@@ -292,6 +299,7 @@ __device__ bool fetch(Session *s) {
 // Packs the response frame staged at `response` into the response cells of `slot`, stamped
 // `lap`: the header and the first payload bytes in one batch of loads; result_len is header
 // word 2.
+template <uint32_t L>
 __device__ __forceinline__ void publish_frame(Session *s, uint32_t slot, uint32_t lap,
                                               const void *response) {
   constexpr uint32_t kFirst = 8; // uint2 words: the 24-byte header + 40 payload bytes
@@ -305,9 +313,9 @@ __device__ __forceinline__ void publish_frame(Session *s, uint32_t slot, uint32_
   const uint32_t result_len = first[1].x;
   const uint32_t len = CUDAQ_RT_HEADER_SIZE + (result_len < max_result ? result_len : max_result);
   const uint32_t cells = frame_cells(len);
-  volatile uint4 *head = s->response_heads + cudaq_rt_loopback_head_cell(s->layout, slot, 0);
+  volatile uint4 *head = s->response_heads + cudaq_rt_loopback_head_cell(L, slot, 0);
   volatile uint4 *tail = s->response_tails + (size_t)slot * s->tail_cells;
-  const uint32_t stride = s->head_stride;
+  const uint32_t stride = cudaq_rt_loopback_head_stride(L);
   // Posted stores, in any order: each half carries its own stamp, so no fence is needed. (The
   // addresses from the slot's first head and tail cells: c is a constant after unrolling.)
 #pragma unroll
@@ -318,7 +326,7 @@ __device__ __forceinline__ void publish_frame(Session *s, uint32_t slot, uint32_
                  make_uint4(lap, first[c - 1].x, lap, first[c - 1].y));
   for (uint32_t c = kFirst + 1; c < cells; ++c) {
     const uint2 d = frame[c - 1];
-    store_cell(cell_at(s, s->response_heads, s->response_tails, slot, c),
+    store_cell(cell_at(s, L, s->response_heads, s->response_tails, slot, c),
                make_uint4(lap, d.x, lap, d.y));
   }
   store_cell(head, make_uint4(lap, len, lap, 0u));
@@ -347,8 +355,7 @@ extern "C" __device__ void *cudaq_dev_enter_kernel(void *storage, void *ctx,
   s->num_slots = c->num_slots;
   s->slot_size = c->slot_size;
   s->tail_cells = c->tail_cells;
-  s->layout = c->layout;
-  s->head_stride = cudaq_rt_loopback_head_stride(c->layout);
+  s->lanes_layout = c->layout == CUDAQ_RT_LOOPBACK_LAYOUT_LANES;
   // Where the previous kernel on this instance stopped (0 and lap 1 for the first): the host's
   // sent/received counters carry on from there, so starting at slot 0 again would serve old
   // requests still stamped with their lap, or wait forever for a lap that is not coming.
@@ -421,7 +428,10 @@ extern "C" __device__ void cudaq_dev_tx_publish(void *session, void *response) {
   const uint32_t lap =
       slot < s->fetched_slot ? s->fetched_lap : cudaq_rt_loopback_prev_lap(s->fetched_lap);
 
-  publish_frame(s, slot, lap, response);
+  if (s->lanes_layout)
+    publish_frame<CUDAQ_RT_LOOPBACK_LAYOUT_LANES>(s, slot, lap, response);
+  else
+    publish_frame<CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS>(s, slot, lap, response);
 }
 
 // The warp form (cudaq_rt/dispatch.h). Every lane has a Session of its own, used differently:
@@ -444,17 +454,18 @@ cudaq_dev_warp_enter_kernel(void *storage, void *ctx, volatile int *shutdown_fla
   return s;
 }
 
-extern "C" __device__ int cudaq_dev_warp_rx_poll(void *session, void **request, void **response) {
+namespace {
+template <uint32_t L>
+__device__ __forceinline__ int warp_poll(Session *s, void **request, void **response) {
   constexpr uint32_t P = kHead;
-  Session *s = static_cast<Session *>(session);
   const uint32_t slot = s->fetched_slot, lap = s->fetched_lap;
-  const volatile uint4 *cells = s->request_heads + cudaq_rt_loopback_head_cell(s->layout, slot, 0);
+  const volatile uint4 *cells = s->request_heads + cudaq_rt_loopback_head_cell(L, slot, 0);
   // One probe: this lane's next slot's head cells and the flag, all in flight together (the
   // lanes' loads of the flag are one transaction).
   uint4 probe[P];
 #pragma unroll
   for (uint32_t c = 0; c < P; ++c)
-    probe[c] = load_cell(cells + c * s->head_stride);
+    probe[c] = load_cell(cells + c * cudaq_rt_loopback_head_stride(L));
   const int shutdown = *s->shutdown_flag;
   if (!stamped(probe[0], lap)) {
     if (!shutdown)
@@ -473,7 +484,7 @@ extern "C" __device__ int cudaq_dev_warp_rx_poll(void *session, void **request, 
     return CUDAQ_DEV_RX_SHUTDOWN;
   }
   const size_t offset = (size_t)slot * s->slot_size;
-  unpack<P>(s, slot, reinterpret_cast<uint2 *>(s->request_frames + offset), lap, probe);
+  unpack<P>(s, L, slot, reinterpret_cast<uint2 *>(s->request_frames + offset), lap, probe);
   *request = s->request_frames + offset;
   *response = s->response_frames + offset;
   s->last_slot = slot;
@@ -486,8 +497,18 @@ extern "C" __device__ int cudaq_dev_warp_rx_poll(void *session, void **request, 
   s->fetched_slot = next;
   return CUDAQ_DEV_RX_READY;
 }
+} // namespace
+
+extern "C" __device__ int cudaq_dev_warp_rx_poll(void *session, void **request, void **response) {
+  Session *s = static_cast<Session *>(session);
+  return s->lanes_layout ? warp_poll<CUDAQ_RT_LOOPBACK_LAYOUT_LANES>(s, request, response)
+                         : warp_poll<CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS>(s, request, response);
+}
 
 extern "C" __device__ void cudaq_dev_warp_tx_publish(void *session, void *response) {
   Session *s = static_cast<Session *>(session);
-  publish_frame(s, s->last_slot, s->last_lap, response);
+  if (s->lanes_layout)
+    publish_frame<CUDAQ_RT_LOOPBACK_LAYOUT_LANES>(s, s->last_slot, s->last_lap, response);
+  else
+    publish_frame<CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS>(s, s->last_slot, s->last_lap, response);
 }
