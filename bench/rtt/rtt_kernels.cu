@@ -96,22 +96,36 @@ extern "C" __global__ void cudaq_rt_bench_stages(cudaq_rt_dispatch_params p) {
 }
 CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_stages);
 
-extern "C" __global__ void cudaq_rt_bench_global_table(cudaq_rt_dispatch_params p) {
+namespace {
+// The unified kernel's loop (libdispatch/src/unified_dispatch.cu) with one knob turned: the
+// function table copied to shared memory or not, the handler cache used or not.
+template <bool SharedTable, bool Cache>
+__device__ void unified_variant(cudaq_rt_dispatch_params p) {
   if (!first_thread())
     return;
   __align__(16) unsigned char storage[CUDAQ_RT_SESSION_STORAGE_SIZE];
   void *session = cudaq_dev_enter_kernel(storage, p.transport_ctx, p.shutdown_flag);
   if (!session)
     return;
+  __shared__ cudaq_rt_function_entry rows[BENCH_TABLE_ROWS];
+  const cudaq_rt_function_entry *table =
+      SharedTable
+          ? cudaq_rt_table_in_shared(p.function_table, p.num_functions, rows, BENCH_TABLE_ROWS)
+          : p.function_table;
   cudaq_rt_dispatch_counters counters = cudaq_rt_counters_load(p.stats);
   cudaq_rt_handler_cache cache = {0, 0};
   void *request = 0, *response = 0;
   while (cudaq_dev_rx_poll(session, &request, &response) == CUDAQ_DEV_RX_READY) {
-    cudaq_rt_serve_frame_cached(p.function_table, p.num_functions, p.slot_size, request, response,
-                                &counters, &cache);
+    cudaq_rt_serve_frame_cached(table, p.num_functions, p.slot_size, request, response, &counters,
+                                Cache ? &cache : 0);
     cudaq_dev_tx_publish(session, response);
     cudaq_rt_counters_store(p.stats, &counters);
   }
+}
+} // namespace
+
+extern "C" __global__ void cudaq_rt_bench_global_table(cudaq_rt_dispatch_params p) {
+  unified_variant<false, true>(p);
 }
 CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_global_table);
 
@@ -272,21 +286,6 @@ CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_warp_rounds);
 // The unified kernel without its handler cache: every request searches the table (what the
 // cache, cudaq_rt_handler_cache, buys).
 extern "C" __global__ void cudaq_rt_bench_no_cache(cudaq_rt_dispatch_params p) {
-  if (!first_thread())
-    return;
-  __align__(16) unsigned char storage[CUDAQ_RT_SESSION_STORAGE_SIZE];
-  void *session = cudaq_dev_enter_kernel(storage, p.transport_ctx, p.shutdown_flag);
-  if (!session)
-    return;
-  __shared__ cudaq_rt_function_entry rows[BENCH_TABLE_ROWS];
-  const cudaq_rt_function_entry *table =
-      cudaq_rt_table_in_shared(p.function_table, p.num_functions, rows, BENCH_TABLE_ROWS);
-  cudaq_rt_dispatch_counters counters = cudaq_rt_counters_load(p.stats);
-  void *request = 0, *response = 0;
-  while (cudaq_dev_rx_poll(session, &request, &response) == CUDAQ_DEV_RX_READY) {
-    cudaq_rt_serve_frame(table, p.num_functions, p.slot_size, request, response, &counters);
-    cudaq_dev_tx_publish(session, response);
-    cudaq_rt_counters_store(p.stats, &counters);
-  }
+  unified_variant<true, false>(p);
 }
 CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_no_cache);
