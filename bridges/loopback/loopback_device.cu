@@ -47,11 +47,6 @@ struct Session {
   uint32_t last_slot;    // slot of the frame rx_poll handed out last
   uint32_t last_lap;     // its lap (the warp form)
   uint32_t lane;         // the warp form: this session's lane
-  // The warp form's idle probe (warp_poll), the same in every lane: only next_lane probes while
-  // `narrow`; `rounds` counts polls.
-  uint32_t narrow;
-  uint32_t next_lane;
-  uint32_t rounds;
   const unsigned char *last_response; // and its response frame
 };
 static_assert(sizeof(Session) <= CUDAQ_RT_SESSION_STORAGE_SIZE, "session must fit the storage");
@@ -454,72 +449,26 @@ cudaq_dev_warp_enter_kernel(void *storage, void *ctx, volatile int *shutdown_fla
     return nullptr;
   Session *s = static_cast<Session *>(storage);
   s->lane = lane;
-  s->narrow = 0;
-  s->next_lane = 0;
-  s->rounds = 0;
   s->fetched_slot = c->warp_resume_slot[lane];
   s->fetched_lap = c->warp_resume_lap[lane];
   return s;
 }
 
 namespace {
-// The lane whose next request comes first in the host's order: the least of the lanes' next
-// positions (lap and slot), compared as differences from lane 0's, which all lie within one ring
-// of each other, in a sequence that repeats after 0xFFFFFFFF laps. Called by all 32 lanes.
-__device__ __forceinline__ uint32_t next_request_lane(const Session *s, uint32_t slot,
-                                                      uint32_t lap) {
-  constexpr unsigned kAll = 0xFFFFFFFFu;
-  const long long n = s->num_slots, period = 0xFFFFFFFFll * n;
-  const long long at = (long long)(lap - 1u) * n + slot;
-  long long d = at - __shfl_sync(kAll, at, 0);
-  if (d > period / 2)
-    d -= period;
-  else if (d < -period / 2)
-    d += period;
-  uint32_t lane = s->lane;
-  for (int o = 16; o > 0; o >>= 1) {
-    const long long other_d = __shfl_xor_sync(kAll, d, o);
-    const uint32_t other_lane = __shfl_xor_sync(kAll, lane, o);
-    if (other_d < d || (other_d == d && other_lane < lane)) {
-      d = other_d;
-      lane = other_lane;
-    }
-  }
-  return lane;
-}
-
 template <uint32_t L>
 __device__ __forceinline__ int warp_poll(Session *s, void **request, void **response) {
   constexpr uint32_t P = kHead;
-  constexpr unsigned kAll = 0xFFFFFFFFu;
   const uint32_t slot = s->fetched_slot, lap = s->fetched_lap;
   const volatile uint4 *cells = s->request_heads + cudaq_rt_loopback_head_cell(L, slot, 0);
-  // While the ring is idle only the lane of the next request probes: its 5 head cells and the
-  // flag, as the unified kernel's idle probe, where all 32 lanes load 160 cells (20 lines in the
-  // lanes layout) and take longer to answer, so a lone request waits less to be seen. Every 64th
-  // round all lanes probe whatever next_lane says, so that no request can wait on a wrong guess.
-  ++s->rounds;
-  const bool probes = !s->narrow || s->lane == s->next_lane || (s->rounds & 63u) == 0;
   // One probe: this lane's next slot's head cells and the flag, all in flight together (the
   // lanes' loads of the flag are one transaction).
   uint4 probe[P];
 #pragma unroll
   for (uint32_t c = 0; c < P; ++c)
-    probe[c] = probes ? load_cell(cells + c * cudaq_rt_loopback_head_stride(L))
-                      : make_uint4(0u, 0u, 0u, 0u);
+    probe[c] = load_cell(cells + c * cudaq_rt_loopback_head_stride(L));
   const int shutdown = *s->shutdown_flag;
-  const bool ready = probes && stamped(probe[0], lap);
-  // Every lane takes the same decision: after a round that found nothing and saw no flag, only
-  // the lane whose next request comes first probes.
-  if (__any_sync(kAll, ready) || __any_sync(kAll, shutdown != 0)) {
-    s->narrow = 0;
-  } else {
-    s->narrow = 1;
-    s->next_lane = next_request_lane(s, slot, lap);
-  }
-  if (!ready) {
-    // A lane that did not probe decides nothing; the flag makes every lane probe next round.
-    if (!shutdown || !probes)
+  if (!stamped(probe[0], lap)) {
+    if (!shutdown)
       return CUDAQ_DEV_RX_IDLE;
     if (!s->draining) {
       // As in fetch: this probe may predate requests sent before the flag; after the fence,
