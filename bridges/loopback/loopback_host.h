@@ -222,10 +222,8 @@ inline std::string check_request(const void *frame, size_t size, uint32_t slot_s
   return {};
 }
 
-// Writes `frame` (size <= slot_size bytes, not checked otherwise) as the next request: AGAIN when
-// every slot is in flight. This is send() without check_request().
-// write_request without the store fence a write-combined request ring needs after it (a batch
-// fences once, after its last frame).
+// write_request without the store fence that a write-combined request ring needs after it (a
+// batch fences once, after its last frame).
 inline cudaq_rt_bridge_result write_request_unfenced(cudaq_rt_bridge *b, const void *frame,
                                                      size_t size) {
   if (b->sent - b->received == b->num_slots)
@@ -255,6 +253,8 @@ inline cudaq_rt_bridge_result write_request_unfenced(cudaq_rt_bridge *b, const v
   return CUDAQ_RT_BRIDGE_OK;
 }
 
+// Writes `frame` (size <= slot_size bytes, not checked otherwise) as the next request: AGAIN when
+// every slot is in flight. This is send() without check_request().
 inline cudaq_rt_bridge_result write_request(cudaq_rt_bridge *b, const void *frame, size_t size) {
   const cudaq_rt_bridge_result r = write_request_unfenced(b, frame, size);
   if (CUDAQ_RT_LOOPBACK_REQUEST_WC)
