@@ -47,6 +47,7 @@ struct Session {
   uint32_t last_slot;    // slot of the frame rx_poll handed out last
   uint32_t last_lap;     // its lap (the warp form)
   uint32_t lane;         // the warp form: this session's lane
+  uint32_t warp_shared;  // the warp form: requests staged in warp_request_staging
   const unsigned char *last_response; // and its response frame
 };
 static_assert(sizeof(Session) <= CUDAQ_RT_SESSION_STORAGE_SIZE, "session must fit the storage");
@@ -72,6 +73,16 @@ constexpr uint32_t kW = CUDAQ_RT_LOOPBACK_PROBE_SLOTS;
 #endif
 constexpr uint32_t kSharedBytes = 16384;
 __shared__ __align__(16) unsigned char shared_staging[kSharedBytes];
+
+// The warp form stages each lane's request (not its response: the handler may write up to a whole
+// slot) in shared memory, lane l at l * slot_size, when the block is that one warp and 32 slots
+// fit; else in the per-slot frames in device memory. Only a kernel that uses the warp hooks
+// reserves it.
+#ifndef CUDAQ_RT_LOOPBACK_WARP_SHARED_STAGING
+#define CUDAQ_RT_LOOPBACK_WARP_SHARED_STAGING 1
+#endif
+constexpr uint32_t kWarpSharedBytes = 32768;
+__shared__ __align__(16) unsigned char warp_request_staging[kWarpSharedBytes];
 
 __device__ __forceinline__ bool one_thread_block() {
   return blockDim.x * blockDim.y * blockDim.z == 1;
@@ -437,8 +448,8 @@ extern "C" __device__ void cudaq_dev_tx_publish(void *session, void *response) {
 // The warp form (cudaq_rt/dispatch.h). Every lane has a Session of its own, used differently:
 // fetched_slot and fetched_lap are the lane's next request (slots lane, lane + 32, ... of the
 // ring, so that the host's request k is lane k % 32's), last_slot and last_lap the one it holds.
-// Frames are staged in the per-slot frames in device memory (32 lanes' worth of slots would not
-// fit in shared memory).
+// Requests are staged in shared memory where 32 of them fit (warp_request_staging), responses in
+// the per-slot frames in device memory.
 
 extern "C" __device__ void *
 cudaq_dev_warp_enter_kernel(void *storage, void *ctx, volatile int *shutdown_flag, unsigned lane) {
@@ -449,6 +460,9 @@ cudaq_dev_warp_enter_kernel(void *storage, void *ctx, volatile int *shutdown_fla
     return nullptr;
   Session *s = static_cast<Session *>(storage);
   s->lane = lane;
+  s->warp_shared = CUDAQ_RT_LOOPBACK_WARP_SHARED_STAGING &&
+                   blockDim.x * blockDim.y * blockDim.z == CUDAQ_RT_WARP_LANES &&
+                   c->slot_size <= kWarpSharedBytes / CUDAQ_RT_WARP_LANES;
   s->fetched_slot = c->warp_resume_slot[lane];
   s->fetched_lap = c->warp_resume_lap[lane];
   return s;
@@ -484,8 +498,10 @@ __device__ __forceinline__ int warp_poll(Session *s, void **request, void **resp
     return CUDAQ_DEV_RX_SHUTDOWN;
   }
   const size_t offset = (size_t)slot * s->slot_size;
-  unpack<P>(s, L, slot, reinterpret_cast<uint2 *>(s->request_frames + offset), lap, probe);
-  *request = s->request_frames + offset;
+  unsigned char *frame = s->warp_shared ? warp_request_staging + (size_t)s->lane * s->slot_size
+                                        : s->request_frames + offset;
+  unpack<P>(s, L, slot, reinterpret_cast<uint2 *>(frame), lap, probe);
+  *request = frame;
   *response = s->response_frames + offset;
   s->last_slot = slot;
   s->last_lap = lap;
