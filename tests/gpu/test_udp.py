@@ -115,13 +115,20 @@ class UdpCase(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix=f"cudaq-rt-udp-gpu.{cls.__name__}.")
         cls.env = dict(os.environ, CUDAQ_RT_CACHE_DIR=os.path.join(cls.tmp, "cache"))
-        r = subprocess.run([PACK, EXAMPLE_APP, "--name", "example", "-o", cls.tmp],
+        cls.pkg = cls.package(EXAMPLE_APP, "example")
+
+    @classmethod
+    def package(cls, app, name):
+        """Packs `app` as NAME.cudaqpkg in the class's directory and links it for this GPU with the
+        UDP bridge's hooks; its path."""
+        r = subprocess.run([PACK, app, "--name", name, "-o", cls.tmp],
                            capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
-        cls.pkg = os.path.join(cls.tmp, "example.cudaqpkg")
-        r = subprocess.run([LINK, cls.pkg, "--arch", ARCH, "--bridge", "udp"],
+        pkg = os.path.join(cls.tmp, name + ".cudaqpkg")
+        r = subprocess.run([LINK, pkg, "--arch", ARCH, "--bridge", "udp"],
                            capture_output=True, text=True, env=cls.env)
         assert r.returncode == 0, r.stderr
+        return pkg
 
     @classmethod
     def tearDownClass(cls):
@@ -337,13 +344,7 @@ class FaultWhileServingTest(UdpCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        r = subprocess.run([PACK, FAULT_APP, "--name", "faults", "-o", cls.tmp],
-                           capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
-        cls.faults = os.path.join(cls.tmp, "faults.cudaqpkg")
-        r = subprocess.run([LINK, cls.faults, "--arch", ARCH, "--bridge", "udp"],
-                           capture_output=True, text=True, env=cls.env)
-        assert r.returncode == 0, r.stderr
+        cls.faults = cls.package(FAULT_APP, "faults")
 
     def start(self, *args):
         s = Server(self, self.faults, "--stop-timeout", "1", *args, env=self.env)

@@ -5,46 +5,14 @@
  * counters, so that a --count bound is reached without traffic. */
 #include "cudaq_rt/bridge_plugin.h"
 
-#include <stdlib.h>
-
 struct cudaq_rt_bridge {
   uint64_t starts, drains, stops, last_op, reads, drained_while_started;
   int started;
   unsigned char device_context[64];
 };
 
-static const char *create_error = "";
-
-static cudaq_rt_bridge_result create(const char *config, cudaq_rt_bridge **out) {
-  if (config && *config) {
-    create_error = "self-fed bridge: takes no configuration";
-    return CUDAQ_RT_BRIDGE_ERROR;
-  }
-  *out = calloc(1, sizeof **out);
-  return *out ? CUDAQ_RT_BRIDGE_OK : CUDAQ_RT_BRIDGE_ERROR;
-}
-
-static void destroy(cudaq_rt_bridge *b) {
-  free(b);
-}
-
-static const char *last_error(const cudaq_rt_bridge *b) {
-  return b ? "" : create_error;
-}
-
-static void *device_context(cudaq_rt_bridge *b) {
-  return b->device_context;
-}
-
-static uint32_t slot_size(cudaq_rt_bridge *b) {
-  (void)b;
-  return 1024;
-}
-
-static uint32_t num_slots(cudaq_rt_bridge *b) {
-  (void)b;
-  return 4;
-}
+#define FAKE_BRIDGE_NAME "self-fed"
+#include "fake_bridge.h"
 
 static cudaq_rt_bridge_result start(cudaq_rt_bridge *b) {
   b->starts++;

@@ -4,6 +4,7 @@
 // what CI runs of the ring; the GPU test (tests/gpu/loopback_dispatch_test.cpp) runs the real
 // device code.
 #include "loopback_host.h"
+#include "memory_ring.h"
 
 #include <doctest/doctest.h>
 
@@ -19,35 +20,7 @@ namespace {
 
 using Bytes = std::vector<uint8_t>;
 
-// A bridge instance whose rings are ordinary memory, zeroed as create() leaves them.
-struct TestBridge {
-  std::vector<uint64_t> request_ring, response_ring;
-  cudaq_rt_bridge b;
-
-  TestBridge(uint32_t slots, uint32_t slot_size, uint32_t layout = CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS) {
-    b.num_slots = slots;
-    b.slot_size = slot_size;
-    b.layout = layout;
-    b.tail_cells = cudaq_rt_loopback_tail_cells(slot_size);
-    const size_t heads = CUDAQ_RT_LOOPBACK_HEADS_BYTES(slots) / 8;
-    const size_t halves = heads + size_t(slots) * b.tail_cells * 2;
-    request_ring.assign(halves, 0);
-    response_ring.assign(halves, 0);
-    b.request_heads = request_ring.data();
-    b.request_tails = b.request_heads + heads;
-    b.response_heads = response_ring.data();
-    b.response_tails = b.response_heads + heads;
-  }
-  TestBridge(const TestBridge &) = delete;
-  TestBridge &operator=(const TestBridge &) = delete;
-
-  uint64_t *request_half(uint32_t slot, uint32_t c) {
-    return cell_half(b.request_heads, b.request_tails, b.tail_cells, b.layout, slot, c);
-  }
-  uint64_t *response_half(uint32_t slot, uint32_t c) {
-    return cell_half(b.response_heads, b.response_tails, b.tail_cells, b.layout, slot, c);
-  }
-};
+using TestBridge = MemoryRing;
 
 Bytes request(uint32_t payload_len, uint32_t seed, uint32_t claimed = UINT32_MAX) {
   Bytes f(CUDAQ_RT_HEADER_SIZE + payload_len);

@@ -3,6 +3,7 @@
 // sockets and a ring in ordinary memory, served by a CPU model of the loopback device hooks. Then
 // the plugin itself (dlopened), for the refusals that come before any CUDA call: an unknown
 // option, a port in use. The GPU test (tests/gpu/test_udp.py) runs the real device code.
+#include "memory_ring.h"
 #include "udp_host.h"
 
 #include "cudaq_rt/bridge.h"
@@ -43,24 +44,7 @@ cudaq_rt_response_header header_of(const Bytes &r) {
   return h;
 }
 
-// A ring in ordinary memory, zeroed as the bridge's create leaves it.
-struct Ring {
-  std::vector<uint64_t> requests, responses;
-  cudaq_rt_bridge b;
-  Ring(uint32_t slots, uint32_t slot_size) {
-    b.num_slots = slots;
-    b.slot_size = slot_size;
-    b.tail_cells = cudaq_rt_loopback_tail_cells(slot_size);
-    const size_t heads = CUDAQ_RT_LOOPBACK_HEADS_BYTES(slots) / 8;
-    const size_t halves = heads + size_t(slots) * b.tail_cells * 2;
-    requests.assign(halves, 0);
-    responses.assign(halves, 0);
-    b.request_heads = requests.data();
-    b.request_tails = b.request_heads + heads;
-    b.response_heads = responses.data();
-    b.response_tails = b.response_heads + heads;
-  }
-};
+using Ring = MemoryRing;
 
 // The loopback device hooks and the unified kernel, modelled on the CPU: take request after
 // request in ring order, answer echo with its payload and anything else with an unknown function.

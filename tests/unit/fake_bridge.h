@@ -1,0 +1,45 @@
+/* What the test bridges (host_bridge.c, self_fed_bridge.c) share: a bridge that takes no
+ * configuration, allocates nothing on a GPU, and answers a ring of 4 slots of 1024 bytes. The
+ * including file defines struct cudaq_rt_bridge (with an `unsigned char device_context[64]`) and
+ * FAKE_BRIDGE_NAME, then these operations go into its cudaq_rt_bridge_ops. */
+#ifndef CUDAQ_RT_TESTS_FAKE_BRIDGE_H
+#define CUDAQ_RT_TESTS_FAKE_BRIDGE_H
+
+#include "cudaq_rt/bridge_plugin.h"
+
+#include <stdlib.h>
+
+static const char *create_error = "";
+
+static cudaq_rt_bridge_result create(const char *config, cudaq_rt_bridge **out) {
+  if (config && *config) {
+    create_error = FAKE_BRIDGE_NAME " bridge: takes no configuration";
+    return CUDAQ_RT_BRIDGE_ERROR;
+  }
+  *out = calloc(1, sizeof **out);
+  return *out ? CUDAQ_RT_BRIDGE_OK : CUDAQ_RT_BRIDGE_ERROR;
+}
+
+static void destroy(cudaq_rt_bridge *b) {
+  free(b);
+}
+
+static const char *last_error(const cudaq_rt_bridge *b) {
+  return b ? "" : create_error;
+}
+
+static void *device_context(cudaq_rt_bridge *b) {
+  return b->device_context;
+}
+
+static uint32_t slot_size(cudaq_rt_bridge *b) {
+  (void)b;
+  return 1024;
+}
+
+static uint32_t num_slots(cudaq_rt_bridge *b) {
+  (void)b;
+  return 4;
+}
+
+#endif /* CUDAQ_RT_TESTS_FAKE_BRIDGE_H */

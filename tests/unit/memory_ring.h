@@ -1,0 +1,43 @@
+// A loopback ring in ordinary memory, zeroed as the bridge's create() leaves it, for the unit tests
+// that drive the ring's host side against a CPU model of its device side (test_loopback_ring,
+// test_udp_bridge).
+#ifndef CUDAQ_RT_TESTS_MEMORY_RING_H
+#define CUDAQ_RT_TESTS_MEMORY_RING_H
+
+#include "loopback_host.h"
+
+#include <cstdint>
+#include <vector>
+
+struct MemoryRing {
+  std::vector<uint64_t> request_ring, response_ring;
+  cudaq_rt_bridge b;
+
+  MemoryRing(uint32_t slots, uint32_t slot_size, uint32_t layout = CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS) {
+    b.num_slots = slots;
+    b.slot_size = slot_size;
+    b.layout = layout;
+    b.tail_cells = cudaq_rt_loopback_tail_cells(slot_size);
+    const size_t heads = CUDAQ_RT_LOOPBACK_HEADS_BYTES(slots) / 8;
+    const size_t halves = heads + size_t(slots) * b.tail_cells * 2;
+    request_ring.assign(halves, 0);
+    response_ring.assign(halves, 0);
+    b.request_heads = request_ring.data();
+    b.request_tails = b.request_heads + heads;
+    b.response_heads = response_ring.data();
+    b.response_tails = b.response_heads + heads;
+  }
+  MemoryRing(const MemoryRing &) = delete;
+  MemoryRing &operator=(const MemoryRing &) = delete;
+
+  uint64_t *request_half(uint32_t slot, uint32_t c) {
+    return cudaq_rt::loopback::cell_half(b.request_heads, b.request_tails, b.tail_cells, b.layout,
+                                         slot, c);
+  }
+  uint64_t *response_half(uint32_t slot, uint32_t c) {
+    return cudaq_rt::loopback::cell_half(b.response_heads, b.response_tails, b.tail_cells, b.layout,
+                                         slot, c);
+  }
+};
+
+#endif // CUDAQ_RT_TESTS_MEMORY_RING_H
