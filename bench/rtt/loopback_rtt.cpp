@@ -37,10 +37,17 @@ struct Config {
 // and the bench's own kernels: each differs from the first row by one thing.
 const Config configs[] = {
     {"unified, loopback", "loopback", "builtin", {1, 4, 16, 64}},
+    {"unified, responses never pushed", "loopback_no_push", "builtin", {1, 4, 16, 64}},
+    {"unified, every batch's responses pushed", "loopback_push_always", "builtin", {1, 4, 16, 64}},
+    {"unified, lanes layout", "loopback", "builtin", {1, 64}, 0, ",layout=lanes"},
     {"unified, table in device memory", "loopback", "cudaq_rt_bench_global_table", {1, 64}},
     {"unified, staging in device memory", "loopback_device_staging", "builtin", {1, 64}},
     {"unified, probe of 4 slots always", "loopback_wide_probe", "builtin", {1, 64}},
     {"warp, loopback (lanes layout)", "loopback", "warp", {1, 16, 64, 256, 1024}},
+    {"warp, responses never pushed", "loopback_no_push", "warp", {1, 16, 64, 256}, 0,
+     ",layout=lanes"},
+    {"warp, every round's responses pushed", "loopback_push_always", "warp", {1, 16, 64, 256}, 0,
+     ",layout=lanes"},
     {"warp, slots layout", "loopback", "warp", {1, 256, 1024}, 0, ",layout=slots"},
     {"warp, requests staged in device memory",
      "loopback_warp_device_staging",
@@ -51,6 +58,7 @@ const Config configs[] = {
     {"hooks around a fixed echo (no dispatcher)", "loopback", "cudaq_rt_bench_hooks_echo", {1, 64}},
     {"unified, no handler cache", "loopback", "cudaq_rt_bench_no_cache", {1, 64}},
     {"raw ring: head cells in registers, no hooks", "loopback", "cudaq_rt_bench_raw_ring", {1, 64}},
+    {"raw ring, responses not pushed", "loopback", "cudaq_rt_bench_raw_ring_no_push", {1, 64}},
 };
 
 constexpr uint32_t stage_rows = 65536, stage_cols = 8;
@@ -60,9 +68,18 @@ const char *const stage_names[] = {"ready -> handler found (validate, lookup)",
                                    "tx_publish",
                                    "counters",
                                    "all, after ready",
-                                   "staged in shared memory (1 = yes)"};
+                                   "staged in shared memory (1 = yes)",
+                                   "probe came back -> rx_poll returned"};
+const char *const rerun_names[] = {"validate, lookup",
+                                   "handler (8-byte echo)",
+                                   "response header",
+                                   "validate, lookup, again",
+                                   "handler, again",
+                                   "response header, again",
+                                   "tx_publish",
+                                   ""};
 
-void print_stages(Server &server, double ghz) {
+void print_stages(Server &server, double ghz, const char *kernel, const char *const *names) {
   std::vector<uint8_t> count_bytes(8), log(size_t(stage_rows) * stage_cols * 4);
   if (auto st = server.read_global("cudaq_rt_bench_stage_count", count_bytes); !st) {
     std::printf("stages: %s\n", st.error().str().c_str());
@@ -85,10 +102,10 @@ void print_stages(Server &server, double ghz) {
           double(cyc) / double(ns));
   }
   const uint64_t rows = std::min<uint64_t>(n, stage_rows);
-  std::printf("\nGPU time per request after it is ready (cudaq_rt_bench_stages, last %llu of %llu "
-              "requests, SM clock %.2f GHz)\n\n| stage | median | p99 |\n| --- | --- | --- |\n",
-              (unsigned long long)rows, (unsigned long long)n, ghz);
-  for (uint32_t c = 0; c < 7; ++c) {
+  std::printf("\nGPU time per request after it is ready (%s, last %llu of %llu requests, SM clock "
+              "%.2f GHz)\n\n| stage | median | p99 |\n| --- | --- | --- |\n",
+              kernel, (unsigned long long)rows, (unsigned long long)n, ghz);
+  for (uint32_t c = 0; c < 8; ++c) {
     std::vector<uint32_t> v(rows);
     for (uint64_t r = 0; r < rows; ++r)
       std::memcpy(&v[r], log.data() + (r * stage_cols + c) * 4, 4);
@@ -96,7 +113,9 @@ void print_stages(Server &server, double ghz) {
     if (v.empty())
       continue;
     const uint32_t p50 = v[v.size() / 2], p99 = v[v.size() * 99 / 100];
-    std::printf("| %s | %u cycles, %.0f ns | %u cycles, %.0f ns |\n", stage_names[c], p50,
+    if (!*names[c] || (c == 7 && p99 == 0))
+      continue;
+    std::printf("| %s | %u cycles, %.0f ns | %u cycles, %.0f ns |\n", names[c], p50,
                 p50 / ghz, p99, p99 / ghz);
   }
 }
@@ -269,13 +288,19 @@ int main(int argc, char **argv) {
       return;
     }
     if (stages)
-      print_stages(**server, ghz);
+      print_stages(**server, ghz, dispatcher,
+                   std::strcmp(dispatcher, "cudaq_rt_bench_stages_rerun") ? stage_names
+                                                                          : rerun_names);
     if (rounds)
       print_rounds(**server, ghz);
   };
   for (const Config &c : configs)
     run(c.label, c.bridge, c.dispatcher, c.inflight, false, c.threads, false, c.extra);
   run("stage stamps, loopback", "loopback", "cudaq_rt_bench_stages", {1}, true);
+  run("stage stamps, responses never pushed, probe stamped", "loopback_stamps",
+      "cudaq_rt_bench_stages", {1}, true);
+  run("stage stamps, each step run twice", "loopback_no_push", "cudaq_rt_bench_stages_rerun", {1},
+      true);
   std::printf("\nThe host thread's time per request (one thread, batched send and receive)\n\n");
   for (const char *bridge : {"loopback", "loopback_wc"})
     for (const char *layout : {",layout=slots", ",layout=lanes"}) {

@@ -48,9 +48,19 @@ struct Session {
   uint32_t last_lap;     // its lap (the warp form)
   uint32_t lane;         // the warp form: this session's lane
   uint32_t warp_shared;  // the warp form: requests staged in warp_request_staging
+  uint32_t busy;         // the last probe found every slot it loaded ready (CUDAQ_RT_LOOPBACK_PUSH)
+  uint32_t shared_ok;    // batches may be staged in shared memory (see kShared below)
   const unsigned char *last_response; // and its response frame
 };
 static_assert(sizeof(Session) <= CUDAQ_RT_SESSION_STORAGE_SIZE, "session must fit the storage");
+
+// For the bench only (bench/CMakeLists.txt builds a variant with it on): the SM clock when a probe
+// found requests, in the storage's last 8 bytes, which the session does not reach, so that the
+// stage kernel (bench/rtt/rtt_kernels.cu) can time rx_poll's work after the probe came back.
+#ifndef CUDAQ_RT_LOOPBACK_STAMP
+#define CUDAQ_RT_LOOPBACK_STAMP 0
+#endif
+static_assert(sizeof(Session) + 8 <= CUDAQ_RT_SESSION_STORAGE_SIZE, "room for the bench stamp");
 
 constexpr uint32_t kBatch = 8; // cells loaded per round trip when unpacking a large payload
 constexpr uint32_t kW = CUDAQ_RT_LOOPBACK_PROBE_SLOTS;
@@ -83,6 +93,24 @@ __shared__ __align__(16) unsigned char shared_staging[kSharedBytes];
 #endif
 constexpr uint32_t kWarpSharedBytes = 32768;
 __shared__ __align__(16) unsigned char warp_request_staging[kWarpSharedBytes];
+
+// Pushing responses out. A response's posted stores to mapped host memory reach the host about
+// 0.8 us late when the serving thread goes straight back to polling: measured on the H200
+// (bench/probe/ring_lines.cu), an 8-byte echo over 5 cells each way takes 2.8 us p50 that way and
+// 2.0 us with fence.sc.sys (__threadfence_system) after the stores, against floor.cu's 1.8 in the
+// same call (whose kernel fences too). Nothing else tried pushes them out: st.wt, st.cs,
+// st.mmio, st.release on the last cell, fence.sc.gpu, a second warp fencing in a loop. The fence
+// stalls the serving thread about 1250 cycles (630 ns) while the host takes the response, so it
+// is paid where a host is waiting and skipped where the ring is busy (the next probe follows at
+// once and the host has other responses to take):
+//   0: never;
+//   1: after the last response of every probe's batch (the warp form: of every lane);
+//   2: the same, but only when the probe did not find its slots all ready (fewer than kW
+//      requests in the unified form's batch; fewer than 32 lanes with one in the warp form's
+//      round).
+#ifndef CUDAQ_RT_LOOPBACK_PUSH
+#define CUDAQ_RT_LOOPBACK_PUSH 2
+#endif
 
 __device__ __forceinline__ bool one_thread_block() {
   return blockDim.x * blockDim.y * blockDim.z == 1;
@@ -167,9 +195,27 @@ template <uint32_t P>
 __device__ __forceinline__ uint32_t unpack(const Session *s, uint32_t L, uint32_t slot,
                                            uint2 *frame, uint32_t lap, const uint4 (&probe)[P]) {
   static_assert(P >= 3, "the probe holds the header's arg_len (frame cell 2)");
-  const volatile uint4 *head = s->request_heads + cudaq_rt_loopback_head_cell(L, slot, 0);
+  static_assert((P - 1) * 8 <= CUDAQ_RT_LOOPBACK_MIN_SLOT_SIZE, "the probe's words fit a frame");
   const uint32_t len = probe[0].y < s->slot_size ? probe[0].y : s->slot_size;
   const uint32_t cells = frame_cells(len);
+  // A small frame, all in the probe and all stamped (the common case): straight-line code, since
+  // the serving thread pays every instruction here in latency (on the H200 the general path
+  // below took about 900 cycles from the probe's return to rx_poll's). Frame words past the
+  // frame's end get stale bytes, as the staging frame holds there anyway (slot_size >= 32: all P
+  // - 1 words are in the frame).
+  bool stamped_all = cells <= P;
+#pragma unroll
+  for (uint32_t c = 1; c < P; ++c)
+    stamped_all = stamped_all && (c >= cells || stamped(probe[c], lap));
+  if (stamped_all) {
+#pragma unroll
+    for (uint32_t c = 1; c < P; ++c)
+      frame[c - 1] = make_uint2(probe[c].y, probe[c].w);
+    if (!cudaq_rt_loopback_request_whole(len, cells > 2 ? probe[2].y : 0xFFFFFFFFu))
+      mark_truncated(frame, len);
+    return len;
+  }
+  const volatile uint4 *head = s->request_heads + cudaq_rt_loopback_head_cell(L, slot, 0);
   uint32_t arg_len = 0xFFFFFFFFu; // stays so when the frame does not reach the header's arg_len
 #pragma unroll
   for (uint32_t c = 1; c < P; ++c)
@@ -265,8 +311,13 @@ __device__ bool fetch(Session *s) {
         ++ready;
     // What a probe finds is served even when the flag is set: those requests were sent, and the
     // host waits for their answers. Nothing found after the fence: every one has been answered.
-    if (ready > 0)
+    if (ready > 0) {
+#if CUDAQ_RT_LOOPBACK_STAMP
+      *reinterpret_cast<long long *>(reinterpret_cast<unsigned char *>(s) +
+                                     CUDAQ_RT_SESSION_STORAGE_SIZE - 8) = clock64();
+#endif
       break;
+    }
     if (shutdown)
       return false;
 #if CUDAQ_RT_LOOPBACK_ADAPTIVE_PROBE
@@ -282,8 +333,7 @@ __device__ bool fetch(Session *s) {
   s->width = W;
 #endif
 
-  s->shared_batch = CUDAQ_RT_LOOPBACK_SHARED_STAGING && s->outstanding == 0 &&
-                    2u * W * s->slot_size <= kSharedBytes && one_thread_block();
+  s->shared_batch = s->shared_ok && s->outstanding == 0;
   // Only a batch staged in shared memory moves batch_first: a frame of the last shared batch that
   // is still held (which is why this batch is not shared) finds its slot from it at publish.
   if (s->shared_batch)
@@ -304,7 +354,12 @@ __device__ bool fetch(Session *s) {
   s->fetched_slot = next;
   s->fetched_lap = next_lap;
   s->pending = ready;
+  s->busy = ready == W;
   return true;
+}
+
+__device__ __forceinline__ bool push_wanted(const Session *s) {
+  return CUDAQ_RT_LOOPBACK_PUSH == 1 || (CUDAQ_RT_LOOPBACK_PUSH == 2 && !s->busy);
 }
 
 // Packs the response frame staged at `response` into the response cells of `slot`, stamped
@@ -382,6 +437,9 @@ extern "C" __device__ void *cudaq_dev_enter_kernel(void *storage, void *ctx,
   s->batch_first = 0;
   s->last_slot = 0;
   s->last_response = nullptr;
+  s->busy = 0;
+  s->shared_ok = CUDAQ_RT_LOOPBACK_SHARED_STAGING && 2u * kW * s->slot_size <= kSharedBytes &&
+                 one_thread_block();
   return s;
 }
 
@@ -443,6 +501,10 @@ extern "C" __device__ void cudaq_dev_tx_publish(void *session, void *response) {
     publish_frame<CUDAQ_RT_LOOPBACK_LAYOUT_LANES>(s, slot, lap, response);
   else
     publish_frame<CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS>(s, slot, lap, response);
+  // The batch's last response: the kernel polls next. (Only a hint: a kernel that holds frames
+  // across polls gets its responses out on the next push or later.)
+  if (s->pending == 0 && push_wanted(s))
+    __threadfence_system();
 }
 
 // The warp form (cudaq_rt/dispatch.h). Every lane has a Session of its own, used differently:
@@ -481,6 +543,8 @@ __device__ __forceinline__ int warp_poll(Session *s, void **request, void **resp
   for (uint32_t c = 0; c < P; ++c)
     probe[c] = load_cell(cells + c * cudaq_rt_loopback_head_stride(L));
   const int shutdown = *s->shutdown_flag;
+  // Every lane polls together (the warp form's contract): the round is busy when all 32 found one.
+  s->busy = __ballot_sync(__activemask(), stamped(probe[0], lap)) == 0xFFFFFFFFu;
   if (!stamped(probe[0], lap)) {
     if (!shutdown)
       return CUDAQ_DEV_RX_IDLE;
@@ -527,4 +591,6 @@ extern "C" __device__ void cudaq_dev_warp_tx_publish(void *session, void *respon
     publish_frame<CUDAQ_RT_LOOPBACK_LAYOUT_LANES>(s, s->last_slot, s->last_lap, response);
   else
     publish_frame<CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS>(s, s->last_slot, s->last_lap, response);
+  if (push_wanted(s))
+    __threadfence_system();
 }

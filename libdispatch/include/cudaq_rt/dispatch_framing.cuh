@@ -82,19 +82,46 @@ static __device__ __forceinline__ void cudaq_rt_counters_record(cudaq_rt_dispatc
     ++c->protocol_errors;
 }
 
+/* A request header's fields, read with three 8-byte loads issued together (a frame is 8-byte
+ * aligned, as its ptp_timestamp needs), so that validation waits for one load, not for one after
+ * another behind its branches. */
+typedef struct cudaq_rt_request_fields {
+  uint32_t magic;
+  uint32_t function_id;
+  uint32_t arg_len;
+  uint32_t request_id;
+  uint64_t ptp_timestamp;
+} cudaq_rt_request_fields;
+
+static __device__ __forceinline__ cudaq_rt_request_fields
+cudaq_rt_read_request_header(const void *request) {
+  const uint2 *w = (const uint2 *)request;
+  const uint2 a = w[0], b = w[1];
+  const uint64_t ptp = ((const uint64_t *)request)[2];
+  cudaq_rt_request_fields f = {a.x, a.y, b.x, b.y, ptp};
+  return f;
+}
+
 /* 0 when the request header may be handed to a handler, else the protocol status to answer.
  * slot_size is the bridge's (cudaq_rt_dispatch_params.slot_size). A frame the bridge received
  * short carries CUDAQ_RT_TRUNCATED_MAGIC (wire.h): its arg_len is not backed by bytes of this
  * request, so it is refused before anything else is looked at. */
-static __device__ __forceinline__ int cudaq_rt_validate_request(const cudaq_rt_request_header *req,
-                                                                uint32_t slot_size) {
-  if (req->magic == CUDAQ_RT_TRUNCATED_MAGIC)
+static __device__ __forceinline__ int cudaq_rt_validate_fields(const cudaq_rt_request_fields *h,
+                                                               uint32_t slot_size) {
+  if (h->magic == CUDAQ_RT_TRUNCATED_MAGIC)
     return CUDAQ_RT_STATUS_TRUNCATED;
-  if (req->magic != CUDAQ_RT_REQUEST_MAGIC)
+  if (h->magic != CUDAQ_RT_REQUEST_MAGIC)
     return CUDAQ_RT_STATUS_BAD_MAGIC;
-  if (slot_size < CUDAQ_RT_HEADER_SIZE || req->arg_len > slot_size - CUDAQ_RT_HEADER_SIZE)
+  if (slot_size < CUDAQ_RT_HEADER_SIZE || h->arg_len > slot_size - CUDAQ_RT_HEADER_SIZE)
     return CUDAQ_RT_STATUS_PAYLOAD_TOO_LARGE;
   return CUDAQ_RT_STATUS_OK;
+}
+
+/* cudaq_rt_validate_fields of the header at `req`. */
+static __device__ __forceinline__ int cudaq_rt_validate_request(const cudaq_rt_request_header *req,
+                                                                uint32_t slot_size) {
+  const cudaq_rt_request_fields h = cudaq_rt_read_request_header(req);
+  return cudaq_rt_validate_fields(&h, slot_size);
 }
 
 /* A copy of the function table in shared memory when it has at most `capacity` rows, else the
@@ -161,17 +188,16 @@ cudaq_rt_write_response_header(cudaq_rt_response_header *resp, int32_t status, u
   resp->ptp_timestamp = ptp_timestamp;
 }
 
-/* Calls a validated request's handler with max_result_len = slot_size - 24 and holds it to its
- * contract: the status to answer, and *result_len (0 whenever the result is not sent). */
-static __device__ __forceinline__ int cudaq_rt_call_handler(cudaq_rt_handler_fn handler,
-                                                            const void *request, void *response,
-                                                            uint32_t slot_size,
-                                                            uint32_t *result_len) {
-  const cudaq_rt_request_header *req = (const cudaq_rt_request_header *)request;
+/* Calls a validated request's handler (arg_len: its header's) with max_result_len = slot_size -
+ * 24 and holds it to its contract: the status to answer, and *result_len (0 whenever the result
+ * is not sent). */
+static __device__ __forceinline__ int
+cudaq_rt_call_handler_len(cudaq_rt_handler_fn handler, const void *request, void *response,
+                          uint32_t arg_len, uint32_t slot_size, uint32_t *result_len) {
   const uint32_t max_result_len = slot_size - CUDAQ_RT_HEADER_SIZE;
   int status =
       handler((const char *)request + CUDAQ_RT_HEADER_SIZE, (char *)response + CUDAQ_RT_HEADER_SIZE,
-              req->arg_len, max_result_len, result_len);
+              arg_len, max_result_len, result_len);
   if (status < 0) {
     /* Negative statuses are the protocol's (wire.h): passed through, a handler's -1 would read
      * as "unknown function". It broke its contract, so its result is not sent either, and the
@@ -187,6 +213,16 @@ static __device__ __forceinline__ int cudaq_rt_call_handler(cudaq_rt_handler_fn 
   return status;
 }
 
+/* cudaq_rt_call_handler_len with the arg_len of the header at `request`. */
+static __device__ __forceinline__ int cudaq_rt_call_handler(cudaq_rt_handler_fn handler,
+                                                            const void *request, void *response,
+                                                            uint32_t slot_size,
+                                                            uint32_t *result_len) {
+  const cudaq_rt_request_header *req = (const cudaq_rt_request_header *)request;
+  return cudaq_rt_call_handler_len(handler, request, response, req->arg_len, slot_size,
+                                   result_len);
+}
+
 /* Answers one request frame into `response` (a distinct frame of slot_size bytes): validates it,
  * calls its handler with max_result_len = slot_size - 24 (slot_size: the bridge's, see
  * cudaq_rt_dispatch_params), and always writes the response header,
@@ -197,23 +233,21 @@ static __device__ __forceinline__ int
 cudaq_rt_serve_frame_cached(const cudaq_rt_function_entry *table, uint32_t table_size,
                             uint32_t slot_size, const void *request, void *response,
                             cudaq_rt_dispatch_counters *counters, cudaq_rt_handler_cache *cache) {
-  const cudaq_rt_request_header *req = (const cudaq_rt_request_header *)request;
-  cudaq_rt_response_header *resp = (cudaq_rt_response_header *)response;
-  const uint32_t request_id = req->request_id;
-  const uint64_t ptp_timestamp = req->ptp_timestamp;
+  const cudaq_rt_request_fields h = cudaq_rt_read_request_header(request);
   uint32_t result_len = 0;
-
-  int status = cudaq_rt_validate_request(req, slot_size);
+  int status = cudaq_rt_validate_fields(&h, slot_size);
   if (status == CUDAQ_RT_STATUS_OK) {
     cudaq_rt_handler_fn handler =
-        cudaq_rt_find_handler_cached(table, table_size, req->function_id, cache);
+        cudaq_rt_find_handler_cached(table, table_size, h.function_id, cache);
     if (!handler) {
       status = CUDAQ_RT_STATUS_UNKNOWN_FUNCTION;
     } else {
-      status = cudaq_rt_call_handler(handler, request, response, slot_size, &result_len);
+      status =
+          cudaq_rt_call_handler_len(handler, request, response, h.arg_len, slot_size, &result_len);
     }
   }
-  cudaq_rt_write_response_header(resp, status, result_len, request_id, ptp_timestamp);
+  cudaq_rt_write_response_header((cudaq_rt_response_header *)response, status, result_len,
+                                 h.request_id, h.ptp_timestamp);
   if (counters)
     cudaq_rt_counters_record(counters, status);
   return status;
