@@ -44,9 +44,17 @@ const Config configs[] = {
     {"unified, staging in device memory", "loopback_device_staging", "builtin", {1, 64}},
     {"unified, probe of 4 slots always", "loopback_wide_probe", "builtin", {1, 64}},
     {"warp, loopback (lanes layout)", "loopback", "warp", {1, 16, 64, 256, 1024}},
-    {"warp, responses never pushed", "loopback_no_push", "warp", {1, 16, 64, 256}, 0,
+    {"warp, responses never pushed",
+     "loopback_no_push",
+     "warp",
+     {1, 16, 64, 256},
+     0,
      ",layout=lanes"},
-    {"warp, every round's responses pushed", "loopback_push_always", "warp", {1, 16, 64, 256}, 0,
+    {"warp, every round's responses pushed",
+     "loopback_push_always",
+     "warp",
+     {1, 16, 64, 256},
+     0,
      ",layout=lanes"},
     {"warp, slots layout", "loopback", "warp", {1, 256, 1024}, 0, ",layout=slots"},
     {"warp, requests staged in device memory",
@@ -70,14 +78,9 @@ const char *const stage_names[] = {"ready -> handler found (validate, lookup)",
                                    "all, after ready",
                                    "staged in shared memory (1 = yes)",
                                    "probe came back -> rx_poll returned"};
-const char *const rerun_names[] = {"validate, lookup",
-                                   "handler (8-byte echo)",
-                                   "response header",
-                                   "validate, lookup, again",
-                                   "handler, again",
-                                   "response header, again",
-                                   "tx_publish",
-                                   ""};
+const char *const rerun_names[] = {
+    "validate, lookup", "handler (8-byte echo)",  "response header", "validate, lookup, again",
+    "handler, again",   "response header, again", "tx_publish",      ""};
 
 void print_stages(Server &server, double ghz, const char *kernel, const char *const *names) {
   std::vector<uint8_t> count_bytes(8), log(size_t(stage_rows) * stage_cols * 4);
@@ -115,8 +118,8 @@ void print_stages(Server &server, double ghz, const char *kernel, const char *co
     const uint32_t p50 = v[v.size() / 2], p99 = v[v.size() * 99 / 100];
     if (!*names[c] || (c == 7 && p99 == 0))
       continue;
-    std::printf("| %s | %u cycles, %.0f ns | %u cycles, %.0f ns |\n", names[c], p50,
-                p50 / ghz, p99, p99 / ghz);
+    std::printf("| %s | %u cycles, %.0f ns | %u cycles, %.0f ns |\n", names[c], p50, p50 / ghz, p99,
+                p99 / ghz);
   }
 }
 

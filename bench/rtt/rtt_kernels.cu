@@ -75,8 +75,8 @@ extern "C" __global__ void cudaq_rt_bench_stages(cudaq_rt_dispatch_params p) {
     }
     const long long t1 = clock64();
     if (handler)
-      status =
-          cudaq_rt_call_handler_len(handler, request, response, h.arg_len, p.slot_size, &result_len);
+      status = cudaq_rt_call_handler_len(handler, request, response, h.arg_len, p.slot_size,
+                                         &result_len);
     const long long t2 = clock64();
     cudaq_rt_write_response_header((cudaq_rt_response_header *)response, status, result_len,
                                    h.request_id, h.ptp_timestamp);

@@ -219,8 +219,7 @@ static __device__ __forceinline__ int cudaq_rt_call_handler(cudaq_rt_handler_fn 
                                                             uint32_t slot_size,
                                                             uint32_t *result_len) {
   const cudaq_rt_request_header *req = (const cudaq_rt_request_header *)request;
-  return cudaq_rt_call_handler_len(handler, request, response, req->arg_len, slot_size,
-                                   result_len);
+  return cudaq_rt_call_handler_len(handler, request, response, req->arg_len, slot_size, result_len);
 }
 
 /* Answers one request frame into `response` (a distinct frame of slot_size bytes): validates it,
