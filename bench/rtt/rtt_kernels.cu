@@ -58,7 +58,9 @@ extern "C" __global__ void cudaq_rt_bench_stages(cudaq_rt_dispatch_params p) {
   void *request = 0, *response = 0;
   // Where a bridge built with CUDAQ_RT_LOOPBACK_STAMP leaves the clock of the probe that found the
   // request (bridges/loopback/loopback_device.cu); other bridges leave it 0.
-  volatile long long *probe_clock =
+  // (Plain, not volatile, accesses at a constant offset: the storage may then stay in registers,
+  // as it does in the unified kernel.)
+  long long *probe_clock =
       reinterpret_cast<long long *>(storage + CUDAQ_RT_SESSION_STORAGE_SIZE - 8);
   *probe_clock = 0;
   while (cudaq_dev_rx_poll(session, &request, &response) == CUDAQ_DEV_RX_READY) {

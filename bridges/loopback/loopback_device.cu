@@ -14,7 +14,10 @@
 //   - arrays indexed by a run-time value: the probe results stay in registers (every index below
 //     is a compile-time constant after unrolling);
 //   - a dependent load in tx_publish: the response header and the first payload words are
-//     loaded in one batch.
+//     loaded in one batch;
+//   - general code where the common case is simple: one thread runs it, so every instruction
+//     is paid in latency (about 5 cycles each, nothing to overlap with). A small frame, whole
+//     in the probe, is unpacked and published in straight-line code (unpack, publish_frame).
 #include "cudaq_rt/dispatch.h"
 #include "loopback_ring.h"
 
@@ -96,9 +99,9 @@ __shared__ __align__(16) unsigned char warp_request_staging[kWarpSharedBytes];
 
 // Pushing responses out. A response's posted stores to mapped host memory reach the host about
 // 0.8 us late when the serving thread goes straight back to polling: measured on the H200
-// (bench/probe/ring_lines.cu), an 8-byte echo over 5 cells each way takes 2.8 us p50 that way and
-// 2.0 us with fence.sc.sys (__threadfence_system) after the stores, against floor.cu's 1.8 in the
-// same call (whose kernel fences too). Nothing else tried pushes them out: st.wt, st.cs,
+// (bench/probe/ring_lines.cu, two calls), an echo over 5 cells each way takes 2.76 to 2.80 us p50
+// that way and 1.96 to 1.98 us with fence.sc.sys (__threadfence_system) after the stores, against
+// floor.cu's 1.59 to 1.80 in the same calls (whose kernel fences too). Nothing else tried pushes them out: st.wt, st.cs,
 // st.mmio, st.release on the last cell, fence.sc.gpu, a second warp fencing in a loop. The fence
 // stalls the serving thread about 1250 cycles (630 ns) while the host takes the response, so it
 // is paid where a host is waiting and skipped where the ring is busy (the next probe follows at
@@ -364,26 +367,40 @@ __device__ __forceinline__ bool push_wanted(const Session *s) {
 
 // Packs the response frame staged at `response` into the response cells of `slot`, stamped
 // `lap`: the header and the first payload bytes in one batch of loads; result_len is header
-// word 2.
+// word 2. A frame that fits the head cells (the small ones, whose latency matters) takes the
+// short way: four loads, its head cells, done.
 template <uint32_t L>
 __device__ __forceinline__ void publish_frame(Session *s, uint32_t slot, uint32_t lap,
                                               const void *response) {
   constexpr uint32_t kFirst = 8; // uint2 words: the 24-byte header + 40 payload bytes
+  static_assert(kHead - 1 <= CUDAQ_RT_LOOPBACK_MIN_SLOT_SIZE / 8 && kHead - 1 < kFirst,
+                "a frame has the head cells' words");
   const uint2 *frame = static_cast<const uint2 *>(response);
-  const uint32_t slot_words = s->slot_size / 8; // slot_size >= 32: never past the frame
   uint2 first[kFirst];
 #pragma unroll
-  for (uint32_t i = 0; i < kFirst; ++i)
-    first[i] = i < slot_words ? frame[i] : make_uint2(0u, 0u);
+  for (uint32_t i = 0; i < kHead - 1; ++i)
+    first[i] = frame[i];
   const uint32_t max_result = s->slot_size - CUDAQ_RT_HEADER_SIZE;
   const uint32_t result_len = first[1].x;
   const uint32_t len = CUDAQ_RT_HEADER_SIZE + (result_len < max_result ? result_len : max_result);
   const uint32_t cells = frame_cells(len);
   volatile uint4 *head = s->response_heads + cudaq_rt_loopback_head_cell(L, slot, 0);
-  volatile uint4 *tail = s->response_tails + (size_t)slot * s->tail_cells;
   const uint32_t stride = cudaq_rt_loopback_head_stride(L);
   // Posted stores, in any order: each half carries its own stamp, so no fence is needed. (The
   // addresses from the slot's first head and tail cells: c is a constant after unrolling.)
+  if (cells <= kHead) {
+#pragma unroll
+    for (uint32_t c = 1; c < kHead; ++c)
+      if (c < cells)
+        store_cell(head + c * stride, make_uint4(lap, first[c - 1].x, lap, first[c - 1].y));
+    store_cell(head, make_uint4(lap, len, lap, 0u));
+    return;
+  }
+  const uint32_t slot_words = s->slot_size / 8;
+#pragma unroll
+  for (uint32_t i = kHead - 1; i < kFirst; ++i)
+    first[i] = i < slot_words ? frame[i] : make_uint2(0u, 0u);
+  volatile uint4 *tail = s->response_tails + (size_t)slot * s->tail_cells;
 #pragma unroll
   for (uint32_t c = 1; c <= kFirst; ++c)
     if (c < cells)

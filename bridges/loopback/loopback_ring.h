@@ -13,7 +13,11 @@
  * __threadfence_system() + flag word costs 2.35 us. Loads that share a 128-byte line do not
  * overlap (see the layout below). And a 16-byte GPU
  * store into host memory can be observed by the host half-written (its two 8-byte halves land
- * separately), so completion cannot be signalled by "the word changed".
+ * separately), so completion cannot be signalled by "the word changed". And GPU stores to mapped
+ * memory reach the host about 0.8 us late unless the storing thread fences after them
+ * (fence.sc.sys): bench/probe/ring_lines.cu measured an echo over 5 cells each way at 2.76 to
+ * 2.80 us p50 without and 1.96 to 1.98 us with, against floor.cu's 1.59 to 1.80 in the same calls
+ * (whose kernel fences too).
  *
  * The protocol
  * ------------
@@ -42,8 +46,10 @@
  *     batches of 8 cells, and any half that is not stamped yet is reloaded. The frames are unpacked
  *     into per-slot staging frames in device memory, so handlers never touch PCIe.
  *   response, GPU -> host: tx_publish packs the staging response into cells and stores them to the
- *     slot's response cells (posted stores, no fence). The host polls cell 0 of the oldest
- *     outstanding slot, then waits until every half of the frame carries the lap.
+ *     slot's response cells (posted stores; a fence after the batch's last one, while the ring is
+ *     not busy, pushes them out: CUDAQ_RT_LOOPBACK_PUSH in loopback_device.cu). The host polls
+ *     cell 0 of the oldest outstanding slot, then waits until every half of the frame carries the
+ *     lap.
  *   credits: a slot is the host's again once it has taken the slot's response, so the response
  *     *is* the credit tx_publish returns; the host keeps at most N requests in flight.
  *   short frames: the control cell's frame_len is the bytes the host sent. A frame shorter than
