@@ -213,15 +213,21 @@ void start(const Row &r, unsigned *dreq, unsigned *dresp, int *dstop, cudaStream
   }
 #define ROW(K, M, F)                                                                               \
   if (r.k == K && r.m == M && r.flag == F)                                                         \
-    return launch<K, M, F>(dreq, dresp, dstop, s);
-  ROW(1, 1, false)
-  ROW(1, 1, true)
-  ROW(2, 1, true)
-  ROW(3, 1, true)
-  ROW(5, 1, true) ROW(1, 2, true) ROW(1, 3, true) ROW(1, 5, true) ROW(2, 2, true) ROW(3, 2, true)
-      ROW(3, 3, true) ROW(5, 5, true)
+  return launch<K, M, F>(dreq, dresp, dstop, s)
+  ROW(1, 1, false);
+  ROW(1, 1, true);
+  ROW(2, 1, true);
+  ROW(3, 1, true);
+  ROW(5, 1, true);
+  ROW(1, 2, true);
+  ROW(1, 3, true);
+  ROW(1, 5, true);
+  ROW(2, 2, true);
+  ROW(3, 2, true);
+  ROW(3, 3, true);
+  ROW(5, 5, true);
 #undef ROW
-          std::fprintf(stderr, "no kernel for k=%d m=%d\n", r.k, r.m);
+  std::fprintf(stderr, "no kernel for k=%d m=%d\n", r.k, r.m);
   std::exit(1);
 }
 } // namespace
