@@ -252,6 +252,57 @@ __device__ __forceinline__ uint32_t unpack(const Session *s, uint32_t L, uint32_
   return len;
 }
 
+// fetch while the ring is idle: probes the next slot only, until its request is there (true) or
+// shutdown is seen (false). Everything the request's hand-out needs (its staging frame, the
+// position after it) is worked out before the first probe, while there is time, so that what
+// runs between the probe's return and rx_poll's is the stamp check, the unpack and a few
+// stores: on the H200 the general path took about 600 cycles there (bench/loopback_rtt.md).
+// The same protocol as fetch's loop with one slot, flag and fence included.
+__device__ bool fetch_one(Session *s, uint32_t L) {
+  constexpr uint32_t W = CUDAQ_RT_LOOPBACK_PROBE_SLOTS, P = kHead;
+  const uint32_t slot = s->fetched_slot, lap = s->fetched_lap;
+  const volatile uint4 *cells = s->request_heads + cudaq_rt_loopback_head_cell(L, slot, 0);
+  const uint32_t stride = cudaq_rt_loopback_head_stride(L);
+  const volatile int *shutdown_flag = s->shutdown_flag;
+  const bool shared = s->shared_ok && s->outstanding == 0;
+  uint2 *frame = reinterpret_cast<uint2 *>(
+      shared ? shared_staging : s->request_frames + (size_t)slot * s->slot_size);
+  uint32_t next = slot, next_lap = lap;
+  next_slot(next, next_lap, s->num_slots);
+  for (;;) {
+    uint4 probe[P];
+#pragma unroll
+    for (uint32_t c = 0; c < P; ++c)
+      probe[c] = load_cell(cells + c * stride); // a line per cell
+    const int shutdown = *shutdown_flag;
+    if (shutdown && !s->draining) {
+      __threadfence_system(); // as in fetch
+      s->draining = 1;
+      continue;
+    }
+    if (stamped(probe[0], lap)) {
+#if CUDAQ_RT_LOOPBACK_STAMP
+      *reinterpret_cast<long long *>(reinterpret_cast<unsigned char *>(s) +
+                                     CUDAQ_RT_SESSION_STORAGE_SIZE - 8) = clock64();
+#endif
+      const uint32_t len = unpack<P>(s, L, slot, frame, lap, probe);
+      if (!shared)
+        warm_lines(s, reinterpret_cast<const unsigned char *>(frame), len);
+      s->width = 2u < W ? 2u : W; // as fetch widens after finding one
+      s->shared_batch = shared;
+      if (shared)
+        s->batch_first = slot;
+      s->fetched_slot = next;
+      s->fetched_lap = next_lap;
+      s->pending = 1;
+      s->busy = W == 1;
+      return true;
+    }
+    if (shutdown)
+      return false;
+  }
+}
+
 // Probes the next slots until at least one request is there (true) or shutdown is seen (false),
 // and unpacks every ready request into its staging frame.
 __device__ bool fetch(Session *s) {
@@ -260,8 +311,12 @@ __device__ bool fetch(Session *s) {
   const uint32_t L =
       s->lanes_layout ? CUDAQ_RT_LOOPBACK_LAYOUT_LANES : CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS;
   constexpr uint32_t W = CUDAQ_RT_LOOPBACK_PROBE_SLOTS, P = kHead;
+#if CUDAQ_RT_LOOPBACK_ADAPTIVE_PROBE
+  if (s->width <= 1)
+    return fetch_one(s, L);
+#endif
   const uint32_t n = s->num_slots;
-  uint32_t probe_slots = n < s->width ? n : s->width;
+  const uint32_t probe_slots = n < s->width ? n : s->width;
   uint32_t slot[W], lap[W];
   const volatile uint4 *cells[W];
   slot[0] = s->fetched_slot;
@@ -325,8 +380,8 @@ __device__ bool fetch(Session *s) {
       return false;
 #if CUDAQ_RT_LOOPBACK_ADAPTIVE_PROBE
     // Idle: probe the next slot only. Its 5 loads and the flag's find a lone request sooner than
-    // the 21 loads of a wide probe (bench/loopback_rtt.md); a busy ring widens it again below.
-    probe_slots = 1;
+    // the 21 loads of a wide probe (bench/loopback_rtt.md); a busy ring widens it again.
+    return fetch_one(s, L);
 #endif
   }
 #if CUDAQ_RT_LOOPBACK_ADAPTIVE_PROBE
