@@ -73,8 +73,8 @@ constexpr uint32_t stage_rows = 65536, stage_cols = 8;
 const char *const stage_names[] = {"ready -> handler found (validate, lookup)",
                                    "handler (8-byte echo)",
                                    "response header",
-                                   "tx_publish",
                                    "counters",
+                                   "tx_publish",
                                    "all, after ready",
                                    "staged in shared memory (1 = yes)",
                                    "probe came back -> rx_poll returned"};

@@ -16,7 +16,7 @@
 #define BENCH_TABLE_ROWS 512u
 
 // Per request, in SM cycles: [0] ready -> handler found (validation, lookup), [1] the handler,
-// [2] the response header, [3] tx_publish, [4] the counters' store, [5] all of it, [6] 1 when
+// [2] the response header, [3] the counters' store, [4] tx_publish, [5] all of it, [6] 1 when
 // the bridge staged the request in shared memory, [7] the probe that found it -> rx_poll returned
 // (a loopback bridge built with CUDAQ_RT_LOOPBACK_STAMP only; else 0).
 extern "C" {
@@ -84,9 +84,9 @@ extern "C" __global__ void cudaq_rt_bench_stages(cudaq_rt_dispatch_params p) {
                                    h.request_id, h.ptp_timestamp);
     cudaq_rt_counters_record(&counters, status);
     const long long t3 = clock64();
-    cudaq_dev_tx_publish(session, response);
-    const long long t4 = clock64();
     cudaq_rt_counters_store(p.stats, &counters);
+    const long long t4 = clock64();
+    cudaq_dev_tx_publish(session, response);
     const long long t5 = clock64();
     unsigned int *row = cudaq_rt_bench_stage_log[n % BENCH_STAGE_ROWS];
     row[0] = (unsigned int)(t1 - t0);
@@ -178,8 +178,8 @@ __device__ void unified_variant(cudaq_rt_dispatch_params p) {
   while (cudaq_dev_rx_poll(session, &request, &response) == CUDAQ_DEV_RX_READY) {
     cudaq_rt_serve_frame_cached(table, p.num_functions, p.slot_size, request, response, &counters,
                                 Cache ? &cache : 0);
-    cudaq_dev_tx_publish(session, response);
     cudaq_rt_counters_store(p.stats, &counters);
+    cudaq_dev_tx_publish(session, response);
   }
 }
 } // namespace

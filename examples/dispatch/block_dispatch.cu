@@ -89,8 +89,8 @@ extern "C" __global__ void __launch_bounds__(1024) block_dispatch(cudaq_rt_dispa
       }
     }
     if (leader) {
-      cudaq_dev_tx_publish(session, response);
       cudaq_rt_counters_store(p.stats, &counters);
+      cudaq_dev_tx_publish(session, response);
     }
     __syncthreads(); // everyone has read this round's verdict before thread 0 polls again
   }

@@ -105,8 +105,8 @@ extern "C" __global__ void timed_dispatch(cudaq_rt_dispatch_params p) {
     cudaq_rt_write_response_header((cudaq_rt_response_header *)response, status, result_len,
                                    request_id, ptp_timestamp);
     cudaq_rt_counters_record(&counters, status);
-    cudaq_dev_tx_publish(session, response);
     cudaq_rt_counters_store(p.stats, &counters);
+    cudaq_dev_tx_publish(session, response);
   }
 }
 CUDAQ_RT_EXPORT_DISPATCH_KERNEL(timed_dispatch);

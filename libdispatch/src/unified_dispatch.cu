@@ -37,7 +37,9 @@ extern "C" __global__ void cudaq_rt_unified_dispatch(cudaq_rt_dispatch_params p)
   while (cudaq_dev_rx_poll(session, &request, &response) == CUDAQ_DEV_RX_READY) {
     cudaq_rt_serve_frame_cached(table, p.num_functions, p.slot_size, request, response, &counters,
                                 &cache);
+    // The counters before the response: a bridge may push the response out at once (the loopback
+    // bridge fences after it), and a host that has the response should find it counted.
+    cudaq_rt_counters_store(p.stats, &counters);
     cudaq_dev_tx_publish(session, response);
-    cudaq_rt_counters_store(p.stats, &counters); // after the response: it is what the host waits on
   }
 }

@@ -43,11 +43,9 @@ extern "C" __global__ void cudaq_rt_warp_dispatch(cudaq_rt_dispatch_params p) {
     void *request = 0, *response = 0;
     const int r = cudaq_dev_warp_rx_poll(session, &request, &response);
     int status = CUDAQ_RT_STATUS_OK;
-    if (r == CUDAQ_DEV_RX_READY) {
+    if (r == CUDAQ_DEV_RX_READY)
       status = cudaq_rt_serve_frame_cached(table, p.num_functions, p.slot_size, request, response,
                                            0, &cache);
-      cudaq_dev_warp_tx_publish(session, response);
-    }
     const unsigned ready = __ballot_sync(all, r == CUDAQ_DEV_RX_READY);
     if (ready) {
       const unsigned ok = __ballot_sync(all, r == CUDAQ_DEV_RX_READY && status == 0);
@@ -57,9 +55,12 @@ extern "C" __global__ void cudaq_rt_warp_dispatch(cudaq_rt_dispatch_params p) {
         counters.ok += __popc(ok);
         counters.handler_errors += __popc(failed);
         counters.protocol_errors += __popc(ready & ~ok & ~failed);
-        cudaq_rt_counters_store(p.stats, &counters); // after the responses, as the unified kernel
+        cudaq_rt_counters_store(p.stats, &counters); // before the responses, as the unified kernel
       }
+      __syncwarp(all); // lane 0's counters are stored before any lane publishes
     }
+    if (r == CUDAQ_DEV_RX_READY)
+      cudaq_dev_warp_tx_publish(session, response);
     if (__all_sync(all, r == CUDAQ_DEV_RX_SHUTDOWN))
       break;
   }

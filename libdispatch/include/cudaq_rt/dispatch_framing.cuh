@@ -7,15 +7,17 @@
  *   cudaq_rt_dispatch_counters counters = cudaq_rt_counters_load(p.stats);
  *   while (cudaq_dev_rx_poll(session, &req, &resp) == CUDAQ_DEV_RX_READY) {
  *     cudaq_rt_serve_frame(p.function_table, p.num_functions, p.slot_size, req, resp, &counters);
- *     cudaq_dev_tx_publish(session, resp);
  *     cudaq_rt_counters_store(p.stats, &counters);
+ *     cudaq_dev_tx_publish(session, resp);
  *   }
  *
  * Counters are kept in registers and only *stored* to the mapped cudaq_rt_dispatch_stats: a
  * read-modify-write there would cost a PCIe round trip (about a microsecond) per counter per
  * request. Each counter is one aligned 8-byte store, which the host never sees torn. So one
  * cudaq_rt_dispatch_stats belongs to one serving thread; a kernel with several serving threads
- * gives each its own block of counters (or sums them itself).
+ * gives each its own block of counters (or sums them itself). They are stored before the
+ * response is published: a bridge may push the response to the host at once (the loopback
+ * bridge does), and a host that holds a response then finds it counted.
  *
  * A bridge session is single-threaded too: the loop above runs in one thread per
  * cudaq_dev_enter_kernel, i.e. per transport_ctx (cudaq_rt/dispatch.h says what else a kernel
