@@ -14,7 +14,12 @@ Each UDP row is bench/udp_rtt_client.c: one request at a time, 8-byte payload, p
 Goal: UDP via GPU <= bare echo + loopback + 1 us (p50).
 
   udp_rtt.py --pack P --link L --run R --app APP --echo udp_echo --client udp_rtt_client
-             [--floor floor.cu or a built binary] [--requests N]
+             [--floor floor.cu or a built binary] [--requests N] [--bridge NAME]
+             [--compare-bridge NAME]
+
+--bridge serves the main rows through another bridge; --compare-bridge serves the spinning row
+again through a second one. Both take a variant of the udp bridge (udp_no_push, built
+by the bench_loopback_rtt_build target: the bridge without the push of its responses).
 """
 import argparse
 import json
@@ -47,8 +52,9 @@ def echo_row(echo, client, n, wait="spin"):
         p.wait(10)
 
 
-def serve_row(run, pkg, client, n, env, wait="spin"):
-    p = subprocess.Popen([run, pkg, "--serve", "--json", "--bridge-arg", "wait=" + wait],
+def serve_row(run, pkg, client, n, env, wait="spin", bridge="udp"):
+    p = subprocess.Popen([run, pkg, "--serve", "--json", "--bridge", bridge, "--bridge-arg",
+                          "wait=" + wait],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     address = None
     while address is None:
@@ -73,6 +79,9 @@ def main():
         ap.add_argument("--" + k, required=True)
     ap.add_argument("--floor", help="floor.cu (built here with nvcc) or a built binary")
     ap.add_argument("--requests", type=int, default=100000)
+    ap.add_argument("--bridge", default="udp", help="the bridge of the main rows (default udp)")
+    ap.add_argument("--compare-bridge", help="a variant of the udp bridge (e.g. udp_no_push, "
+                    "bench/CMakeLists.txt) to serve the same way, for a row of its own")
     a = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="cudaq-rt-udp-rtt.")
@@ -83,18 +92,25 @@ def main():
         pkg = os.path.join(tmp, "example.cudaqpkg")
         arch = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
                               capture_output=True, text=True).stdout.split()[0].replace(".", "")
-        for bridge in ("udp", "loopback"):
+        for bridge in (a.bridge, "loopback") + ((a.compare_bridge,) if a.compare_bridge else ()):
             subprocess.run([a.link, pkg, "--arch", "sm_" + arch, "--bridge", bridge], check=True,
                            capture_output=True, env=env)
         rows = []
         echo = echo_row(a.echo, a.client, a.requests)
         rows.append(("bare UDP echo (C, no GPU)", echo[0], echo[1]))
-        udp, server = serve_row(a.run, pkg, a.client, a.requests, env)
-        rows.append(("UDP via cudaq-rt-run --serve", udp[0], udp[1]))
+        udp, server = serve_row(a.run, pkg, a.client, a.requests, env, bridge=a.bridge)
+        rows.append(("UDP via cudaq-rt-run --serve" +
+                     ("" if a.bridge == "udp" else f", bridge {a.bridge}"), udp[0], udp[1]))
         rows.append(("  of which in the server (bridge)", server[0], server[1]))
+        if a.compare_bridge:
+            other, other_server = serve_row(a.run, pkg, a.client, a.requests, env,
+                                            bridge=a.compare_bridge)
+            rows.append((f"UDP via --serve, bridge {a.compare_bridge}", other[0], other[1]))
+            rows.append(("  of which in the server (bridge)", other_server[0], other_server[1]))
         echo_block = echo_row(a.echo, a.client, a.requests, "block")
         rows.append(("bare UDP echo, blocking recvmmsg", echo_block[0], echo_block[1]))
-        udp_block, server_block = serve_row(a.run, pkg, a.client, a.requests, env, "block")
+        udp_block, server_block = serve_row(a.run, pkg, a.client, a.requests, env, "block",
+                                             a.bridge)
         rows.append(("UDP via --serve, wait=block", udp_block[0], udp_block[1]))
         rows.append(("  of which in the server (bridge)", server_block[0], server_block[1]))
         bench = subprocess.run([a.run, pkg, "--bench", str(a.requests), "--json"],

@@ -117,10 +117,14 @@ void latency(const cudaq_rt_bridge *b, uint64_t *buckets) {
   self(b)->pump->add_latency(buckets);
 }
 
+#ifndef CUDAQ_RT_UDP_NAME
+#define CUDAQ_RT_UDP_NAME "udp" // bench/CMakeLists.txt builds variants under other names
+#endif
+
 const cudaq_rt_bridge_ops udp_ops = {
     CUDAQ_RT_BRIDGE_ABI_VERSION,
     sizeof(cudaq_rt_bridge_ops),
-    "udp",
+    CUDAQ_RT_UDP_NAME,
     "a UDP socket; host threads move datagrams to and from a ring in mapped pinned memory",
     CUDAQ_RT_BRIDGE_CAP_SELF_FED,
     0,
