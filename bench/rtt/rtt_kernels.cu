@@ -16,7 +16,7 @@
 #define BENCH_TABLE_ROWS 512u
 
 // Per request, in SM cycles: [0] ready -> handler found (validation, lookup), [1] the handler,
-// [2] the response header, [3] the counters' store, [4] tx_publish, [5] all of it, [6] 1 when
+// [2] the response header, [3] the counters (recorded, stored), [4] tx_publish, [5] all of it, [6] 1 when
 // the bridge staged the request in shared memory, [7] the probe that found it -> rx_poll returned
 // (a loopback bridge built with CUDAQ_RT_LOOPBACK_STAMP only; else 0).
 extern "C" {
@@ -38,18 +38,58 @@ __device__ __forceinline__ bool first_thread() {
   return threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0 && blockIdx.x == 0 &&
          blockIdx.y == 0 && blockIdx.z == 0;
 }
+// The unified kernel's start: the first thread only, the bridge session in `storage`, the
+// function table copied to shared memory (or not). Null: this thread does not serve.
+__shared__ cudaq_rt_function_entry bench_rows[BENCH_TABLE_ROWS];
+__device__ __forceinline__ void *enter_unified(const cudaq_rt_dispatch_params &p,
+                                               unsigned char *storage,
+                                               const cudaq_rt_function_entry **table,
+                                               bool shared_table = true) {
+  if (!first_thread())
+    return nullptr;
+  void *session = cudaq_dev_enter_kernel(storage, p.transport_ctx, p.shutdown_flag);
+  if (session)
+    *table = shared_table ? cudaq_rt_table_in_shared(p.function_table, p.num_functions, bench_rows,
+                                                     BENCH_TABLE_ROWS)
+                          : p.function_table;
+  return session;
+}
+
+// cudaq_rt_serve_frame_cached's steps with a clock64 stamp around each: t[0] start, t[1] the
+// handler found (validation, lookup), t[2] the handler returned, t[3] the response header
+// written. Returns the status written.
+__device__ __forceinline__ int serve_stamped(const cudaq_rt_dispatch_params &p,
+                                             const cudaq_rt_function_entry *table,
+                                             cudaq_rt_handler_cache *cache, void *request,
+                                             void *response, long long (&t)[4]) {
+  t[0] = clock64();
+  const cudaq_rt_request_fields h = cudaq_rt_read_request_header(request);
+  uint32_t result_len = 0;
+  int status = cudaq_rt_validate_fields(&h, p.slot_size);
+  cudaq_rt_handler_fn handler = 0;
+  if (status == CUDAQ_RT_STATUS_OK) {
+    handler = cudaq_rt_find_handler_cached(table, p.num_functions, h.function_id, cache);
+    if (!handler)
+      status = CUDAQ_RT_STATUS_UNKNOWN_FUNCTION;
+  }
+  t[1] = clock64();
+  if (handler)
+    status =
+        cudaq_rt_call_handler_len(handler, request, response, h.arg_len, p.slot_size, &result_len);
+  t[2] = clock64();
+  cudaq_rt_write_response_header((cudaq_rt_response_header *)response, status, result_len,
+                                 h.request_id, h.ptp_timestamp);
+  t[3] = clock64();
+  return status;
+}
 } // namespace
 
 extern "C" __global__ void cudaq_rt_bench_stages(cudaq_rt_dispatch_params p) {
-  if (!first_thread())
-    return;
   __align__(16) unsigned char storage[CUDAQ_RT_SESSION_STORAGE_SIZE];
-  void *session = cudaq_dev_enter_kernel(storage, p.transport_ctx, p.shutdown_flag);
+  const cudaq_rt_function_entry *table = nullptr;
+  void *session = enter_unified(p, storage, &table);
   if (!session)
     return;
-  __shared__ cudaq_rt_function_entry rows[BENCH_TABLE_ROWS];
-  const cudaq_rt_function_entry *table =
-      cudaq_rt_table_in_shared(p.function_table, p.num_functions, rows, BENCH_TABLE_ROWS);
   cudaq_rt_dispatch_counters counters = cudaq_rt_counters_load(p.stats);
   cudaq_rt_handler_cache cache = {0, 0};
   unsigned long long n = 0;
@@ -64,39 +104,23 @@ extern "C" __global__ void cudaq_rt_bench_stages(cudaq_rt_dispatch_params p) {
       reinterpret_cast<long long *>(storage + CUDAQ_RT_SESSION_STORAGE_SIZE - 8);
   *probe_clock = 0;
   while (cudaq_dev_rx_poll(session, &request, &response) == CUDAQ_DEV_RX_READY) {
-    const long long t0 = clock64();
     const long long probed = *probe_clock;
-    const cudaq_rt_request_fields h = cudaq_rt_read_request_header(request);
-    uint32_t result_len = 0;
-    int status = cudaq_rt_validate_fields(&h, p.slot_size);
-    cudaq_rt_handler_fn handler = 0;
-    if (status == CUDAQ_RT_STATUS_OK) {
-      handler = cudaq_rt_find_handler_cached(table, p.num_functions, h.function_id, &cache);
-      if (!handler)
-        status = CUDAQ_RT_STATUS_UNKNOWN_FUNCTION;
-    }
-    const long long t1 = clock64();
-    if (handler)
-      status = cudaq_rt_call_handler_len(handler, request, response, h.arg_len, p.slot_size,
-                                         &result_len);
-    const long long t2 = clock64();
-    cudaq_rt_write_response_header((cudaq_rt_response_header *)response, status, result_len,
-                                   h.request_id, h.ptp_timestamp);
+    long long t[4];
+    const int status = serve_stamped(p, table, &cache, request, response, t);
     cudaq_rt_counters_record(&counters, status);
-    const long long t3 = clock64();
     cudaq_rt_counters_store(p.stats, &counters);
     const long long t4 = clock64();
     cudaq_dev_tx_publish(session, response);
     const long long t5 = clock64();
     unsigned int *row = cudaq_rt_bench_stage_log[n % BENCH_STAGE_ROWS];
-    row[0] = (unsigned int)(t1 - t0);
-    row[1] = (unsigned int)(t2 - t1);
-    row[2] = (unsigned int)(t3 - t2);
-    row[3] = (unsigned int)(t4 - t3);
+    row[0] = (unsigned int)(t[1] - t[0]);
+    row[1] = (unsigned int)(t[2] - t[1]);
+    row[2] = (unsigned int)(t[3] - t[2]);
+    row[3] = (unsigned int)(t4 - t[3]);
     row[4] = (unsigned int)(t5 - t4);
-    row[5] = (unsigned int)(t5 - t0);
+    row[5] = (unsigned int)(t5 - t[0]);
     row[6] = __isShared(request);
-    row[7] = probed ? (unsigned int)(t0 - probed) : 0u;
+    row[7] = probed ? (unsigned int)(t[0] - probed) : 0u;
     ++n;
   }
   cudaq_rt_bench_stage_count = n;
@@ -109,15 +133,11 @@ CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_stages);
 // handler, header the first time, [3..5] the same again (code and data now warm), [6] tx_publish,
 // [7] unused. Only the second pass's response is published (the same bytes).
 extern "C" __global__ void cudaq_rt_bench_stages_rerun(cudaq_rt_dispatch_params p) {
-  if (!first_thread())
-    return;
   __align__(16) unsigned char storage[CUDAQ_RT_SESSION_STORAGE_SIZE];
-  void *session = cudaq_dev_enter_kernel(storage, p.transport_ctx, p.shutdown_flag);
+  const cudaq_rt_function_entry *table = nullptr;
+  void *session = enter_unified(p, storage, &table);
   if (!session)
     return;
-  __shared__ cudaq_rt_function_entry rows[BENCH_TABLE_ROWS];
-  const cudaq_rt_function_entry *table =
-      cudaq_rt_table_in_shared(p.function_table, p.num_functions, rows, BENCH_TABLE_ROWS);
   cudaq_rt_handler_cache cache = {0, 0};
   unsigned long long n = 0;
   void *request = 0, *response = 0;
@@ -125,27 +145,10 @@ extern "C" __global__ void cudaq_rt_bench_stages_rerun(cudaq_rt_dispatch_params 
     unsigned int *row = cudaq_rt_bench_stage_log[n % BENCH_STAGE_ROWS];
 #pragma unroll 1
     for (int pass = 0; pass < 2; ++pass) {
-      const long long t0 = clock64();
-      const cudaq_rt_request_fields h = cudaq_rt_read_request_header(request);
-      uint32_t result_len = 0;
-      int status = cudaq_rt_validate_fields(&h, p.slot_size);
-      cudaq_rt_handler_fn handler = 0;
-      if (status == CUDAQ_RT_STATUS_OK) {
-        handler = cudaq_rt_find_handler_cached(table, p.num_functions, h.function_id, &cache);
-        if (!handler)
-          status = CUDAQ_RT_STATUS_UNKNOWN_FUNCTION;
-      }
-      const long long t1 = clock64();
-      if (handler)
-        status = cudaq_rt_call_handler_len(handler, request, response, h.arg_len, p.slot_size,
-                                           &result_len);
-      const long long t2 = clock64();
-      cudaq_rt_write_response_header((cudaq_rt_response_header *)response, status, result_len,
-                                     h.request_id, h.ptp_timestamp);
-      const long long t3 = clock64();
-      row[3 * pass + 0] = (unsigned int)(t1 - t0);
-      row[3 * pass + 1] = (unsigned int)(t2 - t1);
-      row[3 * pass + 2] = (unsigned int)(t3 - t2);
+      long long t[4];
+      serve_stamped(p, table, &cache, request, response, t);
+      for (int k = 0; k < 3; ++k)
+        row[3 * pass + k] = (unsigned int)(t[k + 1] - t[k]);
     }
     const long long t4 = clock64();
     cudaq_dev_tx_publish(session, response);
@@ -161,17 +164,11 @@ namespace {
 // function table copied to shared memory or not, the handler cache used or not.
 template <bool SharedTable, bool Cache>
 __device__ void unified_variant(cudaq_rt_dispatch_params p) {
-  if (!first_thread())
-    return;
   __align__(16) unsigned char storage[CUDAQ_RT_SESSION_STORAGE_SIZE];
-  void *session = cudaq_dev_enter_kernel(storage, p.transport_ctx, p.shutdown_flag);
+  const cudaq_rt_function_entry *table = nullptr;
+  void *session = enter_unified(p, storage, &table, SharedTable);
   if (!session)
     return;
-  __shared__ cudaq_rt_function_entry rows[BENCH_TABLE_ROWS];
-  const cudaq_rt_function_entry *table =
-      SharedTable
-          ? cudaq_rt_table_in_shared(p.function_table, p.num_functions, rows, BENCH_TABLE_ROWS)
-          : p.function_table;
   cudaq_rt_dispatch_counters counters = cudaq_rt_counters_load(p.stats);
   cudaq_rt_handler_cache cache = {0, 0};
   void *request = 0, *response = 0;
