@@ -38,23 +38,6 @@ __device__ __forceinline__ bool first_thread() {
   return threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0 && blockIdx.x == 0 &&
          blockIdx.y == 0 && blockIdx.z == 0;
 }
-// The unified kernel's start: the first thread only, the bridge session in `storage`, the
-// function table copied to shared memory (or not). Null: this thread does not serve.
-__shared__ cudaq_rt_function_entry bench_rows[BENCH_TABLE_ROWS];
-__device__ __forceinline__ void *enter_unified(const cudaq_rt_dispatch_params &p,
-                                               unsigned char *storage,
-                                               const cudaq_rt_function_entry **table,
-                                               bool shared_table = true) {
-  if (!first_thread())
-    return nullptr;
-  void *session = cudaq_dev_enter_kernel(storage, p.transport_ctx, p.shutdown_flag);
-  if (session)
-    *table = shared_table ? cudaq_rt_table_in_shared(p.function_table, p.num_functions, bench_rows,
-                                                     BENCH_TABLE_ROWS)
-                          : p.function_table;
-  return session;
-}
-
 // cudaq_rt_serve_frame_cached's steps with a clock64 stamp around each: t[0] start, t[1] the
 // handler found (validation, lookup), t[2] the handler returned, t[3] the response header
 // written. Returns the status written.
@@ -85,11 +68,15 @@ __device__ __forceinline__ int serve_stamped(const cudaq_rt_dispatch_params &p,
 } // namespace
 
 extern "C" __global__ void cudaq_rt_bench_stages(cudaq_rt_dispatch_params p) {
+  if (!first_thread())
+    return;
   __align__(16) unsigned char storage[CUDAQ_RT_SESSION_STORAGE_SIZE];
-  const cudaq_rt_function_entry *table = nullptr;
-  void *session = enter_unified(p, storage, &table);
+  void *session = cudaq_dev_enter_kernel(storage, p.transport_ctx, p.shutdown_flag);
   if (!session)
     return;
+  __shared__ cudaq_rt_function_entry rows[BENCH_TABLE_ROWS];
+  const cudaq_rt_function_entry *table =
+      cudaq_rt_table_in_shared(p.function_table, p.num_functions, rows, BENCH_TABLE_ROWS);
   cudaq_rt_dispatch_counters counters = cudaq_rt_counters_load(p.stats);
   cudaq_rt_handler_cache cache = {0, 0};
   unsigned long long n = 0;
@@ -133,11 +120,15 @@ CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_stages);
 // handler, header the first time, [3..5] the same again (code and data now warm), [6] tx_publish,
 // [7] unused. Only the second pass's response is published (the same bytes).
 extern "C" __global__ void cudaq_rt_bench_stages_rerun(cudaq_rt_dispatch_params p) {
+  if (!first_thread())
+    return;
   __align__(16) unsigned char storage[CUDAQ_RT_SESSION_STORAGE_SIZE];
-  const cudaq_rt_function_entry *table = nullptr;
-  void *session = enter_unified(p, storage, &table);
+  void *session = cudaq_dev_enter_kernel(storage, p.transport_ctx, p.shutdown_flag);
   if (!session)
     return;
+  __shared__ cudaq_rt_function_entry rows[BENCH_TABLE_ROWS];
+  const cudaq_rt_function_entry *table =
+      cudaq_rt_table_in_shared(p.function_table, p.num_functions, rows, BENCH_TABLE_ROWS);
   cudaq_rt_handler_cache cache = {0, 0};
   unsigned long long n = 0;
   void *request = 0, *response = 0;
@@ -164,11 +155,17 @@ namespace {
 // function table copied to shared memory or not, the handler cache used or not.
 template <bool SharedTable, bool Cache>
 __device__ void unified_variant(cudaq_rt_dispatch_params p) {
+  if (!first_thread())
+    return;
   __align__(16) unsigned char storage[CUDAQ_RT_SESSION_STORAGE_SIZE];
-  const cudaq_rt_function_entry *table = nullptr;
-  void *session = enter_unified(p, storage, &table, SharedTable);
+  void *session = cudaq_dev_enter_kernel(storage, p.transport_ctx, p.shutdown_flag);
   if (!session)
     return;
+  __shared__ cudaq_rt_function_entry rows[BENCH_TABLE_ROWS];
+  const cudaq_rt_function_entry *table =
+      SharedTable
+          ? cudaq_rt_table_in_shared(p.function_table, p.num_functions, rows, BENCH_TABLE_ROWS)
+          : p.function_table;
   cudaq_rt_dispatch_counters counters = cudaq_rt_counters_load(p.stats);
   cudaq_rt_handler_cache cache = {0, 0};
   void *request = 0, *response = 0;
