@@ -297,14 +297,10 @@ __device__ unsigned long long cudaq_rt_bench_round_count;
 CUDAQ_RT_EXPORT_GLOBAL(cudaq_rt_bench_round_log);
 CUDAQ_RT_EXPORT_GLOBAL(cudaq_rt_bench_round_count);
 
-extern "C" __global__ void cudaq_rt_bench_warp_rounds(cudaq_rt_dispatch_params p) {
-  if (blockIdx.x != 0 || threadIdx.x >= CUDAQ_RT_WARP_LANES || blockDim.x < CUDAQ_RT_WARP_LANES)
-    return;
-  const unsigned lane = threadIdx.x, all = 0xFFFFFFFFu;
-  __align__(16) unsigned char storage[CUDAQ_RT_SESSION_STORAGE_SIZE];
-  void *session = cudaq_dev_warp_enter_kernel(storage, p.transport_ctx, p.shutdown_flag, lane);
-  if (!__all_sync(all, session != 0))
-    return;
+namespace {
+__device__ __forceinline__ void warp_rounds(const cudaq_rt_dispatch_params &p, void *session,
+                                            unsigned lane) {
+  const unsigned all = 0xFFFFFFFFu;
   __shared__ cudaq_rt_function_entry rows[BENCH_TABLE_ROWS];
   const cudaq_rt_function_entry *table = p.function_table;
   if (p.num_functions <= BENCH_TABLE_ROWS) {
@@ -348,6 +344,15 @@ extern "C" __global__ void cudaq_rt_bench_warp_rounds(cudaq_rt_dispatch_params p
   }
   if (lane == 0)
     cudaq_rt_bench_round_count = n;
+}
+} // namespace
+
+extern "C" __global__ void cudaq_rt_bench_warp_rounds(cudaq_rt_dispatch_params p) {
+  if (blockIdx.x != 0 || threadIdx.x >= CUDAQ_RT_WARP_LANES || blockDim.x < CUDAQ_RT_WARP_LANES)
+    return;
+  const unsigned lane = threadIdx.x;
+  __align__(16) unsigned char storage[CUDAQ_RT_SESSION_STORAGE_SIZE];
+  cudaq_rt_warp_serve(storage, p, lane, [&](void *session) { warp_rounds(p, session, lane); });
 }
 CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_warp_rounds);
 

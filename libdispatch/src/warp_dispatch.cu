@@ -13,19 +13,11 @@
 #define CUDAQ_RT_WARP_SHARED_TABLE_ROWS 512
 #endif
 
-extern "C" __global__ void cudaq_rt_warp_dispatch(cudaq_rt_dispatch_params p) {
-  // Warp 0 of block 0 serves; a launch with fewer than 32 threads cannot.
-  if (blockIdx.x != 0 || blockIdx.y != 0 || blockIdx.z != 0 || threadIdx.y != 0 ||
-      threadIdx.z != 0 || threadIdx.x >= CUDAQ_RT_WARP_LANES || blockDim.x < CUDAQ_RT_WARP_LANES)
-    return;
-  const unsigned lane = threadIdx.x;
+namespace {
+// The serving loop of one lane, over its bridge session.
+__device__ __forceinline__ void serve(const cudaq_rt_dispatch_params &p, void *session,
+                                      unsigned lane) {
   const unsigned all = 0xFFFFFFFFu;
-
-  __align__(16) unsigned char storage[CUDAQ_RT_SESSION_STORAGE_SIZE];
-  void *session = cudaq_dev_warp_enter_kernel(storage, p.transport_ctx, p.shutdown_flag, lane);
-  if (!__all_sync(all, session != 0))
-    return;
-
   __shared__ cudaq_rt_function_entry rows[CUDAQ_RT_WARP_SHARED_TABLE_ROWS];
   const cudaq_rt_function_entry *table = p.function_table;
   if (p.num_functions <= CUDAQ_RT_WARP_SHARED_TABLE_ROWS) {
@@ -64,4 +56,16 @@ extern "C" __global__ void cudaq_rt_warp_dispatch(cudaq_rt_dispatch_params p) {
     if (__all_sync(all, r == CUDAQ_DEV_RX_SHUTDOWN))
       break;
   }
+}
+} // namespace
+
+extern "C" __global__ void cudaq_rt_warp_dispatch(cudaq_rt_dispatch_params p) {
+  // Warp 0 of block 0 serves; a launch with fewer than 32 threads cannot.
+  if (blockIdx.x != 0 || blockIdx.y != 0 || blockIdx.z != 0 || threadIdx.y != 0 ||
+      threadIdx.z != 0 || threadIdx.x >= CUDAQ_RT_WARP_LANES || blockDim.x < CUDAQ_RT_WARP_LANES)
+    return;
+  const unsigned lane = threadIdx.x;
+
+  __align__(16) unsigned char storage[CUDAQ_RT_SESSION_STORAGE_SIZE];
+  cudaq_rt_warp_serve(storage, p, lane, [&](void *session) { serve(p, session, lane); });
 }
