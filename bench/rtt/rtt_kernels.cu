@@ -16,9 +16,9 @@
 #define BENCH_TABLE_ROWS 512u
 
 // Per request, in SM cycles: [0] ready -> handler found (validation, lookup), [1] the handler,
-// [2] the response header, [3] the counters (recorded, stored), [4] tx_publish, [5] all of it, [6] 1 when
-// the bridge staged the request in shared memory, [7] the probe that found it -> rx_poll returned
-// (a loopback bridge built with CUDAQ_RT_LOOPBACK_STAMP only; else 0).
+// [2] the response header, [3] the counters (recorded, stored), [4] tx_publish, [5] all of it,
+// [6] 1 when the bridge staged the request in shared memory, [7] the probe that found it ->
+// rx_poll returned (a loopback bridge built with CUDAQ_RT_LOOPBACK_STAMP only; else 0).
 extern "C" {
 __device__ unsigned int cudaq_rt_bench_stage_log[BENCH_STAGE_ROWS][8];
 __device__ unsigned long long cudaq_rt_bench_stage_count;

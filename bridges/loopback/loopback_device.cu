@@ -101,11 +101,11 @@ __shared__ __align__(16) unsigned char warp_request_staging[kWarpSharedBytes];
 // 0.8 us late when the serving thread goes straight back to polling: measured on the H200
 // (bench/probe/ring_lines.cu, two calls), an echo over 5 cells each way takes 2.76 to 2.80 us p50
 // that way and 1.96 to 1.98 us with fence.sc.sys (__threadfence_system) after the stores, against
-// floor.cu's 1.59 to 1.80 in the same calls (whose kernel fences too). Nothing else tried pushes them out: st.wt, st.cs,
-// st.mmio, st.release on the last cell, fence.sc.gpu, a second warp fencing in a loop. The fence
-// stalls the serving thread about 1250 cycles (630 ns) while the host takes the response, so it
-// is paid where a host is waiting and skipped where the ring is busy (the next probe follows at
-// once and the host has other responses to take):
+// floor.cu's 1.59 to 1.80 in the same calls (whose kernel fences too). Nothing else tried pushes
+// them out: st.wt, st.cs, st.mmio, st.release on the last cell, fence.sc.gpu, a second warp
+// fencing in a loop. The fence stalls the serving thread about 1250 cycles (630 ns) while the
+// host takes the response, so it is paid where a host is waiting and skipped where the ring is
+// busy (the next probe follows at once and the host has other responses to take):
 //   0: never;
 //   1: after the last response of every probe's batch (the warp form: of every lane);
 //   2: the same, but only when the probe did not find its slots all ready (fewer than kW
@@ -202,10 +202,10 @@ __device__ __forceinline__ uint32_t unpack(const Session *s, uint32_t L, uint32_
   const uint32_t len = probe[0].y < s->slot_size ? probe[0].y : s->slot_size;
   const uint32_t cells = frame_cells(len);
   // A small frame, all in the probe and all stamped (the common case): straight-line code, since
-  // the serving thread pays every instruction here in latency (on the H200 the general path
-  // below took about 900 cycles from the probe's return to rx_poll's). Frame words past the
-  // frame's end get stale bytes, as the staging frame holds there anyway (slot_size >= 32: all P
-  // - 1 words are in the frame).
+  // the serving thread pays every instruction here in latency (with this, the probe's return to
+  // rx_poll's went from 910 to 650 cycles on the H200: bench/loopback_rtt.md). Frame words past
+  // the frame's end get stale bytes, as the staging frame holds there anyway (slot_size >= 32:
+  // all P - 1 words are in the frame).
   bool stamped_all = cells <= P;
 #pragma unroll
   for (uint32_t c = 1; c < P; ++c)
@@ -256,7 +256,7 @@ __device__ __forceinline__ uint32_t unpack(const Session *s, uint32_t L, uint32_
 // shutdown is seen (false). Everything the request's hand-out needs (its staging frame, the
 // position after it) is worked out before the first probe, while there is time, so that what
 // runs between the probe's return and rx_poll's is the stamp check, the unpack and a few
-// stores: on the H200 the general path took about 600 cycles there (bench/loopback_rtt.md).
+// stores: 406 cycles on the H200, where the general path took 597 (bench/loopback_rtt.md).
 // The same protocol as fetch's loop with one slot, flag and fence included.
 __device__ bool fetch_one(Session *s, uint32_t L) {
   constexpr uint32_t W = CUDAQ_RT_LOOPBACK_PROBE_SLOTS, P = kHead;

@@ -255,9 +255,9 @@ cudaq_rt_serve_frame_cached(const cudaq_rt_function_entry *table, uint32_t table
 }
 
 /* The warp form's start (cudaq_rt/dispatch.h), for a kernel whose 32 lanes of one warp call it
- * together: enters the bridge's warp hooks in every lane with `storage` (CUDAQ_RT_SESSION_STORAGE_SIZE
- * bytes of the lane's own) and, when every lane has a session, calls serve(session) in every lane;
- * else returns in every lane. The lanes vote in two branches on the pointer itself (the same
+ * together: enters the bridge's warp hooks in every lane with `storage` (the lane's own
+ * CUDAQ_RT_SESSION_STORAGE_SIZE bytes) and, when every lane has a session, calls serve(session) in
+ * every lane; else returns in every lane. The lanes vote in two branches on the pointer itself (the same
  * intrinsic and mask in both, which the lanes meet wherever they are) rather than once on
  * `session != 0`: after that one convergent call the compiler cannot tell the pointer from the
  * storage's address, and a session kept in the storage (the loopback bridge's) then lives in local
