@@ -32,6 +32,8 @@
  * 32 lanes of one warp (the built-in warp dispatcher, cudaq_rt_warp_dispatch):
  *
  *   session = cudaq_dev_warp_enter_kernel(storage, transport_ctx, shutdown_flag, lane)
+ *     (cudaq_rt_warp_serve in cudaq_rt/dispatch_framing.cuh enters in every lane and serves only
+ *     when every lane has a session)
  *   loop, all 32 lanes together (converged, full mask), each lane with its own session:
  *     r = cudaq_dev_warp_rx_poll(session, &req, &resp)    READY, IDLE or SHUTDOWN, per lane
  *     if (r == READY) { serve req into resp; cudaq_dev_warp_tx_publish(session, resp); }
