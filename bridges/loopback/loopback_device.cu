@@ -65,6 +65,15 @@ static_assert(sizeof(Session) <= CUDAQ_RT_SESSION_STORAGE_SIZE, "session must fi
 #endif
 static_assert(sizeof(Session) + 8 <= CUDAQ_RT_SESSION_STORAGE_SIZE, "room for the bench stamp");
 
+__device__ __forceinline__ void stamp_probe(Session *s) {
+#if CUDAQ_RT_LOOPBACK_STAMP
+  *reinterpret_cast<long long *>(reinterpret_cast<unsigned char *>(s) +
+                                 CUDAQ_RT_SESSION_STORAGE_SIZE - 8) = clock64();
+#else
+  (void)s;
+#endif
+}
+
 constexpr uint32_t kBatch = 8; // cells loaded per round trip when unpacking a large payload
 constexpr uint32_t kW = CUDAQ_RT_LOOPBACK_PROBE_SLOTS;
 
@@ -281,10 +290,7 @@ __device__ bool fetch_one(Session *s, uint32_t L) {
       continue;
     }
     if (stamped(probe[0], lap)) {
-#if CUDAQ_RT_LOOPBACK_STAMP
-      *reinterpret_cast<long long *>(reinterpret_cast<unsigned char *>(s) +
-                                     CUDAQ_RT_SESSION_STORAGE_SIZE - 8) = clock64();
-#endif
+      stamp_probe(s);
       const uint32_t len = unpack<P>(s, L, slot, frame, lap, probe);
       if (!shared)
         warm_lines(s, reinterpret_cast<const unsigned char *>(frame), len);
@@ -370,10 +376,7 @@ __device__ bool fetch(Session *s) {
     // What a probe finds is served even when the flag is set: those requests were sent, and the
     // host waits for their answers. Nothing found after the fence: every one has been answered.
     if (ready > 0) {
-#if CUDAQ_RT_LOOPBACK_STAMP
-      *reinterpret_cast<long long *>(reinterpret_cast<unsigned char *>(s) +
-                                     CUDAQ_RT_SESSION_STORAGE_SIZE - 8) = clock64();
-#endif
+      stamp_probe(s);
       break;
     }
     if (shutdown)
