@@ -91,7 +91,7 @@ template <int P> __device__ __forceinline__ void push() {
     asm volatile("fence.sc.gpu;" ::: "memory");
 }
 
-template <int K, int M, bool Flag, int P = kNone>
+template <int K, int M, bool Flag, int P = kNone, bool Packed = false>
 __global__ void serve(unsigned *req, unsigned *resp, const volatile int *stop) {
   if (P == kHelper && threadIdx.x >= 32) {
     if (threadIdx.x == 32)
@@ -121,7 +121,7 @@ __global__ void serve(unsigned *req, unsigned *resp, const volatile int *stop) {
       const long long t0 = clock64();
 #pragma unroll
       for (int c = M - 1; c >= 0; --c)
-        store_cell<P>(reinterpret_cast<uint4 *>(resp + c * kLineInts),
+        store_cell<P>(reinterpret_cast<uint4 *>(resp + c * (Packed ? 4 : kLineInts)),
                       make_uint4(lap, sum + c, lap, c), c == 0);
       push<P>();
       cycles += clock64() - t0;
@@ -165,6 +165,7 @@ struct Row {
   int k, m;
   bool flag, split, coalesced = false;
   int push = kNone;
+  bool packed = false; // the response cells side by side on one line, stored by one thread
 };
 
 template <int K, int M, bool Flag>
@@ -195,6 +196,14 @@ void start_push(int p, unsigned *dreq, unsigned *dresp, int *dstop, cudaStream_t
 }
 
 void start(const Row &r, unsigned *dreq, unsigned *dresp, int *dstop, cudaStream_t s) {
+  if (r.packed && r.push == kFenceSc && r.k == 5 && r.m == 5)
+    return (void)(serve<5, 5, true, kFenceSc, true><<<1, 1, 0, s>>>(dreq, dresp, dstop));
+  if (r.packed && r.push == kFenceSc && r.k == 1 && r.m == 5)
+    return (void)(serve<1, 5, true, kFenceSc, true><<<1, 1, 0, s>>>(dreq, dresp, dstop));
+  if (r.push == kFenceSc && r.k == 1 && r.m == 5)
+    return (void)(serve<1, 5, true, kFenceSc><<<1, 1, 0, s>>>(dreq, dresp, dstop));
+  if (r.push == kFenceSc && r.k == 5 && r.m == 1)
+    return (void)(serve<5, 1, true, kFenceSc><<<1, 1, 0, s>>>(dreq, dresp, dstop));
   if (r.push != kNone) {
     if (!r.flag)
       return (void)(serve<1, 1, false, kFenceSc><<<1, 1, 0, s>>>(dreq, dresp, dstop));
@@ -279,8 +288,22 @@ int main(int argc, char **argv) {
                       {5, 5, true, false, false, kCs},
                       {5, 5, true, false, false, kHelper},
                       {1, 1, false, false, false, kFenceSc}};
+  // ./ring_lines N packed: only the rows that split a frame's lines between the two directions
+  // and put the response's cells on one line.
+  const Row packed_rows[] = {{1, 1, true, false, false, kFenceSc},
+                             {5, 1, true, false, false, kFenceSc},
+                             {1, 5, true, false, false, kFenceSc},
+                             {1, 5, true, false, false, kFenceSc, true},
+                             {5, 5, true, false, false, kFenceSc},
+                             {5, 5, true, false, false, kFenceSc, true},
+                             {1, 1, true, false, false, kFenceSc}};
+  const bool only_packed = argc > 2 && std::strcmp(argv[2], "packed") == 0;
   std::printf("k m flag stores push                 min    p50    p90    p99 us\n");
-  for (const Row &r : rows) {
+  const Row *first = only_packed ? packed_rows : rows;
+  const size_t count_rows = only_packed ? sizeof packed_rows / sizeof packed_rows[0]
+                                        : sizeof rows / sizeof rows[0];
+  for (const Row *row = first; row != first + count_rows; ++row) {
+    const Row &r = *row;
     std::memset(req, 0, bytes);
     std::memset(resp, 0, bytes);
     *(volatile int *)stop = 0;
@@ -307,7 +330,7 @@ int main(int argc, char **argv) {
       while (c0[0] != lap || c0[2] != lap) {
       }
       for (int c = 1; c < r.m; ++c) {
-        volatile unsigned *cell = resp + c * stride;
+        volatile unsigned *cell = resp + c * (r.packed ? 4 : stride);
         while (cell[0] != lap || cell[2] != lap) {
         }
       }
@@ -331,7 +354,8 @@ int main(int argc, char **argv) {
     std::printf("%d %d %-4s %-6s %-17s %6.2f %6.2f %6.2f %6.2f  publish %llu cycles%s%s\n", r.k,
                 r.m, r.flag ? "yes" : "no", r.split ? "8-byte" : "16", kPushNames[r.push], rt[0],
                 rt[rt.size() / 2], rt[rt.size() * 9 / 10], rt[rt.size() * 99 / 100],
-                count ? cycles / count : 0ull, r.coalesced ? "  (one line, one warp)" : "",
+                count ? cycles / count : 0ull,
+                r.coalesced ? "  (one line, one warp)" : r.packed ? "  (response on one line)" : "",
                 bad ? "  WRONG ANSWERS" : "");
   }
   return 0;

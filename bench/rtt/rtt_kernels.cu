@@ -16,7 +16,8 @@
 #define BENCH_TABLE_ROWS 512u
 
 // Per request, in SM cycles: [0] ready -> handler found (validation, lookup), [1] the handler,
-// [2] the response header, [3] the counters (recorded, stored), [4] tx_publish, [5] all of it,
+// [2] the response header, [3] the counters (recorded, stored; before the header, as in the
+// unified kernel), [4] tx_publish, [5] all of it,
 // [6] 1 when the bridge staged the request in shared memory, [7] the probe that found it ->
 // rx_poll returned (a loopback bridge built with CUDAQ_RT_LOOPBACK_STAMP only; else 0).
 extern "C" {
@@ -38,13 +39,13 @@ __device__ __forceinline__ bool first_thread() {
   return threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0 && blockIdx.x == 0 &&
          blockIdx.y == 0 && blockIdx.z == 0;
 }
-// cudaq_rt_serve_frame_cached's steps with a clock64 stamp around each: t[0] start, t[1] the
-// handler found (validation, lookup), t[2] the handler returned, t[3] the response header
-// written. Returns the status written.
-__device__ __forceinline__ int serve_stamped(const cudaq_rt_dispatch_params &p,
-                                             const cudaq_rt_function_entry *table,
-                                             cudaq_rt_handler_cache *cache, void *request,
-                                             void *response, long long (&t)[4]) {
+// cudaq_rt_answer_request's steps with a clock64 stamp around each: t[0] start, t[1] the handler
+// found (validation, lookup), t[2] the handler returned.
+__device__ __forceinline__ cudaq_rt_answer answer_stamped(const cudaq_rt_dispatch_params &p,
+                                                          const cudaq_rt_function_entry *table,
+                                                          cudaq_rt_handler_cache *cache,
+                                                          void *request, void *response,
+                                                          long long (&t)[4]) {
   t[0] = clock64();
   const cudaq_rt_request_fields h = cudaq_rt_read_request_header(request);
   uint32_t result_len = 0;
@@ -60,10 +61,18 @@ __device__ __forceinline__ int serve_stamped(const cudaq_rt_dispatch_params &p,
     status =
         cudaq_rt_call_handler_len(handler, request, response, h.arg_len, p.slot_size, &result_len);
   t[2] = clock64();
-  cudaq_rt_write_response_header((cudaq_rt_response_header *)response, status, result_len,
-                                 h.request_id, h.ptp_timestamp);
+  const cudaq_rt_answer a = {status, result_len, h.request_id, h.ptp_timestamp};
+  return a;
+}
+// answer_stamped, then the response header: t[3] the header written.
+__device__ __forceinline__ void serve_stamped(const cudaq_rt_dispatch_params &p,
+                                              const cudaq_rt_function_entry *table,
+                                              cudaq_rt_handler_cache *cache, void *request,
+                                              void *response, long long (&t)[4]) {
+  const cudaq_rt_answer a = answer_stamped(p, table, cache, request, response, t);
+  cudaq_rt_write_response_header((cudaq_rt_response_header *)response, a.status, a.result_len,
+                                 a.request_id, a.ptp_timestamp);
   t[3] = clock64();
-  return status;
 }
 } // namespace
 
@@ -92,18 +101,22 @@ extern "C" __global__ void cudaq_rt_bench_stages(cudaq_rt_dispatch_params p) {
   *probe_clock = 0;
   while (cudaq_dev_rx_poll(session, &request, &response) == CUDAQ_DEV_RX_READY) {
     const long long probed = *probe_clock;
+    // In the unified kernel's order: the answer, the counters, the header, tx_publish.
     long long t[4];
-    const int status = serve_stamped(p, table, &cache, request, response, t);
-    cudaq_rt_counters_record(&counters, status);
+    const cudaq_rt_answer a = answer_stamped(p, table, &cache, request, response, t);
+    cudaq_rt_counters_record(&counters, a.status);
     cudaq_rt_counters_store(p.stats, &counters);
+    t[3] = clock64();
+    cudaq_rt_write_response_header((cudaq_rt_response_header *)response, a.status, a.result_len,
+                                   a.request_id, a.ptp_timestamp);
     const long long t4 = clock64();
     cudaq_dev_tx_publish(session, response);
     const long long t5 = clock64();
     unsigned int *row = cudaq_rt_bench_stage_log[n % BENCH_STAGE_ROWS];
     row[0] = (unsigned int)(t[1] - t[0]);
     row[1] = (unsigned int)(t[2] - t[1]);
-    row[2] = (unsigned int)(t[3] - t[2]);
-    row[3] = (unsigned int)(t4 - t[3]);
+    row[2] = (unsigned int)(t4 - t[3]);
+    row[3] = (unsigned int)(t[3] - t[2]);
     row[4] = (unsigned int)(t5 - t4);
     row[5] = (unsigned int)(t5 - t[0]);
     row[6] = __isShared(request);
@@ -170,9 +183,12 @@ __device__ void unified_variant(cudaq_rt_dispatch_params p) {
   cudaq_rt_handler_cache cache = {0, 0};
   void *request = 0, *response = 0;
   while (cudaq_dev_rx_poll(session, &request, &response) == CUDAQ_DEV_RX_READY) {
-    cudaq_rt_serve_frame_cached(table, p.num_functions, p.slot_size, request, response, &counters,
-                                Cache ? &cache : 0);
+    const cudaq_rt_answer a = cudaq_rt_answer_request(table, p.num_functions, p.slot_size, request,
+                                                      response, Cache ? &cache : 0);
+    cudaq_rt_counters_record(&counters, a.status);
     cudaq_rt_counters_store(p.stats, &counters);
+    cudaq_rt_write_response_header((cudaq_rt_response_header *)response, a.status, a.result_len,
+                                   a.request_id, a.ptp_timestamp);
     cudaq_dev_tx_publish(session, response);
   }
 }

@@ -34,14 +34,14 @@ __device__ __forceinline__ void serve(const cudaq_rt_dispatch_params &p, void *s
   for (;;) {
     void *request = 0, *response = 0;
     const int r = cudaq_dev_warp_rx_poll(session, &request, &response);
-    int status = CUDAQ_RT_STATUS_OK;
+    // As the unified kernel: the answer, the counters, then the header, right before tx_publish.
+    cudaq_rt_answer a = {CUDAQ_RT_STATUS_OK, 0, 0, 0};
     if (r == CUDAQ_DEV_RX_READY)
-      status = cudaq_rt_serve_frame_cached(table, p.num_functions, p.slot_size, request, response,
-                                           0, &cache);
+      a = cudaq_rt_answer_request(table, p.num_functions, p.slot_size, request, response, &cache);
     const unsigned ready = __ballot_sync(all, r == CUDAQ_DEV_RX_READY);
     if (ready) {
-      const unsigned ok = __ballot_sync(all, r == CUDAQ_DEV_RX_READY && status == 0);
-      const unsigned failed = __ballot_sync(all, r == CUDAQ_DEV_RX_READY && status > 0);
+      const unsigned ok = __ballot_sync(all, r == CUDAQ_DEV_RX_READY && a.status == 0);
+      const unsigned failed = __ballot_sync(all, r == CUDAQ_DEV_RX_READY && a.status > 0);
       if (lane == 0) {
         counters.requests += __popc(ready);
         counters.ok += __popc(ok);
@@ -51,8 +51,11 @@ __device__ __forceinline__ void serve(const cudaq_rt_dispatch_params &p, void *s
       }
       __syncwarp(all); // lane 0's counters are stored before any lane publishes
     }
-    if (r == CUDAQ_DEV_RX_READY)
+    if (r == CUDAQ_DEV_RX_READY) {
+      cudaq_rt_write_response_header((cudaq_rt_response_header *)response, a.status, a.result_len,
+                                     a.request_id, a.ptp_timestamp);
       cudaq_dev_warp_tx_publish(session, response);
+    }
     if (__all_sync(all, r == CUDAQ_DEV_RX_SHUTDOWN))
       break;
   }

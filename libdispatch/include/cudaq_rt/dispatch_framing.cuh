@@ -55,33 +55,36 @@ cudaq_rt_counters_load(const cudaq_rt_dispatch_stats *stats) {
 
 /* Posted stores only, with no fence: the host may see a response a moment before its count.
  * Where stats is 16-aligned, two 16-byte stores (each 8-byte half lands whole), else four. Call
- * it after publishing the response, so that these stores do not go out ahead of the response's. */
+ * it before publishing the response (see above).
+ *
+ * The asm declares no memory clobber: these stores touch only *stats, which nothing in the
+ * dispatch loop reads, and a clobber would stop the compiler from keeping in registers what the
+ * loop wrote to the staging frames (a bridge's tx_publish, inlined after it, then reloads the
+ * response header it could have had from the stores: bench/loopback_rtt.md). Their order
+ * against the bridge's volatile stores to the host, which is what matters, is kept: volatile
+ * asm statements are not reordered against each other. */
 static __device__ __forceinline__ void
 cudaq_rt_counters_store(cudaq_rt_dispatch_stats *stats, const cudaq_rt_dispatch_counters *c) {
   if (stats && ((unsigned long long)stats & 15u) == 0) {
-    asm volatile("st.volatile.v2.u64 [%0], {%1, %2};" ::"l"(stats), "l"(c->requests), "l"(c->ok)
-                 : "memory");
+    asm volatile("st.volatile.v2.u64 [%0], {%1, %2};" ::"l"(stats), "l"(c->requests), "l"(c->ok));
     asm volatile("st.volatile.v2.u64 [%0], {%1, %2};" ::"l"(&stats->handler_errors),
-                 "l"(c->handler_errors), "l"(c->protocol_errors)
-                 : "memory");
+                 "l"(c->handler_errors), "l"(c->protocol_errors));
   } else if (stats) {
-    volatile cudaq_rt_dispatch_stats *s = stats;
-    s->requests = c->requests;
-    s->ok = c->ok;
-    s->handler_errors = c->handler_errors;
-    s->protocol_errors = c->protocol_errors;
+    asm volatile("st.volatile.u64 [%0], %1;" ::"l"(&stats->requests), "l"(c->requests));
+    asm volatile("st.volatile.u64 [%0], %1;" ::"l"(&stats->ok), "l"(c->ok));
+    asm volatile("st.volatile.u64 [%0], %1;" ::"l"(&stats->handler_errors), "l"(c->handler_errors));
+    asm volatile("st.volatile.u64 [%0], %1;" ::"l"(&stats->protocol_errors),
+                 "l"(c->protocol_errors));
   }
 }
 
+/* Branch-free: the serving thread pays every branch in latency. */
 static __device__ __forceinline__ void cudaq_rt_counters_record(cudaq_rt_dispatch_counters *c,
                                                                 int status) {
   ++c->requests;
-  if (status == CUDAQ_RT_STATUS_OK)
-    ++c->ok;
-  else if (status > 0)
-    ++c->handler_errors;
-  else
-    ++c->protocol_errors;
+  c->ok += status == CUDAQ_RT_STATUS_OK;
+  c->handler_errors += status > 0;
+  c->protocol_errors += status < 0;
 }
 
 /* A request header's fields, read with three 8-byte loads issued together (a frame is 8-byte
@@ -180,14 +183,15 @@ cudaq_rt_find_handler_cached(const cudaq_rt_function_entry *table, uint32_t coun
   return handler;
 }
 
+/* Three 8-byte stores (a frame is 8-byte aligned): a bridge's tx_publish that reads the header
+ * back in 8-byte words, inlined after it, then has them from these stores, not from memory. */
 static __device__ __forceinline__ void
 cudaq_rt_write_response_header(cudaq_rt_response_header *resp, int32_t status, uint32_t result_len,
                                uint32_t request_id, uint64_t ptp_timestamp) {
-  resp->magic = CUDAQ_RT_RESPONSE_MAGIC;
-  resp->status = status;
-  resp->result_len = result_len;
-  resp->request_id = request_id;
-  resp->ptp_timestamp = ptp_timestamp;
+  uint2 *w = (uint2 *)resp;
+  w[0] = make_uint2(CUDAQ_RT_RESPONSE_MAGIC, (uint32_t)status);
+  w[1] = make_uint2(result_len, request_id);
+  ((uint64_t *)resp)[2] = ptp_timestamp;
 }
 
 /* Calls a validated request's handler (arg_len: its header's) with max_result_len = slot_size -
@@ -224,6 +228,40 @@ static __device__ __forceinline__ int cudaq_rt_call_handler(cudaq_rt_handler_fn 
   return cudaq_rt_call_handler_len(handler, request, response, req->arg_len, slot_size, result_len);
 }
 
+/* What cudaq_rt_serve_frame_cached answers a request, before the response header is written: the
+ * header's fields. */
+typedef struct cudaq_rt_answer {
+  int32_t status;
+  uint32_t result_len;
+  uint32_t request_id;
+  uint64_t ptp_timestamp;
+} cudaq_rt_answer;
+
+/* cudaq_rt_serve_frame_cached's work but the header and the counters: validates the request, calls
+ * its handler (which writes the result into `response`), and returns the response header's
+ * fields. For a kernel that stores its counters before it writes the header: a bridge's
+ * tx_publish inlined right after the header stores then reads the header from them, not back
+ * from memory (the unified kernel). */
+static __device__ __forceinline__ cudaq_rt_answer cudaq_rt_answer_request(
+    const cudaq_rt_function_entry *table, uint32_t table_size, uint32_t slot_size,
+    const void *request, void *response, cudaq_rt_handler_cache *cache) {
+  const cudaq_rt_request_fields h = cudaq_rt_read_request_header(request);
+  uint32_t result_len = 0; /* apart from the answer: its address goes to the handler, and the
+                              answer would then live in local memory */
+  int32_t status = cudaq_rt_validate_fields(&h, slot_size);
+  if (status == CUDAQ_RT_STATUS_OK) {
+    cudaq_rt_handler_fn handler =
+        cudaq_rt_find_handler_cached(table, table_size, h.function_id, cache);
+    if (!handler)
+      status = CUDAQ_RT_STATUS_UNKNOWN_FUNCTION;
+    else
+      status =
+          cudaq_rt_call_handler_len(handler, request, response, h.arg_len, slot_size, &result_len);
+  }
+  const cudaq_rt_answer a = {status, result_len, h.request_id, h.ptp_timestamp};
+  return a;
+}
+
 /* Answers one request frame into `response` (a distinct frame of slot_size bytes): validates it,
  * calls its handler with max_result_len = slot_size - 24 (slot_size: the bridge's, see
  * cudaq_rt_dispatch_params), and always writes the response header,
@@ -234,24 +272,13 @@ static __device__ __forceinline__ int
 cudaq_rt_serve_frame_cached(const cudaq_rt_function_entry *table, uint32_t table_size,
                             uint32_t slot_size, const void *request, void *response,
                             cudaq_rt_dispatch_counters *counters, cudaq_rt_handler_cache *cache) {
-  const cudaq_rt_request_fields h = cudaq_rt_read_request_header(request);
-  uint32_t result_len = 0;
-  int status = cudaq_rt_validate_fields(&h, slot_size);
-  if (status == CUDAQ_RT_STATUS_OK) {
-    cudaq_rt_handler_fn handler =
-        cudaq_rt_find_handler_cached(table, table_size, h.function_id, cache);
-    if (!handler) {
-      status = CUDAQ_RT_STATUS_UNKNOWN_FUNCTION;
-    } else {
-      status =
-          cudaq_rt_call_handler_len(handler, request, response, h.arg_len, slot_size, &result_len);
-    }
-  }
-  cudaq_rt_write_response_header((cudaq_rt_response_header *)response, status, result_len,
-                                 h.request_id, h.ptp_timestamp);
+  const cudaq_rt_answer a =
+      cudaq_rt_answer_request(table, table_size, slot_size, request, response, cache);
+  cudaq_rt_write_response_header((cudaq_rt_response_header *)response, a.status, a.result_len,
+                                 a.request_id, a.ptp_timestamp);
   if (counters)
-    cudaq_rt_counters_record(counters, status);
-  return status;
+    cudaq_rt_counters_record(counters, a.status);
+  return a.status;
 }
 
 /* The warp form's start (cudaq_rt/dispatch.h), for a kernel whose 32 lanes of one warp call it
