@@ -37,6 +37,11 @@ struct Config {
 // and the bench's own kernels: each differs from the first row by one thing.
 const Config configs[] = {
     {"unified, loopback", "loopback", "builtin", {1, 4, 16, 64}},
+    {"unified, one-slot probe widened after every request (no peek)",
+     "loopback_no_peek",
+     "builtin",
+     {1, 4, 16, 64}},
+    {"unified, loopback (again)", "loopback", "builtin", {1, 64}},
     {"unified, responses never pushed", "loopback_no_push", "builtin", {1, 4, 16, 64}},
     {"unified, every batch's responses pushed", "loopback_push_always", "builtin", {1, 4, 16, 64}},
     {"unified, lanes layout", "loopback", "builtin", {1, 64}, 0, ",layout=lanes"},
@@ -44,6 +49,7 @@ const Config configs[] = {
     {"unified, staging in device memory", "loopback_device_staging", "builtin", {1, 64}},
     {"unified, probe of 4 slots always", "loopback_wide_probe", "builtin", {1, 64}},
     {"warp, loopback (lanes layout)", "loopback", "warp", {1, 16, 64, 256, 1024}},
+    {"warp, loopback (lanes layout, again)", "loopback", "warp", {1, 256}},
     {"warp, responses never pushed",
      "loopback_no_push",
      "warp",
@@ -301,6 +307,8 @@ int main(int argc, char **argv) {
     run(c.label, c.bridge, c.dispatcher, c.inflight, false, c.threads, false, c.extra);
   run("stage stamps, loopback", "loopback", "cudaq_rt_bench_stages", {1}, true);
   run("stage stamps, responses never pushed, probe stamped", "loopback_stamps",
+      "cudaq_rt_bench_stages", {1}, true);
+  run("stage stamps, responses never pushed, probe stamped, no peek", "loopback_stamps_no_peek",
       "cudaq_rt_bench_stages", {1}, true);
   run("stage stamps, each step run twice", "loopback_no_push", "cudaq_rt_bench_stages_rerun", {1},
       true);

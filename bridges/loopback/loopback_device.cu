@@ -268,7 +268,7 @@ __device__ __forceinline__ uint32_t unpack(const Session *s, uint32_t L, uint32_
 // shutdown is seen (false). Everything the request's hand-out needs (its staging frame, the
 // position after it) is worked out before the first probe, while there is time, so that what
 // runs between the probe's return and rx_poll's is the stamp check, the unpack and a few
-// stores: 406 cycles on the H200, where the general path took 597 (bench/loopback_rtt.md).
+// stores: 308 cycles on the H200, where fetch's path took 352 (bench/loopback_rtt.md).
 // The same protocol as fetch's loop with one slot, flag and fence included.
 __device__ bool fetch_one(Session *s, uint32_t L) {
   constexpr uint32_t W = CUDAQ_RT_LOOPBACK_PROBE_SLOTS, P = kHead;
@@ -284,11 +284,16 @@ __device__ bool fetch_one(Session *s, uint32_t L) {
   uint2 *frame = reinterpret_cast<uint2 *>(request);
   uint32_t next = slot, next_lap = lap;
   next_slot(next, next_lap, s->num_slots);
+  // The next slot's control cell, loaded with the probe (not when it is this slot's: two loads of
+  // one line in a batch do not overlap).
+  const volatile uint4 *after_cell = s->request_heads + cudaq_rt_loopback_head_cell(L, next, 0);
+  const bool peek = CUDAQ_RT_LOOPBACK_PEEK && next != slot;
   for (;;) {
     uint4 probe[P];
 #pragma unroll
     for (uint32_t c = 0; c < P; ++c)
       probe[c] = load_cell(cells + c * stride); // a line per cell
+    const uint4 after = peek ? load_cell(after_cell) : make_uint4(0u, 0u, 0u, 0u);
     const int shutdown = *shutdown_flag;
     if (shutdown && !s->draining) {
       __threadfence_system(); // as in fetch
@@ -300,7 +305,12 @@ __device__ bool fetch_one(Session *s, uint32_t L) {
       const uint32_t len = unpack<P>(s, L, slot, frame, lap, probe);
       if (!shared)
         warm_lines(s, reinterpret_cast<const unsigned char *>(frame), len);
-      s->width = 2u < W ? 2u : W; // as fetch widens after finding one
+      // Widen as fetch does after finding one, but only when a second request is waiting: a
+      // client that sends one request at a time then stays on this path, whose work after the
+      // probe is the shortest. Widened after every request (CUDAQ_RT_LOOPBACK_PEEK=0), such a
+      // client's every request was found by fetch's wider probe: 2.72 -> 2.41 us a round trip
+      // on the H200, same call (bench/loopback_rtt.md).
+      s->width = !CUDAQ_RT_LOOPBACK_PEEK || stamped(after, next_lap) ? (2u < W ? 2u : W) : 1u;
       s->shared_batch = shared;
       if (shared)
         s->batch_first = slot;

@@ -94,6 +94,11 @@
 #ifndef CUDAQ_RT_LOOPBACK_ADAPTIVE_PROBE
 #define CUDAQ_RT_LOOPBACK_ADAPTIVE_PROBE 1
 #endif
+/* The one-slot probe also loads the next slot's control cell, and the probe widens only when that
+ * slot is ready too (1), or it widens after every request it finds (0). */
+#ifndef CUDAQ_RT_LOOPBACK_PEEK
+#define CUDAQ_RT_LOOPBACK_PEEK 1
+#endif
 /* After unpacking, load the first bytes of each staged request once (1 = on). */
 #ifndef CUDAQ_RT_LOOPBACK_WARM_L1
 #define CUDAQ_RT_LOOPBACK_WARM_L1 1
