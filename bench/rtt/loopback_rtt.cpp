@@ -320,7 +320,7 @@ int main(int argc, char **argv) {
       run(label.c_str(), bridge, "warp", {256, 1024}, false, 0, false, layout, true);
     }
   for (const char *layout : {",layout=lanes", ",layout=slots"})
-    for (uint32_t k : {32u, 256u, 1024u})
+    for (uint32_t k : {1u, 32u, 256u, 1024u})
       run(layout[8] == 'l' ? "warp round stamps, lanes layout" : "warp round stamps, slots layout",
           "loopback", "cudaq_rt_bench_warp_rounds", {k}, false, 32, true, layout);
   return 0;

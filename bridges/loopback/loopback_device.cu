@@ -218,10 +218,11 @@ __device__ __forceinline__ uint32_t unpack(const Session *s, uint32_t L, uint32_
   // rx_poll's went from 910 to 650 cycles on the H200: bench/loopback_rtt.md). Frame words past
   // the frame's end get stale bytes, as the staging frame holds there anyway (slot_size >= 32:
   // all P - 1 words are in the frame).
+  // (& and |, not && and ||: one branch on the result, not one per cell.)
   bool stamped_all = cells <= P;
 #pragma unroll
   for (uint32_t c = 1; c < P; ++c)
-    stamped_all = stamped_all && (c >= cells || stamped(probe[c], lap));
+    stamped_all = stamped_all & ((c >= cells) | stamped(probe[c], lap));
   if (stamped_all) {
 #pragma unroll
     for (uint32_t c = 1; c < P; ++c)

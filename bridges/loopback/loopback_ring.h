@@ -213,7 +213,7 @@ static inline CUDAQ_RT_LOOPBACK_HD uint32_t cudaq_rt_loopback_lap(uint64_t k, ui
  * bytes, however its halves arrived. */
 static inline CUDAQ_RT_LOOPBACK_HD int cudaq_rt_loopback_stamped(uint32_t stamp0, uint32_t stamp1,
                                                                  uint32_t lap) {
-  return stamp0 == lap && stamp1 == lap;
+  return (stamp0 == lap) & (stamp1 == lap); /* no branch: the GPU's serving thread checks many */
 }
 
 /* Cells a frame of `frame_len` bytes occupies, control included. */
@@ -226,7 +226,7 @@ static inline CUDAQ_RT_LOOPBACK_HD uint32_t cudaq_rt_loopback_frame_cells(uint32
  * (cudaq_rt/wire.h). Longer than claimed is harmless: a handler reads only arg_len bytes. */
 static inline CUDAQ_RT_LOOPBACK_HD int cudaq_rt_loopback_request_whole(uint32_t frame_len,
                                                                        uint32_t arg_len) {
-  return frame_len >= CUDAQ_RT_HEADER_SIZE && arg_len <= frame_len - CUDAQ_RT_HEADER_SIZE;
+  return (frame_len >= CUDAQ_RT_HEADER_SIZE) & (arg_len <= frame_len - CUDAQ_RT_HEADER_SIZE);
 }
 
 /* What cudaq_dev_enter_kernel receives as ctx; lives in device memory (cudaMalloc), written by

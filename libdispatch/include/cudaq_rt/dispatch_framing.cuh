@@ -113,13 +113,12 @@ cudaq_rt_read_request_header(const void *request) {
  * request, so it is refused before anything else is looked at. */
 static __device__ __forceinline__ int cudaq_rt_validate_fields(const cudaq_rt_request_fields *h,
                                                                uint32_t slot_size) {
-  if (h->magic == CUDAQ_RT_TRUNCATED_MAGIC)
-    return CUDAQ_RT_STATUS_TRUNCATED;
-  if (h->magic != CUDAQ_RT_REQUEST_MAGIC)
-    return CUDAQ_RT_STATUS_BAD_MAGIC;
-  if (slot_size < CUDAQ_RT_HEADER_SIZE || h->arg_len > slot_size - CUDAQ_RT_HEADER_SIZE)
-    return CUDAQ_RT_STATUS_PAYLOAD_TOO_LARGE;
-  return CUDAQ_RT_STATUS_OK;
+  /* Selects, not branches: one thread pays every branch in latency. */
+  const bool too_large =
+      (slot_size < CUDAQ_RT_HEADER_SIZE) | (h->arg_len > slot_size - CUDAQ_RT_HEADER_SIZE);
+  int status = too_large ? CUDAQ_RT_STATUS_PAYLOAD_TOO_LARGE : CUDAQ_RT_STATUS_OK;
+  status = h->magic != CUDAQ_RT_REQUEST_MAGIC ? CUDAQ_RT_STATUS_BAD_MAGIC : status;
+  return h->magic == CUDAQ_RT_TRUNCATED_MAGIC ? CUDAQ_RT_STATUS_TRUNCATED : status;
 }
 
 /* cudaq_rt_validate_fields of the header at `req`. */
@@ -201,22 +200,21 @@ static __device__ __forceinline__ int
 cudaq_rt_call_handler_len(cudaq_rt_handler_fn handler, const void *request, void *response,
                           uint32_t arg_len, uint32_t slot_size, uint32_t *result_len) {
   const uint32_t max_result_len = slot_size - CUDAQ_RT_HEADER_SIZE;
-  int status =
+  const int status =
       handler((const char *)request + CUDAQ_RT_HEADER_SIZE, (char *)response + CUDAQ_RT_HEADER_SIZE,
               arg_len, max_result_len, result_len);
-  if (status < 0) {
-    /* Negative statuses are the protocol's (wire.h): passed through, a handler's -1 would read
-     * as "unknown function". It broke its contract, so its result is not sent either, and the
-     * frame counts as a protocol error. */
-    status = CUDAQ_RT_STATUS_HANDLER_FAULT;
-    *result_len = 0;
-  } else if (*result_len > max_result_len) {
-    /* A handler that claims more than it was given room for may have written past the frame;
-     * what it wrote cannot be trusted, so none of it is sent. */
-    status = CUDAQ_RT_STATUS_RESULT_TOO_LARGE;
-    *result_len = 0;
-  }
-  return status;
+  /* Negative statuses are the protocol's (wire.h): passed through, a handler's -1 would read as
+   * "unknown function". It broke its contract, so its result is not sent either, and the frame
+   * counts as a protocol error. A handler that claims more than it was given room for may have
+   * written past the frame; what it wrote cannot be trusted, so none of it is sent. (Selects,
+   * not branches, as in cudaq_rt_validate_fields.) */
+  const uint32_t len = *result_len;
+  const bool fault = status < 0;
+  const bool too_large = !fault & (len > max_result_len);
+  *result_len = fault | too_large ? 0u : len;
+  return fault       ? CUDAQ_RT_STATUS_HANDLER_FAULT
+         : too_large ? CUDAQ_RT_STATUS_RESULT_TOO_LARGE
+                     : status;
 }
 
 /* cudaq_rt_call_handler_len with the arg_len of the header at `request`. */
