@@ -8,6 +8,8 @@
 //
 // Rows:
 //   floor            floor.cu's variant A (one thread: poll, answer, fence, poll);
+//   poll before fence  the same, but the next poll's load is issued between the response's store
+//                    and the fence (d=D: D SM cycles after the store);
 //   split K=k d=D m=M  two warps of one block: lane 0 of warp 0 polls, keeping k loads of the
 //                    request in flight, issued at least D SM cycles apart, to M copies of it
 //                    (the host writes M, each on a line of its own: M = 1 tests whether loads
@@ -77,6 +79,32 @@ __global__ void floor_kernel(const uint4 *req, uint4 *resp) {
   g_loads = loads;
 }
 
+// floor_kernel with the next poll's load issued before the fence, `delay` SM cycles after the
+// response's store (the fence then waits for it too).
+__global__ void prefence_kernel(const uint4 *req, uint4 *resp, long long delay) {
+  unsigned seen = 0;
+  unsigned long long loads = 1;
+  uint4 r = load16(req);
+  for (;;) {
+    if (!valid(r, seen)) {
+      r = load16(req);
+      ++loads;
+      continue;
+    }
+    seen = r.x;
+    if (r.x == kStop)
+      break;
+    store16(resp, make_uint4(r.x, 0, r.z + 1, r.x));
+    const long long t = clock64();
+    while (clock64() - t < delay) {
+    }
+    r = load16(req);
+    ++loads;
+    __threadfence_system();
+  }
+  g_loads = loads;
+}
+
 struct Handoff {
   unsigned seq;
   uint4 data;
@@ -128,10 +156,18 @@ __global__ void split_kernel(const uint4 *req, uint4 *resp, int k, int mirrors, 
   __syncthreads();
   if (threadIdx.x == 0) {
     switch (k) {
-    case 1: poll<1>(req, mirrors, spacing, h); break;
-    case 2: poll<2>(req, mirrors, spacing, h); break;
-    case 4: poll<4>(req, mirrors, spacing, h); break;
-    default: poll<8>(req, mirrors, spacing, h); break;
+    case 1:
+      poll<1>(req, mirrors, spacing, h);
+      break;
+    case 2:
+      poll<2>(req, mirrors, spacing, h);
+      break;
+    case 4:
+      poll<4>(req, mirrors, spacing, h);
+      break;
+    default:
+      poll<8>(req, mirrors, spacing, h);
+      break;
     }
   } else if (threadIdx.x == 32) {
     unsigned seen = 0;
@@ -152,7 +188,7 @@ __global__ void split_kernel(const uint4 *req, uint4 *resp, int k, int mirrors, 
 
 struct Row {
   const char *name;
-  int split, k, mirrors;
+  int split, k, mirrors; // split 2: prefence_kernel, spacing its delay
   long long spacing;
 };
 } // namespace
@@ -168,6 +204,11 @@ int main(int argc, char **argv) {
   CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const Row rows[] = {
       {"floor", 0, 1, 1, 0},
+      {"poll before fence", 2, 1, 1, 0},
+      {"poll before fence d=200", 2, 1, 1, 200},
+      {"poll before fence d=400", 2, 1, 1, 400},
+      {"poll before fence d=800", 2, 1, 1, 800},
+      {"floor", 0, 1, 1, 0},
       {"split K=1", 1, 1, 1, 0},
       {"split K=2 d=1000 m=1", 1, 2, 1, 1000},
       {"split K=2 d=1000 m=2", 1, 2, 2, 1000},
@@ -180,7 +221,9 @@ int main(int argc, char **argv) {
   for (const Row &row : rows) {
     std::memset(req, 0, kMaxMirrors * 128);
     std::memset(resp, 0, 128);
-    if (row.split)
+    if (row.split == 2)
+      prefence_kernel<<<1, 1, 0, stream>>>(dreq, dresp, row.spacing);
+    else if (row.split)
       split_kernel<<<1, 64, 0, stream>>>(dreq, dresp, row.k, row.mirrors, row.spacing);
     else
       floor_kernel<<<1, 1, 0, stream>>>(dreq, dresp);
