@@ -37,10 +37,6 @@ struct Config {
 // and the bench's own kernels: each differs from the first row by one thing.
 const Config configs[] = {
     {"unified, loopback", "loopback", "builtin", {1, 4, 16, 64}},
-    {"unified, the next probe after the push's fence (no prepoll)",
-     "loopback_no_prepoll",
-     "builtin",
-     {1, 4, 16, 64}},
     {"unified, one-slot probe widened after every request (no peek)",
      "loopback_no_peek",
      "builtin",

@@ -57,13 +57,6 @@ struct Session {
   const unsigned char *last_response; // and its response frame
   unsigned char *handout_request;     // the frames fetch_one staged its request in, and set
   unsigned char *handout_response;    // aside for the response, worked out before it probed
-  // The probe tx_publish issued before its fence (prepoll): the data halves of the next slot's
-  // head cells, and in pre_mask bit c (c < 5) cell c stamped, bit 5 the slot after it stamped,
-  // bit 6 the shutdown flag set, bit 7 all this valid (fetch_one takes it instead of probing).
-  uint2 pre_data[CUDAQ_RT_LOOPBACK_HEAD_CELLS];
-  uint32_t pre_mask;
-  uint32_t pre_delay;  // SM cycles from the response's stores to that probe (learnt)
-  uint32_t pre_misses; // prepolls in a row that found nothing (kPreOff or more: none is issued)
 };
 static_assert(sizeof(Session) <= CUDAQ_RT_SESSION_STORAGE_SIZE, "session must fit the storage");
 
@@ -133,22 +126,6 @@ __shared__ __align__(16) unsigned char warp_request_staging[kWarpSharedBytes];
 #ifndef CUDAQ_RT_LOOPBACK_PUSH
 #define CUDAQ_RT_LOOPBACK_PUSH 2
 #endif
-
-// Polling before the fence (prepoll). A host that answers each response with its next request
-// (one in flight) gets the request into host memory a few hundred ns after the response left.
-// The fence that pushes the response out stalls the serving thread about 630 ns, and a probe
-// issued after it reads host memory about 450 ns later, so the request waits there about 0.5 us
-// (measured on the H200 with bench/probe/poll_overlap.cu: the next poll's load issued 400 cycles
-// after the response's store, before the fence, took floor.cu's round trip from 1.78 to 1.50 us,
-// one load per request; issued 0 or 200 cycles after it, it came too early and cost 0.75 us).
-// So where the next fetch is fetch_one's one-slot probe (the ring is quiet), tx_publish waits
-// pre_delay cycles after the response's stores, issues that probe, then fences; fetch_one takes
-// its result. pre_delay is learnt: a probe that finds the request takes it down by kPreDown
-// cycles, one that does not puts it up by kPreUp (up to kPreMax), so that about one in
-// kPreUp / kPreDown comes too early. After kPreOff early ones in a row (requests are not
-// coming in reply to responses) no prepoll is issued until fetch_one's first probe (the one
-// after the fence) finds a request again.
-constexpr uint32_t kPreStart = 384, kPreDown = 8, kPreUp = 128, kPreMax = 1024, kPreOff = 3;
 
 __device__ __forceinline__ bool one_thread_block() {
   return blockDim.x * blockDim.y * blockDim.z == 1;
@@ -312,32 +289,13 @@ __device__ bool fetch_one(Session *s, uint32_t L) {
   // one line in a batch do not overlap).
   const volatile uint4 *after_cell = s->request_heads + cudaq_rt_loopback_head_cell(L, next, 0);
   const bool peek = CUDAQ_RT_LOOPBACK_PEEK && next != slot;
-  bool first = true; // the first probe since the last push's fence
   for (;;) {
-    uint4 probe[P], after;
-    int shutdown;
-    const bool prepolled = s->pre_mask & 0x80u;
-    if (prepolled) {
-      // tx_publish's probe, of this slot (its fence was the last): as if loaded here. A cell it
-      // did not find stamped gets lap 0, which no request carries, and unpack reloads it.
-      const uint32_t m = s->pre_mask;
+    uint4 probe[P];
 #pragma unroll
-      for (uint32_t c = 0; c < P; ++c) {
-        const uint32_t l = (m >> c) & 1u ? lap : 0u;
-        probe[c] = make_uint4(l, s->pre_data[c].x, l, s->pre_data[c].y);
-      }
-      after = make_uint4(m & 0x20u ? next_lap : 0u, 0u, m & 0x20u ? next_lap : 0u, 0u);
-      shutdown = (m & 0x40u) != 0;
-      s->pre_mask = 0;
-    } else {
-#pragma unroll
-      for (uint32_t c = 0; c < P; ++c)
-        probe[c] = load_cell(cells + c * stride); // a line per cell
-      after = peek ? load_cell(after_cell) : make_uint4(0u, 0u, 0u, 0u);
-      shutdown = *shutdown_flag;
-    }
-    const bool was_first = first;
-    first = false;
+    for (uint32_t c = 0; c < P; ++c)
+      probe[c] = load_cell(cells + c * stride); // a line per cell
+    const uint4 after = peek ? load_cell(after_cell) : make_uint4(0u, 0u, 0u, 0u);
+    const int shutdown = *shutdown_flag;
     if (shutdown && !s->draining) {
       __threadfence_system(); // as in fetch
       s->draining = 1;
@@ -345,10 +303,6 @@ __device__ bool fetch_one(Session *s, uint32_t L) {
     }
     if (stamped(probe[0], lap)) {
       stamp_probe(s);
-      if (prepolled)
-        s->pre_delay = s->pre_delay > kPreDown ? s->pre_delay - kPreDown : 0u;
-      if (was_first)
-        s->pre_misses = 0; // found right after a fence: requests answer responses
       const uint32_t len = unpack<P>(s, L, slot, frame, lap, probe);
       if (!shared)
         warm_lines(s, reinterpret_cast<const unsigned char *>(frame), len);
@@ -369,10 +323,6 @@ __device__ bool fetch_one(Session *s, uint32_t L) {
       s->handout_request = request;
       s->handout_response = response;
       return true;
-    }
-    if (prepolled) {
-      s->pre_delay = s->pre_delay + kPreUp < kPreMax ? s->pre_delay + kPreUp : kPreMax;
-      ++s->pre_misses;
     }
     if (shutdown)
       return false;
@@ -543,37 +493,6 @@ __device__ __forceinline__ void publish_frame(Session *s, uint32_t slot, uint32_
   store_cell(head, make_uint4(lap, len, lap, 0u));
 }
 
-// The push with a prepoll (see kPreStart): pre_delay cycles after the response's stores, fetch_one's
-// probe of the next slot (its head cells, the control cell of the slot after it, the flag), then
-// the fence, which the probe's loads complete under; their result goes to the session.
-template <uint32_t L> __device__ __forceinline__ void prepoll(Session *s) {
-  constexpr uint32_t P = kHead;
-  const long long stored = clock64();
-  const uint32_t slot = s->fetched_slot, lap = s->fetched_lap;
-  uint32_t next = slot, next_lap = lap;
-  next_slot(next, next_lap, s->num_slots);
-  const volatile uint4 *cells = s->request_heads + cudaq_rt_loopback_head_cell(L, slot, 0);
-  const bool peek = CUDAQ_RT_LOOPBACK_PEEK && next != slot;
-  const long long delay = s->pre_delay;
-  while (clock64() - stored < delay) {
-  }
-  uint4 probe[P];
-#pragma unroll
-  for (uint32_t c = 0; c < P; ++c)
-    probe[c] = load_cell(cells + c * cudaq_rt_loopback_head_stride(L));
-  const uint4 after = peek ? load_cell(s->request_heads + cudaq_rt_loopback_head_cell(L, next, 0))
-                           : make_uint4(0u, 0u, 0u, 0u);
-  const int shutdown = *s->shutdown_flag;
-  __threadfence_system();
-  uint32_t m = 0x80u | (stamped(after, next_lap) ? 0x20u : 0u) | (shutdown ? 0x40u : 0u);
-#pragma unroll
-  for (uint32_t c = 0; c < P; ++c) {
-    m |= stamped(probe[c], lap) ? 1u << c : 0u;
-    s->pre_data[c] = make_uint2(probe[c].y, probe[c].w);
-  }
-  s->pre_mask = m;
-}
-
 } // namespace
 
 extern "C" __device__ void *cudaq_dev_enter_kernel(void *storage, void *ctx,
@@ -617,9 +536,6 @@ extern "C" __device__ void *cudaq_dev_enter_kernel(void *storage, void *ctx,
   s->handout = 0;
   s->handout_request = nullptr;
   s->handout_response = nullptr;
-  s->pre_mask = 0;
-  s->pre_delay = kPreStart;
-  s->pre_misses = 0;
   s->shared_ok = CUDAQ_RT_LOOPBACK_SHARED_STAGING && 2u * kW * s->slot_size <= kSharedBytes &&
                  one_thread_block();
   return s;
@@ -691,16 +607,8 @@ extern "C" __device__ void cudaq_dev_tx_publish(void *session, void *response) {
     publish_frame<CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS>(s, slot, lap, response);
   // The batch's last response: the kernel polls next. (Only a hint: a kernel that holds frames
   // across polls gets its responses out on the next push or later.)
-  if (s->pending == 0 && push_wanted(s)) {
-    if (CUDAQ_RT_LOOPBACK_PREPOLL && s->width <= 1 && s->pre_misses < kPreOff) {
-      if (s->lanes_layout)
-        prepoll<CUDAQ_RT_LOOPBACK_LAYOUT_LANES>(s);
-      else
-        prepoll<CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS>(s);
-    } else {
-      __threadfence_system();
-    }
-  }
+  if (s->pending == 0 && push_wanted(s))
+    __threadfence_system();
 }
 
 // The warp form (cudaq_rt/dispatch.h). Every lane has a Session of its own, used differently:

@@ -99,11 +99,6 @@
 #ifndef CUDAQ_RT_LOOPBACK_PEEK
 #define CUDAQ_RT_LOOPBACK_PEEK 1
 #endif
-/* The push's fence also waits for the next one-slot probe, issued just before it (1), or that
- * probe is issued after the fence (0). loopback_device.cu says when and why. */
-#ifndef CUDAQ_RT_LOOPBACK_PREPOLL
-#define CUDAQ_RT_LOOPBACK_PREPOLL 1
-#endif
 /* After unpacking, load the first bytes of each staged request once (1 = on). */
 #ifndef CUDAQ_RT_LOOPBACK_WARM_L1
 #define CUDAQ_RT_LOOPBACK_WARM_L1 1
