@@ -1,8 +1,8 @@
 /* cudaq_rt/dispatch_framing.cuh: the per-request work of a dispatch kernel, reusable.
  *
- * The unified dispatch kernel is nothing but a loop around cudaq_rt_serve_frame(); a custom
- * dispatch kernel (any grid, any launch attributes) that includes this header answers requests
- * exactly the same way: same validation, same status codes, same counters.
+ * The unified dispatch kernel is nothing but a loop around these helpers; a custom dispatch
+ * kernel (any grid, any launch attributes) that includes this header answers requests exactly the
+ * same way: same validation, same status codes, same counters.
  *
  *   cudaq_rt_dispatch_counters counters = cudaq_rt_counters_load(p.stats);
  *   while (cudaq_dev_rx_poll(session, &req, &resp) == CUDAQ_DEV_RX_READY) {
@@ -10,6 +10,9 @@
  *     cudaq_rt_counters_store(p.stats, &counters);
  *     cudaq_dev_tx_publish(session, resp);
  *   }
+ *
+ * (The unified kernel splits cudaq_rt_serve_frame in two, cudaq_rt_answer_request and
+ * cudaq_rt_write_response_header, and stores the counters between them: see there why.)
  *
  * Counters are kept in registers and only *stored* to the mapped cudaq_rt_dispatch_stats: a
  * read-modify-write there would cost a PCIe round trip (about a microsecond) per counter per
