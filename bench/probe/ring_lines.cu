@@ -290,18 +290,16 @@ int main(int argc, char **argv) {
                       {1, 1, false, false, false, kFenceSc}};
   // ./ring_lines N packed: only the rows that split a frame's lines between the two directions
   // and put the response's cells on one line.
-  const Row packed_rows[] = {{1, 1, true, false, false, kFenceSc},
-                             {5, 1, true, false, false, kFenceSc},
-                             {1, 5, true, false, false, kFenceSc},
-                             {1, 5, true, false, false, kFenceSc, true},
-                             {5, 5, true, false, false, kFenceSc},
-                             {5, 5, true, false, false, kFenceSc, true},
-                             {1, 1, true, false, false, kFenceSc}};
+  const Row packed_rows[] = {
+      {1, 1, true, false, false, kFenceSc}, {5, 1, true, false, false, kFenceSc},
+      {1, 5, true, false, false, kFenceSc}, {1, 5, true, false, false, kFenceSc, true},
+      {5, 5, true, false, false, kFenceSc}, {5, 5, true, false, false, kFenceSc, true},
+      {1, 1, true, false, false, kFenceSc}};
   const bool only_packed = argc > 2 && std::strcmp(argv[2], "packed") == 0;
   std::printf("k m flag stores push                 min    p50    p90    p99 us\n");
   const Row *first = only_packed ? packed_rows : rows;
-  const size_t count_rows = only_packed ? sizeof packed_rows / sizeof packed_rows[0]
-                                        : sizeof rows / sizeof rows[0];
+  const size_t count_rows =
+      only_packed ? sizeof packed_rows / sizeof packed_rows[0] : sizeof rows / sizeof rows[0];
   for (const Row *row = first; row != first + count_rows; ++row) {
     const Row &r = *row;
     std::memset(req, 0, bytes);
@@ -355,7 +353,9 @@ int main(int argc, char **argv) {
                 r.m, r.flag ? "yes" : "no", r.split ? "8-byte" : "16", kPushNames[r.push], rt[0],
                 rt[rt.size() / 2], rt[rt.size() * 9 / 10], rt[rt.size() * 99 / 100],
                 count ? cycles / count : 0ull,
-                r.coalesced ? "  (one line, one warp)" : r.packed ? "  (response on one line)" : "",
+                r.coalesced ? "  (one line, one warp)"
+                : r.packed  ? "  (response on one line)"
+                            : "",
                 bad ? "  WRONG ANSWERS" : "");
   }
   return 0;
