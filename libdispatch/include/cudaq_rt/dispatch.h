@@ -58,7 +58,10 @@
 
 /* cudaq_dev_rx_poll's answers. READY hands out a whole request frame: a bridge that received
  * fewer bytes than 24 + arg_len hands it out with CUDAQ_RT_TRUNCATED_MAGIC in place of its magic
- * (cudaq_rt/wire.h), since the hook has no way to say how many bytes arrived. */
+ * (cudaq_rt/wire.h), since the hook has no way to say how many bytes arrived. The request and
+ * response frames it hands out are 8-byte aligned: the header's ptp_timestamp is a uint64_t, and
+ * cudaq_rt/dispatch_framing.cuh reads and writes headers in 8-byte words (the loopback and UDP
+ * bridges' frames are 16-byte aligned). */
 #define CUDAQ_DEV_RX_READY 0
 #define CUDAQ_DEV_RX_SHUTDOWN 1
 #define CUDAQ_DEV_RX_IDLE 2 /* the warp form only: nothing for this lane now; poll again */
