@@ -60,12 +60,12 @@ cudaq_rt_counters_load(const cudaq_rt_dispatch_stats *stats) {
  * Where stats is 16-aligned, two 16-byte stores (each 8-byte half lands whole), else four. Call
  * it before publishing the response (see above).
  *
- * The asm declares no memory clobber: these stores touch only *stats, which nothing in the
- * dispatch loop reads, and a clobber would stop the compiler from keeping in registers what the
- * loop wrote to the staging frames (a bridge's tx_publish, inlined after it, then reloads the
- * response header it could have had from the stores: bench/loopback_rtt.md). Their order
- * against the bridge's volatile stores to the host, which is what matters, is kept: volatile
- * asm statements are not reordered against each other. */
+ * The asm needs no memory clobber: these stores touch only *stats, which nothing in the dispatch
+ * loop reads, and their order against the bridge's volatile stores to the host, which is what
+ * matters, is kept without one (volatile asm statements are not reordered against each other).
+ * Volatile asm still stops the compiler from forwarding stores written before it to loads after
+ * it: a kernel that writes the response header after storing the counters lets the bridge's
+ * tx_publish, inlined after it, take the header from its stores (cudaq_rt_answer_request). */
 static __device__ __forceinline__ void
 cudaq_rt_counters_store(cudaq_rt_dispatch_stats *stats, const cudaq_rt_dispatch_counters *c) {
   if (stats && ((unsigned long long)stats & 15u) == 0) {
