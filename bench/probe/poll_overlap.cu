@@ -186,10 +186,12 @@ __global__ void split_kernel(const uint4 *req, uint4 *resp, int k, int mirrors, 
   }
 }
 
+enum Kernel { kFloor, kSplit, kPrefence };
 struct Row {
   const char *name;
-  int split, k, mirrors; // split 2: prefence_kernel, spacing its delay
-  long long spacing;
+  Kernel kernel;
+  int k, mirrors;    // kSplit: loads in flight, copies of the request
+  long long spacing; // kSplit: cycles between loads; kPrefence: from the store to the load
 };
 } // namespace
 
@@ -203,27 +205,27 @@ int main(int argc, char **argv) {
   cudaStream_t stream;
   CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const Row rows[] = {
-      {"floor", 0, 1, 1, 0},
-      {"poll before fence", 2, 1, 1, 0},
-      {"poll before fence d=200", 2, 1, 1, 200},
-      {"poll before fence d=400", 2, 1, 1, 400},
-      {"poll before fence d=800", 2, 1, 1, 800},
-      {"floor", 0, 1, 1, 0},
-      {"split K=1", 1, 1, 1, 0},
-      {"split K=2 d=1000 m=1", 1, 2, 1, 1000},
-      {"split K=2 d=1000 m=2", 1, 2, 2, 1000},
-      {"split K=4 d=500 m=1", 1, 4, 1, 500},
-      {"split K=4 d=500 m=4", 1, 4, 4, 500},
-      {"split K=8 d=250 m=8", 1, 8, 8, 250},
-      {"split K=8 d=120 m=8", 1, 8, 8, 120},
-      {"floor", 0, 1, 1, 0},
+      {"floor", kFloor, 1, 1, 0},
+      {"poll before fence", kPrefence, 1, 1, 0},
+      {"poll before fence d=200", kPrefence, 1, 1, 200},
+      {"poll before fence d=400", kPrefence, 1, 1, 400},
+      {"poll before fence d=800", kPrefence, 1, 1, 800},
+      {"floor", kFloor, 1, 1, 0},
+      {"split K=1", kSplit, 1, 1, 0},
+      {"split K=2 d=1000 m=1", kSplit, 2, 1, 1000},
+      {"split K=2 d=1000 m=2", kSplit, 2, 2, 1000},
+      {"split K=4 d=500 m=1", kSplit, 4, 1, 500},
+      {"split K=4 d=500 m=4", kSplit, 4, 4, 500},
+      {"split K=8 d=250 m=8", kSplit, 8, 8, 250},
+      {"split K=8 d=120 m=8", kSplit, 8, 8, 120},
+      {"floor", kFloor, 1, 1, 0},
   };
   for (const Row &row : rows) {
     std::memset(req, 0, kMaxMirrors * 128);
     std::memset(resp, 0, 128);
-    if (row.split == 2)
+    if (row.kernel == kPrefence)
       prefence_kernel<<<1, 1, 0, stream>>>(dreq, dresp, row.spacing);
-    else if (row.split)
+    else if (row.kernel == kSplit)
       split_kernel<<<1, 64, 0, stream>>>(dreq, dresp, row.k, row.mirrors, row.spacing);
     else
       floor_kernel<<<1, 1, 0, stream>>>(dreq, dresp);

@@ -70,8 +70,7 @@ __device__ __forceinline__ void serve_stamped(const cudaq_rt_dispatch_params &p,
                                               cudaq_rt_handler_cache *cache, void *request,
                                               void *response, long long (&t)[4]) {
   const cudaq_rt_answer a = answer_stamped(p, table, cache, request, response, t);
-  cudaq_rt_write_response_header((cudaq_rt_response_header *)response, a.status, a.result_len,
-                                 a.request_id, a.ptp_timestamp);
+  cudaq_rt_write_answer(response, &a);
   t[3] = clock64();
 }
 } // namespace
@@ -107,8 +106,7 @@ extern "C" __global__ void cudaq_rt_bench_stages(cudaq_rt_dispatch_params p) {
     cudaq_rt_counters_record(&counters, a.status);
     cudaq_rt_counters_store(p.stats, &counters);
     t[3] = clock64();
-    cudaq_rt_write_response_header((cudaq_rt_response_header *)response, a.status, a.result_len,
-                                   a.request_id, a.ptp_timestamp);
+    cudaq_rt_write_answer(response, &a);
     const long long t4 = clock64();
     cudaq_dev_tx_publish(session, response);
     const long long t5 = clock64();
@@ -183,12 +181,8 @@ __device__ void unified_variant(cudaq_rt_dispatch_params p) {
   cudaq_rt_handler_cache cache = {0, 0};
   void *request = 0, *response = 0;
   while (cudaq_dev_rx_poll(session, &request, &response) == CUDAQ_DEV_RX_READY) {
-    const cudaq_rt_answer a = cudaq_rt_answer_request(table, p.num_functions, p.slot_size, request,
-                                                      response, Cache ? &cache : 0);
-    cudaq_rt_counters_record(&counters, a.status);
-    cudaq_rt_counters_store(p.stats, &counters);
-    cudaq_rt_write_response_header((cudaq_rt_response_header *)response, a.status, a.result_len,
-                                   a.request_id, a.ptp_timestamp);
+    cudaq_rt_serve_frame_stored(table, p.num_functions, p.slot_size, request, response, p.stats,
+                                &counters, Cache ? &cache : 0);
     cudaq_dev_tx_publish(session, response);
   }
 }

@@ -53,10 +53,10 @@ struct Session {
   uint32_t warp_shared;  // the warp form: requests staged in warp_request_staging
   uint32_t busy;         // the last probe found every slot it loaded ready (CUDAQ_RT_LOOPBACK_PUSH)
   uint32_t shared_ok;    // batches may be staged in shared memory (see kShared below)
-  uint32_t handout;      // fetch_one found a request: hand out handout_request/_response
   const unsigned char *last_response; // and its response frame
-  unsigned char *handout_request;     // the frames fetch_one staged its request in, and set
-  unsigned char *handout_response;    // aside for the response, worked out before it probed
+  unsigned char *handout_request;     // not null: fetch_one found a request, staged here, and
+  unsigned char *handout_response;    // set this frame aside for its response (both worked out
+                                      // before it probed); rx_poll hands them out
 };
 static_assert(sizeof(Session) <= CUDAQ_RT_SESSION_STORAGE_SIZE, "session must fit the storage");
 
@@ -319,7 +319,6 @@ __device__ bool fetch_one(Session *s, uint32_t L) {
       s->fetched_lap = next_lap;
       s->pending = 1;
       s->busy = W == 1;
-      s->handout = 1;
       s->handout_request = request;
       s->handout_response = response;
       return true;
@@ -533,7 +532,6 @@ extern "C" __device__ void *cudaq_dev_enter_kernel(void *storage, void *ctx,
   s->last_slot = 0;
   s->last_response = nullptr;
   s->busy = 0;
-  s->handout = 0;
   s->handout_request = nullptr;
   s->handout_response = nullptr;
   s->shared_ok = CUDAQ_RT_LOOPBACK_SHARED_STAGING && 2u * kW * s->slot_size <= kSharedBytes &&
@@ -553,12 +551,12 @@ extern "C" __device__ int cudaq_dev_rx_poll(void *session, void **request, void 
     s->ctx->resume_lap = s->fetched_lap;
     return CUDAQ_DEV_RX_SHUTDOWN;
   }
-  if (s->handout) {
+  if (s->handout_request) {
     // The one request fetch_one found: its frames were worked out before the probe (working them
     // out here again, the shared window's address among them, cost about 100 cycles on the H200).
-    s->handout = 0;
     *request = s->handout_request;
     *response = s->handout_response;
+    s->handout_request = nullptr;
   } else if (s->shared_batch) {
     // Position in the batch: its frames are the slots from batch_first on, handed out in order.
     uint32_t pos = s->head_slot - s->batch_first;

@@ -35,19 +35,9 @@ extern "C" __global__ void cudaq_rt_unified_dispatch(cudaq_rt_dispatch_params p)
   cudaq_rt_handler_cache cache = {0, 0};
   void *request = 0, *response = 0;
   while (cudaq_dev_rx_poll(session, &request, &response) == CUDAQ_DEV_RX_READY) {
-    // cudaq_rt_serve_frame_cached, with the counters stored between the handler and the header:
-    //   - the counters before the response: a bridge may push the response out at once (the
-    //     loopback bridge fences after it), and a host that has the response should find it
-    //     counted;
-    //   - the header last: tx_publish, inlined after it, then has the header from its stores
-    //     instead of loading it back (the counters' volatile stores would stop the compiler from
-    //     forwarding them).
-    const cudaq_rt_answer a =
-        cudaq_rt_answer_request(table, p.num_functions, p.slot_size, request, response, &cache);
-    cudaq_rt_counters_record(&counters, a.status);
-    cudaq_rt_counters_store(p.stats, &counters);
-    cudaq_rt_write_response_header((cudaq_rt_response_header *)response, a.status, a.result_len,
-                                   a.request_id, a.ptp_timestamp);
+    // The counters stored before the response header, the header last: see there why.
+    cudaq_rt_serve_frame_stored(table, p.num_functions, p.slot_size, request, response, p.stats,
+                                &counters, &cache);
     cudaq_dev_tx_publish(session, response);
   }
 }

@@ -52,8 +52,7 @@ __device__ __forceinline__ void serve(const cudaq_rt_dispatch_params &p, void *s
       __syncwarp(all); // lane 0's counters are stored before any lane publishes
     }
     if (r == CUDAQ_DEV_RX_READY) {
-      cudaq_rt_write_response_header((cudaq_rt_response_header *)response, a.status, a.result_len,
-                                     a.request_id, a.ptp_timestamp);
+      cudaq_rt_write_answer(response, &a);
       cudaq_dev_warp_tx_publish(session, response);
     }
     if (__all_sync(all, r == CUDAQ_DEV_RX_SHUTDOWN))

@@ -11,8 +11,8 @@
  *     cudaq_dev_tx_publish(session, resp);
  *   }
  *
- * (The unified kernel splits cudaq_rt_serve_frame in two, cudaq_rt_answer_request and
- * cudaq_rt_write_response_header, and stores the counters between them: see there why.)
+ * (The unified kernel calls cudaq_rt_serve_frame_stored instead, which stores the counters
+ * between the handler and the response header: see there why.)
  *
  * Counters are kept in registers and only *stored* to the mapped cudaq_rt_dispatch_stats: a
  * read-modify-write there would cost a PCIe round trip (about a microsecond) per counter per
@@ -240,9 +240,8 @@ typedef struct cudaq_rt_answer {
 
 /* cudaq_rt_serve_frame_cached's work but the header and the counters: validates the request, calls
  * its handler (which writes the result into `response`), and returns the response header's
- * fields. For a kernel that stores its counters before it writes the header: a bridge's
- * tx_publish inlined right after the header stores then reads the header from them, not back
- * from memory (the unified kernel). */
+ * fields (cudaq_rt_write_answer writes them), for a kernel that does something between the two
+ * (cudaq_rt_serve_frame_stored, the warp kernel). */
 static __device__ __forceinline__ cudaq_rt_answer cudaq_rt_answer_request(
     const cudaq_rt_function_entry *table, uint32_t table_size, uint32_t slot_size,
     const void *request, void *response, cudaq_rt_handler_cache *cache) {
@@ -263,6 +262,13 @@ static __device__ __forceinline__ cudaq_rt_answer cudaq_rt_answer_request(
   return a;
 }
 
+/* The response header of an answer (cudaq_rt_write_response_header). */
+static __device__ __forceinline__ void cudaq_rt_write_answer(void *response,
+                                                             const cudaq_rt_answer *a) {
+  cudaq_rt_write_response_header((cudaq_rt_response_header *)response, a->status, a->result_len,
+                                 a->request_id, a->ptp_timestamp);
+}
+
 /* Answers one request frame into `response` (a distinct frame of slot_size bytes): validates it,
  * calls its handler with max_result_len = slot_size - 24 (slot_size: the bridge's, see
  * cudaq_rt_dispatch_params), and always writes the response header,
@@ -275,10 +281,30 @@ cudaq_rt_serve_frame_cached(const cudaq_rt_function_entry *table, uint32_t table
                             cudaq_rt_dispatch_counters *counters, cudaq_rt_handler_cache *cache) {
   const cudaq_rt_answer a =
       cudaq_rt_answer_request(table, table_size, slot_size, request, response, cache);
-  cudaq_rt_write_response_header((cudaq_rt_response_header *)response, a.status, a.result_len,
-                                 a.request_id, a.ptp_timestamp);
+  cudaq_rt_write_answer(response, &a);
   if (counters)
     cudaq_rt_counters_record(counters, a.status);
+  return a.status;
+}
+
+/* cudaq_rt_serve_frame_cached for a kernel that stores its counters after every request (the
+ * unified kernel): records them and stores them to `stats` between the handler and the response
+ * header.
+ *   - The counters before the response: a bridge may push the response out at once (the loopback
+ *     bridge fences after it), and a host that has the response should find it counted.
+ *   - The header last: a bridge's tx_publish, inlined right after it, then takes the header from
+ *     its stores instead of loading it back; the counters' volatile stores, between them, would
+ *     stop the compiler from forwarding them (bench/loopback_rtt.md). */
+static __device__ __forceinline__ int
+cudaq_rt_serve_frame_stored(const cudaq_rt_function_entry *table, uint32_t table_size,
+                            uint32_t slot_size, const void *request, void *response,
+                            cudaq_rt_dispatch_stats *stats, cudaq_rt_dispatch_counters *counters,
+                            cudaq_rt_handler_cache *cache) {
+  const cudaq_rt_answer a =
+      cudaq_rt_answer_request(table, table_size, slot_size, request, response, cache);
+  cudaq_rt_counters_record(counters, a.status);
+  cudaq_rt_counters_store(stats, counters);
+  cudaq_rt_write_answer(response, &a);
   return a.status;
 }
 
