@@ -16,8 +16,8 @@
 # need no libLLVM at run time. Installed for other projects, a static library would hand them
 # LLVM's, nvJitLink's, libcrypto's and libcurl's link lines too (a find_dependency(OpenSSL) and
 # (CURL) in the config), so the installed one is SHARED, made from the same objects: LLVM goes
-# into it statically with its symbols hidden (--exclude-libs), nvJitLink stays a shared
-# dependency, found through the RUNPATH of the toolkit the build used, and libcrypto (OpenSSL 3)
+# into it statically with its symbols hidden (--exclude-libs), nvJitLink and NVRTC stay shared
+# dependencies, found through the RUNPATH of the toolkit the build used, and libcrypto (OpenSSL 3)
 # and libcurl (the remote link cache) ones found in the system's library path; the config needs
 # none of them.
 include(GNUInstallDirs)
@@ -40,7 +40,7 @@ target_include_directories(cudaq_rt_shared PUBLIC
 target_compile_features(cudaq_rt_shared PUBLIC cxx_std_20)
 target_link_libraries(cudaq_rt_shared
   PUBLIC cudaq_rt_device_headers nlohmann_json::nlohmann_json ${CMAKE_DL_LIBS}
-  PRIVATE cudaq_rt_llvm CUDA::nvJitLink OpenSSL::Crypto CURL::libcurl)
+  PRIVATE cudaq_rt_llvm CUDA::nvJitLink CUDA::nvrtc OpenSSL::Crypto CURL::libcurl)
 # --exclude-libs hides what comes from LLVM's archives; the version script hides the LLVM
 # template instances our own objects hold (llvm::Expected<...>), so that neither can bind to, or be
 # bound by, another LLVM in the same process.

@@ -2,12 +2,13 @@
 # Runs the GPU tests from a build tree or a bundle made by scripts/gpu-bundle.sh, the way ctest
 # runs them (tests/gpu/CMakeLists.txt), for a GPU machine without cmake's build tree:
 #   gpu-tests.sh BUILD_OR_BUNDLE [TEST...]
-# TEST: loopback, run, dispatch, udp, capi (default: all of them).
+# TEST: loopback, run, dispatch, udp, capi, whole (default: all of them). whole: the loopback and
+# C API checks over the example package linked --lto whole (handlers called directly).
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 b=$(cd "${1:?build directory or bundle}" && pwd)
 shift
-only=" ${*:-loopback run dispatch udp capi} "
+only=" ${*:-loopback run dispatch udp capi whole} "
 want() { [[ $only == *" $1 "* ]]; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -58,5 +59,24 @@ if want capi; then
   echo "== gpu.capi"
   CUDAQ_RT_CACHE_DIR="$tmp/capi-cache" timeout 120 "$b/tests/capi/capi_test" \
     --gpu "$tmp/example/example.cudaqpkg" || status=1
+fi
+if want whole; then
+  echo "== gpu.example_package_whole + gpu.loopback_dispatch_whole"
+  if CUDAQ_RT_LTO=whole bash "$here/tests/gpu/link_example.sh" "$b/bin/cudaq-rt-pack" \
+       "$b/bin/cudaq-rt-link" "$b/examples/cudaq_rt_example_app" "$tmp/whole" >/dev/null; then
+    "$b/tests/gpu/loopback_dispatch_test" \
+      --bridge "$b/lib/cudaq-rt/bridges/libcudaq_rt_bridge_loopback.so" \
+      --package "$tmp/whole/example.cudaqpkg" || status=1
+    echo "== gpu.loopback_dispatch_warp_whole"
+    "$b/tests/gpu/loopback_dispatch_test" \
+      --bridge "$b/lib/cudaq-rt/bridges/libcudaq_rt_bridge_loopback.so" \
+      --package "$tmp/whole/example.cudaqpkg" --dispatcher warp --slots 256 --many 1000000 ||
+      status=1
+    echo "== gpu.capi_whole"
+    CUDAQ_RT_LTO=whole CUDAQ_RT_CACHE_DIR="$tmp/capi-whole-cache" timeout 120 \
+      "$b/tests/capi/capi_test" --gpu "$tmp/whole/example.cudaqpkg" || status=1
+  else
+    echo "link_example.sh (whole) failed"; status=1
+  fi
 fi
 exit $status

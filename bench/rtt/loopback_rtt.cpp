@@ -31,6 +31,7 @@ struct Config {
   std::vector<uint32_t> inflight;
   unsigned threads = 0;   // a custom kernel's block size (0: the load path's default)
   const char *extra = ""; // appended to the bridge configuration
+  bool whole = false;     // linked --lto whole (the built-in kernels then call handlers directly)
 };
 
 // The variants are the knobs of bridges/loopback (built by bench/CMakeLists.txt as extra bridges)
@@ -42,6 +43,13 @@ const Config configs[] = {
      "builtin",
      {1, 4, 16, 64}},
     {"unified, loopback (again)", "loopback", "builtin", {1, 64}},
+    {"unified, --lto whole (handlers called directly)",
+     "loopback",
+     "builtin",
+     {1, 4, 16, 64},
+     0,
+     "",
+     true},
     {"unified, responses never pushed", "loopback_no_push", "builtin", {1, 4, 16, 64}},
     {"unified, every batch's responses pushed", "loopback_push_always", "builtin", {1, 4, 16, 64}},
     {"unified, lanes layout", "loopback", "builtin", {1, 64}, 0, ",layout=lanes"},
@@ -50,6 +58,13 @@ const Config configs[] = {
     {"unified, probe of 4 slots always", "loopback_wide_probe", "builtin", {1, 64}},
     {"warp, loopback (lanes layout)", "loopback", "warp", {1, 16, 64, 256, 1024}},
     {"warp, loopback (lanes layout, again)", "loopback", "warp", {1, 256}},
+    {"warp, --lto whole (handlers called directly)",
+     "loopback",
+     "warp",
+     {1, 16, 64, 256, 1024},
+     0,
+     "",
+     true},
     {"warp, responses never pushed",
      "loopback_no_push",
      "warp",
@@ -262,9 +277,12 @@ int main(int argc, char **argv) {
               "| --- | --- | --- | --- | --- | --- |\n");
   auto run = [&](const char *label, const char *bridge, const char *dispatcher,
                  const std::vector<uint32_t> &inflight, bool stages, unsigned threads = 0,
-                 bool rounds = false, const char *extra = "", bool split = false) {
+                 bool rounds = false, const char *extra = "", bool split = false,
+                 bool whole = false) {
     LoadOptions o;
     o.package = package;
+    if (whole)
+      o.link.lto_mode = LtoMode::whole;
     o.link.bridge = bridge;
     o.link.dispatcher = dispatcher;
     o.bridge_config = std::string("slots=1024") + extra;
@@ -304,12 +322,17 @@ int main(int argc, char **argv) {
       print_rounds(**server, ghz);
   };
   for (const Config &c : configs)
-    run(c.label, c.bridge, c.dispatcher, c.inflight, false, c.threads, false, c.extra);
+    run(c.label, c.bridge, c.dispatcher, c.inflight, false, c.threads, false, c.extra, false,
+        c.whole);
   run("stage stamps, loopback", "loopback", "cudaq_rt_bench_stages", {1}, true);
   run("stage stamps, responses never pushed, probe stamped", "loopback_stamps",
       "cudaq_rt_bench_stages", {1}, true);
   run("stage stamps, responses never pushed, probe stamped, no peek", "loopback_stamps_no_peek",
       "cudaq_rt_bench_stages", {1}, true);
+  run("stage stamps, responses never pushed, probe stamped, --lto whole", "loopback_stamps",
+      "cudaq_rt_bench_stages", {1}, true, 0, false, "", false, true);
+  run("stage stamps, responses never pushed, probe stamped, --lto whole, handlers called directly",
+      "loopback_stamps", "cudaq_rt_bench_stages_direct", {1}, true, 0, false, "", false, true);
   run("stage stamps, each step run twice", "loopback_no_push", "cudaq_rt_bench_stages_rerun", {1},
       true);
   std::printf("\nThe host thread's time per request (one thread, batched send and receive)\n\n");

@@ -4,6 +4,8 @@
 //                                step by step, with a clock64 stamp between the steps; each
 //                                request's stage times go to cudaq_rt_bench_stage_log, which the
 //                                bench reads after the kernel stopped;
+//   cudaq_rt_bench_stages_direct the same, calling handlers through the unit of direct calls
+//                                (cudaq_rt_call_direct: linked whole only);
 //   cudaq_rt_bench_global_table  the unified kernel with the function table left in device
 //                                memory (what the table in shared memory buys);
 //   cudaq_rt_bench_no_cache      the unified kernel without its handler cache;
@@ -40,7 +42,10 @@ __device__ __forceinline__ bool first_thread() {
          blockIdx.y == 0 && blockIdx.z == 0;
 }
 // cudaq_rt_answer_request's steps with a clock64 stamp around each: t[0] start, t[1] the handler
-// found (validation, lookup), t[2] the handler returned.
+// found (validation, lookup), t[2] the handler returned. `direct`: the handler is called through
+// the unit of direct calls a whole-program link generates, as the built-in kernels' direct form
+// does (cudaq_rt_call_direct, cudaq_rt/dispatch_framing.cuh).
+template <bool direct = false>
 __device__ __forceinline__ cudaq_rt_answer answer_stamped(const cudaq_rt_dispatch_params &p,
                                                           const cudaq_rt_function_entry *table,
                                                           cudaq_rt_handler_cache *cache,
@@ -57,9 +62,24 @@ __device__ __forceinline__ cudaq_rt_answer answer_stamped(const cudaq_rt_dispatc
       status = CUDAQ_RT_STATUS_UNKNOWN_FUNCTION;
   }
   t[1] = clock64();
-  if (handler)
-    status =
-        cudaq_rt_call_handler_len(handler, request, response, h.arg_len, p.slot_size, &result_len);
+  if (handler) {
+    if (direct) {
+      const uint32_t max_result_len = p.slot_size - CUDAQ_RT_HEADER_SIZE;
+      status = cudaq_rt_call_direct(h.function_id, handler,
+                                    static_cast<const char *>(request) + CUDAQ_RT_HEADER_SIZE,
+                                    static_cast<char *>(response) + CUDAQ_RT_HEADER_SIZE, h.arg_len,
+                                    max_result_len, &result_len);
+      // cudaq_rt_call_handler_id_len's checks, as the built-in kernels make them
+      const bool fault = status < 0, too_large = !fault & (result_len > max_result_len);
+      result_len = fault | too_large ? 0u : result_len;
+      status = fault       ? CUDAQ_RT_STATUS_HANDLER_FAULT
+               : too_large ? CUDAQ_RT_STATUS_RESULT_TOO_LARGE
+                           : status;
+    } else {
+      status = cudaq_rt_call_handler_len(handler, request, response, h.arg_len, p.slot_size,
+                                         &result_len);
+    }
+  }
   t[2] = clock64();
   const cudaq_rt_answer a = {status, result_len, h.request_id, h.ptp_timestamp};
   return a;
@@ -73,9 +93,8 @@ __device__ __forceinline__ void serve_stamped(const cudaq_rt_dispatch_params &p,
   cudaq_rt_write_answer(response, &a);
   t[3] = clock64();
 }
-} // namespace
-
-extern "C" __global__ void cudaq_rt_bench_stages(cudaq_rt_dispatch_params p) {
+// cudaq_rt_bench_stages and its direct form.
+template <bool direct> __device__ __forceinline__ void stages(const cudaq_rt_dispatch_params &p) {
   if (!first_thread())
     return;
   __align__(16) unsigned char storage[CUDAQ_RT_SESSION_STORAGE_SIZE];
@@ -102,7 +121,7 @@ extern "C" __global__ void cudaq_rt_bench_stages(cudaq_rt_dispatch_params p) {
     const long long probed = *probe_clock;
     // In the unified kernel's order: the answer, the counters, the header, tx_publish.
     long long t[4];
-    const cudaq_rt_answer a = answer_stamped(p, table, &cache, request, response, t);
+    const cudaq_rt_answer a = answer_stamped<direct>(p, table, &cache, request, response, t);
     cudaq_rt_counters_record(&counters, a.status);
     cudaq_rt_counters_store(p.stats, &counters);
     t[3] = clock64();
@@ -125,7 +144,18 @@ extern "C" __global__ void cudaq_rt_bench_stages(cudaq_rt_dispatch_params p) {
   cudaq_rt_bench_stage_clock[0] = clock64() - c0;
   cudaq_rt_bench_stage_clock[1] = globaltimer_ns() - ns0;
 }
+} // namespace
+
+extern "C" __global__ void cudaq_rt_bench_stages(cudaq_rt_dispatch_params p) {
+  stages<false>(p);
+}
 CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_stages);
+
+// The stage kernel calling handlers through the unit of direct calls: links whole only.
+extern "C" __global__ void cudaq_rt_bench_stages_direct(cudaq_rt_dispatch_params p) {
+  stages<true>(p);
+}
+CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_stages_direct);
 
 // The stage kernel's serve done twice per request, each pass timed: [0..2] validate + lookup,
 // handler, header the first time, [3..5] the same again (code and data now warm), [6] tx_publish,

@@ -7,17 +7,28 @@ extern "C" const uint8_t cudaq_rt_builtin_dispatcher_fatbin_begin[];
 extern "C" const uint8_t cudaq_rt_builtin_dispatcher_fatbin_end[];
 extern "C" const uint8_t cudaq_rt_warp_dispatcher_fatbin_begin[];
 extern "C" const uint8_t cudaq_rt_warp_dispatcher_fatbin_end[];
+extern "C" const uint8_t cudaq_rt_builtin_direct_dispatcher_fatbin_begin[];
+extern "C" const uint8_t cudaq_rt_builtin_direct_dispatcher_fatbin_end[];
+extern "C" const uint8_t cudaq_rt_warp_direct_dispatcher_fatbin_begin[];
+extern "C" const uint8_t cudaq_rt_warp_direct_dispatcher_fatbin_end[];
 
 namespace cudaq_rt {
 
 std::span<const BuiltinDispatcher> builtin_dispatchers() {
   static const std::array<BuiltinDispatcher, 2> all = {{
-      {"builtin", CUDAQ_RT_UNIFIED_DISPATCH_KERNEL, 1, false, builtin_dispatcher_fatbin()},
+      {"builtin",
+       CUDAQ_RT_UNIFIED_DISPATCH_KERNEL,
+       1,
+       false,
+       builtin_dispatcher_fatbin(),
+       {cudaq_rt_builtin_direct_dispatcher_fatbin_begin,
+        cudaq_rt_builtin_direct_dispatcher_fatbin_end}},
       {"warp",
        CUDAQ_RT_WARP_DISPATCH_KERNEL,
        32,
        true,
-       {cudaq_rt_warp_dispatcher_fatbin_begin, cudaq_rt_warp_dispatcher_fatbin_end}},
+       {cudaq_rt_warp_dispatcher_fatbin_begin, cudaq_rt_warp_dispatcher_fatbin_end},
+       {cudaq_rt_warp_direct_dispatcher_fatbin_begin, cudaq_rt_warp_direct_dispatcher_fatbin_end}},
   }};
   return all;
 }

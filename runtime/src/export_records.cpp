@@ -32,6 +32,10 @@ std::string handler_symbol(const std::string &name) {
   return CUDAQ_RT_HANDLER_SYMBOL_PREFIX + name;
 }
 
+std::string handler_call_symbol(const std::string &name) {
+  return CUDAQ_RT_HANDLER_CALL_PREFIX + name;
+}
+
 Expected<std::vector<ExportRecord>> parse_export_records(std::span<const uint8_t> section,
                                                          const std::string &subject) {
   std::vector<ExportRecord> out;
@@ -57,9 +61,10 @@ Expected<std::vector<ExportRecord>> parse_export_records(std::span<const uint8_t
       return make_error(subject, where, " is truncated: ", remain, " of ", size, " bytes");
     cudaq_rt_export_record r;
     std::memcpy(&r, section.data() + at, size);
-    if (r.version != CUDAQ_RT_EXPORT_VERSION)
+    if (r.version < CUDAQ_RT_EXPORT_OLDEST_VERSION || r.version > CUDAQ_RT_EXPORT_VERSION)
       return make_error(subject, where, " has version ", r.version, "; this cudaq-rt reads ",
-                        "version ", CUDAQ_RT_EXPORT_VERSION);
+                        "versions ", CUDAQ_RT_EXPORT_OLDEST_VERSION, " to ",
+                        CUDAQ_RT_EXPORT_VERSION);
     if (r.name_size == 0 || r.name_size >= CUDAQ_RT_EXPORT_NAME_CAPACITY ||
         r.name[r.name_size] != '\0' || std::strlen(r.name) != r.name_size ||
         !is_c_identifier(std::string_view(r.name, r.name_size)))
@@ -70,6 +75,7 @@ Expected<std::vector<ExportRecord>> parse_export_records(std::span<const uint8_t
         r.kind == CUDAQ_RT_EXPORT_CONCURRENT_HANDLER_KIND) {
       e.kind = ExportKind::handler;
       e.concurrent = r.kind == CUDAQ_RT_EXPORT_CONCURRENT_HANDLER_KIND;
+      e.direct = r.version >= 2;
       e.function_id = cudaq_rt_function_id(e.name.c_str());
       if (r.function_id != e.function_id)
         return make_error(subject, where, ": handler '", e.name, "' records function_id ",

@@ -23,6 +23,9 @@ namespace fs = std::filesystem;
 namespace cudaq_rt {
 namespace {
 
+// The unit of direct calls in nvJitLink's log and messages.
+constexpr const char *direct_calls_input_name = "direct calls (generated)";
+
 std::string now_utc() {
   std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -97,6 +100,16 @@ Status save_temps(const fs::path &root, const LinkPlan &plan, const ArchLink &a)
             plan.inputs[k].bytes);
         !st)
       return st;
+  if (plan.direct_calls) {
+    if (auto st = write_file_atomic(dir / "direct_calls.cu", as_bytes(plan.direct_calls->source()));
+        !st)
+      return st;
+    auto ltoir = plan.direct_calls->ltoir(plan.subject);
+    if (!ltoir)
+      return ltoir.error();
+    if (auto st = write_file_atomic(dir / "direct_calls.ltoir", *ltoir); !st)
+      return st;
+  }
   std::string opts;
   for (const std::string &o : a.options)
     opts += o + "\n";
@@ -275,8 +288,18 @@ void fail_link(const LinkPlan &plan, ArchJob &j, const NvJitLinkFailure &f, std:
 // Whole mode: one link of every input.
 void link_whole(const LinkPlan &plan, const LinkCache &cache, ArchJob &j) {
   std::vector<NvJitLinkInput> inputs;
-  for (const LinkInput &in : plan.inputs)
+  for (const LinkInput &in : plan.inputs) {
     inputs.push_back({in.name, in.bytes});
+    if (plan.direct_calls && inputs.size() == 1) { // right after the dispatcher that calls it
+      auto ltoir = plan.direct_calls->ltoir(plan.subject);
+      if (!ltoir) {
+        j.a.error = ltoir.error();
+        j.done = true;
+        return;
+      }
+      inputs.push_back({direct_calls_input_name, *ltoir, false, true});
+    }
+  }
   NvJitLinkOutcome out = nvjitlink_link(j.a.options, inputs);
   if (!out.ok)
     return fail_link(plan, j, out.failure, j.a.arch, plan.inputs);
@@ -330,8 +353,17 @@ UnitOutcome compile_unit(const LinkPlan &plan, const TargetArch &arch, const Lin
     o.info_log = hit->metadata.info_log;
   } else {
     std::vector<NvJitLinkInput> inputs;
-    for (size_t k = u.first; k < u.first + u.count; ++k)
+    for (size_t k = u.first; k < u.first + u.count; ++k) {
       inputs.push_back({plan.inputs[k].name, plan.inputs[k].bytes});
+      if (u.dispatcher && plan.direct_calls && k == u.first) { // as in link_whole
+        auto ltoir = plan.direct_calls->ltoir(plan.subject);
+        if (!ltoir) {
+          o.error = ltoir.error();
+          return o;
+        }
+        inputs.push_back({direct_calls_input_name, *ltoir, false, true});
+      }
+    }
     NvJitLinkOutcome out = nvjitlink_link(plan.unit_options(arch), inputs);
     if (!out.ok) {
       o.failure = std::move(out.failure);

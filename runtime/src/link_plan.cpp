@@ -18,14 +18,16 @@
 // Two modes for LTO-IR (LtoMode). Whole: one -lto link of every input. NVVM then sees the whole
 // program: the hooks and every handler the kernel's indirect call can reach are compiled into the
 // kernel (at 1,000 handlers the kernel symbol was 3.3 MB, and the link took 132 s of CPU and
-// 1.4 GB here: bench/link_bench.md), and a change to one handler relinks everything. Per-TU: each
-// unit is compiled alone for the arch into a relocatable cubin (-lto -Xptxas=-c
-// -Xnvvm=--device-c, nvjitlink.cpp), cached under its own key, and one link without -lto joins
-// the cubins. The dispatcher and the bridge's hooks are one unit, so the hooks are still inlined
-// into the kernel. The kernel reaches handlers through the function table in both modes; what per
-// TU loses is inlining across application units: a handler's call into another unit is a real
-// call. On the H200 the example handlers, one of them with such a call, answered as fast in both
-// modes (bench/link_bench.md).
+// 1.4 GB here: bench/link_bench.md), and a change to one handler relinks everything. Where the
+// package's handlers have named calls (exports.h), the built-in kernel comes in its direct form
+// with the unit of direct calls generated for the package (direct_calls.h), and LTO inlines the
+// handlers into the kernel. Per-TU: each unit is compiled alone for the arch into a relocatable
+// cubin (-lto -Xptxas=-c -Xnvvm=--device-c, nvjitlink.cpp), cached under its own key, and one
+// link without -lto joins the cubins. The dispatcher and the bridge's hooks are one unit, so the
+// hooks are still inlined into the kernel. Per TU, the kernel reaches handlers through the function table's pointers, and
+// a handler's call into another unit is a real call. On the H200 the example handlers answered as
+// fast in both modes one request at a time (bench/link_bench.md, bench/loopback_rtt.md); whole,
+// with direct calls, the warp dispatcher serves more per second.
 // -kernels-used=<dispatch kernel> goes to every unit (a unit that does not define the kernel keeps
 // none of its own), but -variables-used does not: each unit's key must depend on that unit alone,
 // and a unit compiled alone keeps its external globals anyway.
@@ -45,6 +47,7 @@
 #include "cudaq_rt/bridge.h"
 #include "cudaq_rt/builtin_dispatcher.h"
 #include "cudaq_rt/containers.h"
+#include "cudaq_rt/direct_calls.h"
 #include "cudaq_rt/export_records.h"
 #include "cudaq_rt/fatbin.h"
 #include "cudaq_rt/nvjitlink.h"
@@ -52,6 +55,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <mutex>
 #include <set>
 
 namespace fs = std::filesystem;
@@ -184,6 +188,30 @@ std::vector<Digest> LinkPlan::input_digests() const {
   return out;
 }
 
+struct LinkPlan::DirectCalls::Compiled {
+  std::once_flag once;
+  std::optional<Expected<std::vector<uint8_t>>> ltoir;
+};
+
+LinkPlan::DirectCalls::DirectCalls(std::string source)
+    : source_(std::move(source)), digest_(sha256(as_bytes(source_))),
+      compiled_(std::make_shared<Compiled>()) {}
+
+Expected<std::span<const uint8_t>> LinkPlan::DirectCalls::ltoir(const std::string &subject) const {
+  std::call_once(compiled_->once,
+                 [&] { compiled_->ltoir.emplace(compile_direct_calls(source_, subject)); });
+  if (!*compiled_->ltoir)
+    return compiled_->ltoir->error();
+  return std::span<const uint8_t>(**compiled_->ltoir);
+}
+
+std::vector<Digest> LinkPlan::input_digests(LtoMode as) const {
+  std::vector<Digest> out = input_digests();
+  if (dispatcher_forms_ && !out.empty())
+    out[0] = as == LtoMode::whole ? dispatcher_forms_->second : dispatcher_forms_->first;
+  return out;
+}
+
 Status LinkPlan::check_target(const TargetArch &arch) const {
   for (const LinkInput &in : inputs)
     if (!serves(in.entries, arch.sm))
@@ -226,7 +254,10 @@ LinkKey LinkPlan::key(const TargetArch &arch) const {
     return LinkKey::make(arch.str(), options(arch), nvjitlink, input_digests(), "per-tu",
                          std::move(sizes));
   }
-  return LinkKey::make(arch.str(), options(arch), nvjitlink, input_digests());
+  std::vector<Digest> digests = input_digests();
+  if (direct_calls)
+    digests.push_back(direct_calls->digest());
+  return LinkKey::make(arch.str(), options(arch), nvjitlink, std::move(digests));
 }
 
 std::vector<std::string> LinkPlan::unit_options(const TargetArch &arch) const {
@@ -248,6 +279,8 @@ LinkKey LinkPlan::unit_key(const TargetArch &arch, const LinkUnit &unit) const {
   std::vector<Digest> digests;
   for (size_t k = unit.first; k < unit.first + unit.count; ++k)
     digests.push_back(inputs[k].digest);
+  if (unit.dispatcher && direct_calls)
+    digests.push_back(direct_calls->digest());
   return LinkKey::make(arch.str(), unit_options(arch), nvjitlink, std::move(digests), "object");
 }
 
@@ -311,7 +344,15 @@ Expected<LinkPlan> plan_link(const Package &pkg, const LinkSettings &settings) {
                o.member.empty() ? "" : "(" + o.member + ")", "#", o.index);
   };
 
+  std::optional<LtoMode> requested_mode = settings.lto_mode;
+  if (const char *env = std::getenv(lto_mode_env); !requested_mode && env && *env) {
+    requested_mode = parse_lto_mode(env);
+    if (!requested_mode)
+      return make_error(plan.subject, lto_mode_env, "=", quote(env), ": expected per-tu or whole");
+  }
+
   // The dispatch kernel.
+  const bool direct_handlers = has_direct_handlers(m);
   std::vector<std::string> custom;
   for (const ExportEntry &e : m.exports)
     if (e.kind == export_kind_name(ExportKind::dispatch_kernel))
@@ -331,6 +372,20 @@ Expected<LinkPlan> plan_link(const Package &pkg, const LinkSettings &settings) {
       return std::move(parsed).take_error();
     if (b->fatbin.data() == builtin_dispatcher_fatbin().data())
       unified = *parsed;
+    // Its direct form where the package has handlers to call by name: taken by a whole-program
+    // link (per TU, each handler is in a unit of its own, and a call by name would still be a
+    // call), together with the unit of direct calls generated for the package (below).
+    if (direct_handlers) {
+      auto direct = parse_container(
+          b->direct_fatbin, cat("built-in dispatcher ", b->name, " (direct calls)"), "fatbin");
+      if (!direct)
+        return std::move(direct).take_error();
+      plan.dispatcher_forms_.emplace(sha256(parsed->bytes), sha256(direct->bytes));
+      if (requested_mode.value_or(default_lto_mode) == LtoMode::whole) {
+        parsed = std::move(direct);
+        plan.direct_calls.emplace(direct_calls_source(m));
+      }
+    }
     NewContainer nc{container_record(*parsed, sha256(parsed->bytes), Role::dispatcher, ""),
                     std::nullopt};
     nc.record.added_by = "cudaq-rt-link";
@@ -464,13 +519,12 @@ Expected<LinkPlan> plan_link(const Package &pkg, const LinkSettings &settings) {
   plan.lto = std::any_of(plan.inputs.begin(), plan.inputs.end(),
                          [](const LinkInput &in) { return carries_ltoir(in.entries); });
 
-  std::optional<LtoMode> mode = settings.lto_mode;
-  if (const char *env = std::getenv(lto_mode_env); !mode && env && *env) {
-    mode = parse_lto_mode(env);
-    if (!mode)
-      return make_error(plan.subject, lto_mode_env, "=", quote(env), ": expected per-tu or whole");
-  }
-  plan.mode = plan.lto ? mode.value_or(default_lto_mode) : LtoMode::whole;
+  plan.mode = plan.lto ? requested_mode.value_or(default_lto_mode) : LtoMode::whole;
+  // A custom kernel may call the unit of direct calls (cudaq_rt/dispatch_framing.cuh): it gets
+  // one in either mode (with no direct handlers, every call goes through the pointer). Where
+  // nothing calls it, a whole-program link drops it.
+  if (!find_builtin_dispatcher(plan.dispatcher) && plan.lto)
+    plan.direct_calls.emplace(direct_calls_source(m));
   if (plan.mode == LtoMode::per_tu) {
     auto unit = [&](std::string name, size_t first, size_t count, bool dispatcher) {
       bool lto = std::any_of(plan.inputs.begin() + static_cast<ptrdiff_t>(first),

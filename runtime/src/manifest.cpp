@@ -171,6 +171,8 @@ json Manifest::to_json() const {
                {"sources", e.sources}};
     if (e.concurrent)
       je["concurrent"] = true;
+    if (e.direct)
+      je["direct"] = true;
     j["exports"].push_back(std::move(je));
   }
   // Written only when there are some: a package without aliases reads as it always has.
@@ -324,6 +326,12 @@ Expected<Manifest> Manifest::parse(const std::string &text, const std::string &s
         if (!v.is_boolean() || e.kind != export_kind_name(ExportKind::handler))
           throw Bad{cat(p, ".concurrent: only a handler has it, as true or false")};
         e.concurrent = v.get<bool>();
+      }
+      if (exports[i].contains("direct")) {
+        const json &v = exports[i]["direct"];
+        if (!v.is_boolean() || e.kind != export_kind_name(ExportKind::handler))
+          throw Bad{cat(p, ".direct: only a handler has it, as true or false")};
+        e.direct = v.get<bool>();
       }
       e.role = role(exports[i], p);
       for (const json &s : array(exports[i], "sources", p))

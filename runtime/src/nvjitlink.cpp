@@ -98,7 +98,10 @@ NvJitLinkOutcome nvjitlink_link(std::span<const std::string> options,
     return out;
   }
   for (const NvJitLinkInput &in : inputs) {
-    r = nvJitLinkAddData(h, in.cubin ? NVJITLINK_INPUT_CUBIN : NVJITLINK_INPUT_FATBIN,
+    r = nvJitLinkAddData(h,
+                         in.cubin   ? NVJITLINK_INPUT_CUBIN
+                         : in.ltoir ? NVJITLINK_INPUT_LTOIR
+                                    : NVJITLINK_INPUT_FATBIN,
                          in.fatbin.data(), in.fatbin.size(), in.name.c_str());
     if (r != NVJITLINK_SUCCESS) {
       out.failure = {r, "add " + in.name, error_log(h), info_log(h)};

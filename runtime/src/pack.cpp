@@ -69,6 +69,7 @@ Expected<std::vector<ExportEntry>> resolve_exports(const std::vector<FoundExport
     e.function_id = first.record.function_id;
     e.symbol = first.record.kind == ExportKind::handler ? handler_symbol(name) : name;
     e.concurrent = first.record.concurrent;
+    e.direct = first.record.direct;
     e.role = first.role;
     for (size_t i = 0; i < all.size(); ++i) {
       const FoundExport &f = *all[i];
@@ -77,7 +78,7 @@ Expected<std::vector<ExportEntry>> resolve_exports(const std::vector<FoundExport
         bool same_code = f.unit != g.unit && (subset(f.unit_containers, g.unit_containers) ||
                                               subset(g.unit_containers, f.unit_containers));
         if (f.record.kind != g.record.kind || f.record.concurrent != g.record.concurrent ||
-            !same_code)
+            f.record.direct != g.record.direct || !same_code)
           return make_error(f.unit, export_kind_name(f.record.kind), " ", quote(name),
                             " is also exported by ", quote(g.unit),
                             " with different code: export names must be unique");
@@ -377,7 +378,8 @@ std::string format_listing(const Manifest &m, const std::string &what) {
     out << "  " << escape(e.kind) << " " << escape(e.name);
     if (e.kind == "handler")
       out << "  function_id " << hex(e.function_id);
-    out << "  " << role_name(e.role) << (e.concurrent ? "  concurrent" : "") << "\n";
+    out << "  " << role_name(e.role) << (e.concurrent ? "  concurrent" : "")
+        << (e.direct ? "  direct" : "") << "\n";
   }
   if (!m.aliases.empty()) {
     out << "aliases:\n";

@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import unittest
 
-from harness import (HANDLERS, INCLUDE, LINK, NVCC, PACK, SCHEMA_PATH, check, cubin_info,
+from harness import (HANDLERS, INCLUDE, LINK, NVCC, PACK, SCHEMA_PATH, check, cubin_info, fnv1a32,
                      ltoir_entry_offsets, read, run, sha256, snapshot, validate_schema)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -641,6 +641,56 @@ class LinkTest(unittest.TestCase):
             self.assertEqual([a["cache_hit"] for a in again["archs"]], [True, True])
             self.assertEqual(self.cubin_digests(again), self.cubin_digests(docs[mode]))
             self.assertNotIn("units", again["archs"][0])
+
+    def test_a_whole_program_calls_the_handlers_by_name(self):
+        pkg, cache = self.fresh()
+        temps = os.path.join(os.path.dirname(pkg), "temps")
+        records, containers = {}, {}
+        for mode in ("whole", "per-tu"):  # a link replaces the arch's record of the other mode
+            self.link_json(pkg, "--arch", "sm_90", "--lto", mode,
+                           *(["--save-temps", temps] if mode == "whole" else []), cache=cache)
+            m = self.manifest(pkg)
+            self.assertEqual(validate_schema.validate(self.schema, m), [])
+            records[mode] = m["links"][0]
+            containers.update({c["digest"]: c for c in m["containers"]})
+        # The built-in kernel in its direct form, a dispatcher container of its own; every other
+        # input the same in both modes.
+        whole, per_tu = records["whole"]["inputs"], records["per-tu"]["inputs"]
+        self.assertNotEqual(whole[0], per_tu[0])
+        self.assertEqual(whole[1:], per_tu[1:])
+        for digest in (whole[0], per_tu[0]):
+            self.assertEqual(containers[digest]["role"], "dispatcher")
+            self.assertEqual(containers[digest]["added_by"], "cudaq-rt-link")
+        # The generated unit, saved beside the inputs: one case per example handler, which calls
+        # it by name once the table's pointer is its named call.
+        source = read(os.path.join(temps, "sm_90", "direct_calls.cu")).decode()
+        for name in EXAMPLE_HANDLERS:
+            self.assertIn(f"  case {fnv1a32(name):#x}u:\n"
+                          f"    if (handler == cudaq_rt_handler_call__{name}) {{ // {name}\n",
+                          source)
+        self.assertGreater(os.path.getsize(os.path.join(temps, "sm_90", "direct_calls.ltoir")),
+                           0)
+        _, _, symbols = cubin_info(read(os.path.join(temps, "sm_90", "module.cubin")))
+        self.assertEqual(symbols.get(KERNEL), "func")
+        self.assertEqual(sorted(s for s in symbols if s.startswith("cudaq_rt_handler__")),
+                         HANDLER_SYMBOLS)
+
+        # Handlers exported by older macros (no named call): the plain kernel, no unit, and a key
+        # of its own.
+        old, old_cache = self.fresh()
+        with open(os.path.join(old, "manifest.json")) as f:
+            doc = json.load(f)
+        for e in doc["exports"]:
+            e.pop("direct", None)
+        with open(os.path.join(old, "manifest.json"), "w") as f:
+            json.dump(doc, f)
+        old_temps = os.path.join(os.path.dirname(old), "temps")
+        self.link_json(old, "--arch", "sm_90", "--lto", "whole", "--save-temps", old_temps,
+                       cache=old_cache)
+        old_record = self.manifest(old)["links"][0]
+        self.assertEqual(old_record["inputs"], per_tu)
+        self.assertNotEqual(old_record["cache_key"], records["whole"]["cache_key"])
+        self.assertFalse(os.path.exists(os.path.join(old_temps, "sm_90", "direct_calls.cu")))
 
     def test_a_call_into_another_unit_is_a_real_call_per_tu(self):
         # decode.cu's parity calls bits.cu's popcount_bytes: compiled alone, decode.cu leaves the

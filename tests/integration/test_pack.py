@@ -156,6 +156,7 @@ class PackTest(unittest.TestCase):
             self.assertEqual(e["function_id"], fnv1a32(name), name)
             self.assertEqual(e["symbol"], "cudaq_rt_handler__" + name)
             self.assertEqual(e["role"], "application")
+            self.assertIs(e.get("direct"), True, name)  # record version 2
             if sources is not None:
                 self.assertEqual(e["sources"], sources)
 
@@ -385,9 +386,10 @@ class PackTest(unittest.TestCase):
                          r": 1 source\(s\), 3 container\(s\) \(\d+ bytes\), 4 export\(s\), 0 link\(s\)$")
         self.assertIn("archs by kind:  cubin sm_80  ltoir sm_80", lines)
         for name in EXAMPLE_HANDLERS:
-            # The example handlers are exported safe to run concurrently (the warp dispatcher).
+            # The example handlers are exported safe to run concurrently (the warp dispatcher),
+            # with this cudaq-rt's macros (callable by name: direct).
             self.assertIn(f"  handler {name}  function_id {fnv1a32(name):#x}  application"
-                          "  concurrent", lines)
+                          "  concurrent  direct", lines)
         self.assertEqual(sum(1 for l in lines if re.match(r"^    ltoir sm_80  \d+ bytes zstd", l)), 3)
 
     def test_list_json_matches_package(self):

@@ -95,6 +95,20 @@ TEST_CASE("a concurrent handler record is a handler that says so") {
   CHECK(!(*r)[1].concurrent);
 }
 
+TEST_CASE("a version 2 handler record is callable by name; a version 1 record is not") {
+  cudaq_rt_export_record old = record(CUDAQ_RT_EXPORT_HANDLER_KIND, "legacy");
+  old.version = 1;
+  auto r = parse_export_records(section({record(CUDAQ_RT_EXPORT_HANDLER_KIND, "echo"), old,
+                                         record(CUDAQ_RT_EXPORT_GLOBAL_KIND, "table")}),
+                                "app");
+  REQUIRE(r);
+  REQUIRE(r->size() == 3);
+  CHECK((*r)[0].direct);
+  CHECK(!(*r)[1].direct);
+  CHECK((*r)[1].kind == ExportKind::handler);
+  CHECK(!(*r)[2].direct);
+}
+
 TEST_CASE("an empty or all-zero section holds no records") {
   auto empty = parse_export_records({}, "app");
   REQUIRE(empty);
@@ -109,6 +123,7 @@ TEST_CASE("names and symbols") {
   CHECK(std::string(export_kind_name(ExportKind::dispatch_kernel)) == "dispatch-kernel");
   CHECK(std::string(export_kind_name(ExportKind::global)) == "global");
   CHECK(handler_symbol("add_one") == "cudaq_rt_handler__add_one");
+  CHECK(handler_call_symbol("add_one") == "cudaq_rt_handler_call__add_one");
 }
 
 TEST_CASE("a name of the longest size that fits is accepted") {
@@ -152,8 +167,10 @@ TEST_CASE("malformed records get exact messages") {
   }
   SUBCASE("bad version") {
     auto r = good;
-    r.version = 2;
-    CHECK(error_of(section({r})) == at0 + " has version 2; this cudaq-rt reads version 1");
+    r.version = 3;
+    CHECK(error_of(section({r})) == at0 + " has version 3; this cudaq-rt reads versions 1 to 2");
+    r.version = 0;
+    CHECK(error_of(section({r})) == at0 + " has version 0; this cudaq-rt reads versions 1 to 2");
   }
   SUBCASE("malformed name") {
     auto empty = good;

@@ -218,8 +218,12 @@ TEST_CASE("a package's cubin serves any mode, unless a mode is asked for by name
   CHECK((*linked)->report().source == CubinSource::link);
   CHECK((*linked)->report().record.mode == "lto");
   const Digest whole_key = (*linked)->report().record.cache_key;
+  const std::vector<Digest> whole_inputs = (*linked)->report().record.inputs;
   linked->reset();
 
+  // A plan of the default mode (per TU) still knows the whole program's cubin as this package's:
+  // linked from the built-in kernel's direct form, its first input is not the one a per-TU link
+  // takes (LinkPlan::input_digests(mode)).
   LoadOptions any = f.options(pkg, "");
   any.policy.allow_link = false;
   auto served = Server::start(any, gpu);
@@ -244,6 +248,10 @@ TEST_CASE("a package's cubin serves any mode, unless a mode is asked for by name
   CHECK(std::count(notes.begin(), notes.end(),
                    "linked per TU: 0 of 5 units from the cache, 5 compiled") == 1);
   CHECK((*relinked)->report().record.cache_key != whole_key);
+  const std::vector<Digest> &per_tu_inputs = (*relinked)->report().record.inputs;
+  REQUIRE(per_tu_inputs.size() == whole_inputs.size());
+  CHECK(per_tu_inputs[0] != whole_inputs[0]);
+  CHECK(std::equal(per_tu_inputs.begin() + 1, per_tu_inputs.end(), whole_inputs.begin() + 1));
 }
 
 TEST_CASE("with linking at load off, a GPU the package and cache have no cubin for is refused") {

@@ -196,16 +196,37 @@ cudaq_rt_write_response_header(cudaq_rt_response_header *resp, int32_t status, u
   ((uint64_t *)resp)[2] = ptp_timestamp;
 }
 
-/* Calls a validated request's handler (arg_len: its header's) with max_result_len = slot_size -
- * 24 and holds it to its contract: the status to answer, and *result_len (0 whenever the result
- * is not sent). */
+/* Direct handler calls. A whole-program link (cudaq-rt-link --lto whole) of a package whose
+ * handlers were exported with this cudaq-rt's macros generates this function for it
+ * (runtime/src/direct_calls.cpp): for the function_id of each such handler it compares `handler`
+ * with that handler's cudaq_rt_handler_call__<name> and, when they are the same, calls it by
+ * name, so that LTO can inline the handler into the kernel; any other pointer (a table the
+ * application gave, a handler exported by older macros) is called through. A call through a
+ * pointer costs the 8-byte echo about 430 cycles more than the same echo inlined on the H200
+ * (bench/probe/call_cost.cu). A kernel compiled with CUDAQ_RT_DIRECT_CALLS defined (the built-in
+ * kernels' direct form) calls handlers through it; such a kernel, or one that calls it itself,
+ * links in whole mode only, where the function is generated. */
+extern "C" __device__ int cudaq_rt_call_direct(uint32_t function_id, cudaq_rt_handler_fn handler,
+                                               const void *input, void *output, uint32_t arg_len,
+                                               uint32_t max_result_len, uint32_t *result_len);
+#ifdef CUDAQ_RT_DIRECT_CALLS
+#define CUDAQ_RT_CALL_(function_id, handler, ...)                                                  \
+  cudaq_rt_call_direct(function_id, handler, __VA_ARGS__)
+#else
+#define CUDAQ_RT_CALL_(function_id, handler, ...) handler(__VA_ARGS__)
+#endif
+
+/* cudaq_rt_call_handler_len for the handler of `function_id` (the table's row it came from):
+ * the id lets a kernel built with CUDAQ_RT_DIRECT_CALLS call it directly. */
 static __device__ __forceinline__ int
-cudaq_rt_call_handler_len(cudaq_rt_handler_fn handler, const void *request, void *response,
-                          uint32_t arg_len, uint32_t slot_size, uint32_t *result_len) {
+cudaq_rt_call_handler_id_len(uint32_t function_id, cudaq_rt_handler_fn handler, const void *request,
+                             void *response, uint32_t arg_len, uint32_t slot_size,
+                             uint32_t *result_len) {
+  (void)function_id;
   const uint32_t max_result_len = slot_size - CUDAQ_RT_HEADER_SIZE;
   const int status =
-      handler((const char *)request + CUDAQ_RT_HEADER_SIZE, (char *)response + CUDAQ_RT_HEADER_SIZE,
-              arg_len, max_result_len, result_len);
+      CUDAQ_RT_CALL_(function_id, handler, (const char *)request + CUDAQ_RT_HEADER_SIZE,
+                     (char *)response + CUDAQ_RT_HEADER_SIZE, arg_len, max_result_len, result_len);
   /* Negative statuses are the protocol's (wire.h): passed through, a handler's -1 would read as
    * "unknown function". It broke its contract, so its result is not sent either, and the frame
    * counts as a protocol error. A handler that claims more than it was given room for may have
@@ -218,6 +239,16 @@ cudaq_rt_call_handler_len(cudaq_rt_handler_fn handler, const void *request, void
   return fault       ? CUDAQ_RT_STATUS_HANDLER_FAULT
          : too_large ? CUDAQ_RT_STATUS_RESULT_TOO_LARGE
                      : status;
+}
+
+/* Calls a validated request's handler (arg_len: its header's) with max_result_len = slot_size -
+ * 24 and holds it to its contract: the status to answer, and *result_len (0 whenever the result
+ * is not sent). */
+static __device__ __forceinline__ int
+cudaq_rt_call_handler_len(cudaq_rt_handler_fn handler, const void *request, void *response,
+                          uint32_t arg_len, uint32_t slot_size, uint32_t *result_len) {
+  return cudaq_rt_call_handler_id_len(0, handler, request, response, arg_len, slot_size,
+                                      result_len);
 }
 
 /* cudaq_rt_call_handler_len with the arg_len of the header at `request`. */
@@ -255,8 +286,8 @@ static __device__ __forceinline__ cudaq_rt_answer cudaq_rt_answer_request(
     if (!handler)
       status = CUDAQ_RT_STATUS_UNKNOWN_FUNCTION;
     else
-      status =
-          cudaq_rt_call_handler_len(handler, request, response, h.arg_len, slot_size, &result_len);
+      status = cudaq_rt_call_handler_id_len(h.function_id, handler, request, response, h.arg_len,
+                                            slot_size, &result_len);
   }
   const cudaq_rt_answer a = {status, result_len, h.request_id, h.ptp_timestamp};
   return a;

@@ -3,11 +3,15 @@
  *
  * A handler is exported twice:
  *
- * - on the device, as a pointer global with C linkage named cudaq_rt_handler__<name>, set to the
- *   handler. A device function pointer is only valid inside the module that defines it, so the
- *   runtime reads these globals out of the linked module to fill the dispatch kernel's function
- *   table, and cudaq-rt-link keeps them alive (-variables-used) and checks each linked cubin
- *   defines them;
+ * - on the device, as a pointer global with C linkage named cudaq_rt_handler__<name>, set to
+ *   cudaq_rt_handler_call__<name>, a function with C linkage that calls the handler (the handler
+ *   itself may be static; it is inlined into this one). A device function pointer is only valid
+ *   inside the module that defines it, so the runtime reads these globals out of the linked module
+ *   to fill the dispatch kernel's function table, and cudaq-rt-link keeps them alive
+ *   (-variables-used) and checks each linked cubin defines them. The named function lets a link
+ *   that sees the whole program (cudaq-rt-link --lto whole) call the handler directly: the
+ *   generated unit of direct calls (runtime/src/direct_calls.cpp) compares the table's pointer
+ *   with it and calls it by name, so that LTO can inline the handler into the dispatch kernel;
  * - on the host, as a 128-byte cudaq_rt_export_record in the allocated section .cudaq_rt_exports.
  *   Section headers survive `strip`, symbol tables do not, so this is how cudaq-rt-pack finds the
  *   exports of stripped executables and shared libraries. The host linker concatenates the records
@@ -22,7 +26,10 @@
 
 #define CUDAQ_RT_EXPORTS_SECTION ".cudaq_rt_exports"
 #define CUDAQ_RT_EXPORT_MAGIC 0x58525143u /* 'CQRX' */
-#define CUDAQ_RT_EXPORT_VERSION 1u
+/* Version 2: a handler's global points to its cudaq_rt_handler_call__<name> (above). Version 1
+ * records, which said nothing of it, are still read. */
+#define CUDAQ_RT_EXPORT_VERSION 2u
+#define CUDAQ_RT_EXPORT_OLDEST_VERSION 1u
 #define CUDAQ_RT_EXPORT_HANDLER_KIND 1u
 #define CUDAQ_RT_EXPORT_DISPATCH_KERNEL_KIND 2u
 #define CUDAQ_RT_EXPORT_GLOBAL_KIND 3u
@@ -31,6 +38,7 @@
 #define CUDAQ_RT_EXPORT_CONCURRENT_HANDLER_KIND 4u
 #define CUDAQ_RT_EXPORT_NAME_CAPACITY 112u
 #define CUDAQ_RT_HANDLER_SYMBOL_PREFIX "cudaq_rt_handler__"
+#define CUDAQ_RT_HANDLER_CALL_PREFIX "cudaq_rt_handler_call__"
 
 typedef struct cudaq_rt_export_record {
   uint32_t magic;       /* CUDAQ_RT_EXPORT_MAGIC */
@@ -82,10 +90,17 @@ typedef int (*cudaq_rt_handler_fn)(const void *input, void *output, uint32_t arg
 #define CUDAQ_RT_PICK_2_(a1, a2, chosen, ...) chosen
 #define CUDAQ_RT_EXPORT_HANDLER_SELF_(fn) CUDAQ_RT_EXPORT_HANDLER_AS_(fn, fn)
 #define CUDAQ_RT_EXPORT_HANDLER_AS_(fn, name)                                                      \
-  extern "C" {                                                                                     \
-  __device__ cudaq_rt_handler_fn cudaq_rt_handler__##name = fn;                                    \
-  }                                                                                                \
+  CUDAQ_RT_EXPORT_HANDLER_GLOBALS_(fn, name)                                                       \
   CUDAQ_RT_EXPORT_RECORD_(CUDAQ_RT_EXPORT_HANDLER_KIND, ::cudaq_rt::function_id(#name), name)
+/* The named call and the pointer global of a handler export (see the top of this file). */
+#define CUDAQ_RT_EXPORT_HANDLER_GLOBALS_(fn, name)                                                 \
+  extern "C" {                                                                                     \
+  __device__ int cudaq_rt_handler_call__##name(const void *input, void *output, uint32_t arg_len,  \
+                                               uint32_t max_result_len, uint32_t *result_len) {    \
+    return fn(input, output, arg_len, max_result_len, result_len);                                 \
+  }                                                                                                \
+  __device__ cudaq_rt_handler_fn cudaq_rt_handler__##name = cudaq_rt_handler_call__##name;         \
+  }
 
 /* As CUDAQ_RT_EXPORT_HANDLER (one or two arguments), and promises that `fn` may run in several
  * threads at once: it writes nothing but its own output and result_len (reads of shared tables
@@ -97,9 +112,7 @@ typedef int (*cudaq_rt_handler_fn)(const void *input, void *output, uint32_t arg
   (__VA_ARGS__)
 #define CUDAQ_RT_EXPORT_CONCURRENT_SELF_(fn) CUDAQ_RT_EXPORT_CONCURRENT_AS_(fn, fn)
 #define CUDAQ_RT_EXPORT_CONCURRENT_AS_(fn, name)                                                   \
-  extern "C" {                                                                                     \
-  __device__ cudaq_rt_handler_fn cudaq_rt_handler__##name = fn;                                    \
-  }                                                                                                \
+  CUDAQ_RT_EXPORT_HANDLER_GLOBALS_(fn, name)                                                       \
   CUDAQ_RT_EXPORT_RECORD_(CUDAQ_RT_EXPORT_CONCURRENT_HANDLER_KIND, ::cudaq_rt::function_id(#name), \
                           name)
 

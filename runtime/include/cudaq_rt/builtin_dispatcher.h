@@ -20,6 +20,9 @@ struct BuiltinDispatcher {
   // exported with CUDAQ_RT_EXPORT_HANDLER_CONCURRENT.
   bool concurrent;
   std::span<const uint8_t> fatbin; // one container, static for the life of the process
+  // The same kernel compiled with CUDAQ_RT_DIRECT_CALLS: it calls handlers through the unit of
+  // direct calls a whole-program link generates (direct_calls.h).
+  std::span<const uint8_t> direct_fatbin;
 };
 
 // The unified kernel ("builtin", the default) and the warp-wide one ("warp").

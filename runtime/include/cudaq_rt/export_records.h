@@ -20,6 +20,7 @@ struct ExportRecord {
   std::string name;
   uint32_t function_id = 0; // FNV-1a of name, for handlers
   bool concurrent = false;  // a handler exported with CUDAQ_RT_EXPORT_HANDLER_CONCURRENT
+  bool direct = false;      // a handler with a cudaq_rt_handler_call__<name> (record version 2)
 };
 
 // Parses every record of a .cudaq_rt_exports section; zero padding between records is skipped.
@@ -32,5 +33,7 @@ bool is_c_identifier(std::string_view name);
 
 // The device global that carries a handler's pointer: cudaq_rt_handler__<name>.
 std::string handler_symbol(const std::string &name);
+// The device function with C linkage that calls it: cudaq_rt_handler_call__<name> (exports.h).
+std::string handler_call_symbol(const std::string &name);
 
 } // namespace cudaq_rt

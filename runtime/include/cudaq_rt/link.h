@@ -118,7 +118,34 @@ public:
   // The packed code the plan was made from: a store refuses a package whose code was replaced.
   std::vector<std::tuple<Digest, Role, std::string>> packed; // packed_code()
 
+  // The generated unit of direct calls (direct_calls.h), linked right after the dispatcher (in
+  // per-TU mode, in its unit): in a whole-program link of a built-in kernel, which then takes
+  // its direct form, where the package has handlers callable by name; with a custom kernel
+  // always, which may call it (cudaq_rt/dispatch_framing.cuh). It is no container of the package
+  // but a function of its manifest: not among `inputs` (nor a link record's), its source's
+  // digest is part of the key. Compiled (NVRTC, about 40 ms) on first use, by the link that
+  // needs it: a plan whose cubin is found in the package or a cache never compiles it.
+  class DirectCalls {
+  public:
+    explicit DirectCalls(std::string source);
+    const std::string &source() const { return source_; }
+    const Digest &digest() const { return digest_; } // of the source
+    // The LTO-IR; thread-safe, compiled once.
+    Expected<std::span<const uint8_t>> ltoir(const std::string &subject) const;
+
+  private:
+    struct Compiled;
+    std::string source_;
+    Digest digest_;
+    std::shared_ptr<Compiled> compiled_;
+  };
+  std::optional<DirectCalls> direct_calls;
+
   std::vector<Digest> input_digests() const;
+  // A link record's inputs in `mode`: a whole-program link of a built-in dispatcher takes its
+  // direct form where the package has handlers callable by name, so the load path, which plans
+  // one mode, can still recognise the package's cubin linked in the other.
+  std::vector<Digest> input_digests(LtoMode mode) const;
   // Whether the inputs can be linked for `arch`; the error says what the package can serve.
   Status check_target(const TargetArch &arch) const;
   // What the link record says was passed to nvJitLink, and the key of the linked module. In
@@ -137,6 +164,8 @@ private:
   // What the inputs' spans point into: blob bytes, and mapped bridge libraries.
   std::vector<std::shared_ptr<const std::string>> blobs_;
   std::vector<std::shared_ptr<const InputFile>> files_;
+  // The digests of the built-in dispatcher's two forms, where they differ in this package.
+  std::optional<std::pair<Digest, Digest>> dispatcher_forms_;
 };
 
 // "ltoir sm_80, cubin sm_80", for messages about what an input holds.

@@ -74,6 +74,7 @@ struct ExportEntry {
   Role role = Role::application;
   std::vector<size_t> sources;
   bool concurrent = false; // handlers: safe to run in several threads at once (warp dispatcher)
+  bool direct = false;     // handlers: callable by name, cudaq_rt_handler_call__<name> (exports.h)
 };
 
 // A second wire name for a handler export (cudaq-rt-pack --alias NAME=HANDLER): the function table

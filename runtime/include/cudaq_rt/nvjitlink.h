@@ -14,6 +14,7 @@ struct NvJitLinkInput {
   std::string name; // shown in nvJitLink's log
   std::span<const uint8_t> fatbin;
   bool cubin = false; // the bytes are a relocatable cubin (a per-TU unit), not a fatbin container
+  bool ltoir = false; // the bytes are bare LTO-IR (NVRTC's: the unit of direct calls)
 };
 
 struct NvJitLinkResult {
