@@ -196,6 +196,20 @@ void start_push(int p, unsigned *dreq, unsigned *dresp, int *dstop, cudaStream_t
 }
 
 void start(const Row &r, unsigned *dreq, unsigned *dresp, int *dstop, cudaStream_t s) {
+  if (r.push == kFenceGpu && r.packed) {
+    if (r.k == 1 && r.m == 5)
+      return (void)(serve<1, 5, true, kFenceGpu, true><<<1, 1, 0, s>>>(dreq, dresp, dstop));
+    if (r.k == 5 && r.m == 5)
+      return (void)(serve<5, 5, true, kFenceGpu, true><<<1, 1, 0, s>>>(dreq, dresp, dstop));
+    if (r.k == 5 && r.m == 2)
+      return (void)(serve<5, 2, true, kFenceGpu, true><<<1, 1, 0, s>>>(dreq, dresp, dstop));
+  }
+  if (r.push == kFenceGpu && r.k == 1 && r.m == 5)
+    return (void)(serve<1, 5, true, kFenceGpu><<<1, 1, 0, s>>>(dreq, dresp, dstop));
+  if (r.push == kFenceGpu && r.k == 5 && r.m == 1)
+    return (void)(serve<5, 1, true, kFenceGpu><<<1, 1, 0, s>>>(dreq, dresp, dstop));
+  if (r.packed && r.push == kFenceSc && r.k == 5 && r.m == 2)
+    return (void)(serve<5, 2, true, kFenceSc, true><<<1, 1, 0, s>>>(dreq, dresp, dstop));
   if (r.packed && r.push == kFenceSc && r.k == 5 && r.m == 5)
     return (void)(serve<5, 5, true, kFenceSc, true><<<1, 1, 0, s>>>(dreq, dresp, dstop));
   if (r.packed && r.push == kFenceSc && r.k == 1 && r.m == 5)
@@ -295,11 +309,23 @@ int main(int argc, char **argv) {
       {1, 5, true, false, false, kFenceSc}, {1, 5, true, false, false, kFenceSc, true},
       {5, 5, true, false, false, kFenceSc}, {5, 5, true, false, false, kFenceSc, true},
       {1, 1, true, false, false, kFenceSc}};
+  // ./ring_lines N gpu: the GPU-scope fence against the system-scope one, with the response's
+  // cells on lines of their own or on one.
+  const Row gpu_rows[] = {
+      {1, 1, true, false, false, kFenceSc},        {1, 1, true, false, false, kFenceGpu},
+      {5, 1, true, false, false, kFenceSc},        {5, 1, true, false, false, kFenceGpu},
+      {1, 5, true, false, false, kFenceGpu},       {1, 5, true, false, false, kFenceGpu, true},
+      {5, 5, true, false, false, kFenceGpu},       {5, 5, true, false, false, kFenceGpu, true},
+      {5, 2, true, false, false, kFenceSc, true},  {5, 2, true, false, false, kFenceGpu, true},
+      {5, 5, true, false, false, kFenceSc, true},  {1, 1, true, false, false, kFenceSc},
+      {1, 1, true, false, false, kFenceGpu},       {5, 2, true, false, false, kFenceGpu, true}};
+  const bool only_gpu = argc > 2 && std::strcmp(argv[2], "gpu") == 0;
   const bool only_packed = argc > 2 && std::strcmp(argv[2], "packed") == 0;
   std::printf("k m flag stores push                 min    p50    p90    p99 us\n");
-  const Row *first = only_packed ? packed_rows : rows;
-  const size_t count_rows =
-      only_packed ? sizeof packed_rows / sizeof packed_rows[0] : sizeof rows / sizeof rows[0];
+  const Row *first = only_gpu ? gpu_rows : only_packed ? packed_rows : rows;
+  const size_t count_rows = only_gpu      ? sizeof gpu_rows / sizeof gpu_rows[0]
+                            : only_packed ? sizeof packed_rows / sizeof packed_rows[0]
+                                          : sizeof rows / sizeof rows[0];
   for (const Row *row = first; row != first + count_rows; ++row) {
     const Row &r = *row;
     std::memset(req, 0, bytes);
