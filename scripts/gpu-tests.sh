@@ -14,27 +14,26 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export CUDAQ_RT_BRIDGE_PATH="$b/lib/cudaq-rt/bridges" CUDAQ_RT_CACHE_DIR="$tmp/cache"
 status=0
+# loopback PACKAGE [ARGS...]: the loopback protocol test over PACKAGE.
+loopback() {
+  local pkg=$1
+  shift
+  "$b/tests/gpu/loopback_dispatch_test" \
+    --bridge "$b/lib/cudaq-rt/bridges/libcudaq_rt_bridge_loopback.so" --package "$pkg" "$@" ||
+    status=1
+}
 echo "== gpu.example_package + gpu.loopback_dispatch"
 if bash "$here/tests/gpu/link_example.sh" "$b/bin/cudaq-rt-pack" "$b/bin/cudaq-rt-link" \
      "$b/examples/cudaq_rt_example_app" "$tmp/example" >/dev/null; then
-  want loopback && { "$b/tests/gpu/loopback_dispatch_test" \
-    --bridge "$b/lib/cudaq-rt/bridges/libcudaq_rt_bridge_loopback.so" \
-    --package "$tmp/example/example.cudaqpkg" || status=1; }
   if want loopback; then
+    loopback "$tmp/example/example.cudaqpkg"
     echo "== gpu.loopback_dispatch_warp"
-    "$b/tests/gpu/loopback_dispatch_test" \
-      --bridge "$b/lib/cudaq-rt/bridges/libcudaq_rt_bridge_loopback.so" \
-      --package "$tmp/example/example.cudaqpkg" --dispatcher warp --slots 256 --many 1000000 ||
-      status=1
+    loopback "$tmp/example/example.cudaqpkg" --dispatcher warp --slots 256 --many 1000000
     echo "== gpu.loopback_dispatch_lanes"
-    "$b/tests/gpu/loopback_dispatch_test" \
-      --bridge "$b/lib/cudaq-rt/bridges/libcudaq_rt_bridge_loopback.so" \
-      --package "$tmp/example/example.cudaqpkg" --layout lanes || status=1
+    loopback "$tmp/example/example.cudaqpkg" --layout lanes
     echo "== gpu.loopback_dispatch_warp_slots"
-    "$b/tests/gpu/loopback_dispatch_test" \
-      --bridge "$b/lib/cudaq-rt/bridges/libcudaq_rt_bridge_loopback.so" \
-      --package "$tmp/example/example.cudaqpkg" --dispatcher warp --slots 256 --layout slots \
-      --many 100000 || status=1
+    loopback "$tmp/example/example.cudaqpkg" --dispatcher warp --slots 256 --layout slots \
+      --many 100000
   fi
 else
   echo "link_example.sh failed"; status=1
@@ -64,14 +63,9 @@ if want whole; then
   echo "== gpu.example_package_whole + gpu.loopback_dispatch_whole"
   if CUDAQ_RT_LTO=whole bash "$here/tests/gpu/link_example.sh" "$b/bin/cudaq-rt-pack" \
        "$b/bin/cudaq-rt-link" "$b/examples/cudaq_rt_example_app" "$tmp/whole" >/dev/null; then
-    "$b/tests/gpu/loopback_dispatch_test" \
-      --bridge "$b/lib/cudaq-rt/bridges/libcudaq_rt_bridge_loopback.so" \
-      --package "$tmp/whole/example.cudaqpkg" || status=1
+    loopback "$tmp/whole/example.cudaqpkg"
     echo "== gpu.loopback_dispatch_warp_whole"
-    "$b/tests/gpu/loopback_dispatch_test" \
-      --bridge "$b/lib/cudaq-rt/bridges/libcudaq_rt_bridge_loopback.so" \
-      --package "$tmp/whole/example.cudaqpkg" --dispatcher warp --slots 256 --many 1000000 ||
-      status=1
+    loopback "$tmp/whole/example.cudaqpkg" --dispatcher warp --slots 256 --many 1000000
     echo "== gpu.capi_whole"
     CUDAQ_RT_LTO=whole CUDAQ_RT_CACHE_DIR="$tmp/capi-whole-cache" timeout 120 \
       "$b/tests/capi/capi_test" --gpu "$tmp/whole/example.cudaqpkg" || status=1
