@@ -312,13 +312,13 @@ int main(int argc, char **argv) {
   // ./ring_lines N gpu: the GPU-scope fence against the system-scope one, with the response's
   // cells on lines of their own or on one.
   const Row gpu_rows[] = {
-      {1, 1, true, false, false, kFenceSc},        {1, 1, true, false, false, kFenceGpu},
-      {5, 1, true, false, false, kFenceSc},        {5, 1, true, false, false, kFenceGpu},
-      {1, 5, true, false, false, kFenceGpu},       {1, 5, true, false, false, kFenceGpu, true},
-      {5, 5, true, false, false, kFenceGpu},       {5, 5, true, false, false, kFenceGpu, true},
-      {5, 2, true, false, false, kFenceSc, true},  {5, 2, true, false, false, kFenceGpu, true},
-      {5, 5, true, false, false, kFenceSc, true},  {1, 1, true, false, false, kFenceSc},
-      {1, 1, true, false, false, kFenceGpu},       {5, 2, true, false, false, kFenceGpu, true}};
+      {1, 1, true, false, false, kFenceSc},       {1, 1, true, false, false, kFenceGpu},
+      {5, 1, true, false, false, kFenceSc},       {5, 1, true, false, false, kFenceGpu},
+      {1, 5, true, false, false, kFenceGpu},      {1, 5, true, false, false, kFenceGpu, true},
+      {5, 5, true, false, false, kFenceGpu},      {5, 5, true, false, false, kFenceGpu, true},
+      {5, 2, true, false, false, kFenceSc, true}, {5, 2, true, false, false, kFenceGpu, true},
+      {5, 5, true, false, false, kFenceSc, true}, {1, 1, true, false, false, kFenceSc},
+      {1, 1, true, false, false, kFenceGpu},      {5, 2, true, false, false, kFenceGpu, true}};
   const bool only_gpu = argc > 2 && std::strcmp(argv[2], "gpu") == 0;
   const bool only_packed = argc > 2 && std::strcmp(argv[2], "packed") == 0;
   std::printf("k m flag stores push                 min    p50    p90    p99 us\n");

@@ -35,7 +35,9 @@ Expected<CubinChoice> select_cubin(const Package &package, const LinkPlan &plan,
 
   // 1. The package. A mode asked for by name takes only a cubin linked in that mode; otherwise
   // the package's cubin serves whichever mode it was linked in.
-  // (A whole-program link of a built-in dispatcher takes its direct form: input_digests(mode).)
+  // A whole-program link of a built-in dispatcher takes its direct form (input_digests(mode)),
+  // but the fallback from per-TU mode to one (LinkPlan::as_whole_fallback) the plain one: a
+  // whole-program record may hold either.
   const std::vector<Digest> per_tu_inputs = plan.input_digests(LtoMode::per_tu);
   const std::vector<Digest> whole_inputs = plan.input_digests(LtoMode::whole);
   bool stale = false;
@@ -49,7 +51,7 @@ Expected<CubinChoice> select_cubin(const Package &package, const LinkPlan &plan,
                             lto_mode_name(*plan.settings.lto_mode), ": not used"));
       continue;
     }
-    if (l.inputs != (l.mode == "lto-per-tu" ? per_tu_inputs : whole_inputs)) {
+    if (l.inputs != per_tu_inputs && (l.mode == "lto-per-tu" || l.inputs != whole_inputs)) {
       stale = true;
       continue;
     }

@@ -5,6 +5,7 @@
 #include "cudaq_rt/capi_gpu.h"
 #include "cudaq_rt/client.h"
 #include "cudaq_rt/cudaq_rt.h"
+#include "cudaq_rt/nvjitlink.h"
 #include "cudaq_rt/pack.h"
 #include "cudaq_rt/package.h"
 #include "cudaq_rt/serve.h"
@@ -252,6 +253,30 @@ TEST_CASE("a package's cubin serves any mode, unless a mode is asked for by name
   REQUIRE(per_tu_inputs.size() == whole_inputs.size());
   CHECK(per_tu_inputs[0] != whole_inputs[0]);
   CHECK(std::equal(per_tu_inputs.begin() + 1, per_tu_inputs.end(), whole_inputs.begin() + 1));
+}
+
+TEST_CASE("the whole program the per-TU fallback linked serves the next start from the package") {
+  // That link takes the built-in kernel's plain form, not the direct one --lto whole takes.
+  Fixture &f = fixture();
+  const fs::path pkg = f.fresh_copy("fallback");
+  FakeGpu gpu;
+  ::setenv(force_whole_link_env, "1", 1);
+  LoadOptions store = f.options(pkg, "");
+  store.policy.store = true;
+  auto linked = Server::start(store, gpu);
+  ::unsetenv(force_whole_link_env);
+  REQUIRE_MESSAGE(linked, error_of(linked));
+  CHECK((*linked)->report().source == CubinSource::link);
+  CHECK((*linked)->report().record.mode == "lto");
+  linked->reset();
+
+  LoadOptions no_link = f.options(pkg, "");
+  no_link.policy.allow_link = false;
+  auto served = Server::start(no_link, gpu);
+  REQUIRE_MESSAGE(served, error_of(served));
+  CHECK((*served)->report().source == CubinSource::package);
+  const std::vector<std::string> &warnings = (*served)->report().warnings;
+  CHECK(warnings.empty());
 }
 
 TEST_CASE("with linking at load off, a GPU the package and cache have no cubin for is refused") {
