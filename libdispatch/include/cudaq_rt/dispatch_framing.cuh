@@ -203,9 +203,10 @@ cudaq_rt_write_response_header(cudaq_rt_response_header *resp, int32_t status, u
  * name, so that LTO can inline the handler into the kernel; any other pointer (a table the
  * application gave, a handler exported by older macros) is called through. A call through a
  * pointer costs the 8-byte echo about 430 cycles more than the same echo inlined on the H200
- * (bench/probe/call_cost.cu). A kernel compiled with CUDAQ_RT_DIRECT_CALLS defined (the built-in
- * kernels' direct form) calls handlers through it; such a kernel, or one that calls it itself,
- * links in whole mode only, where the function is generated. */
+ * (bench/probe/call_cost.cu). A kernel compiled with CUDAQ_RT_DIRECT_CALLS defined calls handlers
+ * through it: the built-in kernels' direct form, which cudaq-rt-link takes in whole mode only. A
+ * custom kernel's link gets the function in either mode (per TU, in the kernel's unit: a call by
+ * name into another unit is still a call), so a custom kernel may call it or define the macro. */
 extern "C" __device__ int cudaq_rt_call_direct(uint32_t function_id, cudaq_rt_handler_fn handler,
                                                const void *input, void *output, uint32_t arg_len,
                                                uint32_t max_result_len, uint32_t *result_len);
