@@ -7,12 +7,15 @@
 
 #include "cudaq_rt/atomic_file.h"
 #include "cudaq_rt/cubin.h"
+#include "cudaq_rt/exports.h"
 #include "cudaq_rt/nvjitlink.h"
 #include "cudaq_rt/package.h"
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
+#include <cstring>
 #include <ctime>
 #include <functional>
 #include <set>
@@ -47,8 +50,23 @@ Error explain_failure(const std::string &subject, const std::string &arch,
     details +=
         cat("  ", in.name, "  ", in.digest.short_str(), "  (", describe_entries(in.entries), ")\n");
   std::string why;
-  if (f.error_log.find("Unresolved extern") != std::string::npos ||
-      f.error_log.find("ndefined reference") != std::string::npos)
+  // The unit of direct calls names each direct handler's cudaq_rt_handler_call__<name>: code whose
+  // export record says version 2 without the macros that define it (a hand-written export) ends
+  // here.
+  const size_t call = f.error_log.find(CUDAQ_RT_HANDLER_CALL_PREFIX);
+  if (call != std::string::npos) {
+    const size_t start = call + std::strlen(CUDAQ_RT_HANDLER_CALL_PREFIX);
+    size_t end = start;
+    while (end < f.error_log.size() &&
+           (std::isalnum(static_cast<unsigned char>(f.error_log[end])) || f.error_log[end] == '_'))
+      ++end;
+    why = cat("handler ", quote(f.error_log.substr(start, end - start)),
+              " has an export record of version 2, which promises the function ",
+              CUDAQ_RT_HANDLER_CALL_PREFIX,
+              "<name> that a whole-program link calls, but its code "
+              "does not define it (export it with CUDAQ_RT_EXPORT_HANDLER, or link per TU): ");
+  } else if (f.error_log.find("Unresolved extern") != std::string::npos ||
+             f.error_log.find("ndefined reference") != std::string::npos)
     why = "unresolved symbol: ";
   else if (f.result == 13)
     why = "an input's LTO-IR is for a newer arch: ";

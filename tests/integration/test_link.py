@@ -46,6 +46,7 @@ class LinkTest(unittest.TestCase):
             (os.path.join(HANDLERS, "bits.cu"), "bits.o"),
             (os.path.join(INPUTS, "unresolved.cu"), "unresolved.o"),
             (os.path.join(INPUTS, "unused_kernel.cu"), "unused_kernel.o"),
+            (os.path.join(INPUTS, "hand_export.cu"), "hand_export.o"),
             (t("bits_changed.cu"), "bits_changed.o")]]
         with concurrent.futures.ThreadPoolExecutor(max_workers=2) as ex:  # nvcc is slow
             list(ex.map(check, compiles))
@@ -56,6 +57,7 @@ class LinkTest(unittest.TestCase):
         check([PACK, "-o", t("base"), "-n", "changed", t("arith.o"), t("decode.o"),
                t("bits_changed.o")])
         check([PACK, "-o", t("base"), "-n", "nobits", t("arith.o"), t("decode.o")])
+        check([PACK, "-o", t("base"), "-n", "hand", t("hand_export.o")])
         cls.base = t("base/app.cudaqpkg")
         cls.base_manifest = json.loads(read(os.path.join(cls.base, "manifest.json")))
         # LTO-IR from a newer toolkit and from another major: arith.o's container with the
@@ -691,6 +693,18 @@ class LinkTest(unittest.TestCase):
         self.assertEqual(old_record["inputs"], per_tu)
         self.assertNotEqual(old_record["cache_key"], records["whole"]["cache_key"])
         self.assertFalse(os.path.exists(os.path.join(old_temps, "sm_90", "direct_calls.cu")))
+
+    def test_a_hand_written_export_without_its_named_call_is_named_in_whole_mode(self):
+        pkg, cache = self.fresh("hand")
+        self.assertIs(self.manifest(pkg)["exports"][0].get("direct"), True)
+        line, _ = self.link_fails(pkg, ["--arch", "sm_90", "--lto", "whole"],
+                                  ["sm_90: nvJitLink failed", "handler 'twice' has an export "
+                                   "record of version 2", "cudaq_rt_handler_call__<name>",
+                                   "export it with CUDAQ_RT_EXPORT_HANDLER, or link per TU"])
+        self.assertIn("cudaq_rt_handler_call__twice", line)
+        # Per TU the table's pointer is all the kernel calls: it links.
+        doc = self.link_json(pkg, "--arch", "sm_90", "--lto", "per-tu", cache=cache)
+        self.assertEqual(doc["archs"][0]["lto"], "per-tu")
 
     def test_a_call_into_another_unit_is_a_real_call_per_tu(self):
         # decode.cu's parity calls bits.cu's popcount_bytes: compiled alone, decode.cu leaves the
