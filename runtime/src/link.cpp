@@ -175,8 +175,12 @@ ArchLink describe_arch(const LinkPlan &plan, const TargetArch &arch) {
   a.arch = arch.str();
   a.options = plan.options(arch);
   a.key = plan.key(arch);
-  for (const LinkInput &in : plan.inputs)
+  for (const LinkInput &in : plan.inputs) {
     a.input_names.push_back(in.name);
+    if (plan.direct_calls && a.input_names.size() == 1) // where link_whole and the units add it
+      a.input_names.push_back(
+          cat(direct_calls_input_name, " ", plan.direct_calls->digest().short_str()));
+  }
   return a;
 }
 

@@ -649,8 +649,15 @@ class LinkTest(unittest.TestCase):
         temps = os.path.join(os.path.dirname(pkg), "temps")
         records, containers = {}, {}
         for mode in ("whole", "per-tu"):  # a link replaces the arch's record of the other mode
-            self.link_json(pkg, "--arch", "sm_90", "--lto", mode,
-                           *(["--save-temps", temps] if mode == "whole" else []), cache=cache)
+            doc = self.link_json(pkg, "--arch", "sm_90", "--lto", mode,
+                                 *(["--save-temps", temps] if mode == "whole" else []),
+                                 cache=cache)
+            # The generated unit, named after the dispatcher (whole only: per TU the built-in
+            # kernel calls through the table).
+            names = doc["archs"][0]["inputs"]
+            self.assertEqual(names[0], "dispatcher builtin")
+            self.assertEqual(names[1].startswith("direct calls (generated) sha256:"),
+                             mode == "whole", names)
             m = self.manifest(pkg)
             self.assertEqual(validate_schema.validate(self.schema, m), [])
             records[mode] = m["links"][0]

@@ -191,8 +191,10 @@ struct UnitLink {
 struct ArchLink {
   std::string arch;
   LinkKey key;
-  std::vector<std::string> input_names; // "dispatcher builtin", "bridge loopback #0", "app.o #1"
-  std::vector<std::string> options;     // as passed to nvJitLink
+  // "dispatcher builtin", "bridge loopback #0", "app.o #1"; and, where the link adds it, "direct
+  // calls (generated) sha256:<12 hex digits of its source's digest>" after the dispatcher.
+  std::vector<std::string> input_names;
+  std::vector<std::string> options; // as passed to nvJitLink
   bool cache_hit = false;
   bool remote_hit = false;          // the hit came from the remote cache
   double time_ms = 0;               // this run: the link, or the cache lookup
