@@ -5,7 +5,7 @@
 //                                request's stage times go to cudaq_rt_bench_stage_log, which the
 //                                bench reads after the kernel stopped;
 //   cudaq_rt_bench_stages_direct the same, calling handlers through the unit of direct calls
-//                                (cudaq_rt_call_direct: linked whole only);
+//                                (cudaq_rt_call_direct; linked whole, the handlers are inlined);
 //   cudaq_rt_bench_global_table  the unified kernel with the function table left in device
 //                                memory (what the table in shared memory buys);
 //   cudaq_rt_bench_no_cache      the unified kernel without its handler cache;
@@ -62,24 +62,11 @@ __device__ __forceinline__ cudaq_rt_answer answer_stamped(const cudaq_rt_dispatc
       status = CUDAQ_RT_STATUS_UNKNOWN_FUNCTION;
   }
   t[1] = clock64();
-  if (handler) {
-    if (direct) {
-      const uint32_t max_result_len = p.slot_size - CUDAQ_RT_HEADER_SIZE;
-      status = cudaq_rt_call_direct(h.function_id, handler,
-                                    static_cast<const char *>(request) + CUDAQ_RT_HEADER_SIZE,
-                                    static_cast<char *>(response) + CUDAQ_RT_HEADER_SIZE, h.arg_len,
-                                    max_result_len, &result_len);
-      // cudaq_rt_call_handler_id_len's checks, as the built-in kernels make them
-      const bool fault = status < 0, too_large = !fault & (result_len > max_result_len);
-      result_len = fault | too_large ? 0u : result_len;
-      status = fault       ? CUDAQ_RT_STATUS_HANDLER_FAULT
-               : too_large ? CUDAQ_RT_STATUS_RESULT_TOO_LARGE
-                           : status;
-    } else {
-      status = cudaq_rt_call_handler_len(handler, request, response, h.arg_len, p.slot_size,
-                                         &result_len);
-    }
-  }
+  if (handler)
+    status = direct ? cudaq_rt_call_handler_direct_len(h.function_id, handler, request, response,
+                                                       h.arg_len, p.slot_size, &result_len)
+                    : cudaq_rt_call_handler_len(handler, request, response, h.arg_len, p.slot_size,
+                                                &result_len);
   t[2] = clock64();
   const cudaq_rt_answer a = {status, result_len, h.request_id, h.ptp_timestamp};
   return a;
@@ -151,7 +138,8 @@ extern "C" __global__ void cudaq_rt_bench_stages(cudaq_rt_dispatch_params p) {
 }
 CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_stages);
 
-// The stage kernel calling handlers through the unit of direct calls: links whole only.
+// The stage kernel calling handlers through the unit of direct calls (cudaq_rt_call_direct): linked
+// whole, as the bench does, the handlers are inlined; per TU each is a call by name.
 extern "C" __global__ void cudaq_rt_bench_stages_direct(cudaq_rt_dispatch_params p) {
   stages<true>(p);
 }

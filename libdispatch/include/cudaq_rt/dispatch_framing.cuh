@@ -217,6 +217,23 @@ extern "C" __device__ int cudaq_rt_call_direct(uint32_t function_id, cudaq_rt_ha
 #define CUDAQ_RT_CALL_(function_id, handler, ...) handler(__VA_ARGS__)
 #endif
 
+/* Holds a handler that returned `status` to its contract: the status to answer, and *result_len
+ * (0 whenever the result is not sent). Negative statuses are the protocol's (wire.h): passed
+ * through, a handler's -1 would read as "unknown function". It broke its contract, so its result
+ * is not sent either, and the frame counts as a protocol error. A handler that claims more than it
+ * was given room for may have written past the frame; what it wrote cannot be trusted, so none of
+ * it is sent. (Selects, not branches, as in cudaq_rt_validate_fields.) */
+static __device__ __forceinline__ int cudaq_rt_handler_outcome(int status, uint32_t max_result_len,
+                                                               uint32_t *result_len) {
+  const uint32_t len = *result_len;
+  const bool fault = status < 0;
+  const bool too_large = !fault & (len > max_result_len);
+  *result_len = fault | too_large ? 0u : len;
+  return fault       ? CUDAQ_RT_STATUS_HANDLER_FAULT
+         : too_large ? CUDAQ_RT_STATUS_RESULT_TOO_LARGE
+                     : status;
+}
+
 /* cudaq_rt_call_handler_len for the handler of `function_id` (the table's row it came from):
  * the id lets a kernel built with CUDAQ_RT_DIRECT_CALLS call it directly. */
 static __device__ __forceinline__ int
@@ -228,18 +245,20 @@ cudaq_rt_call_handler_id_len(uint32_t function_id, cudaq_rt_handler_fn handler, 
   const int status =
       CUDAQ_RT_CALL_(function_id, handler, (const char *)request + CUDAQ_RT_HEADER_SIZE,
                      (char *)response + CUDAQ_RT_HEADER_SIZE, arg_len, max_result_len, result_len);
-  /* Negative statuses are the protocol's (wire.h): passed through, a handler's -1 would read as
-   * "unknown function". It broke its contract, so its result is not sent either, and the frame
-   * counts as a protocol error. A handler that claims more than it was given room for may have
-   * written past the frame; what it wrote cannot be trusted, so none of it is sent. (Selects,
-   * not branches, as in cudaq_rt_validate_fields.) */
-  const uint32_t len = *result_len;
-  const bool fault = status < 0;
-  const bool too_large = !fault & (len > max_result_len);
-  *result_len = fault | too_large ? 0u : len;
-  return fault       ? CUDAQ_RT_STATUS_HANDLER_FAULT
-         : too_large ? CUDAQ_RT_STATUS_RESULT_TOO_LARGE
-                     : status;
+  return cudaq_rt_handler_outcome(status, max_result_len, result_len);
+}
+
+/* cudaq_rt_call_handler_id_len through cudaq_rt_call_direct whatever CUDAQ_RT_DIRECT_CALLS says,
+ * for a kernel that calls handlers both ways (bench/rtt/rtt_kernels.cu). */
+static __device__ __forceinline__ int
+cudaq_rt_call_handler_direct_len(uint32_t function_id, cudaq_rt_handler_fn handler,
+                                 const void *request, void *response, uint32_t arg_len,
+                                 uint32_t slot_size, uint32_t *result_len) {
+  const uint32_t max_result_len = slot_size - CUDAQ_RT_HEADER_SIZE;
+  const int status = cudaq_rt_call_direct(
+      function_id, handler, (const char *)request + CUDAQ_RT_HEADER_SIZE,
+      (char *)response + CUDAQ_RT_HEADER_SIZE, arg_len, max_result_len, result_len);
+  return cudaq_rt_handler_outcome(status, max_result_len, result_len);
 }
 
 /* Calls a validated request's handler (arg_len: its header's) with max_result_len = slot_size -
