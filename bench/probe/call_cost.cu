@@ -12,6 +12,8 @@
 //   nvcc -O2 -arch=sm_90 call_cost.cu -o call_cost && ./call_cost
 //
 // Prints: the row, then min/p50/p90 of the stamped span in cycles.
+#include "probe.h"
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -19,15 +21,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
-
-#define CHECK(x)                                                                                   \
-  do {                                                                                             \
-    cudaError_t e_ = (x);                                                                          \
-    if (e_ != cudaSuccess) {                                                                       \
-      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));                                \
-      std::exit(1);                                                                                \
-    }                                                                                              \
-  } while (0)
 
 namespace {
 typedef int (*handler_fn)(const void *, void *, uint32_t, uint32_t, uint32_t *);

@@ -19,6 +19,8 @@
 //   nvcc -O2 -arch=sm_90 poll_overlap.cu -o poll_overlap && ./poll_overlap 100000
 //
 // Prints per row min/p50/p90/p99 of the round trip in us, and the GPU's loads per request.
+#include "probe.h"
+
 #include <cuda_runtime.h>
 #include <emmintrin.h>
 
@@ -29,33 +31,11 @@
 #include <cstring>
 #include <vector>
 
-#define CHECK(x)                                                                                   \
-  do {                                                                                             \
-    cudaError_t e_ = (x);                                                                          \
-    if (e_ != cudaSuccess) {                                                                       \
-      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));                                \
-      std::exit(1);                                                                                \
-    }                                                                                              \
-  } while (0)
-
 namespace {
 constexpr int kMaxMirrors = 8;
 constexpr int kLineCells = 8; // 16-byte cells per 128-byte line
 constexpr unsigned kStop = 0x7FFFFFFFu;
 
-__device__ __forceinline__ uint4 load16(const uint4 *p) {
-  uint4 v;
-  asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p)
-               : "memory");
-  return v;
-}
-__device__ __forceinline__ void store16(uint4 *p, uint4 v) {
-  asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y),
-               "r"(v.z), "r"(v.w)
-               : "memory");
-}
 __device__ __forceinline__ bool valid(const uint4 &r, unsigned seen) {
   return r.x != seen && r.x == r.w && r.z == 3u * r.x;
 }

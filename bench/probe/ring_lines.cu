@@ -11,6 +11,8 @@
 //   nvcc -O2 -arch=sm_90 ring_lines.cu -o ring_lines && ./ring_lines 100000
 //
 // Prints: k, m, flag, stores, then min/p50/p90/p99 of the round trip in us.
+#include "probe.h"
+
 #include <cuda_runtime.h>
 #include <emmintrin.h>
 
@@ -21,32 +23,9 @@
 #include <cstring>
 #include <vector>
 
-#define CHECK(x)                                                                                   \
-  do {                                                                                             \
-    cudaError_t e_ = (x);                                                                          \
-    if (e_ != cudaSuccess) {                                                                       \
-      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));                                \
-      std::exit(1);                                                                                \
-    }                                                                                              \
-  } while (0)
-
 namespace {
 constexpr int kMaxCells = 8;
 constexpr int kLineInts = 32; // 128 bytes
-
-__device__ __forceinline__ uint4 load16(const uint4 *p) {
-  uint4 v;
-  asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p)
-               : "memory");
-  return v;
-}
-__device__ __forceinline__ void store16(uint4 *p, uint4 v) {
-  asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y),
-               "r"(v.z), "r"(v.w)
-               : "memory");
-}
 
 // How the response leaves the SM: 0 posted stores alone; 1 then fence.sc.sys
 // (__threadfence_system); 2 then fence.acq_rel.sys; 3 cell 0 stored st.release.sys; 4 every cell

@@ -175,12 +175,11 @@ ArchLink describe_arch(const LinkPlan &plan, const TargetArch &arch) {
   a.arch = arch.str();
   a.options = plan.options(arch);
   a.key = plan.key(arch);
-  for (const LinkInput &in : plan.inputs) {
+  for (const LinkInput &in : plan.inputs)
     a.input_names.push_back(in.name);
-    if (plan.direct_calls && a.input_names.size() == 1) // where link_whole and the units add it
-      a.input_names.push_back(
-          cat(direct_calls_input_name, " ", plan.direct_calls->digest().short_str()));
-  }
+  if (plan.direct_calls && !a.input_names.empty()) // where add_direct_calls puts it
+    a.input_names.insert(a.input_names.begin() + 1, cat(direct_calls_input_name, " ",
+                                                        plan.direct_calls->digest().short_str()));
   return a;
 }
 
@@ -307,20 +306,27 @@ void fail_link(const LinkPlan &plan, ArchJob &j, const NvJitLinkFailure &f, std:
   j.done = true;
 }
 
+// The plan's unit of direct calls, if it has one, right after the dispatcher that calls it
+// (inputs[0], in a whole-program link or the dispatcher's unit).
+Status add_direct_calls(const LinkPlan &plan, std::vector<NvJitLinkInput> &inputs) {
+  if (!plan.direct_calls || inputs.empty())
+    return Status::ok();
+  auto ltoir = plan.direct_calls->ltoir(plan.subject);
+  if (!ltoir)
+    return ltoir.error();
+  inputs.insert(inputs.begin() + 1, {direct_calls_input_name, *ltoir, false, true});
+  return Status::ok();
+}
+
 // Whole mode: one link of every input.
 void link_whole(const LinkPlan &plan, const LinkCache &cache, ArchJob &j) {
   std::vector<NvJitLinkInput> inputs;
-  for (const LinkInput &in : plan.inputs) {
+  for (const LinkInput &in : plan.inputs)
     inputs.push_back({in.name, in.bytes});
-    if (plan.direct_calls && inputs.size() == 1) { // right after the dispatcher that calls it
-      auto ltoir = plan.direct_calls->ltoir(plan.subject);
-      if (!ltoir) {
-        j.a.error = ltoir.error();
-        j.done = true;
-        return;
-      }
-      inputs.push_back({direct_calls_input_name, *ltoir, false, true});
-    }
+  if (auto st = add_direct_calls(plan, inputs); !st) {
+    j.a.error = st.error();
+    j.done = true;
+    return;
   }
   NvJitLinkOutcome out = nvjitlink_link(j.a.options, inputs);
   if (!out.ok)
@@ -375,16 +381,11 @@ UnitOutcome compile_unit(const LinkPlan &plan, const TargetArch &arch, const Lin
     o.info_log = hit->metadata.info_log;
   } else {
     std::vector<NvJitLinkInput> inputs;
-    for (size_t k = u.first; k < u.first + u.count; ++k) {
+    for (size_t k = u.first; k < u.first + u.count; ++k)
       inputs.push_back({plan.inputs[k].name, plan.inputs[k].bytes});
-      if (u.dispatcher && plan.direct_calls && k == u.first) { // as in link_whole
-        auto ltoir = plan.direct_calls->ltoir(plan.subject);
-        if (!ltoir) {
-          o.error = ltoir.error();
-          return o;
-        }
-        inputs.push_back({direct_calls_input_name, *ltoir, false, true});
-      }
+    if (auto st = u.dispatcher ? add_direct_calls(plan, inputs) : Status::ok(); !st) {
+      o.error = st.error();
+      return o;
     }
     NvJitLinkOutcome out = nvjitlink_link(plan.unit_options(arch), inputs);
     if (!out.ok) {

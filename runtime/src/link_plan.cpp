@@ -376,19 +376,21 @@ Expected<LinkPlan> plan_link(const Package &pkg, const LinkSettings &settings) {
     // Its direct form where the package has handlers to call by name: taken by a whole-program
     // link (per TU, each handler is in a unit of its own, and a call by name would still be a
     // call), together with the unit of direct calls generated for the package (below).
+    Digest digest = sha256(parsed->bytes);
     if (direct_handlers) {
       auto direct = parse_container(
           b->direct_fatbin, cat("built-in dispatcher ", b->name, " (direct calls)"), "fatbin");
       if (!direct)
         return std::move(direct).take_error();
-      plan.dispatcher_forms_.emplace(sha256(parsed->bytes), sha256(direct->bytes));
+      const Digest direct_digest = sha256(direct->bytes);
+      plan.dispatcher_forms_.emplace(digest, direct_digest);
       if (requested_mode.value_or(default_lto_mode) == LtoMode::whole) {
         parsed = std::move(direct);
+        digest = direct_digest;
         plan.direct_calls.emplace(direct_calls_source(m));
       }
     }
-    NewContainer nc{container_record(*parsed, sha256(parsed->bytes), Role::dispatcher, ""),
-                    std::nullopt};
+    NewContainer nc{container_record(*parsed, digest, Role::dispatcher, ""), std::nullopt};
     nc.record.added_by = "cudaq-rt-link";
     plan.inputs.push_back(
         {cat("dispatcher ", b->name), nc.record.digest, parsed->bytes, nc.record.entries});

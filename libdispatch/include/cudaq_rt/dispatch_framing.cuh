@@ -210,12 +210,6 @@ cudaq_rt_write_response_header(cudaq_rt_response_header *resp, int32_t status, u
 extern "C" __device__ int cudaq_rt_call_direct(uint32_t function_id, cudaq_rt_handler_fn handler,
                                                const void *input, void *output, uint32_t arg_len,
                                                uint32_t max_result_len, uint32_t *result_len);
-#ifdef CUDAQ_RT_DIRECT_CALLS
-#define CUDAQ_RT_CALL_(function_id, handler, ...)                                                  \
-  cudaq_rt_call_direct(function_id, handler, __VA_ARGS__)
-#else
-#define CUDAQ_RT_CALL_(function_id, handler, ...) handler(__VA_ARGS__)
-#endif
 
 /* Holds a handler that returned `status` to its contract: the status to answer, and *result_len
  * (0 whenever the result is not sent). Negative statuses are the protocol's (wire.h): passed
@@ -234,22 +228,21 @@ static __device__ __forceinline__ int cudaq_rt_handler_outcome(int status, uint3
                      : status;
 }
 
-/* cudaq_rt_call_handler_len for the handler of `function_id` (the table's row it came from):
- * the id lets a kernel built with CUDAQ_RT_DIRECT_CALLS call it directly. */
+/* Calls a validated request's handler (arg_len: its header's) with max_result_len = slot_size -
+ * 24 and holds it to its contract: the status to answer, and *result_len (0 whenever the result
+ * is not sent). */
 static __device__ __forceinline__ int
-cudaq_rt_call_handler_id_len(uint32_t function_id, cudaq_rt_handler_fn handler, const void *request,
-                             void *response, uint32_t arg_len, uint32_t slot_size,
-                             uint32_t *result_len) {
-  (void)function_id;
+cudaq_rt_call_handler_len(cudaq_rt_handler_fn handler, const void *request, void *response,
+                          uint32_t arg_len, uint32_t slot_size, uint32_t *result_len) {
   const uint32_t max_result_len = slot_size - CUDAQ_RT_HEADER_SIZE;
   const int status =
-      CUDAQ_RT_CALL_(function_id, handler, (const char *)request + CUDAQ_RT_HEADER_SIZE,
-                     (char *)response + CUDAQ_RT_HEADER_SIZE, arg_len, max_result_len, result_len);
+      handler((const char *)request + CUDAQ_RT_HEADER_SIZE, (char *)response + CUDAQ_RT_HEADER_SIZE,
+              arg_len, max_result_len, result_len);
   return cudaq_rt_handler_outcome(status, max_result_len, result_len);
 }
 
-/* cudaq_rt_call_handler_id_len through cudaq_rt_call_direct whatever CUDAQ_RT_DIRECT_CALLS says,
- * for a kernel that calls handlers both ways (bench/rtt/rtt_kernels.cu). */
+/* cudaq_rt_call_handler_len through cudaq_rt_call_direct, for the handler of `function_id` (the
+ * table's row it came from). */
 static __device__ __forceinline__ int
 cudaq_rt_call_handler_direct_len(uint32_t function_id, cudaq_rt_handler_fn handler,
                                  const void *request, void *response, uint32_t arg_len,
@@ -261,14 +254,19 @@ cudaq_rt_call_handler_direct_len(uint32_t function_id, cudaq_rt_handler_fn handl
   return cudaq_rt_handler_outcome(status, max_result_len, result_len);
 }
 
-/* Calls a validated request's handler (arg_len: its header's) with max_result_len = slot_size -
- * 24 and holds it to its contract: the status to answer, and *result_len (0 whenever the result
- * is not sent). */
+/* The kernel's way to call the handler of `function_id`: directly where it was compiled with
+ * CUDAQ_RT_DIRECT_CALLS, else through the pointer. */
 static __device__ __forceinline__ int
-cudaq_rt_call_handler_len(cudaq_rt_handler_fn handler, const void *request, void *response,
-                          uint32_t arg_len, uint32_t slot_size, uint32_t *result_len) {
-  return cudaq_rt_call_handler_id_len(0, handler, request, response, arg_len, slot_size,
-                                      result_len);
+cudaq_rt_call_handler_id_len(uint32_t function_id, cudaq_rt_handler_fn handler, const void *request,
+                             void *response, uint32_t arg_len, uint32_t slot_size,
+                             uint32_t *result_len) {
+#ifdef CUDAQ_RT_DIRECT_CALLS
+  return cudaq_rt_call_handler_direct_len(function_id, handler, request, response, arg_len,
+                                          slot_size, result_len);
+#else
+  (void)function_id;
+  return cudaq_rt_call_handler_len(handler, request, response, arg_len, slot_size, result_len);
+#endif
 }
 
 /* cudaq_rt_call_handler_len with the arg_len of the header at `request`. */
