@@ -1,7 +1,7 @@
 // bench/loopback_rtt: the loopback round trip through the runtime's load path, one table per run.
 // Not a test: it prints and asserts nothing (bench/loopback_rtt.md holds the results).
 //
-//   loopback_rtt --package PKG [--requests N] [--sm-ghz F]
+//   loopback_rtt --package PKG [--requests N] [--sm-ghz F] [--only TEXT]
 //
 // PKG: the example handlers packed with the bench's dispatch kernels (bench/rtt/rtt_kernels.cu:
 // `cudaq-rt-pack cudaq_rt_example_app --dispatcher libcudaq_rt_bench_kernels.a`). For each
@@ -9,6 +9,7 @@
 // sends the 8-byte echo with 1, 4, 16 and 64 requests in flight; with cudaq_rt_bench_stages it
 // also prints where the GPU's time goes after a request is ready, from the kernel's own stamps.
 // Bridges and kernels that are not there (a variant not built) are reported and skipped.
+// --only TEXT runs only the rows whose label contains TEXT (an experiment's rows, in one call).
 #include "cudaq_rt/client.h"
 #include "cudaq_rt/server.h"
 
@@ -99,6 +100,15 @@ const char *const stage_names[] = {"ready -> handler found (validate, lookup)",
                                    "all, after ready",
                                    "staged in shared memory (1 = yes)",
                                    "probe came back -> rx_poll returned"};
+// The span kernels stamp only around the steps.
+const char *const span_names[] = {"",
+                                  "",
+                                  "",
+                                  "",
+                                  "",
+                                  "all, after ready",
+                                  "staged in shared memory (1 = yes)",
+                                  "probe came back -> rx_poll returned"};
 const char *const rerun_names[] = {
     "validate, lookup", "handler (8-byte echo)",  "response header", "validate, lookup, again",
     "handler, again",   "response header, again", "tx_publish",      ""};
@@ -250,6 +260,7 @@ int main(int argc, char **argv) {
   std::string package;
   uint64_t requests = 100000;
   double ghz = 1.98;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--package" && i + 1 < argc)
@@ -258,8 +269,11 @@ int main(int argc, char **argv) {
       requests = std::strtoull(argv[++i], nullptr, 10);
     else if (a == "--sm-ghz" && i + 1 < argc)
       ghz = std::strtod(argv[++i], nullptr);
+    else if (a == "--only" && i + 1 < argc)
+      only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: loopback_rtt --package PKG [--requests N] [--sm-ghz F]\n");
+      std::fprintf(stderr, "usage: loopback_rtt --package PKG [--requests N] [--sm-ghz F] "
+                           "[--only TEXT]\n");
       return 2;
     }
   }
@@ -279,6 +293,8 @@ int main(int argc, char **argv) {
                  const std::vector<uint32_t> &inflight, bool stages, unsigned threads = 0,
                  bool rounds = false, const char *extra = "", bool split = false,
                  bool whole = false) {
+    if (!only.empty() && std::string(label).find(only) == std::string::npos)
+      return;
     LoadOptions o;
     o.package = package;
     if (whole)
@@ -316,8 +332,9 @@ int main(int argc, char **argv) {
     }
     if (stages)
       print_stages(**server, ghz, dispatcher,
-                   std::strcmp(dispatcher, "cudaq_rt_bench_stages_rerun") ? stage_names
-                                                                          : rerun_names);
+                   !std::strcmp(dispatcher, "cudaq_rt_bench_stages_rerun") ? rerun_names
+                   : std::strstr(dispatcher, "_span")                      ? span_names
+                                                                           : stage_names);
     if (rounds)
       print_rounds(**server, ghz);
   };
@@ -333,6 +350,11 @@ int main(int argc, char **argv) {
       "cudaq_rt_bench_stages", {1}, true, 0, false, "", false, true);
   run("stage stamps, responses never pushed, probe stamped, --lto whole, handlers called directly",
       "loopback_stamps", "cudaq_rt_bench_stages_direct", {1}, true, 0, false, "", false, true);
+  // The unified kernel's time after ready as it runs: no stamp between the steps.
+  run("span, responses never pushed, probe stamped", "loopback_stamps", "cudaq_rt_bench_span", {1},
+      true);
+  run("span, responses never pushed, probe stamped, --lto whole, handlers called directly",
+      "loopback_stamps", "cudaq_rt_bench_span_direct", {1}, true, 0, false, "", false, true);
   run("stage stamps, each step run twice", "loopback_no_push", "cudaq_rt_bench_stages_rerun", {1},
       true);
   std::printf("\nThe host thread's time per request (one thread, batched send and receive)\n\n");

@@ -6,6 +6,9 @@
 //                                bench reads after the kernel stopped;
 //   cudaq_rt_bench_stages_direct the same, calling handlers through the unit of direct calls
 //                                (cudaq_rt_call_direct; linked whole, the handlers are inlined);
+//   cudaq_rt_bench_span,         the same with no stamp between the steps: the time after ready
+//   cudaq_rt_bench_span_direct   as the unified kernel spends it (the stamps keep the steps from
+//                                overlapping, and cost a few cycles each);
 //   cudaq_rt_bench_global_table  the unified kernel with the function table left in device
 //                                memory (what the table in shared memory buys);
 //   cudaq_rt_bench_no_cache      the unified kernel without its handler cache;
@@ -41,11 +44,18 @@ __device__ __forceinline__ bool first_thread() {
   return threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0 && blockIdx.x == 0 &&
          blockIdx.y == 0 && blockIdx.z == 0;
 }
+// The SM clock where Stamps is on, else 0 (and no instruction).
+template <bool Stamps> __device__ __forceinline__ long long stamp() {
+  if constexpr (Stamps)
+    return clock64();
+  else
+    return 0;
+}
 // cudaq_rt_answer_request's steps with a clock64 stamp around each: t[0] start, t[1] the handler
 // found (validation, lookup), t[2] the handler returned. `direct`: the handler is called through
 // the unit of direct calls a whole-program link generates, as the built-in kernels' direct form
-// does (cudaq_rt_call_direct, cudaq_rt/dispatch_framing.cuh).
-template <bool direct = false>
+// does (cudaq_rt_call_direct, cudaq_rt/dispatch_framing.cuh). Without Stamps, only t[0] is taken.
+template <bool direct = false, bool Stamps = true>
 __device__ __forceinline__ cudaq_rt_answer answer_stamped(const cudaq_rt_dispatch_params &p,
                                                           const cudaq_rt_function_entry *table,
                                                           cudaq_rt_handler_cache *cache,
@@ -61,13 +71,13 @@ __device__ __forceinline__ cudaq_rt_answer answer_stamped(const cudaq_rt_dispatc
     if (!handler)
       status = CUDAQ_RT_STATUS_UNKNOWN_FUNCTION;
   }
-  t[1] = clock64();
+  t[1] = stamp<Stamps>();
   if (handler)
     status = direct ? cudaq_rt_call_handler_direct_len(h.function_id, handler, request, response,
                                                        h.arg_len, p.slot_size, &result_len)
                     : cudaq_rt_call_handler_len(handler, request, response, h.arg_len, p.slot_size,
                                                 &result_len);
-  t[2] = clock64();
+  t[2] = stamp<Stamps>();
   const cudaq_rt_answer a = {status, result_len, h.request_id, h.ptp_timestamp};
   return a;
 }
@@ -80,8 +90,10 @@ __device__ __forceinline__ void serve_stamped(const cudaq_rt_dispatch_params &p,
   cudaq_rt_write_answer(response, &a);
   t[3] = clock64();
 }
-// cudaq_rt_bench_stages and its direct form.
-template <bool direct> __device__ __forceinline__ void stages(const cudaq_rt_dispatch_params &p) {
+// cudaq_rt_bench_stages and its variants. Stamps: a stamp between the steps; without, only around
+// them ([5], [6] and [7] are filled in).
+template <bool direct, bool Stamps = true>
+__device__ __forceinline__ void stages(const cudaq_rt_dispatch_params &p) {
   if (!first_thread())
     return;
   __align__(16) unsigned char storage[CUDAQ_RT_SESSION_STORAGE_SIZE];
@@ -106,25 +118,28 @@ template <bool direct> __device__ __forceinline__ void stages(const cudaq_rt_dis
   *probe_clock = 0;
   while (cudaq_dev_rx_poll(session, &request, &response) == CUDAQ_DEV_RX_READY) {
     const long long probed = *probe_clock;
+    unsigned int *row = cudaq_rt_bench_stage_log[n % BENCH_STAGE_ROWS];
     // In the unified kernel's order: the answer, the counters, the header, tx_publish.
     long long t[4];
-    const cudaq_rt_answer a = answer_stamped<direct>(p, table, &cache, request, response, t);
+    const cudaq_rt_answer a =
+        answer_stamped<direct, Stamps>(p, table, &cache, request, response, t);
     cudaq_rt_counters_record(&counters, a.status);
     cudaq_rt_counters_store(p.stats, &counters);
-    t[3] = clock64();
+    t[3] = stamp<Stamps>();
     cudaq_rt_write_answer(response, &a);
-    const long long t4 = clock64();
+    const long long t4 = stamp<Stamps>();
     cudaq_dev_tx_publish(session, response);
     const long long t5 = clock64();
-    unsigned int *row = cudaq_rt_bench_stage_log[n % BENCH_STAGE_ROWS];
-    row[0] = (unsigned int)(t[1] - t[0]);
-    row[1] = (unsigned int)(t[2] - t[1]);
-    row[2] = (unsigned int)(t4 - t[3]);
-    row[3] = (unsigned int)(t[3] - t[2]);
-    row[4] = (unsigned int)(t5 - t4);
+    if constexpr (Stamps) {
+      row[0] = (unsigned int)(t[1] - t[0]);
+      row[1] = (unsigned int)(t[2] - t[1]);
+      row[2] = (unsigned int)(t4 - t[3]);
+      row[3] = (unsigned int)(t[3] - t[2]);
+      row[4] = (unsigned int)(t5 - t4);
+    }
     row[5] = (unsigned int)(t5 - t[0]);
-    row[6] = __isShared(request);
     row[7] = probed ? (unsigned int)(t[0] - probed) : 0u;
+    row[6] = __isShared(request);
     ++n;
   }
   cudaq_rt_bench_stage_count = n;
@@ -144,6 +159,16 @@ extern "C" __global__ void cudaq_rt_bench_stages_direct(cudaq_rt_dispatch_params
   stages<true>(p);
 }
 CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_stages_direct);
+
+// The unified kernel's loop stamped only before and after its steps, per TU and direct.
+extern "C" __global__ void cudaq_rt_bench_span(cudaq_rt_dispatch_params p) {
+  stages<false, false>(p);
+}
+CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_span);
+extern "C" __global__ void cudaq_rt_bench_span_direct(cudaq_rt_dispatch_params p) {
+  stages<true, false>(p);
+}
+CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_span_direct);
 
 // The stage kernel's serve done twice per request, each pass timed: [0..2] validate + lookup,
 // handler, header the first time, [3..5] the same again (code and data now warm), [6] tx_publish,
