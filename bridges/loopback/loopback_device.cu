@@ -48,7 +48,8 @@ struct Session {
   uint32_t shared_batch; // the pending frames are staged in shared memory (see kShared below)
   uint32_t batch_first;  // slot of the first frame of the pending batch
   uint32_t last_slot;    // slot of the frame rx_poll handed out last
-  uint32_t last_lap;     // its lap (the warp form)
+  uint32_t last_lap;     // its lap
+  uint32_t handout_lap;  // the lap of the frame fetch_one found (handout_request)
   uint32_t lane;         // the warp form: this session's lane
   uint32_t warp_shared;  // the warp form: requests staged in warp_request_staging
   uint32_t busy;         // the last probe found every slot it loaded ready (CUDAQ_RT_LOOPBACK_PUSH)
@@ -218,12 +219,14 @@ __device__ __forceinline__ uint32_t unpack(const Session *s, uint32_t L, uint32_
   // rx_poll's went from 910 to 650 cycles on the H200: bench/loopback_rtt.md). Frame words past
   // the frame's end get stale bytes, as the staging frame holds there anyway (slot_size >= 32:
   // all P - 1 words are in the frame).
-  // (& and |, not && and ||: one branch on the result, not one per cell.)
-  bool stamped_all = cells <= P;
+  // The stamps of the frame's cells folded into one word, zero when every one is `lap`: per cell
+  // one three-input logic op (LOP3) and a select, where comparing each stamp took two compares
+  // and a predicate op (and one branch on the result, not one per cell).
+  uint32_t unstamped = 0;
 #pragma unroll
   for (uint32_t c = 1; c < P; ++c)
-    stamped_all = stamped_all & ((c >= cells) | stamped(probe[c], lap));
-  if (stamped_all) {
+    unstamped |= c < cells ? (probe[c].x ^ lap) | (probe[c].z ^ lap) : 0u;
+  if ((cells <= P) & (unstamped == 0)) {
 #pragma unroll
     for (uint32_t c = 1; c < P; ++c)
       frame[c - 1] = make_uint2(probe[c].y, probe[c].w);
@@ -321,6 +324,7 @@ __device__ bool fetch_one(Session *s, uint32_t L) {
       s->busy = W == 1;
       s->handout_request = request;
       s->handout_response = response;
+      s->handout_lap = lap;
       return true;
     }
     if (shutdown)
@@ -438,6 +442,12 @@ __device__ bool fetch(Session *s) {
   return true;
 }
 
+// The lap of the frame fetched into `slot` last (the host cannot reuse a slot before it has that
+// frame's response): this lap if the slot precedes the next one to fetch, else the last.
+__device__ __forceinline__ uint32_t frame_lap(const Session *s, uint32_t slot) {
+  return slot < s->fetched_slot ? s->fetched_lap : cudaq_rt_loopback_prev_lap(s->fetched_lap);
+}
+
 __device__ __forceinline__ bool push_wanted(const Session *s) {
   return CUDAQ_RT_LOOPBACK_PUSH == 1 || (CUDAQ_RT_LOOPBACK_PUSH == 2 && !s->busy);
 }
@@ -534,6 +544,7 @@ extern "C" __device__ void *cudaq_dev_enter_kernel(void *storage, void *ctx,
   s->busy = 0;
   s->handout_request = nullptr;
   s->handout_response = nullptr;
+  s->handout_lap = 0;
   s->shared_ok = CUDAQ_RT_LOOPBACK_SHARED_STAGING && 2u * kW * s->slot_size <= kSharedBytes &&
                  one_thread_block();
   return s;
@@ -556,6 +567,7 @@ extern "C" __device__ int cudaq_dev_rx_poll(void *session, void **request, void 
     // out here again, the shared window's address among them, cost about 100 cycles on the H200).
     *request = s->handout_request;
     *response = s->handout_response;
+    s->last_lap = s->handout_lap;
     s->handout_request = nullptr;
   } else if (s->shared_batch) {
     // Position in the batch: its frames are the slots from batch_first on, handed out in order.
@@ -564,10 +576,12 @@ extern "C" __device__ int cudaq_dev_rx_poll(void *session, void **request, void 
       pos += s->num_slots;
     *request = shared_staging + (size_t)pos * s->slot_size;
     *response = shared_staging + (size_t)(kW + pos) * s->slot_size;
+    s->last_lap = frame_lap(s, s->head_slot);
   } else {
     const size_t offset = (size_t)s->head_slot * s->slot_size;
     *request = s->request_frames + offset;
     *response = s->response_frames + offset;
+    s->last_lap = frame_lap(s, s->head_slot);
   }
   s->last_slot = s->head_slot;
   s->last_response = static_cast<const unsigned char *>(*response);
@@ -580,24 +594,25 @@ extern "C" __device__ int cudaq_dev_rx_poll(void *session, void **request, void 
 extern "C" __device__ void cudaq_dev_tx_publish(void *session, void *response) {
   Session *s = static_cast<Session *>(session);
   const unsigned char *at = static_cast<const unsigned char *>(response);
-  uint32_t slot;
+  uint32_t slot, lap;
   if (at == s->last_response) {
     // The frame rx_poll handed out last (always, for a kernel that publishes before it polls
-    // again): no division, which for a 64-bit offset is a subroutine of ~100 instructions.
+    // again): no division, which for a 64-bit offset is a subroutine of ~100 instructions, and
+    // its lap from rx_poll (fetch_one's found before its probe).
     slot = s->last_slot;
-  } else if (__isShared(response)) {
-    // Response frame kW + pos of the batch in shared memory: the slot pos after batch_first.
-    slot = (uint32_t)(at - shared_staging) / s->slot_size - kW + s->batch_first;
-    if (slot >= s->num_slots)
-      slot -= s->num_slots;
+    lap = s->last_lap;
   } else {
-    slot = (uint32_t)((at - s->response_frames) / s->slot_size);
+    if (__isShared(response)) {
+      // Response frame kW + pos of the batch in shared memory: the slot pos after batch_first.
+      slot = (uint32_t)(at - shared_staging) / s->slot_size - kW + s->batch_first;
+      if (slot >= s->num_slots)
+        slot -= s->num_slots;
+    } else {
+      slot = (uint32_t)((at - s->response_frames) / s->slot_size);
+    }
+    lap = frame_lap(s, slot);
   }
   --s->outstanding;
-  // The frame in this slot is the latest one fetched into it (the host cannot reuse a slot before
-  // it has this response): this lap if the slot precedes the next one to fetch, else the last.
-  const uint32_t lap =
-      slot < s->fetched_slot ? s->fetched_lap : cudaq_rt_loopback_prev_lap(s->fetched_lap);
 
   if (s->lanes_layout)
     publish_frame<CUDAQ_RT_LOOPBACK_LAYOUT_LANES>(s, slot, lap, response);
