@@ -91,7 +91,7 @@ const Config configs[] = {
     {"raw ring, responses not pushed", "loopback", "cudaq_rt_bench_raw_ring_no_push", {1, 64}},
 };
 
-constexpr uint32_t stage_rows = 65536, stage_cols = 8;
+constexpr uint32_t stage_rows = 65536, stage_cols = 9;
 const char *const stage_names[] = {"ready -> handler found (validate, lookup)",
                                    "handler (8-byte echo)",
                                    "response header",
@@ -99,7 +99,8 @@ const char *const stage_names[] = {"ready -> handler found (validate, lookup)",
                                    "tx_publish",
                                    "all, after ready",
                                    "staged in shared memory (1 = yes)",
-                                   "probe came back -> rx_poll returned"};
+                                   "probe came back -> rx_poll returned",
+                                   "the probe that found it, issued -> came back"};
 // The span kernels stamp only around the steps.
 const char *const span_names[] = {"",
                                   "",
@@ -108,10 +109,17 @@ const char *const span_names[] = {"",
                                   "",
                                   "all, after ready",
                                   "staged in shared memory (1 = yes)",
-                                  "probe came back -> rx_poll returned"};
-const char *const rerun_names[] = {
-    "validate, lookup", "handler (8-byte echo)",  "response header", "validate, lookup, again",
-    "handler, again",   "response header, again", "tx_publish",      ""};
+                                  "probe came back -> rx_poll returned",
+                                  "the probe that found it, issued -> came back"};
+const char *const rerun_names[] = {"validate, lookup",
+                                   "handler (8-byte echo)",
+                                   "response header",
+                                   "validate, lookup, again",
+                                   "handler, again",
+                                   "response header, again",
+                                   "tx_publish",
+                                   "",
+                                   ""};
 
 void print_stages(Server &server, double ghz, const char *kernel, const char *const *names) {
   std::vector<uint8_t> count_bytes(8), log(size_t(stage_rows) * stage_cols * 4);
@@ -139,7 +147,7 @@ void print_stages(Server &server, double ghz, const char *kernel, const char *co
   std::printf("\nGPU time per request after it is ready (%s, last %llu of %llu requests, SM clock "
               "%.2f GHz)\n\n| stage | median | p99 |\n| --- | --- | --- |\n",
               kernel, (unsigned long long)rows, (unsigned long long)n, ghz);
-  for (uint32_t c = 0; c < 8; ++c) {
+  for (uint32_t c = 0; c < stage_cols; ++c) {
     std::vector<uint32_t> v(rows);
     for (uint64_t r = 0; r < rows; ++r)
       std::memcpy(&v[r], log.data() + (r * stage_cols + c) * 4, 4);
@@ -147,7 +155,7 @@ void print_stages(Server &server, double ghz, const char *kernel, const char *co
     if (v.empty())
       continue;
     const uint32_t p50 = v[v.size() / 2], p99 = v[v.size() * 99 / 100];
-    if (!*names[c] || (c == 7 && p99 == 0))
+    if (!*names[c] || (c >= 7 && p99 == 0))
       continue;
     std::printf("| %s | %u cycles, %.0f ns | %u cycles, %.0f ns |\n", names[c], p50, p50 / ghz, p99,
                 p99 / ghz);
@@ -352,6 +360,9 @@ int main(int argc, char **argv) {
       "loopback_stamps", "cudaq_rt_bench_stages_direct", {1}, true, 0, false, "", false, true);
   // The unified kernel's time after ready as it runs: no stamp between the steps.
   run("span, responses never pushed, probe stamped", "loopback_stamps", "cudaq_rt_bench_span", {1},
+      true);
+  // As the unified kernel runs (responses pushed): the time of the probe that finds a request.
+  run("span, responses pushed, probe stamped", "loopback_stamps_pushed", "cudaq_rt_bench_span", {1},
       true);
   run("span, responses never pushed, probe stamped, --lto whole, handlers called directly",
       "loopback_stamps", "cudaq_rt_bench_span_direct", {1}, true, 0, false, "", false, true);

@@ -24,9 +24,10 @@
 // [2] the response header, [3] the counters (recorded, stored; before the header, as in the
 // unified kernel), [4] tx_publish, [5] all of it,
 // [6] 1 when the bridge staged the request in shared memory, [7] the probe that found it ->
-// rx_poll returned (a loopback bridge built with CUDAQ_RT_LOOPBACK_STAMP only; else 0).
+// rx_poll returned, [8] that probe, issued -> came back (a loopback bridge built with
+// CUDAQ_RT_LOOPBACK_STAMP only; else 0).
 extern "C" {
-__device__ unsigned int cudaq_rt_bench_stage_log[BENCH_STAGE_ROWS][8];
+__device__ unsigned int cudaq_rt_bench_stage_log[BENCH_STAGE_ROWS][9];
 __device__ unsigned long long cudaq_rt_bench_stage_count;
 __device__ unsigned long long cudaq_rt_bench_stage_clock[2]; // SM cycles and ns over the kernel
 }
@@ -109,15 +110,15 @@ __device__ __forceinline__ void stages(const cudaq_rt_dispatch_params &p) {
   const long long c0 = clock64();
   const unsigned long long ns0 = globaltimer_ns();
   void *request = 0, *response = 0;
-  // Where a bridge built with CUDAQ_RT_LOOPBACK_STAMP leaves the clock of the probe that found the
-  // request (bridges/loopback/loopback_device.cu); other bridges leave it 0.
+  // Where a bridge built with CUDAQ_RT_LOOPBACK_STAMP leaves the clocks of the probe that found the
+  // request, issued and back (bridges/loopback/loopback_device.cu); other bridges leave them 0.
   // (Plain, not volatile, accesses at a constant offset: the storage may then stay in registers,
   // as it does in the unified kernel.)
   long long *probe_clock =
-      reinterpret_cast<long long *>(storage + CUDAQ_RT_SESSION_STORAGE_SIZE - 8);
-  *probe_clock = 0;
+      reinterpret_cast<long long *>(storage + CUDAQ_RT_SESSION_STORAGE_SIZE - 16);
+  probe_clock[0] = probe_clock[1] = 0;
   while (cudaq_dev_rx_poll(session, &request, &response) == CUDAQ_DEV_RX_READY) {
-    const long long probed = *probe_clock;
+    const long long issued = probe_clock[0], probed = probe_clock[1];
     unsigned int *row = cudaq_rt_bench_stage_log[n % BENCH_STAGE_ROWS];
     // In the unified kernel's order: the answer, the counters, the header, tx_publish.
     long long t[4];
@@ -139,6 +140,7 @@ __device__ __forceinline__ void stages(const cudaq_rt_dispatch_params &p) {
     }
     row[5] = (unsigned int)(t5 - t[0]);
     row[7] = probed ? (unsigned int)(t[0] - probed) : 0u;
+    row[8] = probed ? (unsigned int)(probed - issued) : 0u;
     row[6] = __isShared(request);
     ++n;
   }

@@ -62,19 +62,31 @@ struct Session {
 static_assert(sizeof(Session) <= CUDAQ_RT_SESSION_STORAGE_SIZE, "session must fit the storage");
 
 // For the bench only (bench/CMakeLists.txt builds a variant with it on): the SM clock when a probe
-// found requests, in the storage's last 8 bytes, which the session does not reach, so that the
-// stage kernel (bench/rtt/rtt_kernels.cu) can time rx_poll's work after the probe came back.
+// found requests, in the storage's last 8 bytes, and when that probe was issued, in the 8 before,
+// which the session does not reach, so that the stage kernel (bench/rtt/rtt_kernels.cu) can time
+// the probe and rx_poll's work after it came back.
 #ifndef CUDAQ_RT_LOOPBACK_STAMP
 #define CUDAQ_RT_LOOPBACK_STAMP 0
 #endif
-static_assert(sizeof(Session) + 8 <= CUDAQ_RT_SESSION_STORAGE_SIZE, "room for the bench stamp");
+static_assert(sizeof(Session) + 16 <= CUDAQ_RT_SESSION_STORAGE_SIZE, "room for the bench stamps");
 
-__device__ __forceinline__ void stamp_probe(Session *s) {
+// The SM clock in a stamping build, else 0 (and no instruction).
+__device__ __forceinline__ long long probe_clock() {
 #if CUDAQ_RT_LOOPBACK_STAMP
-  *reinterpret_cast<long long *>(reinterpret_cast<unsigned char *>(s) +
-                                 CUDAQ_RT_SESSION_STORAGE_SIZE - 8) = clock64();
+  return clock64();
 #else
-  (void)s;
+  return 0;
+#endif
+}
+
+__device__ __forceinline__ void stamp_probe(Session *s, long long issued) {
+#if CUDAQ_RT_LOOPBACK_STAMP
+  long long *at = reinterpret_cast<long long *>(reinterpret_cast<unsigned char *>(s) +
+                                                CUDAQ_RT_SESSION_STORAGE_SIZE - 16);
+  at[0] = issued;
+  at[1] = clock64();
+#else
+  (void)s, (void)issued;
 #endif
 }
 
@@ -293,6 +305,7 @@ __device__ bool fetch_one(Session *s, uint32_t L) {
   const volatile uint4 *after_cell = s->request_heads + cudaq_rt_loopback_head_cell(L, next, 0);
   const bool peek = CUDAQ_RT_LOOPBACK_PEEK && next != slot;
   for (;;) {
+    const long long issued = probe_clock();
     uint4 probe[P];
 #pragma unroll
     for (uint32_t c = 0; c < P; ++c)
@@ -305,7 +318,7 @@ __device__ bool fetch_one(Session *s, uint32_t L) {
       continue;
     }
     if (stamped(probe[0], lap)) {
-      stamp_probe(s);
+      stamp_probe(s, issued);
       const uint32_t len = unpack<P>(s, L, slot, frame, lap, probe);
       if (!shared)
         warm_lines(s, reinterpret_cast<const unsigned char *>(frame), len);
@@ -374,6 +387,7 @@ __device__ bool fetch(Session *s) {
     //     probed cell between the loads (a spill store waits for its load);
     //   - the first use of the probe sits behind a branch on the flag, loaded last: without the
     //     branch, ptxas scheduled the stamp checks of the first slots among the last loads.
+    const long long issued = probe_clock();
 #pragma unroll
     for (uint32_t w = 0; w < W; ++w)
 #pragma unroll
@@ -399,7 +413,7 @@ __device__ bool fetch(Session *s) {
     // What a probe finds is served even when the flag is set: those requests were sent, and the
     // host waits for their answers. Nothing found after the fence: every one has been answered.
     if (ready > 0) {
-      stamp_probe(s);
+      stamp_probe(s, issued);
       break;
     }
     if (shutdown)
