@@ -92,7 +92,7 @@ __device__ __forceinline__ void serve_stamped(const cudaq_rt_dispatch_params &p,
   t[3] = clock64();
 }
 // cudaq_rt_bench_stages and its variants. Stamps: a stamp between the steps; without, only around
-// them ([5], [6] and [7] are filled in).
+// them ([5] to [8] are filled in).
 template <bool direct, bool Stamps = true>
 __device__ __forceinline__ void stages(const cudaq_rt_dispatch_params &p) {
   if (!first_thread())
@@ -174,7 +174,7 @@ CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_span_direct);
 
 // The stage kernel's serve done twice per request, each pass timed: [0..2] validate + lookup,
 // handler, header the first time, [3..5] the same again (code and data now warm), [6] tx_publish,
-// [7] unused. Only the second pass's response is published (the same bytes).
+// [7] and [8] unused. Only the second pass's response is published (the same bytes).
 extern "C" __global__ void cudaq_rt_bench_stages_rerun(cudaq_rt_dispatch_params p) {
   if (!first_thread())
     return;
