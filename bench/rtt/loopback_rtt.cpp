@@ -54,6 +54,7 @@ const Config configs[] = {
     {"unified, responses never pushed", "loopback_no_push", "builtin", {1, 4, 16, 64}},
     {"unified, every batch's responses pushed", "loopback_push_always", "builtin", {1, 4, 16, 64}},
     {"unified, lanes layout", "loopback", "builtin", {1, 64}, 0, ",layout=lanes"},
+    {"unified, write-combined request ring", "loopback_wc", "builtin", {1, 4, 16, 64}},
     {"unified, table in device memory", "loopback", "cudaq_rt_bench_global_table", {1, 64}},
     {"unified, staging in device memory", "loopback_device_staging", "builtin", {1, 64}},
     {"unified, probe of 4 slots always", "loopback_wide_probe", "builtin", {1, 64}},
@@ -364,6 +365,8 @@ int main(int argc, char **argv) {
   // As the unified kernel runs (responses pushed): the time of the probe that finds a request.
   run("span, responses pushed, probe stamped", "loopback_stamps_pushed", "cudaq_rt_bench_span", {1},
       true);
+  run("span, responses pushed, probe stamped, write-combined request ring",
+      "loopback_stamps_pushed_wc", "cudaq_rt_bench_span", {1}, true);
   run("span, responses never pushed, probe stamped, --lto whole, handlers called directly",
       "loopback_stamps", "cudaq_rt_bench_span_direct", {1}, true, 0, false, "", false, true);
   run("stage stamps, each step run twice", "loopback_no_push", "cudaq_rt_bench_stages_rerun", {1},
