@@ -1,6 +1,7 @@
 // What the standalone probes in this directory share (each compiles alone, like floor.cu:
 // `nvcc -O2 -arch=sm_90 NAME.cu -o NAME` finds this header beside it): the CUDA error check, and
-// 16-byte volatile loads and stores the compiler neither splits nor moves.
+// 16-byte volatile loads and stores the compiler neither splits nor moves (also the bench
+// kernels' raw ring, bench/rtt/rtt_kernels.cu).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,7 +18,7 @@
     }                                                                                              \
   } while (0)
 
-static __device__ __forceinline__ uint4 load16(const uint4 *p) {
+static __device__ __forceinline__ uint4 load16(const volatile uint4 *p) {
   uint4 v;
   asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
@@ -25,7 +26,7 @@ static __device__ __forceinline__ uint4 load16(const uint4 *p) {
                : "memory");
   return v;
 }
-static __device__ __forceinline__ void store16(uint4 *p, uint4 v) {
+static __device__ __forceinline__ void store16(volatile uint4 *p, uint4 v) {
   asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y),
                "r"(v.z), "r"(v.w)
                : "memory");

@@ -247,6 +247,7 @@ CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_global_table);
 //                              with a fence (..._no_push: without).
 // Both answer every request as an echo of its first 8 payload bytes, whatever its function_id.
 #include "../../bridges/loopback/loopback_ring.h"
+#include "../probe/probe.h"
 
 extern "C" __global__ void cudaq_rt_bench_hooks_echo(cudaq_rt_dispatch_params p) {
   if (!first_thread())
@@ -270,22 +271,6 @@ extern "C" __global__ void cudaq_rt_bench_hooks_echo(cudaq_rt_dispatch_params p)
 CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_hooks_echo);
 
 namespace {
-__device__ __forceinline__ uint4 bench_load(const volatile uint4 *p) {
-  uint4 v;
-  asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p)
-               : "memory");
-  return v;
-}
-__device__ __forceinline__ void bench_store(volatile uint4 *p, uint4 v) {
-  asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y),
-               "r"(v.z), "r"(v.w)
-               : "memory");
-}
-} // namespace
-
-namespace {
 // Push: fence.sc.sys after each response, as the bridge does (CUDAQ_RT_LOOPBACK_PUSH).
 template <bool Push> __device__ __forceinline__ void raw_ring(const cudaq_rt_dispatch_params &p) {
   if (!first_thread())
@@ -301,21 +286,20 @@ template <bool Push> __device__ __forceinline__ void raw_ring(const cudaq_rt_dis
     uint4 v[5];
 #pragma unroll
     for (uint32_t k = 0; k < 5; ++k)
-      v[k] = bench_load(rq + cudaq_rt_loopback_head_cell(layout, slot, k));
+      v[k] = load16(rq + cudaq_rt_loopback_head_cell(layout, slot, k));
     const int shutdown = *p.shutdown_flag;
     if (v[0].x == lap && v[0].z == lap) {
 #pragma unroll
       for (uint32_t k = 1; k < 5; ++k)
         while (v[k].x != lap || v[k].z != lap)
-          v[k] = bench_load(rq + cudaq_rt_loopback_head_cell(layout, slot, k));
+          v[k] = load16(rq + cudaq_rt_loopback_head_cell(layout, slot, k));
       // Request cells: 1 {magic, function_id}, 2 {arg_len, request_id}, 3 ptp, 4 payload.
-      bench_store(rs + cudaq_rt_loopback_head_cell(layout, slot, 1),
-                  make_uint4(lap, CUDAQ_RT_RESPONSE_MAGIC, lap, 0u));
-      bench_store(rs + cudaq_rt_loopback_head_cell(layout, slot, 2),
-                  make_uint4(lap, 8u, lap, v[2].w));
-      bench_store(rs + cudaq_rt_loopback_head_cell(layout, slot, 3), v[3]);
-      bench_store(rs + cudaq_rt_loopback_head_cell(layout, slot, 4), v[4]);
-      bench_store(rs + cudaq_rt_loopback_head_cell(layout, slot, 0), make_uint4(lap, 32u, lap, 0u));
+      store16(rs + cudaq_rt_loopback_head_cell(layout, slot, 1),
+              make_uint4(lap, CUDAQ_RT_RESPONSE_MAGIC, lap, 0u));
+      store16(rs + cudaq_rt_loopback_head_cell(layout, slot, 2), make_uint4(lap, 8u, lap, v[2].w));
+      store16(rs + cudaq_rt_loopback_head_cell(layout, slot, 3), v[3]);
+      store16(rs + cudaq_rt_loopback_head_cell(layout, slot, 4), v[4]);
+      store16(rs + cudaq_rt_loopback_head_cell(layout, slot, 0), make_uint4(lap, 32u, lap, 0u));
       if (Push)
         __threadfence_system();
       if (++slot == n) {

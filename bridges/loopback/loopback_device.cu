@@ -583,19 +583,20 @@ extern "C" __device__ int cudaq_dev_rx_poll(void *session, void **request, void 
     *response = s->handout_response;
     s->last_lap = s->handout_lap;
     s->handout_request = nullptr;
-  } else if (s->shared_batch) {
-    // Position in the batch: its frames are the slots from batch_first on, handed out in order.
-    uint32_t pos = s->head_slot - s->batch_first;
-    if (s->head_slot < s->batch_first)
-      pos += s->num_slots;
-    *request = shared_staging + (size_t)pos * s->slot_size;
-    *response = shared_staging + (size_t)(kW + pos) * s->slot_size;
-    s->last_lap = frame_lap(s, s->head_slot);
   } else {
-    const size_t offset = (size_t)s->head_slot * s->slot_size;
-    *request = s->request_frames + offset;
-    *response = s->response_frames + offset;
     s->last_lap = frame_lap(s, s->head_slot);
+    if (s->shared_batch) {
+      // Position in the batch: its frames are the slots from batch_first on, handed out in order.
+      uint32_t pos = s->head_slot - s->batch_first;
+      if (s->head_slot < s->batch_first)
+        pos += s->num_slots;
+      *request = shared_staging + (size_t)pos * s->slot_size;
+      *response = shared_staging + (size_t)(kW + pos) * s->slot_size;
+    } else {
+      const size_t offset = (size_t)s->head_slot * s->slot_size;
+      *request = s->request_frames + offset;
+      *response = s->response_frames + offset;
+    }
   }
   s->last_slot = s->head_slot;
   s->last_response = static_cast<const unsigned char *>(*response);
