@@ -54,10 +54,8 @@ struct Session {
   uint32_t warp_shared;  // the warp form: requests staged in warp_request_staging
   uint32_t busy;         // the last probe found every slot it loaded ready (CUDAQ_RT_LOOPBACK_PUSH)
   uint32_t shared_ok;    // batches may be staged in shared memory (see kShared below)
-  uint32_t warp_narrow;  // the warp form: the ring is idle, only lanes warp_next and the one
-  uint32_t warp_next;    // after it probe (warp_poll); the same in every lane's session
-  uint32_t warp_idle;    // narrow rounds that found nothing since the last wide one
-  uint32_t warp_single;  // rounds in a row that found one request (up to kWarpSingles)
+  cudaq_rt_loopback_warp_probe warp;  // the warp form: which lanes probe (warp_poll); the same in
+                                      // every lane's session
   const unsigned char *last_response; // and its response frame
   unsigned char *handout_request;     // not null: fetch_one found a request, staged here, and
   unsigned char *handout_response;    // set this frame aside for its response (both worked out
@@ -663,51 +661,40 @@ cudaq_dev_warp_enter_kernel(void *storage, void *ctx, volatile int *shutdown_fla
                    c->slot_size <= kWarpSharedBytes / CUDAQ_RT_WARP_LANES;
   s->fetched_slot = c->warp_resume_slot[lane];
   s->fetched_lap = c->warp_resume_lap[lane];
-  s->warp_narrow = 0; // the first round probes every lane, and narrows if it finds nothing
-  s->warp_next = 0;
-  s->warp_idle = 0;
-  s->warp_single = 0;
+  s->warp = cudaq_rt_loopback_warp_probe{0u, 0u, 0u, 0u}; // every lane probes the first round
   return s;
 }
 
 namespace {
 // While the ring is idle and its client sends one request at a time, the warp form probes two
-// lanes, not 32. Requests go to the lanes in order (request k to lane k % 32), so an idle ring's
-// next request is the lane whose position follows the last request served: the lanes' next slots
-// are 32 consecutive slots, and the earliest is the one whose predecessor slot is not another
-// lane's next (warp_earliest). That lane and the one after it probe (their cells share lines in
-// the lanes layout, so the two load what one lane would: 5 lines and the flag's, against the 21
-// of all 32 lanes; 10 and the flag's where the two straddle a line); the second is the peek the unified form's one-slot probe does for the next
-// slot. A round that finds exactly the first moves on to the next two; any other find (a burst,
-// or loads completing out of order), the flag, or kWarpIdleRounds rounds that found nothing make
-// the next round probe every lane again, so that a request is never left in a lane that does not
-// probe.
+// lanes, not 32 (cudaq_rt_loopback_warp_round in loopback_ring.h has the rules). Requests go to
+// the lanes in order (request k to lane k % 32), so an idle ring's next request is the lane whose
+// position follows the last request served (warp_earliest). That lane and the one after it probe:
+// their cells share lines in the lanes layout, so the two load what one lane would (5 lines and
+// the flag's, against the 21 of all 32 lanes; 10 and the flag's where the two straddle a line).
+// The second is the peek the unified form's one-slot probe does for the next slot: a burst widens
+// the probe at once.
 //
-// Which client: a burst after an idle spell (a client that sends several at once) finds only two
-// lanes in a narrow round, and the rest a round later, a probe's round trip lost. So the warp
-// narrows only after kWarpSingles rounds in a row that each found a single request, and a round
-// that finds more widens it until that is so again. Measured on the H200 (bench/loopback_rtt.md,
-// against loopback_warp_wide in the same call): 1 in flight 2.64 / 2.65 -> 2.48 / 2.50 us p50, 16
-// in flight 4.10 / 3.79 -> 3.58 / 3.76; narrowed after every idle round instead, 1 in flight
-// went to 2.51 but 16 in flight from 3.7 to 6.0 (a burst's rest found a round late).
-constexpr uint32_t kWarpSingles = 4;
-constexpr uint32_t kWarpIdleRounds = 64;
+// Only after several rounds in a row that found one request each: a burst after an idle spell (a
+// client that sends several at once) finds only two lanes in a narrow round, and the rest a round
+// later, a probe's round trip lost. Measured on the H200 (bench/loopback_rtt.md, against
+// loopback_warp_wide in the same call): 1 in flight 2.64 / 2.65 -> 2.48 / 2.50 us p50, 16 in
+// flight 4.10 / 3.79 -> 3.58 / 3.76; narrowed after every empty round instead, 1 in flight went to
+// 2.51 but 16 in flight from 3.7 to 6.0 (a burst's rest found a round late).
 // 0: every lane probes every round (the bench's loopback_warp_wide, to compare).
 #ifndef CUDAQ_RT_LOOPBACK_WARP_NARROW
 #define CUDAQ_RT_LOOPBACK_WARP_NARROW 1
 #endif
 
-// Lane l's next position (slot, lap) against lane l - 1's: the earliest lane is the one whose
-// predecessor position is not lane l - 1's. 32 when that is not exactly one lane (positions not
-// consecutive: a lane has served a later request while an earlier one was not yet visible).
+// The lane whose next request comes first (cudaq_rt_loopback_warp_first against lane l - 1's
+// position), or 32 when that is not exactly one lane.
 __device__ __forceinline__ uint32_t warp_earliest(const Session *s, unsigned mask) {
-  const uint32_t slot = s->fetched_slot, lap = s->fetched_lap;
   const unsigned prev_lane = (s->lane + CUDAQ_RT_WARP_LANES - 1) % CUDAQ_RT_WARP_LANES;
-  const uint32_t prev_slot = __shfl_sync(mask, slot, prev_lane);
-  const uint32_t prev_lap = __shfl_sync(mask, lap, prev_lane);
-  const uint32_t pred_slot = slot == 0 ? s->num_slots - 1 : slot - 1;
-  const uint32_t pred_lap = slot == 0 ? cudaq_rt_loopback_prev_lap(lap) : lap;
-  const unsigned first = __ballot_sync(mask, prev_slot != pred_slot || prev_lap != pred_lap);
+  const uint32_t prev_slot = __shfl_sync(mask, s->fetched_slot, prev_lane);
+  const uint32_t prev_lap = __shfl_sync(mask, s->fetched_lap, prev_lane);
+  const unsigned first =
+      __ballot_sync(mask, cudaq_rt_loopback_warp_first(s->fetched_slot, s->fetched_lap, prev_slot,
+                                                       prev_lap, s->num_slots));
   return __popc(first) == 1 ? (uint32_t)(__ffs(first) - 1) : CUDAQ_RT_WARP_LANES;
 }
 
@@ -715,13 +702,12 @@ template <uint32_t L>
 __device__ __forceinline__ int warp_poll(Session *s, void **request, void **response) {
   constexpr uint32_t P = kHead;
   // Every lane polls together (the warp form's contract): the votes below take the full mask, so
-  // that every lane sees the same `ready` and keeps the same warp_* fields.
+  // that every lane sees the same `ready` and keeps the same s->warp.
   const unsigned mask = 0xFFFFFFFFu;
   const uint32_t slot = s->fetched_slot, lap = s->fetched_lap;
   const volatile uint4 *cells = s->request_heads + cudaq_rt_loopback_head_cell(L, slot, 0);
-  const bool narrow = CUDAQ_RT_LOOPBACK_WARP_NARROW && s->warp_narrow;
-  const uint32_t next = s->warp_next;
-  const bool probes = !narrow || s->lane == next || s->lane == (next + 1) % CUDAQ_RT_WARP_LANES;
+  const bool probes =
+      !CUDAQ_RT_LOOPBACK_WARP_NARROW || cudaq_rt_loopback_warp_probes(&s->warp, s->lane);
   // One probe: this lane's next slot's head cells and the flag, all in flight together (the
   // lanes' loads of the flag are one transaction). A lane that does not probe reads zeroes,
   // never stamped.
@@ -735,26 +721,9 @@ __device__ __forceinline__ int warp_poll(Session *s, void **request, void **resp
   const bool found = stamped(probe[0], lap);
   const unsigned ready = __ballot_sync(mask, found);
   s->busy = ready == 0xFFFFFFFFu;
-  // The next round's probe, the same in every lane (ready, the flag and the session's warp_*
-  // fields are).
-  if (ready) // one request (a client that waits for each answer), or more
-    s->warp_single = __popc(ready) == 1 ? min(s->warp_single + 1, kWarpSingles) : 0u;
-  if (narrow) {
-    const bool idle = ready == 0 && ++s->warp_idle < kWarpIdleRounds;
-    if (!shutdown && (idle || ready == (1u << next))) {
-      if (ready) {
-        s->warp_next = (next + 1) % CUDAQ_RT_WARP_LANES;
-        s->warp_idle = 0;
-      }
-    } else {
-      s->warp_narrow = 0;
-    }
-  } else if (ready == 0 && !shutdown && s->warp_single >= kWarpSingles) {
-    const uint32_t first = warp_earliest(s, mask);
-    s->warp_narrow = first < CUDAQ_RT_WARP_LANES;
-    s->warp_next = first;
-    s->warp_idle = 0;
-  }
+  // The next round's probe, the same in every lane (ready, the flag and s->warp are).
+  if (cudaq_rt_loopback_warp_round(&s->warp, ready, shutdown) && CUDAQ_RT_LOOPBACK_WARP_NARROW)
+    cudaq_rt_loopback_warp_narrow(&s->warp, warp_earliest(s, mask));
   if (!found) {
     // A lane that did not probe has seen nothing: never SHUTDOWN (the next round probes it).
     if (!shutdown || !probes)

@@ -229,6 +229,72 @@ static inline CUDAQ_RT_LOOPBACK_HD int cudaq_rt_loopback_request_whole(uint32_t 
   return (frame_len >= CUDAQ_RT_HEADER_SIZE) & (arg_len <= frame_len - CUDAQ_RT_HEADER_SIZE);
 }
 
+/* The warp form's idle probe (loopback_device.cu, warp_poll): while the ring is idle and its
+ * client sends one request at a time, only the lane whose request comes next and the one after it
+ * probe, instead of all 32. Every lane keeps the same copy of this state (it changes only with
+ * what the lanes vote), so the lanes agree on who probes. */
+#define CUDAQ_RT_LOOPBACK_WARP_SINGLES 4u /* rounds in a row with one request before narrowing */
+#define CUDAQ_RT_LOOPBACK_WARP_IDLE_ROUNDS 64u /* empty narrow rounds before a wide one */
+
+typedef struct cudaq_rt_loopback_warp_probe {
+  uint32_t narrow; /* only lanes next and next + 1 (mod 32) probe */
+  uint32_t next;   /* the lane whose request comes next, while narrow */
+  uint32_t idle;   /* narrow rounds in a row that found nothing */
+  uint32_t single; /* rounds in a row that found exactly one request (up to WARP_SINGLES) */
+} cudaq_rt_loopback_warp_probe;
+
+/* Lane `lane` probes its next slot this round. */
+static inline CUDAQ_RT_LOOPBACK_HD int
+cudaq_rt_loopback_warp_probes(const cudaq_rt_loopback_warp_probe *w, uint32_t lane) {
+  return !w->narrow | (lane == w->next) | (lane == (w->next + 1u) % CUDAQ_RT_LOOPBACK_LANES);
+}
+
+/* After a round in which the lanes of `ready` (bit l: lane l) found a request and the shutdown flag
+ * read `shutdown`. A narrow round that found exactly lane next's request moves on to the next
+ * lane; any other find (a burst, or the second lane's request seen before the first's), the flag,
+ * or WARP_IDLE_ROUNDS empty rounds widen the probe, so that no request waits in a lane that does
+ * not probe. Returns 1 when a wide round found nothing after WARP_SINGLES rounds in a row with one
+ * request each (a client that waits for each answer): the caller then works out the lane whose
+ * request comes next and calls cudaq_rt_loopback_warp_narrow. */
+static inline CUDAQ_RT_LOOPBACK_HD int cudaq_rt_loopback_warp_round(cudaq_rt_loopback_warp_probe *w,
+                                                                    uint32_t ready, int shutdown) {
+  const int one = ready != 0u && (ready & (ready - 1u)) == 0u;
+  if (ready != 0u)
+    w->single = !one ? 0u : w->single < CUDAQ_RT_LOOPBACK_WARP_SINGLES ? w->single + 1u : w->single;
+  if (w->narrow) {
+    if (!shutdown && ready == (1u << w->next)) {
+      w->next = (w->next + 1u) % CUDAQ_RT_LOOPBACK_LANES;
+      w->idle = 0u;
+    } else if (shutdown || ready != 0u || ++w->idle >= CUDAQ_RT_LOOPBACK_WARP_IDLE_ROUNDS) {
+      w->narrow = 0u;
+    }
+    return 0;
+  }
+  return ready == 0u && !shutdown && w->single >= CUDAQ_RT_LOOPBACK_WARP_SINGLES;
+}
+
+/* Narrows the probe to lane `first` and the one after it; first >= 32 (not known) leaves it wide. */
+static inline CUDAQ_RT_LOOPBACK_HD void
+cudaq_rt_loopback_warp_narrow(cudaq_rt_loopback_warp_probe *w, uint32_t first) {
+  w->narrow = first < CUDAQ_RT_LOOPBACK_LANES;
+  w->next = first;
+  w->idle = 0u;
+}
+
+/* Whether a lane whose next request is at (slot, lap) comes first among the lanes: the lanes'
+ * next slots are 32 consecutive slots of the ring, so the first is the one whose predecessor
+ * (slot - 1, or the last slot of the lap before) is not lane l - 1's next (prev_slot, prev_lap).
+ * Exactly one lane is first unless a lane has served a request while an earlier one was not yet
+ * visible; the caller then leaves the probe wide. */
+static inline CUDAQ_RT_LOOPBACK_HD int cudaq_rt_loopback_warp_first(uint32_t slot, uint32_t lap,
+                                                                    uint32_t prev_slot,
+                                                                    uint32_t prev_lap,
+                                                                    uint32_t num_slots) {
+  const uint32_t pred_slot = slot == 0u ? num_slots - 1u : slot - 1u;
+  const uint32_t pred_lap = slot == 0u ? cudaq_rt_loopback_prev_lap(lap) : lap;
+  return (prev_slot != pred_slot) | (prev_lap != pred_lap);
+}
+
 /* What cudaq_dev_enter_kernel receives as ctx; lives in device memory (cudaMalloc), written by
  * create, and by the serving thread at SHUTDOWN (resume_*). The host never reads it back. */
 typedef struct cudaq_rt_loopback_device_ctx {

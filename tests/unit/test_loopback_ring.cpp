@@ -398,3 +398,184 @@ TEST_CASE("a frame shorter than its header claims is staged as truncated") {
   CHECK(h.request_id == 11u);
   CHECK(h.ptp_timestamp == 0u); // not the earlier request's
 }
+
+namespace {
+// The warp form's lanes over a ring of n slots (a multiple of 32): lane l serves slots l, l + 32,
+// ..., each with its own next (slot, lap), and one copy of the probe state, as every lane's
+// session keeps it (loopback_device.cu, warp_poll). `sent` requests have been written, in order;
+// request k is at slot k % n with lap cudaq_rt_loopback_lap(k, n).
+struct WarpModel {
+  uint32_t n;
+  uint64_t sent = 0;
+  Position lane[32];
+  cudaq_rt_loopback_warp_probe w{0, 0, 0, 0};
+  std::vector<uint64_t> served;
+
+  WarpModel(uint32_t slots, uint64_t first) : n(slots), sent(first) {
+    // Every request before `first` served: lane l's next is the first index >= first in lane l.
+    for (uint32_t l = 0; l < 32; ++l) {
+      const uint64_t k = first + (l + 32 - first % 32) % 32;
+      lane[l] = {uint32_t(k % n), cudaq_rt_loopback_lap(k, n)};
+    }
+  }
+  // The index of the request lane l waits for (its position against the running count).
+  uint64_t index_of(uint32_t l) const {
+    for (uint64_t k = sent > 64 ? sent - 64 : 0; k < sent + 64; ++k)
+      if (k % n == lane[l].slot && cudaq_rt_loopback_lap(k, n) == lane[l].lap)
+        return k;
+    return UINT64_MAX;
+  }
+  // One round: which lanes probe; a probing lane finds its request when it was sent and
+  // `visible` says so. Returns the lanes that found one (they serve it and move on).
+  template <class Visible> uint32_t round(Visible visible, int shutdown = 0) {
+    uint32_t ready = 0, probing = 0;
+    for (uint32_t l = 0; l < 32; ++l) {
+      if (!cudaq_rt_loopback_warp_probes(&w, l))
+        continue;
+      ++probing;
+      const uint64_t k = index_of(l);
+      if (k < sent && visible(k))
+        ready |= 1u << l;
+    }
+    last_probing = probing;
+    if (cudaq_rt_loopback_warp_round(&w, ready, shutdown)) {
+      uint32_t first = 32, count = 0;
+      for (uint32_t l = 0; l < 32; ++l) {
+        const Position &prev = lane[(l + 31) % 32];
+        if (cudaq_rt_loopback_warp_first(lane[l].slot, lane[l].lap, prev.slot, prev.lap, n)) {
+          first = l;
+          ++count;
+        }
+      }
+      cudaq_rt_loopback_warp_narrow(&w, count == 1 ? first : 32u);
+    }
+    for (uint32_t l = 0; l < 32; ++l)
+      if (ready & (1u << l)) {
+        served.push_back(index_of(l));
+        for (int i = 0; i < 32; ++i) // slot + 32, the lap after the ring's end
+          lane[l].next(n);
+      }
+    return ready;
+  }
+  uint32_t last_probing = 0;
+};
+const auto all_visible = [](uint64_t) { return true; };
+} // namespace
+
+TEST_CASE("warp form: a client that waits for each answer gets a probe of two lanes") {
+  // Rings of 32, 64 and 256 slots, starting at the first lap and just before the laps wrap.
+  for (uint32_t n : {32u, 64u, 256u})
+    for (uint64_t first : {uint64_t(0), uint64_t(n) * (CUDAQ_RT_LOOPBACK_LAP_PERIOD - 1) - 40}) {
+      CAPTURE(n);
+      CAPTURE(first);
+      WarpModel m(n, first);
+      for (uint64_t k = first; k < first + 200; ++k) {
+        CAPTURE(k);
+        CHECK(m.round(all_visible) == 0u); // idle before the request
+        ++m.sent;
+        // Found in the first round after it was sent, by the lane it went to.
+        REQUIRE(m.round(all_visible) == 1u << (k % 32));
+        CHECK(m.served.back() == k);
+        if (k >= first + CUDAQ_RT_LOOPBACK_WARP_SINGLES + 1) {
+          CHECK(m.w.narrow == 1u);
+          CHECK(m.last_probing == 2u);
+          CHECK(m.w.next == (k + 1) % 32);
+        }
+      }
+    }
+}
+
+TEST_CASE("warp form: a burst, the flag, an out-of-order find or a long idle widen the probe") {
+  WarpModel m(64, 0);
+  auto ping = [&](uint32_t count) {
+    for (uint32_t i = 0; i < count; ++i) {
+      m.round(all_visible);
+      ++m.sent;
+      REQUIRE(m.round(all_visible) != 0u);
+    }
+    m.round(all_visible);
+  };
+  ping(CUDAQ_RT_LOOPBACK_WARP_SINGLES + 1);
+  REQUIRE(m.w.narrow == 1u);
+
+  SUBCASE("a burst: the two probing lanes find theirs, the next round finds the rest") {
+    m.sent += 16;
+    CHECK(__builtin_popcount(m.round(all_visible)) == 2);
+    CHECK(m.w.narrow == 0u);
+    CHECK(__builtin_popcount(m.round(all_visible)) == 14);
+    CHECK(m.round(all_visible) == 0u); // idle again, but a burst came last: stays wide
+    CHECK(m.w.narrow == 0u);
+    CHECK(m.last_probing == 32u);
+    ping(CUDAQ_RT_LOOPBACK_WARP_SINGLES);
+    CHECK(m.w.narrow == 1u);
+  }
+  SUBCASE("the second lane's request seen before the first's") {
+    const uint64_t k = m.sent;
+    m.sent += 2;
+    CHECK(m.round([&](uint64_t i) { return i != k; }) == 1u << ((k + 1) % 32));
+    CHECK(m.w.narrow == 0u);
+    CHECK(m.round(all_visible) == 1u << (k % 32)); // every lane probes: found
+  }
+  SUBCASE("the shutdown flag") {
+    m.round(all_visible, 1);
+    CHECK(m.w.narrow == 0u);
+    m.round(all_visible, 1);
+    CHECK(m.w.narrow == 0u); // never narrows while the flag is set
+    CHECK(m.last_probing == 32u);
+  }
+  SUBCASE("empty rounds: a wide one every WARP_IDLE_ROUNDS") {
+    // ping's last round was the first empty one.
+    for (uint32_t i = 2; i < CUDAQ_RT_LOOPBACK_WARP_IDLE_ROUNDS; ++i) {
+      m.round(all_visible);
+      REQUIRE(m.w.narrow == 1u);
+    }
+    m.round(all_visible);
+    CHECK(m.w.narrow == 0u);
+    m.round(all_visible);
+    CHECK(m.last_probing == 32u);
+    CHECK(m.w.narrow == 1u); // and narrows again
+  }
+  SUBCASE("no request is left behind") {
+    for (int i = 0; i < 40; ++i) {
+      m.sent += uint64_t(i % 3); // 0, 1 or 2 at a time, some seen late
+      const uint64_t late = m.sent - 1;
+      m.round([&](uint64_t k) { return k != late || i % 5; });
+    }
+    for (int i = 0; i < 3; ++i)
+      m.round(all_visible);
+    std::vector<uint64_t> s = m.served;
+    std::sort(s.begin(), s.end());
+    REQUIRE(s.size() == m.sent - 0);
+    for (uint64_t k = 0; k < s.size(); ++k)
+      CHECK(s[k] == k);
+  }
+}
+
+TEST_CASE("warp form: exactly the lane whose request comes next is first") {
+  for (uint32_t n : {32u, 64u, 256u})
+    for (uint64_t first : {uint64_t(0), uint64_t(5), uint64_t(n - 1), uint64_t(n),
+                           uint64_t(n) * (CUDAQ_RT_LOOPBACK_LAP_PERIOD - 1) + 31,
+                           uint64_t(n) * CUDAQ_RT_LOOPBACK_LAP_PERIOD}) {
+      CAPTURE(n);
+      CAPTURE(first);
+      WarpModel m(n, first);
+      std::vector<uint32_t> firsts;
+      for (uint32_t l = 0; l < 32; ++l) {
+        const Position &prev = m.lane[(l + 31) % 32];
+        if (cudaq_rt_loopback_warp_first(m.lane[l].slot, m.lane[l].lap, prev.slot, prev.lap, n))
+          firsts.push_back(l);
+      }
+      REQUIRE(firsts.size() == 1u);
+      CHECK(firsts[0] == first % 32);
+    }
+  // A lane a request ahead of where it should be: not exactly one first, so no narrowing.
+  WarpModel m(64, 0);
+  for (int i = 0; i < 32; ++i)
+    m.lane[3].next(64);
+  uint32_t count = 0;
+  for (uint32_t l = 0; l < 32; ++l) {
+    const Position &prev = m.lane[(l + 31) % 32];
+    count += cudaq_rt_loopback_warp_first(m.lane[l].slot, m.lane[l].lap, prev.slot, prev.lap, 64);
+  }
+  CHECK(count != 1u);
+}
