@@ -56,10 +56,6 @@ struct Session {
   uint32_t shared_ok;    // batches may be staged in shared memory (see kShared below)
   cudaq_rt_loopback_warp_probe warp;  // the warp form: which lanes probe (warp_poll); the same in
                                       // every lane's session
-  uint32_t warp_ready;                // the warp form: the last round's vote and flag, which the
-  uint32_t warp_flag;                 // next poll applies to `warp` before it probes
-  unsigned char *warp_request;        // the warp form: the frames of the lane's next request,
-  unsigned char *warp_response;       // worked out before it is probed for (warp_frames)
   const unsigned char *last_response; // and its response frame
   unsigned char *handout_request;     // not null: fetch_one found a request, staged here, and
   unsigned char *handout_response;    // set this frame aside for its response (both worked out
@@ -651,19 +647,6 @@ extern "C" __device__ void cudaq_dev_tx_publish(void *session, void *response) {
 // Requests are staged in shared memory where 32 of them fit (warp_request_staging), responses in
 // the per-slot frames in device memory.
 
-namespace {
-// The staging frames of the lane's next request (fetched_slot), worked out where nothing waits on
-// them (at entry, and in tx_publish after the response is pushed out), not between the probe's return
-// and the hand-out: there they cost the serving lane about 30 instructions (the shared window's
-// address, the slot's offset) on every request.
-__device__ __forceinline__ void warp_frames(Session *s) {
-  const size_t offset = (size_t)s->fetched_slot * s->slot_size;
-  s->warp_request = s->warp_shared ? warp_request_staging + (size_t)s->lane * s->slot_size
-                                   : s->request_frames + offset;
-  s->warp_response = s->response_frames + offset;
-}
-} // namespace
-
 extern "C" __device__ void *
 cudaq_dev_warp_enter_kernel(void *storage, void *ctx, volatile int *shutdown_flag, unsigned lane) {
   cudaq_rt_loopback_device_ctx *c = static_cast<cudaq_rt_loopback_device_ctx *>(ctx);
@@ -679,9 +662,6 @@ cudaq_dev_warp_enter_kernel(void *storage, void *ctx, volatile int *shutdown_fla
   s->fetched_slot = c->warp_resume_slot[lane];
   s->fetched_lap = c->warp_resume_lap[lane];
   s->warp = cudaq_rt_loopback_warp_probe{0u, 0u, 0u, 0u}; // every lane probes the first round
-  s->warp_ready = 0;
-  s->warp_flag = 0;
-  warp_frames(s);
   return s;
 }
 
@@ -724,11 +704,6 @@ __device__ __forceinline__ int warp_poll(Session *s, void **request, void **resp
   // Every lane polls together (the warp form's contract): the votes below take the full mask, so
   // that every lane sees the same `ready` and keeps the same s->warp.
   const unsigned mask = 0xFFFFFFFFu;
-  // The last round's outcome decides this round's probe (cudaq_rt_loopback_warp_round), applied
-  // here rather than after that round's vote, where it held up the lanes that had a request.
-  if (cudaq_rt_loopback_warp_round(&s->warp, s->warp_ready, s->warp_flag) &&
-      CUDAQ_RT_LOOPBACK_WARP_NARROW)
-    cudaq_rt_loopback_warp_narrow(&s->warp, warp_earliest(s, mask));
   const uint32_t slot = s->fetched_slot, lap = s->fetched_lap;
   const volatile uint4 *cells = s->request_heads + cudaq_rt_loopback_head_cell(L, slot, 0);
   const bool probes =
@@ -746,8 +721,9 @@ __device__ __forceinline__ int warp_poll(Session *s, void **request, void **resp
   const bool found = stamped(probe[0], lap);
   const unsigned ready = __ballot_sync(mask, found);
   s->busy = ready == 0xFFFFFFFFu;
-  s->warp_ready = ready; // the same in every lane, as the flag is
-  s->warp_flag = shutdown;
+  // The next round's probe, the same in every lane (ready, the flag and s->warp are).
+  if (cudaq_rt_loopback_warp_round(&s->warp, ready, shutdown) && CUDAQ_RT_LOOPBACK_WARP_NARROW)
+    cudaq_rt_loopback_warp_narrow(&s->warp, warp_earliest(s, mask));
   if (!found) {
     // A lane that did not probe has seen nothing: never SHUTDOWN (the next round probes it).
     if (!shutdown || !probes)
@@ -765,12 +741,21 @@ __device__ __forceinline__ int warp_poll(Session *s, void **request, void **resp
     s->ctx->warp_resume_lap[s->lane] = lap;
     return CUDAQ_DEV_RX_SHUTDOWN;
   }
-  unpack<P>(s, L, slot, reinterpret_cast<uint2 *>(s->warp_request), lap, probe);
-  *request = s->warp_request;
-  *response = s->warp_response;
+  const size_t offset = (size_t)slot * s->slot_size;
+  unsigned char *frame = s->warp_shared ? warp_request_staging + (size_t)s->lane * s->slot_size
+                                        : s->request_frames + offset;
+  unpack<P>(s, L, slot, reinterpret_cast<uint2 *>(frame), lap, probe);
+  *request = frame;
+  *response = s->response_frames + offset;
   s->last_slot = slot;
   s->last_lap = lap;
-  return CUDAQ_DEV_RX_READY; // tx_publish moves the lane on to its next slot
+  uint32_t after = slot + CUDAQ_RT_WARP_LANES;
+  if (after >= s->num_slots) {
+    after -= s->num_slots;
+    s->fetched_lap = cudaq_rt_loopback_next_lap(lap);
+  }
+  s->fetched_slot = after;
+  return CUDAQ_DEV_RX_READY;
 }
 } // namespace
 
@@ -788,14 +773,4 @@ extern "C" __device__ void cudaq_dev_warp_tx_publish(void *session, void *respon
     publish_frame<CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS>(s, s->last_slot, s->last_lap, response);
   if (push_wanted(s))
     __threadfence_system();
-  // The lane's next request: 32 slots on. A lane holds one frame and publishes it before it polls
-  // again, so its position moves here, after the push, where nothing waits on it (between the
-  // stores and the fence, it held the response back: serve and publish 1031 -> 1063 ns).
-  uint32_t after = s->last_slot + CUDAQ_RT_WARP_LANES;
-  if (after >= s->num_slots) {
-    after -= s->num_slots;
-    s->fetched_lap = cudaq_rt_loopback_next_lap(s->last_lap);
-  }
-  s->fetched_slot = after;
-  warp_frames(s);
 }
