@@ -176,18 +176,11 @@ void start(const Row &r, unsigned *req, unsigned *resp, int *stop, cudaStream_t 
 int main(int argc, char **argv) {
   const int n = argc > 1 ? std::atoi(argv[1]) : 100000;
   const size_t bytes = 8 * kLineInts * sizeof(unsigned);
-  unsigned *req, *resp;
-  int *stop;
-  CHECK(cudaHostAlloc(&req, bytes, cudaHostAllocMapped));
-  CHECK(cudaHostAlloc(&resp, bytes, cudaHostAllocMapped));
-  CHECK(cudaHostAlloc(&stop, 128, cudaHostAllocMapped));
-  unsigned *dreq, *dresp;
-  int *dstop;
-  CHECK(cudaHostGetDevicePointer((void **)&dreq, req, 0));
-  CHECK(cudaHostGetDevicePointer((void **)&dresp, resp, 0));
-  CHECK(cudaHostGetDevicePointer((void **)&dstop, stop, 0));
-  cudaStream_t s;
-  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const MappedRing ring(bytes);
+  unsigned *const req = ring.req, *const resp = ring.resp, *const dreq = ring.dreq,
+                  *const dresp = ring.dresp;
+  int *const stop = ring.stop, *const dstop = ring.dstop;
+  const cudaStream_t s = ring.stream;
   const Row rows[] = {{kLines, 1, 1, false}, {kLines, 5, 1, false}, {kWarp, 5, 1, false},
                       {kBulk, 5, 1, false},  {kBulk, 1, 1, false},  {kLines, 5, 5, false},
                       {kWarp, 5, 5, true},   {kBulk, 5, 5, true},   {kBulk, 5, 5, false},

@@ -31,3 +31,21 @@ static __device__ __forceinline__ void store16(volatile uint4 *p, uint4 v) {
                "r"(v.z), "r"(v.w)
                : "memory");
 }
+
+// A request ring and a response ring of `bytes` each and a shutdown flag in mapped pinned host
+// memory, their device addresses, and a non-blocking stream: what each probe's host side starts
+// with. (A probe runs once and exits: nothing is freed.)
+struct MappedRing {
+  unsigned *req = nullptr, *resp = nullptr, *dreq = nullptr, *dresp = nullptr;
+  int *stop = nullptr, *dstop = nullptr;
+  cudaStream_t stream = nullptr;
+  explicit MappedRing(size_t bytes) {
+    CHECK(cudaHostAlloc(&req, bytes, cudaHostAllocMapped));
+    CHECK(cudaHostAlloc(&resp, bytes, cudaHostAllocMapped));
+    CHECK(cudaHostAlloc(&stop, 128, cudaHostAllocMapped));
+    CHECK(cudaHostGetDevicePointer((void **)&dreq, req, 0));
+    CHECK(cudaHostGetDevicePointer((void **)&dresp, resp, 0));
+    CHECK(cudaHostGetDevicePointer((void **)&dstop, stop, 0));
+    CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  }
+};

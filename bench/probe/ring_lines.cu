@@ -236,19 +236,12 @@ void start(const Row &r, unsigned *dreq, unsigned *dresp, int *dstop, cudaStream
 
 int main(int argc, char **argv) {
   const int n = argc > 1 ? std::atoi(argv[1]) : 100000;
-  unsigned *req, *resp;
-  int *stop;
   const size_t bytes = kMaxCells * kLineInts * sizeof(unsigned);
-  CHECK(cudaHostAlloc(&req, bytes, cudaHostAllocMapped));
-  CHECK(cudaHostAlloc(&resp, bytes, cudaHostAllocMapped));
-  CHECK(cudaHostAlloc(&stop, 128, cudaHostAllocMapped));
-  unsigned *dreq, *dresp;
-  int *dstop;
-  CHECK(cudaHostGetDevicePointer((void **)&dreq, req, 0));
-  CHECK(cudaHostGetDevicePointer((void **)&dresp, resp, 0));
-  CHECK(cudaHostGetDevicePointer((void **)&dstop, stop, 0));
-  cudaStream_t s;
-  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const MappedRing ring(bytes);
+  unsigned *const req = ring.req, *const resp = ring.resp, *const dreq = ring.dreq,
+                  *const dresp = ring.dresp;
+  int *const stop = ring.stop, *const dstop = ring.dstop;
+  const cudaStream_t s = ring.stream;
   const Row rows[] = {{1, 1, false, false},
                       {1, 1, true, false},
                       {2, 1, true, false},
