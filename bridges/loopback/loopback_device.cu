@@ -716,7 +716,10 @@ __device__ __forceinline__ int warp_poll(Session *s, void **request, void **resp
   for (uint32_t c = 0; c < P; ++c)
     probe[c] = probes ? load_cell(cells + c * cudaq_rt_loopback_head_stride(L))
                       : make_uint4(0u, 0u, 0u, 0u);
-  const int shutdown = *s->shutdown_flag;
+  // The flag as any lane saw it (it only goes from 0 to set): lanes that reach the poll apart
+  // (they can: with __activemask() the votes below split the warp) may load it apart, and the
+  // probe state below, with its votes and shuffles, must be the same in every lane.
+  const int shutdown = __any_sync(mask, *s->shutdown_flag != 0);
   // The round is busy when all 32 found one.
   const bool found = stamped(probe[0], lap);
   const unsigned ready = __ballot_sync(mask, found);

@@ -43,12 +43,12 @@
  * knows the request cannot be there yet) and answers IDLE when there is none, so that the warp
  * stays converged and the lanes that have a request serve it together. The hooks may vote across
  * the lanes (the loopback bridge does, with the full mask): every lane must call rx_poll in every
- * round, converged. A lane holds at most one frame and publishes it before it polls again. The bridge decides which
- * requests each lane sees (the loopback bridge gives lane l the slots l, l + 32, l + 64, ... of
- * its ring, and while the ring is idle and its client sends one request at a time probes only
- * the lane whose request comes next and the one after it), keeps every lane's position across a
- * relaunch, and answers SHUTDOWN to a lane only
- * when it has served every request sent to it before the flag was set. Responses of different
+ * round. A lane holds at most one frame and publishes it before it polls again. The bridge
+ * decides which requests each lane sees (the loopback bridge gives lane l the slots l, l + 32,
+ * l + 64, ... of its ring, and while the ring is idle and its client sends one request at a time
+ * probes only the lane whose request comes next and the one after it), keeps every lane's
+ * position across a relaunch, and answers SHUTDOWN to a lane only when it has served every
+ * request sent to it before the flag was set. Responses of different
  * lanes are published in any order; the host side puts them back in request order if it must.
  * Handlers run in several lanes at once, so a package linked with the warp dispatcher must export
  * every handler with CUDAQ_RT_EXPORT_HANDLER_CONCURRENT (cudaq-rt-link checks). */
