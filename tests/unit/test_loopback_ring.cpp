@@ -420,6 +420,10 @@ struct WarpModel {
   }
   // The index of the request lane l waits for (its position against the running count).
   uint64_t index_of(uint32_t l) const {
+    // Before the laps wrap, the lap says which request it is (a ring's worth in flight at most).
+    const uint64_t k0 = uint64_t(lane[l].lap - 1) * n + lane[l].slot;
+    if (k0 < sent + 64 && k0 + n + 64 > sent && cudaq_rt_loopback_lap(k0, n) == lane[l].lap)
+      return k0;
     for (uint64_t k = sent > 64 ? sent - 64 : 0; k < sent + 64; ++k)
       if (k % n == lane[l].slot && cudaq_rt_loopback_lap(k, n) == lane[l].lap)
         return k;
@@ -548,6 +552,50 @@ TEST_CASE("warp form: a burst, the flag, an out-of-order find or a long idle wid
     REQUIRE(s.size() == m.sent - 0);
     for (uint64_t k = 0; k < s.size(); ++k)
       CHECK(s[k] == k);
+  }
+}
+
+TEST_CASE("warp form: under any mix of traffic every request is found, and soon") {
+  // Requests sent 0 to 40 at a time, or none for a while, each seen by the GPU 0 to 2 rounds
+  // after it was sent (loads complete in any order); never more than a ring's worth in flight.
+  for (uint32_t n : {32u, 64u, 256u}) {
+    CAPTURE(n);
+    WarpModel m(n, 0);
+    std::vector<uint64_t> visible_at; // per request, the round from which the GPU sees it
+    uint64_t state = 12345 + n;
+    auto next_random = [&](uint32_t bound) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      return uint32_t(state >> 33) % bound;
+    };
+    std::vector<uint64_t> found_at;
+    uint32_t narrow_rounds = 0;
+    for (uint64_t round = 0; round < 20000; ++round) {
+      const uint32_t kind = next_random(10);
+      const uint32_t burst = kind < 5 ? 0u : kind < 8 ? 1u : next_random(41);
+      for (uint32_t i = 0; i < burst && m.sent - m.served.size() < n; ++i) {
+        visible_at.push_back(round + next_random(3));
+        ++m.sent;
+      }
+      narrow_rounds += m.w.narrow;
+      const size_t before = m.served.size();
+      m.round([&](uint64_t k) { return visible_at[k] <= round; });
+      for (size_t i = before; i < m.served.size(); ++i) {
+        found_at.resize(m.sent, UINT64_MAX);
+        REQUIRE(found_at[m.served[i]] == UINT64_MAX); // each request once
+        found_at[m.served[i]] = round;
+      }
+    }
+    for (int i = 0; i < 3 + int(CUDAQ_RT_LOOPBACK_WARP_IDLE_ROUNDS); ++i)
+      m.round(all_visible);
+    REQUIRE(m.served.size() == m.sent);
+    found_at.resize(m.sent, UINT64_MAX);
+    uint64_t worst = 0;
+    for (uint64_t k = 0; k < m.sent; ++k)
+      if (found_at[k] != UINT64_MAX)
+        worst = std::max(worst, found_at[k] - visible_at[k]);
+    // A request in a lane that does not probe waits at most for the next wide round.
+    CHECK(worst <= CUDAQ_RT_LOOPBACK_WARP_IDLE_ROUNDS);
+    CHECK(narrow_rounds > 0); // the single requests did narrow the probe
   }
 }
 
