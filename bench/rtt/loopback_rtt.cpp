@@ -108,16 +108,6 @@ const char *const stage_names[] = {"ready -> handler found (validate, lookup)",
                                    "staged in shared memory (1 = yes)",
                                    "probe came back -> rx_poll returned",
                                    "the probe that found it, issued -> came back"};
-// The span kernels stamp only around the steps.
-const char *const span_names[] = {"",
-                                  "",
-                                  "",
-                                  "",
-                                  "",
-                                  "all, after ready",
-                                  "staged in shared memory (1 = yes)",
-                                  "probe came back -> rx_poll returned",
-                                  "the probe that found it, issued -> came back"};
 const char *const rerun_names[] = {"validate, lookup",
                                    "handler (8-byte echo)",
                                    "response header",
@@ -128,7 +118,9 @@ const char *const rerun_names[] = {"validate, lookup",
                                    "",
                                    ""};
 
-void print_stages(Server &server, double ghz, const char *kernel, const char *const *names) {
+// From column `first` on (the span kernels stamp only around the steps: columns 5 on).
+void print_stages(Server &server, double ghz, const char *kernel, const char *const *names,
+                  uint32_t first = 0) {
   std::vector<uint8_t> count_bytes(8), log(size_t(stage_rows) * stage_cols * 4);
   if (auto st = server.read_global("cudaq_rt_bench_stage_count", count_bytes); !st) {
     std::printf("stages: %s\n", st.error().str().c_str());
@@ -156,7 +148,7 @@ void print_stages(Server &server, double ghz, const char *kernel, const char *co
       "%.2f GHz)\n\n| stage | median | p99 | over twice the median |\n| --- | --- | --- | --- "
       "|\n",
       kernel, (unsigned long long)rows, (unsigned long long)n, ghz);
-  for (uint32_t c = 0; c < stage_cols; ++c) {
+  for (uint32_t c = first; c < stage_cols; ++c) {
     std::vector<uint32_t> v(rows);
     for (uint64_t r = 0; r < rows; ++r)
       std::memcpy(&v[r], log.data() + (r * stage_cols + c) * 4, 4);
@@ -353,8 +345,8 @@ int main(int argc, char **argv) {
     if (stages)
       print_stages(**server, ghz, dispatcher,
                    !std::strcmp(dispatcher, "cudaq_rt_bench_stages_rerun") ? rerun_names
-                   : std::strstr(dispatcher, "_span")                      ? span_names
-                                                                           : stage_names);
+                                                                           : stage_names,
+                   std::strstr(dispatcher, "_span") ? 5u : 0u);
     if (rounds)
       print_rounds(**server, ghz);
   };

@@ -716,9 +716,9 @@ __device__ __forceinline__ int warp_poll(Session *s, void **request, void **resp
   for (uint32_t c = 0; c < P; ++c)
     probe[c] = probes ? load_cell(cells + c * cudaq_rt_loopback_head_stride(L))
                       : make_uint4(0u, 0u, 0u, 0u);
-  // The flag as any lane saw it (it only goes from 0 to set): lanes that reach the poll apart
-  // (they can: with __activemask() the votes below split the warp) may load it apart, and the
-  // probe state below, with its votes and shuffles, must be the same in every lane.
+  // The flag as any lane saw it (it only goes from 0 to set): lanes can reach the poll apart
+  // (votes over __activemask() here once came out split, bench/loopback_rtt.md) and load it
+  // apart, and the probe state below, with its votes and shuffles, must be the same in every lane.
   const int shutdown = __any_sync(mask, *s->shutdown_flag != 0);
   // The round is busy when all 32 found one.
   const bool found = stamped(probe[0], lap);
@@ -752,12 +752,12 @@ __device__ __forceinline__ int warp_poll(Session *s, void **request, void **resp
   *response = s->response_frames + offset;
   s->last_slot = slot;
   s->last_lap = lap;
-  uint32_t after = slot + CUDAQ_RT_WARP_LANES;
-  if (after >= s->num_slots) {
-    after -= s->num_slots;
+  uint32_t next = slot + CUDAQ_RT_WARP_LANES;
+  if (next >= s->num_slots) {
+    next -= s->num_slots;
     s->fetched_lap = cudaq_rt_loopback_next_lap(lap);
   }
-  s->fetched_slot = after;
+  s->fetched_slot = next;
   return CUDAQ_DEV_RX_READY;
 }
 } // namespace
