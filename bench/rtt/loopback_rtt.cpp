@@ -92,6 +92,17 @@ const Config configs[] = {
      {1, 256, 1024},
      0,
      ",layout=lanes"},
+    {"fused prototype: serving on the probe's registers",
+     "loopback",
+     "cudaq_rt_bench_fused",
+     {1, 4, 16, 64}},
+    {"fused prototype, --lto whole (handlers called directly)",
+     "loopback",
+     "cudaq_rt_bench_fused_direct",
+     {1, 4, 16, 64},
+     0,
+     "",
+     true},
     {"hooks around a fixed echo (no dispatcher)", "loopback", "cudaq_rt_bench_hooks_echo", {1, 64}},
     {"unified, no handler cache", "loopback", "cudaq_rt_bench_no_cache", {1, 64}},
     {"raw ring: head cells in registers, no hooks", "loopback", "cudaq_rt_bench_raw_ring", {1, 64}},
@@ -108,6 +119,15 @@ const char *const stage_names[] = {"ready -> handler found (validate, lookup)",
                                    "staged in shared memory (1 = yes)",
                                    "probe came back -> rx_poll returned",
                                    "the probe that found it, issued -> came back"};
+const char *const fused_names[] = {"probe came back -> cells checked, header read",
+                                   "validate, lookup",
+                                   "handler (8-byte echo), outcome",
+                                   "counters",
+                                   "response cells stored",
+                                   "all, probe came back -> last store",
+                                   "",
+                                   "",
+                                   ""};
 const char *const rerun_names[] = {"validate, lookup",
                                    "handler (8-byte echo)",
                                    "response header",
@@ -345,7 +365,9 @@ int main(int argc, char **argv) {
     if (stages)
       print_stages(**server, ghz, dispatcher,
                    !std::strcmp(dispatcher, "cudaq_rt_bench_stages_rerun") ? rerun_names
-                                                                           : stage_names,
+                   : std::strstr(dispatcher, "_fused") || std::strstr(dispatcher, "_raw_ring")
+                       ? fused_names
+                       : stage_names,
                    std::strstr(dispatcher, "_span") ? 5u : 0u);
     if (rounds)
       print_rounds(**server, ghz);
@@ -372,6 +394,15 @@ int main(int argc, char **argv) {
       "loopback_stamps_pushed_wc", "cudaq_rt_bench_span", {1}, true);
   run("span, responses never pushed, probe stamped, --lto whole, handlers called directly",
       "loopback_stamps", "cudaq_rt_bench_span_direct", {1}, true, 0, false, "", false, true);
+  // The fused prototype: the probe's return to the response's last store, pushed.
+  run("span, fused prototype, probe back -> last store", "loopback", "cudaq_rt_bench_fused_span",
+      {1}, true);
+  run("span, fused prototype, probe back -> last store, --lto whole, handlers called directly",
+      "loopback", "cudaq_rt_bench_fused_span_direct", {1}, true, 0, false, "", false, true);
+  run("span, fused prototype, step stamps, --lto whole, handlers called directly", "loopback",
+      "cudaq_rt_bench_fused_steps_direct", {1}, true, 0, false, "", false, true);
+  run("span, raw ring, probe back -> last store", "loopback", "cudaq_rt_bench_raw_ring_span", {1},
+      true);
   run("stage stamps, each step run twice", "loopback_no_push", "cudaq_rt_bench_stages_rerun", {1},
       true);
   std::printf("\nThe host thread's time per request (one thread, batched send and receive)\n\n");

@@ -13,7 +13,8 @@
 //                                memory (what the table in shared memory buys);
 //   cudaq_rt_bench_no_cache      the unified kernel without its handler cache;
 //   cudaq_rt_bench_hooks_echo,   the transport without the dispatcher, and without the hooks
-//   cudaq_rt_bench_raw_ring      (below);
+//   cudaq_rt_bench_raw_ring      (below; ..._span: stamped);
+//   cudaq_rt_bench_fused...      the dispatcher's work on the probe's registers, no hooks (below);
 //   cudaq_rt_bench_warp_rounds   the warp kernel with a stamp around each round's poll and serve.
 #include "cudaq_rt/dispatch_framing.cuh"
 
@@ -272,7 +273,9 @@ CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_hooks_echo);
 
 namespace {
 // Push: fence.sc.sys after each response, as the bridge does (CUDAQ_RT_LOOPBACK_PUSH).
-template <bool Push> __device__ __forceinline__ void raw_ring(const cudaq_rt_dispatch_params &p) {
+// Span: [5] the probe came back -> the response's last store, in cudaq_rt_bench_stage_log.
+template <bool Push, bool Span = false>
+__device__ __forceinline__ void raw_ring(const cudaq_rt_dispatch_params &p) {
   if (!first_thread())
     return;
   cudaq_rt_loopback_device_ctx *c = (cudaq_rt_loopback_device_ctx *)p.transport_ctx;
@@ -282,6 +285,7 @@ template <bool Push> __device__ __forceinline__ void raw_ring(const cudaq_rt_dis
   volatile uint4 *rs = (volatile uint4 *)c->response_heads;
   const uint32_t n = c->num_slots, layout = c->layout;
   uint32_t slot = c->resume_slot, lap = c->resume_lap;
+  unsigned long long served = 0;
   for (;;) {
     uint4 v[5];
 #pragma unroll
@@ -289,6 +293,7 @@ template <bool Push> __device__ __forceinline__ void raw_ring(const cudaq_rt_dis
       v[k] = load16(rq + cudaq_rt_loopback_head_cell(layout, slot, k));
     const int shutdown = *p.shutdown_flag;
     if (v[0].x == lap && v[0].z == lap) {
+      const long long t0 = stamp<Span>();
 #pragma unroll
       for (uint32_t k = 1; k < 5; ++k)
         while (v[k].x != lap || v[k].z != lap)
@@ -300,6 +305,12 @@ template <bool Push> __device__ __forceinline__ void raw_ring(const cudaq_rt_dis
       store16(rs + cudaq_rt_loopback_head_cell(layout, slot, 3), v[3]);
       store16(rs + cudaq_rt_loopback_head_cell(layout, slot, 4), v[4]);
       store16(rs + cudaq_rt_loopback_head_cell(layout, slot, 0), make_uint4(lap, 32u, lap, 0u));
+      if constexpr (Span) {
+        unsigned int *row = cudaq_rt_bench_stage_log[served++ % BENCH_STAGE_ROWS];
+        row[5] = (unsigned int)(clock64() - t0);
+        row[6] = 1;
+        row[7] = row[8] = 0;
+      }
       if (Push)
         __threadfence_system();
       if (++slot == n) {
@@ -313,9 +324,15 @@ template <bool Push> __device__ __forceinline__ void raw_ring(const cudaq_rt_dis
   }
   c->resume_slot = slot;
   c->resume_lap = lap;
+  if constexpr (Span)
+    cudaq_rt_bench_stage_count = served;
 }
 } // namespace
 
+extern "C" __global__ void cudaq_rt_bench_raw_ring_span(cudaq_rt_dispatch_params p) {
+  raw_ring<true, true>(p);
+}
+CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_raw_ring_span);
 extern "C" __global__ void cudaq_rt_bench_raw_ring(cudaq_rt_dispatch_params p) {
   raw_ring<true>(p);
 }
@@ -324,6 +341,158 @@ extern "C" __global__ void cudaq_rt_bench_raw_ring_no_push(cudaq_rt_dispatch_par
   raw_ring<false>(p);
 }
 CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_raw_ring_no_push);
+
+// What a fused path could buy: the unified kernel's serving (dispatch_framing.cuh's validation,
+// handler lookup and cache, call, outcome, counters) done on the loopback ring's frame where the
+// one-slot probe loaded it (registers), as a bridge hook that served in place could do it. The
+// handler's input and output are frames in shared memory; the response cells are stored from
+// registers, and pushed out with a fence. No staging, no hand-out, no read-back of the response.
+// A prototype to measure, not a server: it takes frames whose request and response fit the head
+// cells (at most 8 payload bytes each way) and answers any larger request
+// CUDAQ_RT_STATUS_PAYLOAD_TOO_LARGE and any larger result CUDAQ_RT_STATUS_RESULT_TOO_LARGE.
+//   cudaq_rt_bench_fused          handlers called through the table's pointer;
+//   cudaq_rt_bench_fused_direct   through the unit of direct calls (linked whole: inlined);
+//   ..._span, ..._span_direct     the same, stamped: [5] the probe came back -> the response's
+//                                 last store (before the fence).
+namespace {
+template <bool Direct, bool Span, bool Steps = false>
+__device__ __forceinline__ void fused(cudaq_rt_dispatch_params p) {
+  if (!first_thread())
+    return;
+  cudaq_rt_loopback_device_ctx *c = (cudaq_rt_loopback_device_ctx *)p.transport_ctx;
+  constexpr uint32_t kFrame = 1024;
+  if (!c || c->magic != CUDAQ_RT_LOOPBACK_CTX_MAGIC || p.slot_size > kFrame ||
+      p.slot_size < CUDAQ_RT_LOOPBACK_MIN_SLOT_SIZE)
+    return;
+  __shared__ cudaq_rt_function_entry rows[BENCH_TABLE_ROWS];
+  const cudaq_rt_function_entry *table =
+      cudaq_rt_table_in_shared(p.function_table, p.num_functions, rows, BENCH_TABLE_ROWS);
+  __shared__ uint2 input[kFrame / 8], output[kFrame / 8];
+  cudaq_rt_dispatch_counters counters = cudaq_rt_counters_load(p.stats);
+  cudaq_rt_handler_cache cache = {0, 0};
+  const volatile uint4 *rq = (const volatile uint4 *)c->request_heads;
+  volatile uint4 *rs = (volatile uint4 *)c->response_heads;
+  const uint32_t n = c->num_slots, layout = c->layout, slot_size = p.slot_size;
+  const uint32_t max_result_len = slot_size - CUDAQ_RT_HEADER_SIZE;
+  uint32_t slot = c->resume_slot, lap = c->resume_lap;
+  unsigned long long served = 0;
+  for (;;) {
+    const volatile uint4 *cells = rq + cudaq_rt_loopback_head_cell(layout, slot, 0);
+    const uint32_t stride = cudaq_rt_loopback_head_stride(layout);
+    uint4 v[CUDAQ_RT_LOOPBACK_HEAD_CELLS];
+#pragma unroll
+    for (uint32_t k = 0; k < CUDAQ_RT_LOOPBACK_HEAD_CELLS; ++k)
+      v[k] = load16(cells + k * stride);
+    const int shutdown = *p.shutdown_flag;
+    if (!cudaq_rt_loopback_stamped(v[0].x, v[0].z, lap)) {
+      if (shutdown)
+        break;
+      continue;
+    }
+    const long long t0 = stamp<Span>();
+    const uint32_t len = v[0].y < slot_size ? v[0].y : slot_size;
+    const uint32_t in_cells = cudaq_rt_loopback_frame_cells(len);
+#pragma unroll
+    for (uint32_t k = 1; k < CUDAQ_RT_LOOPBACK_HEAD_CELLS; ++k)
+      if (k < in_cells)
+        while (!cudaq_rt_loopback_stamped(v[k].x, v[k].z, lap))
+          v[k] = load16(cells + k * stride);
+    const long long t1 = stamp<Steps>();
+    // Request cells: 1 {magic, function_id}, 2 {arg_len, request_id}, 3 ptp, 4 payload bytes 0..7.
+    cudaq_rt_request_fields h = {v[1].y, v[1].w, v[2].y, v[2].w, (uint64_t)v[3].w << 32 | v[3].y};
+    if (!cudaq_rt_loopback_request_whole(len, h.arg_len)) { // as the bridge's mark_truncated
+      h.magic = CUDAQ_RT_TRUNCATED_MAGIC;
+      h.request_id = len <= 8 ? 0u : h.request_id; // header words the frame has no byte of
+      h.ptp_timestamp = len <= 16 ? 0u : h.ptp_timestamp;
+    }
+    int32_t status = cudaq_rt_validate_fields(&h, slot_size);
+    status = status == CUDAQ_RT_STATUS_OK && in_cells > CUDAQ_RT_LOOPBACK_HEAD_CELLS
+                 ? CUDAQ_RT_STATUS_PAYLOAD_TOO_LARGE
+                 : status;
+    uint32_t result_len = 0;
+    long long t2 = 0;
+    if (status == CUDAQ_RT_STATUS_OK) {
+      const cudaq_rt_handler_fn handler =
+          cudaq_rt_find_handler_cached(table, p.num_functions, h.function_id, &cache);
+      t2 = stamp<Steps>();
+      if (!handler) {
+        status = CUDAQ_RT_STATUS_UNKNOWN_FUNCTION;
+      } else {
+        input[0] = make_uint2(v[4].y, v[4].w);
+        if constexpr (Direct)
+          status = cudaq_rt_call_direct(h.function_id, handler, input, output, h.arg_len,
+                                        max_result_len, &result_len);
+        else
+          status = handler(input, output, h.arg_len, max_result_len, &result_len);
+        status = cudaq_rt_handler_outcome(status, max_result_len, &result_len);
+      }
+    }
+    if (result_len > 8) {
+      status = CUDAQ_RT_STATUS_RESULT_TOO_LARGE;
+      result_len = 0;
+    }
+    const long long t3 = stamp<Steps>();
+    cudaq_rt_counters_record(&counters, status);
+    cudaq_rt_counters_store(p.stats, &counters);
+    const long long t4 = stamp<Steps>();
+    volatile uint4 *out = rs + cudaq_rt_loopback_head_cell(layout, slot, 0);
+    store16(out + stride, make_uint4(lap, CUDAQ_RT_RESPONSE_MAGIC, lap, (uint32_t)status));
+    store16(out + 2 * stride, make_uint4(lap, result_len, lap, h.request_id));
+    store16(out + 3 * stride,
+            make_uint4(lap, (uint32_t)h.ptp_timestamp, lap, (uint32_t)(h.ptp_timestamp >> 32)));
+    if (result_len) {
+      const uint2 d = output[0];
+      store16(out + 4 * stride, make_uint4(lap, d.x, lap, d.y));
+    }
+    store16(out, make_uint4(lap, CUDAQ_RT_HEADER_SIZE + result_len, lap, 0u));
+    if constexpr (Span) {
+      unsigned int *row = cudaq_rt_bench_stage_log[served % BENCH_STAGE_ROWS];
+      const long long t5 = clock64();
+      if constexpr (Steps) {
+        row[0] = (unsigned int)(t1 - t0);
+        row[1] = (unsigned int)(t2 - t1);
+        row[2] = (unsigned int)(t3 - t2);
+        row[3] = (unsigned int)(t4 - t3);
+        row[4] = (unsigned int)(t5 - t4);
+      }
+      row[5] = (unsigned int)(t5 - t0);
+      row[6] = 1;
+      row[7] = row[8] = 0;
+    }
+    __threadfence_system();
+    ++served;
+    if (++slot == n) {
+      slot = 0;
+      lap = cudaq_rt_loopback_next_lap(lap);
+    }
+  }
+  c->resume_slot = slot;
+  c->resume_lap = lap;
+  if constexpr (Span)
+    cudaq_rt_bench_stage_count = served;
+}
+} // namespace
+
+extern "C" __global__ void cudaq_rt_bench_fused(cudaq_rt_dispatch_params p) {
+  fused<false, false>(p);
+}
+CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_fused);
+extern "C" __global__ void cudaq_rt_bench_fused_direct(cudaq_rt_dispatch_params p) {
+  fused<true, false>(p);
+}
+CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_fused_direct);
+extern "C" __global__ void cudaq_rt_bench_fused_span(cudaq_rt_dispatch_params p) {
+  fused<false, true>(p);
+}
+CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_fused_span);
+extern "C" __global__ void cudaq_rt_bench_fused_span_direct(cudaq_rt_dispatch_params p) {
+  fused<true, true>(p);
+}
+CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_fused_span_direct);
+extern "C" __global__ void cudaq_rt_bench_fused_steps_direct(cudaq_rt_dispatch_params p) {
+  fused<true, true, true>(p);
+}
+CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_fused_steps_direct);
 
 // The warp kernel (libdispatch/src/warp_dispatch.cu) with a clock64 stamp around each round's
 // poll and serve: per round that found requests, [0] poll cycles, [1] serve + publish cycles,
