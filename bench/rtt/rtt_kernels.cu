@@ -272,6 +272,41 @@ extern "C" __global__ void cudaq_rt_bench_hooks_echo(cudaq_rt_dispatch_params p)
 CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_hooks_echo);
 
 namespace {
+// The ring position of the kernels below that drive the loopback ring themselves: the slot to
+// probe next and the lap it must carry, from where the last kernel on the bridge instance stopped,
+// and stored back there at the end; `served` counts the requests answered.
+struct RingPosition {
+  uint32_t slot, lap, n;
+  unsigned long long served;
+  __device__ explicit RingPosition(const cudaq_rt_loopback_device_ctx *c)
+      : slot(c->resume_slot), lap(c->resume_lap), n(c->num_slots), served(0) {}
+  __device__ void advance() {
+    ++served;
+    if (++slot == n) {
+      slot = 0;
+      lap = cudaq_rt_loopback_next_lap(lap);
+    }
+  }
+  // Span: the stage log's rows count is the requests served.
+  template <bool Span> __device__ void finish(cudaq_rt_loopback_device_ctx *c) const {
+    c->resume_slot = slot;
+    c->resume_lap = lap;
+    if constexpr (Span)
+      cudaq_rt_bench_stage_count = served;
+  }
+};
+
+// A span kernel's stage log row for the request being served: [5] its probe came back (t0) -> the
+// response's last store (t_end); no hand-out, so no rx_poll columns.
+__device__ __forceinline__ unsigned int *span_row(unsigned long long served, long long t0,
+                                                  long long t_end) {
+  unsigned int *row = cudaq_rt_bench_stage_log[served % BENCH_STAGE_ROWS];
+  row[5] = (unsigned int)(t_end - t0);
+  row[6] = 1;
+  row[7] = row[8] = 0;
+  return row;
+}
+
 // Push: fence.sc.sys after each response, as the bridge does (CUDAQ_RT_LOOPBACK_PUSH).
 // Span: [5] the probe came back -> the response's last store, in cudaq_rt_bench_stage_log.
 template <bool Push, bool Span = false>
@@ -283,10 +318,10 @@ __device__ __forceinline__ void raw_ring(const cudaq_rt_dispatch_params &p) {
     return;
   const volatile uint4 *rq = (const volatile uint4 *)c->request_heads;
   volatile uint4 *rs = (volatile uint4 *)c->response_heads;
-  const uint32_t n = c->num_slots, layout = c->layout;
-  uint32_t slot = c->resume_slot, lap = c->resume_lap;
-  unsigned long long served = 0;
+  const uint32_t layout = c->layout;
+  RingPosition at(c);
   for (;;) {
+    const uint32_t slot = at.slot, lap = at.lap;
     uint4 v[5];
 #pragma unroll
     for (uint32_t k = 0; k < 5; ++k)
@@ -305,27 +340,17 @@ __device__ __forceinline__ void raw_ring(const cudaq_rt_dispatch_params &p) {
       store16(rs + cudaq_rt_loopback_head_cell(layout, slot, 3), v[3]);
       store16(rs + cudaq_rt_loopback_head_cell(layout, slot, 4), v[4]);
       store16(rs + cudaq_rt_loopback_head_cell(layout, slot, 0), make_uint4(lap, 32u, lap, 0u));
-      if constexpr (Span) {
-        unsigned int *row = cudaq_rt_bench_stage_log[served++ % BENCH_STAGE_ROWS];
-        row[5] = (unsigned int)(clock64() - t0);
-        row[6] = 1;
-        row[7] = row[8] = 0;
-      }
+      if constexpr (Span)
+        span_row(at.served, t0, clock64());
       if (Push)
         __threadfence_system();
-      if (++slot == n) {
-        slot = 0;
-        lap = cudaq_rt_loopback_next_lap(lap);
-      }
+      at.advance();
       continue;
     }
     if (shutdown)
       break;
   }
-  c->resume_slot = slot;
-  c->resume_lap = lap;
-  if constexpr (Span)
-    cudaq_rt_bench_stage_count = served;
+  at.finish<Span>(c);
 }
 } // namespace
 
@@ -372,11 +397,11 @@ __device__ __forceinline__ void fused(cudaq_rt_dispatch_params p) {
   cudaq_rt_handler_cache cache = {0, 0};
   const volatile uint4 *rq = (const volatile uint4 *)c->request_heads;
   volatile uint4 *rs = (volatile uint4 *)c->response_heads;
-  const uint32_t n = c->num_slots, layout = c->layout, slot_size = p.slot_size;
+  const uint32_t layout = c->layout, slot_size = p.slot_size;
   const uint32_t max_result_len = slot_size - CUDAQ_RT_HEADER_SIZE;
-  uint32_t slot = c->resume_slot, lap = c->resume_lap;
-  unsigned long long served = 0;
+  RingPosition at(c);
   for (;;) {
+    const uint32_t slot = at.slot, lap = at.lap;
     const volatile uint4 *cells = rq + cudaq_rt_loopback_head_cell(layout, slot, 0);
     const uint32_t stride = cudaq_rt_loopback_head_stride(layout);
     uint4 v[CUDAQ_RT_LOOPBACK_HEAD_CELLS];
@@ -446,8 +471,8 @@ __device__ __forceinline__ void fused(cudaq_rt_dispatch_params p) {
     }
     store16(out, make_uint4(lap, CUDAQ_RT_HEADER_SIZE + result_len, lap, 0u));
     if constexpr (Span) {
-      unsigned int *row = cudaq_rt_bench_stage_log[served % BENCH_STAGE_ROWS];
       const long long t5 = clock64();
+      unsigned int *row = span_row(at.served, t0, t5);
       if constexpr (Steps) {
         row[0] = (unsigned int)(t1 - t0);
         row[1] = (unsigned int)(t2 - t1);
@@ -455,21 +480,11 @@ __device__ __forceinline__ void fused(cudaq_rt_dispatch_params p) {
         row[3] = (unsigned int)(t4 - t3);
         row[4] = (unsigned int)(t5 - t4);
       }
-      row[5] = (unsigned int)(t5 - t0);
-      row[6] = 1;
-      row[7] = row[8] = 0;
     }
     __threadfence_system();
-    ++served;
-    if (++slot == n) {
-      slot = 0;
-      lap = cudaq_rt_loopback_next_lap(lap);
-    }
+    at.advance();
   }
-  c->resume_slot = slot;
-  c->resume_lap = lap;
-  if constexpr (Span)
-    cudaq_rt_bench_stage_count = served;
+  at.finish<Span>(c);
 }
 } // namespace
 
