@@ -401,6 +401,8 @@ int main(int argc, char **argv) {
       "loopback", "cudaq_rt_bench_fused_span_direct", {1}, true, 0, false, "", false, true);
   run("span, fused prototype, step stamps, --lto whole, handlers called directly", "loopback",
       "cudaq_rt_bench_fused_steps_direct", {1}, true, 0, false, "", false, true);
+  run("span, fused prototype, step stamps, --lto whole, the echo called by name", "loopback",
+      "cudaq_rt_bench_fused_steps_named", {1}, true, 0, false, "", false, true);
   run("span, raw ring, probe back -> last store", "loopback", "cudaq_rt_bench_raw_ring_span", {1},
       true);
   run("stage stamps, each step run twice", "loopback_no_push", "cudaq_rt_bench_stages_rerun", {1},

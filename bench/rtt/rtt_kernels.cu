@@ -380,7 +380,13 @@ CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_raw_ring_no_push);
 //   ..._span, ..._span_direct     the same, stamped: [5] the probe came back -> the response's
 //                                 last store (before the fence).
 namespace {
-template <bool Direct, bool Span, bool Steps = false>
+// Named: the echo's requests call the echo's export by name (no table pointer, no direct-call
+// switch): what the handler step costs with only the handler's own code in it.
+extern "C" __device__ int cudaq_rt_handler_call__echo(const void *, void *, uint32_t, uint32_t,
+                                                      uint32_t *);
+constexpr uint32_t kEchoId = 0xd49dd484u; // cudaq_rt_function_id("echo")
+
+template <bool Direct, bool Span, bool Steps = false, bool Named = false>
 __device__ __forceinline__ void fused(cudaq_rt_dispatch_params p) {
   if (!first_thread())
     return;
@@ -444,7 +450,10 @@ __device__ __forceinline__ void fused(cudaq_rt_dispatch_params p) {
         status = CUDAQ_RT_STATUS_UNKNOWN_FUNCTION;
       } else {
         input[0] = make_uint2(v[4].y, v[4].w);
-        if constexpr (Direct)
+        if (Named && h.function_id == kEchoId)
+          status =
+              cudaq_rt_handler_call__echo(input, output, h.arg_len, max_result_len, &result_len);
+        else if constexpr (Direct)
           status = cudaq_rt_call_direct(h.function_id, handler, input, output, h.arg_len,
                                         max_result_len, &result_len);
         else
@@ -508,6 +517,10 @@ extern "C" __global__ void cudaq_rt_bench_fused_steps_direct(cudaq_rt_dispatch_p
   fused<true, true, true>(p);
 }
 CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_fused_steps_direct);
+extern "C" __global__ void cudaq_rt_bench_fused_steps_named(cudaq_rt_dispatch_params p) {
+  fused<true, true, true, true>(p);
+}
+CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_fused_steps_named);
 
 // The warp kernel (libdispatch/src/warp_dispatch.cu) with a clock64 stamp around each round's
 // poll and serve: per round that found requests, [0] poll cycles, [1] serve + publish cycles,
