@@ -173,7 +173,7 @@ void print_stages(Server &server, double ghz, const char *kernel, const char *co
     for (uint64_t r = 0; r < rows; ++r)
       std::memcpy(&v[r], log.data() + (r * stage_cols + c) * 4, 4);
     std::sort(v.begin(), v.end());
-    if (v.empty())
+    if (v.empty() || (c >= 5 && v.back() == 0)) // the probe's clocks: stamping bridges only
       continue;
     const uint32_t p50 = v[v.size() / 2], p99 = v[v.size() * 99 / 100];
     if (!*names[c] || (c >= 7 && p99 == 0))
@@ -197,9 +197,13 @@ void print_rounds(Server &server, double ghz) {
   uint64_t n = 0;
   std::memcpy(&n, count_bytes.data(), 8);
   const uint64_t rows = std::min<uint64_t>(n, stage_rows);
-  const char *names[] = {"poll (all lanes' probes), ns", "serve + publish, ns",
-                         "requests per round", "round to round, ns",
-                         "round to round, globaltimer ns"};
+  const char *names[] = {"poll (all lanes' probes), ns",
+                         "serve + publish, ns",
+                         "requests per round",
+                         "round to round, ns",
+                         "round to round, globaltimer ns",
+                         "the probe that found it, issued -> came back, ns",
+                         "probe came back -> rx_poll returned, ns"};
   std::printf("\nwarp rounds that found requests (last %llu of %llu)\n\n| column | median | p99 | "
               "mean |\n| --- | --- | --- | --- |\n",
               (unsigned long long)rows, (unsigned long long)n);
@@ -212,7 +216,7 @@ void print_rounds(Server &server, double ghz) {
     ns += c4;
   }
   std::printf("SM clock while serving (clock64 over %%globaltimer): %.3f GHz\n", cycles / ns);
-  for (uint32_t c = 0; c < 5; ++c) {
+  for (uint32_t c = 0; c < 7; ++c) {
     std::vector<uint32_t> v(rows);
     double sum = 0;
     for (uint64_t r = 0; r < rows; ++r) {
@@ -220,7 +224,7 @@ void print_rounds(Server &server, double ghz) {
       sum += v[r];
     }
     std::sort(v.begin(), v.end());
-    if (v.empty())
+    if (v.empty() || (c >= 5 && v.back() == 0)) // the probe's clocks: stamping bridges only
       continue;
     const double scale = c == 2 || c == 4 ? 1.0 : 1.0 / ghz;
     std::printf("| %s | %.0f | %.0f | %.1f |\n", names[c], v[v.size() / 2] * scale,
@@ -414,6 +418,9 @@ int main(int argc, char **argv) {
                                 " layout" + (bridge[8] ? ", write-combined request ring" : "");
       run(label.c_str(), bridge, "warp", {256, 1024}, false, 0, false, layout, true);
     }
+  // The probe's own time in the warp form's round (the unified form's: the span rows above).
+  run("warp round stamps, lanes layout, responses pushed, probe stamped", "loopback_stamps_pushed",
+      "cudaq_rt_bench_warp_rounds", {1}, false, 32, true, ",layout=lanes");
   for (const char *layout : {",layout=lanes", ",layout=slots"})
     for (uint32_t k : {1u, 32u, 256u, 1024u})
       run(layout[8] == 'l' ? "warp round stamps, lanes layout" : "warp round stamps, slots layout",

@@ -525,7 +525,9 @@ CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_fused_steps_named);
 // The warp kernel (libdispatch/src/warp_dispatch.cu) with a clock64 stamp around each round's
 // poll and serve: per round that found requests, [0] poll cycles, [1] serve + publish cycles,
 // [2] requests served, [3] cycles since the previous such round ended, [4] the same in ns
-// (%globaltimer), so that the SM clock can be told.
+// (%globaltimer), so that the SM clock can be told; over a bridge built with
+// CUDAQ_RT_LOOPBACK_STAMP, for the first lane that found a request: [5] its probe, issued -> came
+// back, [6] came back -> rx_poll returned (cycles; else 0).
 extern "C" {
 __device__ unsigned int cudaq_rt_bench_round_log[BENCH_STAGE_ROWS][8];
 __device__ unsigned long long cudaq_rt_bench_round_count;
@@ -555,6 +557,12 @@ __device__ __forceinline__ void warp_rounds(const cudaq_rt_dispatch_params &p, v
     const int r = cudaq_dev_warp_rx_poll(session, &request, &response);
     const unsigned ready = __ballot_sync(all, r == CUDAQ_DEV_RX_READY);
     const long long t1 = clock64();
+    // The probe's clocks the bridge left in the storage's last 16 bytes (loopback_device.cu).
+    const long long *probe_clock = reinterpret_cast<const long long *>(
+        static_cast<const unsigned char *>(session) + CUDAQ_RT_SESSION_STORAGE_SIZE - 16);
+    const int first = ready ? __ffs(ready) - 1 : 0;
+    const long long issued = __shfl_sync(all, probe_clock[0], first);
+    const long long probed = __shfl_sync(all, probe_clock[1], first);
     if (r == CUDAQ_DEV_RX_READY) {
       cudaq_rt_serve_frame_cached(table, p.num_functions, p.slot_size, request, response, 0,
                                   &cache);
@@ -570,6 +578,8 @@ __device__ __forceinline__ void warp_rounds(const cudaq_rt_dispatch_params &p, v
       row[3] = (unsigned int)(t2 - last_end);
       const unsigned long long ns = globaltimer_ns();
       row[4] = (unsigned int)(ns - last_ns);
+      row[5] = probed ? (unsigned int)(probed - issued) : 0u;
+      row[6] = probed ? (unsigned int)(t1 - probed) : 0u;
       last_ns = ns;
       ++n;
     }
@@ -588,6 +598,9 @@ extern "C" __global__ void cudaq_rt_bench_warp_rounds(cudaq_rt_dispatch_params p
     return;
   const unsigned lane = threadIdx.x;
   __align__(16) unsigned char storage[CUDAQ_RT_SESSION_STORAGE_SIZE];
+  long long *probe_clock =
+      reinterpret_cast<long long *>(storage + CUDAQ_RT_SESSION_STORAGE_SIZE - 16);
+  probe_clock[0] = probe_clock[1] = 0; // a bridge that does not stamp leaves them 0
   cudaq_rt_warp_serve(storage, p, lane, [&](void *session) { warp_rounds(p, session, lane); });
 }
 CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_warp_rounds);

@@ -711,6 +711,7 @@ __device__ __forceinline__ int warp_poll(Session *s, void **request, void **resp
   // One probe: this lane's next slot's head cells and the flag, all in flight together (the
   // lanes' loads of the flag are one transaction). A lane that does not probe reads zeroes,
   // never stamped.
+  const long long issued = probe_clock();
   uint4 probe[P];
 #pragma unroll
   for (uint32_t c = 0; c < P; ++c)
@@ -722,6 +723,8 @@ __device__ __forceinline__ int warp_poll(Session *s, void **request, void **resp
   const int shutdown = __any_sync(mask, *s->shutdown_flag != 0);
   // The round is busy when all 32 found one.
   const bool found = stamped(probe[0], lap);
+  if (found)
+    stamp_probe(s, issued);
   const unsigned ready = __ballot_sync(mask, found);
   s->busy = ready == 0xFFFFFFFFu;
   // The next round's probe, the same in every lane (ready, the flag and s->warp are).
