@@ -65,8 +65,9 @@ static_assert(sizeof(Session) <= CUDAQ_RT_SESSION_STORAGE_SIZE, "session must fi
 
 // For the bench only (bench/CMakeLists.txt builds a variant with it on): the SM clock when a probe
 // found requests, in the storage's last 8 bytes, and when that probe was issued, in the 8 before,
-// which the session does not reach, so that the stage kernel (bench/rtt/rtt_kernels.cu) can time
-// the probe and rx_poll's work after it came back.
+// which the session does not reach, so that the stage kernels (bench/rtt/rtt_kernels.cu) can time
+// the probe and rx_poll's work after it came back (the warp form: each lane's own probe, in its
+// own storage, for cudaq_rt_bench_warp_rounds).
 #ifndef CUDAQ_RT_LOOPBACK_STAMP
 #define CUDAQ_RT_LOOPBACK_STAMP 0
 #endif
