@@ -173,7 +173,7 @@ void print_stages(Server &server, double ghz, const char *kernel, const char *co
     for (uint64_t r = 0; r < rows; ++r)
       std::memcpy(&v[r], log.data() + (r * stage_cols + c) * 4, 4);
     std::sort(v.begin(), v.end());
-    if (v.empty() || (c >= 5 && v.back() == 0)) // the probe's clocks: stamping bridges only
+    if (v.empty())
       continue;
     const uint32_t p50 = v[v.size() / 2], p99 = v[v.size() * 99 / 100];
     if (!*names[c] || (c >= 7 && p99 == 0))
@@ -203,7 +203,7 @@ void print_rounds(Server &server, double ghz) {
                          "round to round, ns",
                          "round to round, globaltimer ns",
                          "the probe that found it, issued -> came back, ns",
-                         "probe came back -> rx_poll returned, ns"};
+                         "probe came back -> rx_poll returned, the round's ballot, ns"};
   std::printf("\nwarp rounds that found requests (last %llu of %llu)\n\n| column | median | p99 | "
               "mean |\n| --- | --- | --- | --- |\n",
               (unsigned long long)rows, (unsigned long long)n);

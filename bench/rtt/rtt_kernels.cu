@@ -374,7 +374,8 @@ CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_raw_ring_no_push);
 // registers, and pushed out with a fence. No staging, no hand-out, no read-back of the response.
 // A prototype to measure, not a server: it takes frames whose request and response fit the head
 // cells (at most 8 payload bytes each way) and answers any larger request
-// CUDAQ_RT_STATUS_PAYLOAD_TOO_LARGE and any larger result CUDAQ_RT_STATUS_RESULT_TOO_LARGE.
+// CUDAQ_RT_STATUS_PAYLOAD_TOO_LARGE and any larger result CUDAQ_RT_STATUS_RESULT_TOO_LARGE; it
+// serves rings of slots up to 1024 bytes (the bench's) and returns at once on any other.
 //   cudaq_rt_bench_fused          handlers called through the table's pointer;
 //   cudaq_rt_bench_fused_direct   through the unit of direct calls (linked whole: inlined);
 //   ..._span, ..._span_direct     the same, stamped: [5] the probe came back -> the response's
@@ -527,7 +528,7 @@ CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_fused_steps_named);
 // [2] requests served, [3] cycles since the previous such round ended, [4] the same in ns
 // (%globaltimer), so that the SM clock can be told; over a bridge built with
 // CUDAQ_RT_LOOPBACK_STAMP, for the first lane that found a request: [5] its probe, issued -> came
-// back, [6] came back -> rx_poll returned (cycles; else 0).
+// back, [6] came back -> rx_poll returned and the round's ballot taken (cycles; else 0).
 extern "C" {
 __device__ unsigned int cudaq_rt_bench_round_log[BENCH_STAGE_ROWS][8];
 __device__ unsigned long long cudaq_rt_bench_round_count;
