@@ -558,12 +558,6 @@ __device__ __forceinline__ void warp_rounds(const cudaq_rt_dispatch_params &p, v
     const int r = cudaq_dev_warp_rx_poll(session, &request, &response);
     const unsigned ready = __ballot_sync(all, r == CUDAQ_DEV_RX_READY);
     const long long t1 = clock64();
-    // The probe's clocks the bridge left in the storage's last 16 bytes (loopback_device.cu).
-    const long long *probe_clock = reinterpret_cast<const long long *>(
-        static_cast<const unsigned char *>(session) + CUDAQ_RT_SESSION_STORAGE_SIZE - 16);
-    const int first = ready ? __ffs(ready) - 1 : 0;
-    const long long issued = __shfl_sync(all, probe_clock[0], first);
-    const long long probed = __shfl_sync(all, probe_clock[1], first);
     if (r == CUDAQ_DEV_RX_READY) {
       cudaq_rt_serve_frame_cached(table, p.num_functions, p.slot_size, request, response, 0,
                                   &cache);
@@ -571,6 +565,13 @@ __device__ __forceinline__ void warp_rounds(const cudaq_rt_dispatch_params &p, v
     }
     __syncwarp(all);
     const long long t2 = clock64();
+    // The probe's clocks the bridge left in the storage's last 16 bytes (loopback_device.cu), taken
+    // after the round's stamps so that the shuffles are not timed as serving.
+    const long long *probe_clock = reinterpret_cast<const long long *>(
+        static_cast<const unsigned char *>(session) + CUDAQ_RT_SESSION_STORAGE_SIZE - 16);
+    const int first = ready ? __ffs(ready) - 1 : 0;
+    const long long issued = __shfl_sync(all, probe_clock[0], first);
+    const long long probed = __shfl_sync(all, probe_clock[1], first);
     if (ready && lane == 0) {
       unsigned int *row = cudaq_rt_bench_round_log[n % BENCH_STAGE_ROWS];
       row[0] = (unsigned int)(t1 - t0);
