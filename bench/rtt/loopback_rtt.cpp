@@ -10,8 +10,8 @@
 // also prints where the GPU's time goes after a request is ready, from the kernel's own stamps.
 // Bridges and kernels that are not there (a variant not built) are reported and skipped.
 // --only TEXT runs only the rows whose label contains TEXT (an experiment's rows, in one call).
-#include "cudaq_rt/client.h"
-#include "cudaq_rt/server.h"
+#include "load/client.h"
+#include "load/server.h"
 
 #include <algorithm>
 #include <chrono>

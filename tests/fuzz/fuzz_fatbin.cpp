@@ -2,7 +2,7 @@
 // a __nv_relfatbin section come from files we did not write. Besides "no crash, no sanitizer
 // report", it checks what the splitter promises: containers lie inside the input, in order, each
 // one parses again on its own to the same entries, and every entry lies inside its container.
-#include "cudaq_rt/fatbin.h"
+#include "formats/fatbin.h"
 
 #include <cstdlib>
 

@@ -3,7 +3,7 @@
 // sanitizer report, no exception", it checks what the reader promises: an error is one line
 // naming the file; a manifest it accepts writes out as JSON that it reads back to the same
 // manifest, with every index in range and one record per container.
-#include "cudaq_rt/manifest.h"
+#include "package/manifest.h"
 
 #include <cstdlib>
 #include <set>

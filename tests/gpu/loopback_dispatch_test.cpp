@@ -23,8 +23,8 @@
 // With the loopback bridge, the test also writes frames that send() refuses straight into the
 // ring (loopback_host.h's write_request(): send() without its checks), to see what the device
 // side answers to them.
-#include "cudaq_rt/client.h"
-#include "cudaq_rt/server.h"
+#include "load/client.h"
+#include "load/server.h"
 #include "cudaq_rt/wire.h"
 #include "loopback_host.h"
 

@@ -2,8 +2,8 @@
 // Options are documented in man/cudaq-rt-link.1; keep the two in step.
 #include "../common/driver.h"
 
-#include "cudaq_rt/atomic_file.h"
-#include "cudaq_rt/link.h"
+#include "base/atomic_file.h"
+#include "link/link.h"
 
 #include <nlohmann/json.hpp>
 

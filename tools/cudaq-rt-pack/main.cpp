@@ -2,9 +2,9 @@
 // Options are documented in man/cudaq-rt-pack.1; keep the two in step.
 #include "../common/driver.h"
 
-#include "cudaq_rt/atomic_file.h"
-#include "cudaq_rt/pack.h"
-#include "cudaq_rt/package.h"
+#include "base/atomic_file.h"
+#include "pack/pack.h"
+#include "package/package.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,0 +1,680 @@
+// Linking one arch, and storing what was linked in the package: the steps after plan_link
+// (link_plan.cpp says what goes into a link and why).
+//
+// A cubin is checked before it is stored or cached: right arch, dispatch kernel defined, every
+// handler global defined. A link that lost an export is an error, not a smaller module.
+#include "link/link.h"
+
+#include "base/atomic_file.h"
+#include "formats/cubin.h"
+#include "cudaq_rt/exports.h"
+#include "link/nvjitlink.h"
+#include "package/package.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <functional>
+#include <set>
+#include <thread>
+
+namespace fs = std::filesystem;
+
+namespace cudaq_rt {
+namespace {
+
+// The unit of direct calls in nvJitLink's log and messages.
+constexpr const char *direct_calls_input_name = "direct calls (generated)";
+
+std::string now_utc() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+Error explain_failure(const std::string &subject, const std::string &arch,
+                      const NvJitLinkFailure &f, std::string &details,
+                      const std::vector<LinkInput> &inputs) {
+  std::string first_line = f.error_log.substr(0, f.error_log.find('\n'));
+  details = f.error_log;
+  if (!details.empty() && details.back() != '\n')
+    details += '\n';
+  details += "inputs:\n";
+  for (const LinkInput &in : inputs)
+    details +=
+        cat("  ", in.name, "  ", in.digest.short_str(), "  (", describe_entries(in.entries), ")\n");
+  std::string why;
+  // The unit of direct calls names each direct handler's cudaq_rt_handler_call__<name>: code whose
+  // export record says version 2 without the macros that define it (a hand-written export) ends
+  // here.
+  const size_t call = f.error_log.find(CUDAQ_RT_HANDLER_CALL_PREFIX);
+  if (call != std::string::npos) {
+    const size_t start = call + std::strlen(CUDAQ_RT_HANDLER_CALL_PREFIX);
+    size_t end = start;
+    while (end < f.error_log.size() &&
+           (std::isalnum(static_cast<unsigned char>(f.error_log[end])) || f.error_log[end] == '_'))
+      ++end;
+    why = cat("handler ", quote(f.error_log.substr(start, end - start)),
+              " has an export record of version 2, which promises the function ",
+              CUDAQ_RT_HANDLER_CALL_PREFIX,
+              "<name> that a whole-program link calls, but its code "
+              "does not define it (export it with CUDAQ_RT_EXPORT_HANDLER, or link per TU): ");
+  } else if (f.error_log.find("Unresolved extern") != std::string::npos ||
+             f.error_log.find("ndefined reference") != std::string::npos)
+    why = "unresolved symbol: ";
+  else if (f.result == 13)
+    why = "an input's LTO-IR is for a newer arch: ";
+  return make_error(subject, arch, ": nvJitLink failed at ", f.stage, " (",
+                    nvjitlink_result_name(f.result), "): ", why,
+                    first_line.empty() ? "no error log" : first_line);
+}
+
+// Code a link added (an older bridge library's hooks, say) that no link record uses any more
+// goes, and so do sources that nothing refers to then; what pack packed always stays.
+void drop_unused_link_additions(Manifest &m) {
+  std::set<Digest> used;
+  for (const LinkRecord &l : m.links)
+    used.insert(l.inputs.begin(), l.inputs.end());
+  std::erase_if(m.containers,
+                [&](const ContainerRecord &c) { return !c.packed() && !used.count(c.digest); });
+  std::vector<bool> referenced(m.sources.size(), false);
+  for (const ContainerRecord &c : m.containers)
+    for (const Origin &o : c.origins)
+      referenced[o.source] = true;
+  for (const ExportEntry &e : m.exports)
+    for (size_t s : e.sources)
+      referenced[s] = true;
+  std::vector<size_t> new_index(m.sources.size());
+  std::vector<Source> kept;
+  for (size_t i = 0; i < m.sources.size(); ++i)
+    if (referenced[i]) {
+      new_index[i] = kept.size();
+      kept.push_back(std::move(m.sources[i]));
+    }
+  m.sources = std::move(kept);
+  for (ContainerRecord &c : m.containers)
+    for (Origin &o : c.origins)
+      o.source = new_index[o.source];
+  for (ExportEntry &e : m.exports)
+    for (size_t &s : e.sources)
+      s = new_index[s];
+}
+
+Status save_temps(const fs::path &root, const LinkPlan &plan, const ArchLink &a) {
+  fs::path dir = root / a.arch;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec)
+    return make_error(dir.string(), "cannot create: ", ec.message());
+  for (size_t k = 0; k < plan.inputs.size(); ++k)
+    if (auto st = write_file_atomic(
+            dir / cat(k, "-", plan.inputs[k].digest.hex().substr(0, 12), ".fatbin"),
+            plan.inputs[k].bytes);
+        !st)
+      return st;
+  if (plan.direct_calls) {
+    if (auto st = write_file_atomic(dir / "direct_calls.cu", as_bytes(plan.direct_calls->source()));
+        !st)
+      return st;
+    auto ltoir = plan.direct_calls->ltoir(plan.subject);
+    if (!ltoir)
+      return ltoir.error();
+    if (auto st = write_file_atomic(dir / "direct_calls.ltoir", *ltoir); !st)
+      return st;
+  }
+  std::string opts;
+  for (const std::string &o : a.options)
+    opts += o + "\n";
+  std::string log = a.info_log + a.details;
+  for (auto [name, text] : {std::pair{"options.txt", &opts}, std::pair{"nvjitlink.log", &log}})
+    if (auto st = write_file_atomic(dir / name, as_bytes(*text)); !st)
+      return st;
+  if (!a.cubin.empty())
+    if (auto st = write_file_atomic(dir / "module.cubin", a.cubin); !st)
+      return st;
+  return Status::ok();
+}
+
+// The cubin must be what the runtime will look for.
+std::optional<Error> verify_cubin(const LinkPlan &plan, const TargetArch &arch,
+                                  std::span<const uint8_t> cubin) {
+  auto info = read_cubin(cubin, cat(plan.subject, ": ", arch.str()));
+  if (!info)
+    return info.error();
+  if (info->arch != arch.sm)
+    return make_error(plan.subject, arch.str(), ": nvJitLink produced a cubin for sm_", info->arch);
+  if (info->relocatable)
+    return make_error(plan.subject, arch.str(),
+                      ": nvJitLink produced a relocatable cubin, not a module a GPU can load");
+  if (!info->functions.count(plan.kernel))
+    return make_error(plan.subject, arch.str(),
+                      ": the linked cubin does not define the dispatch kernel ", plan.kernel);
+  std::string lost;
+  for (const std::string &s : plan.handler_symbols)
+    if (!info->variables.count(s))
+      lost += (lost.empty() ? "" : ", ") + s;
+  if (!lost.empty())
+    return make_error(plan.subject, arch.str(), ": the link lost exported handler globals: ", lost);
+  return std::nullopt;
+}
+
+} // namespace
+
+bool LinkReport::ok() const {
+  return std::all_of(archs.begin(), archs.end(), [](const ArchLink &a) { return !a.error; });
+}
+
+ArchLink describe_arch(const LinkPlan &plan, const TargetArch &arch) {
+  ArchLink a;
+  a.arch = arch.str();
+  a.options = plan.options(arch);
+  a.key = plan.key(arch);
+  for (const LinkInput &in : plan.inputs)
+    a.input_names.push_back(in.name);
+  if (plan.direct_calls && !a.input_names.empty()) // where add_direct_calls puts it
+    a.input_names.insert(a.input_names.begin() + 1, cat(direct_calls_input_name, " ",
+                                                        plan.direct_calls->digest().short_str()));
+  return a;
+}
+
+ArchLink link_arch(const LinkPlan &plan, const TargetArch &arch, const LinkCache &cache) {
+  return link_arch(plan, arch, cache, LinkMiss::link);
+}
+
+ArchLink link_arch(const LinkPlan &plan, const TargetArch &arch, const LinkCache &cache,
+                   LinkMiss on_miss) {
+  return std::move(link_archs(plan, std::span<const TargetArch>(&arch, 1), cache, 0, on_miss)[0]);
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// Runs work(i) for every i < n on up to `jobs` threads (0: one per core), in order of i.
+void parallel_for(size_t n, unsigned jobs, const std::function<void(size_t)> &work) {
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < n;)
+      work(i);
+  };
+  jobs = jobs ? jobs : std::max(1u, std::thread::hardware_concurrency());
+  jobs = static_cast<unsigned>(std::min<size_t>(jobs, n));
+  std::vector<std::thread> threads;
+  for (unsigned j = 1; j < jobs; ++j)
+    threads.emplace_back(worker);
+  worker();
+  for (std::thread &t : threads)
+    t.join();
+}
+
+// One arch on its way through link_archs.
+struct ArchJob {
+  const TargetArch *arch = nullptr;
+  Clock::time_point t0;
+  ArchLink a;
+  LinkRecord rec;
+  LinkCache::RemoteLog remote_log;
+  bool done = false;                         // a result or an error
+  std::vector<std::vector<uint8_t>> objects; // per-TU mode: each unit's relocatable cubin
+
+  void keep_log() {
+    a.notes.insert(a.notes.end(), remote_log.notes.begin(), remote_log.notes.end());
+    a.warnings.insert(a.warnings.end(), remote_log.warnings.begin(), remote_log.warnings.end());
+    remote_log = {};
+  }
+};
+
+// The record's fields that do not depend on the outcome; false when the arch is out of reach.
+bool begin_arch(const LinkPlan &plan, ArchJob &j) {
+  j.t0 = Clock::now();
+  j.a = describe_arch(plan, *j.arch);
+  j.a.mode = plan.mode;
+  if (auto st = plan.check_target(*j.arch); !st) {
+    j.a.error = st.error();
+    j.done = true;
+    return false;
+  }
+  j.rec.arch = j.a.arch;
+  j.rec.bridge = plan.bridge;
+  j.rec.dispatcher = plan.dispatcher;
+  j.rec.mode = !plan.lto ? "cubin" : plan.mode == LtoMode::per_tu ? "lto-per-tu" : "lto";
+  j.rec.options = j.a.options;
+  j.rec.nvjitlink_version = plan.nvjitlink.version();
+  j.rec.inputs = plan.input_digests();
+  j.rec.cache_key = j.a.key.digest;
+  return true;
+}
+
+// The module from the local cache, else the remote one.
+bool lookup_module(const LinkPlan &plan, const LinkCache &cache, ArchJob &j) {
+  std::optional<CacheEntry> hit = cache.get(j.a.key);
+  if (!hit)
+    hit = cache.get_remote(
+        j.a.key, [&](std::span<const uint8_t> cubin) { return verify_cubin(plan, *j.arch, cubin); },
+        j.remote_log);
+  if (!hit)
+    return false;
+  j.a.cache_hit = true;
+  j.a.remote_hit = hit->remote;
+  j.a.cubin = std::move(hit->cubin);
+  j.rec.link_ms = hit->metadata.link_time_ms;
+  j.a.info_log = hit->metadata.info_log;
+  return true;
+}
+
+// Verifies what was found or linked, caches what was linked, and fills in the record.
+void finish_arch(const LinkPlan &plan, const LinkCache &cache, ArchJob &j) {
+  j.done = true;
+  if ((j.a.error = verify_cubin(plan, *j.arch, j.a.cubin))) {
+    j.keep_log();
+    return;
+  }
+  j.rec.cubin = sha256(j.a.cubin);
+  j.rec.cubin_size = j.a.cubin.size();
+  j.rec.created = now_utc();
+  if (!j.a.cache_hit) {
+    LinkMetadata md = LinkMetadata::from_key(j.a.key);
+    md.info_log = j.a.info_log;
+    md.link_time_ms = j.rec.link_ms;
+    md.created = std::time(nullptr);
+    // The cubin is good whatever the cache does: a full disk or a read-only shared cache costs
+    // the next process a link, not this one its result.
+    if (auto st = cache.put(j.a.key, j.a.cubin, md); !st)
+      j.a.warnings.push_back("not cached: " + st.error().str());
+    cache.put_remote(j.a.key, j.a.cubin, md, j.remote_log);
+  }
+  j.keep_log();
+  j.a.record = std::move(j.rec);
+  j.a.time_ms = ms_since(j.t0);
+}
+
+void fail_link(const LinkPlan &plan, ArchJob &j, const NvJitLinkFailure &f, std::string what,
+               const std::vector<LinkInput> &inputs) {
+  j.keep_log();
+  j.a.error = explain_failure(plan.subject, std::move(what), f, j.a.details, inputs);
+  j.a.info_log += f.info_log;
+  j.done = true;
+}
+
+// The plan's unit of direct calls, if it has one, right after the dispatcher that calls it
+// (inputs[0], in a whole-program link or the dispatcher's unit).
+Status add_direct_calls(const LinkPlan &plan, std::vector<NvJitLinkInput> &inputs) {
+  if (!plan.direct_calls || inputs.empty())
+    return Status::ok();
+  auto ltoir = plan.direct_calls->ltoir(plan.subject);
+  if (!ltoir)
+    return ltoir.error();
+  inputs.insert(inputs.begin() + 1, {direct_calls_input_name, *ltoir, false, true});
+  return Status::ok();
+}
+
+// Whole mode: one link of every input.
+void link_whole(const LinkPlan &plan, const LinkCache &cache, ArchJob &j) {
+  std::vector<NvJitLinkInput> inputs;
+  for (const LinkInput &in : plan.inputs)
+    inputs.push_back({in.name, in.bytes});
+  if (auto st = add_direct_calls(plan, inputs); !st) {
+    j.a.error = st.error();
+    j.done = true;
+    return;
+  }
+  NvJitLinkOutcome out = nvjitlink_link(j.a.options, inputs);
+  if (!out.ok)
+    return fail_link(plan, j, out.failure, j.a.arch, plan.inputs);
+  j.a.cubin = std::move(out.result.cubin);
+  j.rec.link_ms = out.result.link_ms;
+  j.a.info_log = out.result.info_log;
+  finish_arch(plan, cache, j);
+}
+
+// A unit's relocatable cubin must be one, for the arch, and the dispatcher's must hold the kernel.
+std::optional<Error> verify_unit(const LinkPlan &plan, const TargetArch &arch, const LinkUnit &u,
+                                 std::span<const uint8_t> object) {
+  const std::string subject = cat(plan.subject, ": ", arch.str(), ": ", u.name);
+  auto info = read_cubin(object, subject);
+  if (!info)
+    return info.error();
+  if (info->arch != arch.sm || !info->relocatable)
+    return make_error(subject, "nvJitLink gave ", info->relocatable ? "" : "a non-relocatable ",
+                      "cubin for sm_", info->arch, " where a relocatable one for ", arch.str(),
+                      " was asked for");
+  if (u.dispatcher && !info->functions.count(plan.kernel))
+    return make_error(subject, "the compiled unit does not define the dispatch kernel ",
+                      plan.kernel);
+  return std::nullopt;
+}
+
+// Per-TU mode: one unit of one arch, from the local cache or compiled (and cached). The remote
+// cache holds modules only: a unit is worth a request only where the module missed anyway.
+struct UnitOutcome {
+  UnitLink link;
+  std::vector<uint8_t> object;
+  std::string info_log;
+  std::optional<NvJitLinkFailure> failure;
+  std::optional<Error> error;
+  std::string warning;
+};
+
+UnitOutcome compile_unit(const LinkPlan &plan, const TargetArch &arch, const LinkUnit &u,
+                         const LinkCache &cache) {
+  const auto t0 = Clock::now();
+  UnitOutcome o;
+  o.link.name = u.name;
+  if (!u.compile)
+    return o;
+  LinkKey key = plan.unit_key(arch, u);
+  o.link.key = key.digest;
+  if (std::optional<CacheEntry> hit = cache.get(key);
+      hit && !verify_unit(plan, arch, u, hit->cubin)) {
+    o.link.cache_hit = true;
+    o.object = std::move(hit->cubin);
+    o.info_log = hit->metadata.info_log;
+  } else {
+    std::vector<NvJitLinkInput> inputs;
+    for (size_t k = u.first; k < u.first + u.count; ++k)
+      inputs.push_back({plan.inputs[k].name, plan.inputs[k].bytes});
+    if (auto st = u.dispatcher ? add_direct_calls(plan, inputs) : Status::ok(); !st) {
+      o.error = st.error();
+      return o;
+    }
+    NvJitLinkOutcome out = nvjitlink_link(plan.unit_options(arch), inputs);
+    if (!out.ok) {
+      o.failure = std::move(out.failure);
+      return o;
+    }
+    if ((o.error = verify_unit(plan, arch, u, out.result.cubin)))
+      return o;
+    o.link.compiled = true;
+    o.object = std::move(out.result.cubin);
+    o.info_log = std::move(out.result.info_log);
+    LinkMetadata md = LinkMetadata::from_key(key);
+    md.info_log = o.info_log;
+    md.link_time_ms = out.result.link_ms;
+    if (auto st = cache.put(key, o.object, md); !st)
+      o.warning = cat("not cached: ", u.name, ": ", st.error().str());
+  }
+  o.link.size = o.object.size();
+  o.link.time_ms = ms_since(t0);
+  return o;
+}
+
+// Per-TU mode: the final link of the units' cubins (and the fatbins of units without LTO-IR).
+void link_units(const LinkPlan &plan, const TargetArch &arch, const LinkCache &cache, ArchJob &j,
+                Clock::time_point units_t0) {
+  std::vector<NvJitLinkInput> inputs;
+  for (size_t u = 0; u < plan.units.size(); ++u) {
+    const LinkUnit &unit = plan.units[u];
+    if (unit.compile) {
+      inputs.push_back({unit.name, j.objects[u], true});
+      continue;
+    }
+    for (size_t k = unit.first; k < unit.first + unit.count; ++k)
+      inputs.push_back({plan.inputs[k].name, plan.inputs[k].bytes});
+  }
+  NvJitLinkOutcome out = nvjitlink_link(plan.final_options(arch), inputs);
+  if (!out.ok)
+    return fail_link(plan, j, out.failure, j.a.arch, plan.inputs);
+  j.a.cubin = std::move(out.result.cubin);
+  j.objects.clear();
+  // The module's link time is the wall time from its units (compiled in parallel with every
+  // other arch's) to its final link.
+  j.a.final_link_ms = out.result.link_ms;
+  j.rec.link_ms = ms_since(units_t0);
+  j.a.info_log = out.result.info_log + j.a.info_log;
+  finish_arch(plan, cache, j);
+}
+
+} // namespace
+
+std::vector<ArchLink> link_archs(const LinkPlan &plan, std::span<const TargetArch> archs,
+                                 const LinkCache &cache, unsigned jobs, LinkMiss on_miss) {
+  std::vector<ArchJob> job(archs.size());
+  for (size_t i = 0; i < archs.size(); ++i)
+    job[i].arch = &archs[i];
+  auto results = [&] {
+    std::vector<ArchLink> out;
+    for (ArchJob &j : job) {
+      if (!j.done)
+        j.keep_log();
+      out.push_back(std::move(j.a));
+    }
+    return out;
+  };
+
+  // The modules, from the caches; in whole mode, linked right away on a miss.
+  parallel_for(archs.size(), jobs, [&](size_t i) {
+    ArchJob &j = job[i];
+    if (!begin_arch(plan, j))
+      return;
+    if (lookup_module(plan, cache, j))
+      finish_arch(plan, cache, j);
+    else if (plan.mode == LtoMode::whole && on_miss == LinkMiss::link)
+      link_whole(plan, cache, j);
+  });
+  std::vector<size_t> missed;
+  for (size_t i = 0; i < job.size(); ++i)
+    if (!job[i].done)
+      missed.push_back(i);
+  if (missed.empty() || on_miss == LinkMiss::report)
+    return results();
+
+  // Per-TU mode needs an nvJitLink that compiles a unit alone; without one, the whole program.
+  if (const std::string why = nvjitlink_unit_refusal(); !why.empty()) {
+    const LinkPlan whole = plan.as_whole_fallback();
+    std::vector<TargetArch> targets;
+    for (size_t i : missed)
+      targets.push_back(*job[i].arch);
+    std::vector<ArchLink> linked = link_archs(whole, targets, cache, jobs, on_miss);
+    for (size_t k = 0; k < missed.size(); ++k) {
+      ArchJob &j = job[missed[k]];
+      j.keep_log();
+      linked[k].notes.insert(linked[k].notes.begin(), j.a.notes.begin(), j.a.notes.end());
+      linked[k].warnings.insert(linked[k].warnings.begin(), j.a.warnings.begin(),
+                                j.a.warnings.end());
+      linked[k].fallback = cat("per-TU link unavailable (", why, "): linked as a whole program");
+      j.a = std::move(linked[k]);
+      j.done = true;
+    }
+    return results();
+  }
+
+  // Every unit of every arch that missed, then each arch's final link.
+  const size_t units = plan.units.size();
+  const auto units_t0 = Clock::now();
+  std::vector<UnitOutcome> compiled(missed.size() * units);
+  parallel_for(compiled.size(), jobs, [&](size_t t) {
+    compiled[t] = compile_unit(plan, *job[missed[t / units]].arch, plan.units[t % units], cache);
+  });
+  for (size_t k = 0; k < missed.size(); ++k) {
+    ArchJob &j = job[missed[k]];
+    j.objects.resize(units);
+    for (size_t u = 0; u < units; ++u) {
+      UnitOutcome &o = compiled[k * units + u];
+      if (!o.warning.empty())
+        j.a.warnings.push_back(o.warning);
+      if (!o.info_log.empty())
+        j.a.info_log += cat(plan.units[u].name, ":\n", o.info_log);
+      j.a.units.push_back(o.link);
+      j.objects[u] = std::move(o.object);
+      if (j.done)
+        continue;
+      const LinkUnit &unit = plan.units[u];
+      if (o.failure) {
+        std::vector<LinkInput> inputs(plan.inputs.begin() + static_cast<ptrdiff_t>(unit.first),
+                                      plan.inputs.begin() +
+                                          static_cast<ptrdiff_t>(unit.first + unit.count));
+        fail_link(plan, j, *o.failure, cat(j.a.arch, ": ", unit.name), inputs);
+      } else if (o.error) {
+        j.keep_log();
+        j.a.error = std::move(o.error);
+        j.done = true;
+      }
+    }
+  }
+  parallel_for(missed.size(), jobs, [&](size_t k) {
+    ArchJob &j = job[missed[k]];
+    if (!j.done)
+      link_units(plan, *j.arch, cache, j, units_t0);
+  });
+  return results();
+}
+
+Status store_links(const fs::path &package_path, const LinkPlan &plan,
+                   std::span<const ArchLink> links) {
+  const fs::path package = entry_path(package_path);
+  auto lock = PackageLock::acquire(package);
+  if (!lock)
+    return std::move(lock).take_error();
+  auto current = Package::open(package_path);
+  if (!current)
+    return std::move(current).take_error();
+  if (packed_code(current->manifest()) != plan.packed)
+    return make_error(plan.subject, "the package was replaced while it was being linked (by "
+                                    "cudaq-rt-pack --force?): link it again");
+  Manifest next_m = current->manifest();
+  auto writer = PackageWriter::create(package);
+  if (!writer)
+    return std::move(writer).take_error();
+  for (NewContainer nc : plan.new_containers) {
+    if (nc.source) {
+      auto same = std::find_if(next_m.sources.begin(), next_m.sources.end(),
+                               [&](const Source &s) { return s.digest == nc.source->digest; });
+      size_t index = static_cast<size_t>(same - next_m.sources.begin());
+      if (same == next_m.sources.end())
+        next_m.sources.push_back(*nc.source);
+      for (Origin &o : nc.record.origins)
+        o.source = index;
+    }
+    const LinkInput &in =
+        *std::find_if(plan.inputs.begin(), plan.inputs.end(),
+                      [&](const LinkInput &x) { return x.digest == nc.record.digest; });
+    if (auto st = writer->add_blob(nc.record.digest, in.bytes); !st)
+      return st;
+    if (!next_m.find_container(nc.record.digest))
+      next_m.containers.push_back(nc.record);
+  }
+  for (const ArchLink &a : links) {
+    const LinkRecord &rec = *a.record;
+    std::erase_if(next_m.links, [&](const LinkRecord &l) {
+      return l.arch == rec.arch && l.bridge == rec.bridge && l.dispatcher == rec.dispatcher;
+    });
+    next_m.links.push_back(rec);
+    if (auto st = writer->add_blob(rec.cubin, a.cubin); !st)
+      return st;
+  }
+  drop_unused_link_additions(next_m);
+  // Blobs written above are skipped by carry_blob; everything else the new manifest names
+  // comes from the package as it is now, verified on the way.
+  for (const ContainerRecord &c : next_m.containers)
+    if (auto st = writer->carry_blob(*current, c.digest); !st)
+      return st;
+  for (const LinkRecord &l : next_m.links)
+    if (auto st = writer->carry_blob(*current, l.cubin); !st)
+      return st;
+  std::sort(next_m.links.begin(), next_m.links.end(), [](const LinkRecord &a, const LinkRecord &b) {
+    auto sm = [](const LinkRecord &l) { return parse_arch(l.arch).value_or(TargetArch{}).sm; };
+    return std::tuple(sm(a), a.arch, a.bridge, a.dispatcher) <
+           std::tuple(sm(b), b.arch, b.bridge, b.dispatcher);
+  });
+  return writer->commit(next_m, /*replace=*/true);
+}
+
+Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache) {
+  const std::string subject = opt.package.string();
+  if (opt.archs.empty())
+    return make_error(subject, "no target arch");
+  std::vector<TargetArch> targets;
+  for (const std::string &a : opt.archs) {
+    auto t = parse_arch(a);
+    if (!t)
+      return make_error(subject, "unknown arch ", quote(a),
+                        ": expected sm_NN with an optional a or f suffix, e.g. sm_90");
+    if (std::none_of(targets.begin(), targets.end(),
+                     [&](const TargetArch &x) { return x.str() == t->str(); }))
+      targets.push_back(*t);
+  }
+  auto pkg = Package::open(opt.package);
+  if (!pkg)
+    return std::move(pkg).take_error();
+  auto plan = plan_link(*pkg, opt.settings);
+  if (!plan)
+    return std::move(plan).take_error();
+  // An arch out of reach stops everything before any link runs.
+  for (const TargetArch &t : targets)
+    if (auto st = plan->check_target(t); !st)
+      return std::move(st).take_error();
+
+  LinkReport report;
+  report.package = opt.package;
+  report.bridge = plan->bridge;
+  report.dispatcher = plan->dispatcher;
+  report.mode = plan->mode;
+  report.archs.resize(targets.size());
+  if (opt.dry_run) {
+    for (size_t i = 0; i < targets.size(); ++i)
+      report.archs[i] = describe_arch(*plan, targets[i]);
+    return report;
+  }
+
+  // One nvJitLink handle per thread, archs (and per-TU units) handed out in order.
+  report.archs = link_archs(*plan, targets, cache, opt.jobs);
+
+  if (opt.save_temps)
+    for (const ArchLink &a : report.archs)
+      if (auto st = save_temps(*opt.save_temps, *plan, a); !st)
+        return std::move(st).take_error();
+  if (!report.ok() || !opt.store_in_package)
+    return report;
+  if (auto st = store_links(opt.package, *plan, report.archs); !st)
+    return std::move(st).take_error();
+  return report;
+}
+
+} // namespace cudaq_rt
+
+namespace cudaq_rt {
+
+Expected<std::vector<PushedLink>> push_links(const fs::path &package_path, const LinkCache &cache) {
+  if (!cache.remote())
+    return make_error(package_path.string(),
+                      "no remote cache to push to: give --remote-cache URL or set "
+                      "CUDAQ_RT_REMOTE_CACHE");
+  auto pkg = Package::open(package_path);
+  if (!pkg)
+    return std::move(pkg).take_error();
+  std::vector<PushedLink> out;
+  for (const LinkRecord &l : pkg->manifest().links) {
+    PushedLink p{l.arch, l.cache_key, 0, std::nullopt};
+    auto cubin = pkg->read_blob(l.cubin);
+    if (!cubin)
+      return std::move(cubin).take_error();
+    // The entry the link stored, rebuilt from the record: the same key, cubin and metadata, so
+    // that a fleet machine that fetches it gets what its own link would have given.
+    LinkMetadata md;
+    md.arch = l.arch;
+    md.options = normalize_link_options(l.options);
+    md.nvjitlink_version = l.nvjitlink_version;
+    md.inputs = l.inputs;
+    md.mode = l.mode == "lto-per-tu" ? "per-tu" : "";
+    md.link_time_ms = l.link_ms;
+    md.created = static_cast<int64_t>(std::time(nullptr));
+    std::vector<uint8_t> entry = encode_cache_entry(l.cache_key, as_bytes(*cubin), md);
+    p.bytes = entry.size();
+    if (auto st = cache.push_remote(l.cache_key, entry); !st)
+      p.error = make_error(package_path.string(), l.arch, ": ", st.error().message);
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+} // namespace cudaq_rt

@@ -1,0 +1,195 @@
+#include "load/client.h"
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cstddef>
+#include <cstring>
+
+namespace cudaq_rt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Clock::duration seconds(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+double us_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::micro>(b - a).count();
+}
+
+// Tries `attempt` (a bridge send or receive) until it yields a value. Every few thousand empty
+// tries it checks the kernel (a stream query costs a driver call) and the deadline, where it gives
+// up saying what did not come (`waiting_for`).
+template <class T, class Attempt>
+Expected<T> poll(Server &server, Attempt attempt, Clock::time_point deadline, double timeout_s,
+                 const char *waiting_for) {
+  for (uint64_t polls = 1;; ++polls) {
+    auto got = attempt();
+    if (!got)
+      return std::move(got).take_error();
+    if (*got)
+      return T(**got);
+    if (polls % 4096 == 0) {
+      if (auto st = server.check(); !st)
+        return std::move(st).take_error();
+      if (Clock::now() >= deadline)
+        return make_error(server.report().package.string(), server.report().device.arch(), ": ",
+                          waiting_for, " within ", timeout_s, " s");
+    }
+  }
+}
+
+Expected<size_t> next_response(Server &server, std::span<uint8_t> buffer,
+                               Clock::time_point deadline, double timeout_s) {
+  return poll<size_t>(
+      server, [&] { return server.receive(buffer); }, deadline, timeout_s, "no response");
+}
+
+Status send_all(Server &server, std::span<const uint8_t> frame, Clock::time_point deadline,
+                double timeout_s) {
+  // send() says true when queued; as an optional it reads "a value when done".
+  auto sent = poll<bool>(
+      server,
+      [&]() -> Expected<std::optional<bool>> {
+        auto r = server.send(frame);
+        if (!r)
+          return std::move(r).take_error();
+        return *r ? std::optional<bool>(true) : std::nullopt;
+      },
+      deadline, timeout_s, "no free slot in the bridge");
+  if (!sent)
+    return std::move(sent).take_error();
+  return Status::ok();
+}
+
+} // namespace
+
+Expected<Reply> call(Server &server, std::span<const uint8_t> frame, double timeout_s) {
+  std::vector<uint8_t> buffer(server.report().slot_size);
+  const auto t0 = Clock::now();
+  const auto deadline = t0 + seconds(timeout_s);
+  if (auto st = send_all(server, frame, deadline, timeout_s); !st)
+    return std::move(st).take_error();
+  auto size = next_response(server, buffer, deadline, timeout_s);
+  if (!size)
+    return std::move(size).take_error();
+  const auto t1 = Clock::now();
+  auto response = parse_response_frame(std::span(buffer.data(), *size));
+  if (!response)
+    return std::move(response).take_error();
+  return Reply{std::move(*response), us_between(t0, t1)};
+}
+
+Expected<BenchResult> bench(Server &server, const std::string &handler,
+                            std::span<const uint8_t> payload, const BenchOptions &opt) {
+  const uint32_t inflight =
+      std::max<uint32_t>(1, std::min<uint32_t>(opt.inflight, server.report().num_slots));
+  const size_t stride = server.report().slot_size;
+  // One frame, built once; each request gets its request_id (and, for an echo, the same id in
+  // its payload's first bytes) patched in. Requests go out and responses come back in batches
+  // (Server::send_batch, receive_batch), so that one host thread keeps a warp-wide dispatcher
+  // fed: nothing is allocated per request.
+  auto built = build_request_frame(handler, payload, 0, 0);
+  if (!built)
+    return std::move(built).take_error();
+  const std::vector<uint8_t> tmpl = std::move(*built);
+  const size_t frame_size = tmpl.size();
+  const bool stamp_payload = opt.expect_echo && payload.size() >= 4;
+  std::vector<uint8_t> frames(size_t{inflight} * frame_size);
+  for (uint32_t i = 0; i < inflight; ++i) // per request, only the ids change
+    std::memcpy(frames.data() + size_t{i} * frame_size, tmpl.data(), frame_size);
+  std::vector<const void *> frame_ptrs(inflight);
+  std::vector<size_t> frame_sizes(inflight, frame_size);
+  std::vector<uint8_t> responses(size_t{inflight} * stride);
+  std::vector<size_t> response_sizes(inflight);
+  const uint64_t total = opt.warmup + opt.requests;
+  // Send times by request_id modulo a ring larger than what can be in flight (a power of two: a
+  // mask, not a division, per request).
+  std::vector<Clock::time_point> sent_at(std::bit_ceil(size_t{inflight} * 2));
+  const size_t sent_mask = sent_at.size() - 1;
+  std::vector<double> latencies;
+  latencies.reserve(opt.requests);
+  BenchResult r;
+  uint64_t sent = 0, received = 0;
+  Clock::time_point measured_from{};
+  const uint32_t first_id = 1;
+  auto id_of = [&](uint64_t k) { return first_id + static_cast<uint32_t>(k); };
+  while (received < total) {
+    // Fill the free slots, up to `inflight` in flight.
+    const size_t room =
+        static_cast<size_t>(std::min<uint64_t>(total - sent, inflight - (sent - received)));
+    if (room > 0) {
+      for (size_t i = 0; i < room; ++i) {
+        uint8_t *f = frames.data() + i * frame_size;
+        const uint32_t id = id_of(sent + i);
+        std::memcpy(f + offsetof(cudaq_rt_request_header, request_id), &id, 4);
+        if (stamp_payload)
+          std::memcpy(f + CUDAQ_RT_HEADER_SIZE, &id, 4);
+        frame_ptrs[i] = f;
+      }
+      if (sent <= opt.warmup && opt.warmup < sent + room)
+        measured_from = Clock::now();
+      auto queued = server.send_batch(std::span(frame_ptrs.data(), room),
+                                      std::span(frame_sizes.data(), room));
+      if (!queued)
+        return std::move(queued).take_error();
+      const auto now = Clock::now();
+      for (size_t i = 0; i < *queued; ++i)
+        sent_at[id_of(sent + i) & sent_mask] = now;
+      sent += *queued;
+    }
+    // Every request in flight fits the buffers: take what has come, at least one.
+    const size_t outstanding = size_t(sent - received);
+    auto taken = poll<size_t>(
+        server,
+        [&]() -> Expected<std::optional<size_t>> {
+          auto got = server.receive_batch(std::span(responses.data(), outstanding * stride), stride,
+                                          std::span(response_sizes.data(), outstanding));
+          if (!got)
+            return std::move(got).take_error();
+          return *got ? std::optional<size_t>(*got) : std::nullopt;
+        },
+        Clock::now() + seconds(opt.timeout_s), opt.timeout_s, "no response");
+    if (!taken)
+      return std::move(taken).take_error();
+    const auto now = Clock::now();
+    for (size_t i = 0; i < *taken; ++i, ++received) {
+      const uint8_t *resp = responses.data() + i * stride;
+      const size_t size = response_sizes[i];
+      const uint32_t want = id_of(received);
+      cudaq_rt_response_header h{};
+      bool right = size >= sizeof h;
+      if (right) {
+        std::memcpy(&h, resp, sizeof h);
+        right = h.magic == CUDAQ_RT_RESPONSE_MAGIC && h.status == 0 && h.request_id == want &&
+                size == sizeof h + h.result_len;
+      }
+      if (right && opt.expect_echo) {
+        const uint8_t *result = resp + sizeof h;
+        right = h.result_len == payload.size();
+        if (right && stamp_payload) {
+          uint32_t echoed;
+          std::memcpy(&echoed, result, 4);
+          right = echoed == want && std::equal(payload.begin() + 4, payload.end(), result + 4);
+        } else if (right) {
+          right = std::equal(payload.begin(), payload.end(), result);
+        }
+      }
+      if (received >= opt.warmup) {
+        r.wrong += right ? 0 : 1;
+        latencies.push_back(us_between(sent_at[want & sent_mask], now));
+      } else if (!right) {
+        r.wrong += 1;
+      }
+    }
+  }
+  r.seconds = std::chrono::duration<double>(Clock::now() - measured_from).count();
+  r.requests = opt.requests;
+  r.requests_per_s = r.seconds > 0 ? double(opt.requests) / r.seconds : 0;
+  r.latency = latency_stats(latencies);
+  return r;
+}
+
+} // namespace cudaq_rt

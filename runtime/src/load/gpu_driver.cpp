@@ -1,0 +1,313 @@
+// The CUDA driver behind cudaq_rt::Gpu.
+//
+// libcuda.so.1 is opened with dlopen, not linked: a tool linked against it would not start on a
+// machine without a driver (the loader's "cannot open shared object file" before main), where
+// cudaq-rt-run must say "no CUDA driver" in one line and pack and link must work regardless. Every
+// entry point is then taken from cuGetProcAddress at the CUDA version these headers describe, so
+// that the _v2 variants the headers' macros name are the ones called.
+//
+// Eager loading: cuLibraryLoadData loads lazily when CUDA_MODULE_LOADING is LAZY (the default
+// since CUDA 12.2): the module reaches a context only when a kernel or global is first used
+// there, and a load that happens while the persistent dispatch kernel runs can deadlock behind it
+// (CUDA-Q realtime saw this and forces EAGER process-wide). kernel() therefore takes the kernel's
+// function in the current context and loads it with cuFuncLoad, and global() resolves in that
+// context too; the launcher calls both for everything it needs before it launches.
+#include "load/gpu.h"
+
+#include <cuda.h>
+
+#include <dlfcn.h>
+#include <mutex>
+
+namespace cudaq_rt {
+namespace {
+
+struct DriverApi {
+  decltype(&cuGetErrorName) getErrorName = nullptr;
+  decltype(&cuGetErrorString) getErrorString = nullptr;
+  decltype(&cuInit) init = nullptr;
+  decltype(&cuDriverGetVersion) driverGetVersion = nullptr;
+  decltype(&cuDeviceGetCount) deviceGetCount = nullptr;
+  decltype(&cuDeviceGet) deviceGet = nullptr;
+  decltype(&cuDeviceGetName) deviceGetName = nullptr;
+  decltype(&cuDeviceGetAttribute) deviceGetAttribute = nullptr;
+  decltype(&cuDevicePrimaryCtxRetain) primaryCtxRetain = nullptr;
+  decltype(&cuCtxSetCurrent) ctxSetCurrent = nullptr;
+  decltype(&cuLibraryLoadData) libraryLoadData = nullptr;
+  decltype(&cuLibraryUnload) libraryUnload = nullptr;
+  decltype(&cuLibraryGetKernel) libraryGetKernel = nullptr;
+  decltype(&cuLibraryGetGlobal) libraryGetGlobal = nullptr;
+  decltype(&cuKernelGetFunction) kernelGetFunction = nullptr;
+  decltype(&cuFuncLoad) funcLoad = nullptr;
+  decltype(&cuMemAlloc) memAlloc = nullptr;
+  decltype(&cuMemFree) memFree = nullptr;
+  decltype(&cuMemHostAlloc) memHostAlloc = nullptr;
+  decltype(&cuMemHostGetDevicePointer) memHostGetDevicePointer = nullptr;
+  decltype(&cuMemFreeHost) memFreeHost = nullptr;
+  decltype(&cuMemcpyHtoD) memcpyHtoD = nullptr;
+  decltype(&cuMemcpyDtoH) memcpyDtoH = nullptr;
+  decltype(&cuStreamCreate) streamCreate = nullptr;
+  decltype(&cuStreamDestroy) streamDestroy = nullptr;
+  decltype(&cuStreamQuery) streamQuery = nullptr;
+  decltype(&cuLaunchKernel) launchKernel = nullptr;
+};
+
+// Loads libcuda and resolves the entry points once; nullopt-like failure is kept as an Error.
+const Expected<DriverApi> &driver_api() {
+  static const Expected<DriverApi> api = []() -> Expected<DriverApi> {
+    void *lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+      const char *why = ::dlerror();
+      return make_error("",
+                        "no CUDA driver on this machine: ", why ? why : "libcuda.so.1 not found");
+    }
+    auto get_proc =
+        reinterpret_cast<decltype(&cuGetProcAddress)>(::dlsym(lib, "cuGetProcAddress_v2"));
+    if (!get_proc)
+      return make_error("", "the CUDA driver is too old: libcuda.so.1 has no cuGetProcAddress_v2 "
+                            "(CUDA 12.0 or newer is needed)");
+    DriverApi a;
+    std::string missing;
+    auto resolve = [&](auto &fn, const char *name) {
+      void *p = nullptr;
+      CUdriverProcAddressQueryResult found{};
+      if (get_proc(name, &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &found) != CUDA_SUCCESS ||
+          found != CU_GET_PROC_ADDRESS_SUCCESS || !p)
+        missing += cat(missing.empty() ? "" : ", ", name);
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
+    };
+    resolve(a.getErrorName, "cuGetErrorName");
+    resolve(a.getErrorString, "cuGetErrorString");
+    resolve(a.init, "cuInit");
+    resolve(a.driverGetVersion, "cuDriverGetVersion");
+    resolve(a.deviceGetCount, "cuDeviceGetCount");
+    resolve(a.deviceGet, "cuDeviceGet");
+    resolve(a.deviceGetName, "cuDeviceGetName");
+    resolve(a.deviceGetAttribute, "cuDeviceGetAttribute");
+    resolve(a.primaryCtxRetain, "cuDevicePrimaryCtxRetain");
+    resolve(a.ctxSetCurrent, "cuCtxSetCurrent");
+    resolve(a.libraryLoadData, "cuLibraryLoadData");
+    resolve(a.libraryUnload, "cuLibraryUnload");
+    resolve(a.libraryGetKernel, "cuLibraryGetKernel");
+    resolve(a.libraryGetGlobal, "cuLibraryGetGlobal");
+    resolve(a.kernelGetFunction, "cuKernelGetFunction");
+    resolve(a.funcLoad, "cuFuncLoad");
+    resolve(a.memAlloc, "cuMemAlloc");
+    resolve(a.memFree, "cuMemFree");
+    resolve(a.memHostAlloc, "cuMemHostAlloc");
+    resolve(a.memHostGetDevicePointer, "cuMemHostGetDevicePointer");
+    resolve(a.memFreeHost, "cuMemFreeHost");
+    resolve(a.memcpyHtoD, "cuMemcpyHtoD");
+    resolve(a.memcpyDtoH, "cuMemcpyDtoH");
+    resolve(a.streamCreate, "cuStreamCreate");
+    resolve(a.streamDestroy, "cuStreamDestroy");
+    resolve(a.streamQuery, "cuStreamQuery");
+    resolve(a.launchKernel, "cuLaunchKernel");
+    if (!missing.empty()) {
+      int version = 0;
+      if (a.driverGetVersion)
+        a.driverGetVersion(&version);
+      return make_error("", "the CUDA driver (", version / 1000, ".", version % 1000 / 10,
+                        ") is too old for this build (CUDA ", CUDA_VERSION / 1000, ".",
+                        CUDA_VERSION % 1000 / 10, "): it lacks ", missing);
+    }
+    return a;
+  }();
+  return api;
+}
+
+class DriverGpu final : public Gpu {
+public:
+  Expected<int> device_count() override {
+    if (!driver_api())
+      return driver_api().error();
+    const DriverApi &cu = *driver_api();
+    CUresult rc = cu.init(0);
+    if (rc == CUDA_ERROR_NO_DEVICE)
+      return make_error("", "no CUDA GPU on this machine (", name_of(rc), ")");
+    if (rc != CUDA_SUCCESS)
+      return failure("cuInit", rc);
+    int count = 0;
+    if ((rc = cu.deviceGetCount(&count)) != CUDA_SUCCESS)
+      return failure("cuDeviceGetCount", rc);
+    return count;
+  }
+
+  Expected<GpuDevice> open(int ordinal) override {
+    auto devices = device_count(); // the driver is loaded and initialized after this
+    if (!devices)
+      return std::move(devices).take_error();
+    const DriverApi &cu = *driver_api();
+    const int count = *devices;
+    CUresult rc = CUDA_SUCCESS;
+    if (ordinal < 0 || ordinal >= count)
+      return make_error("", "no GPU ", ordinal, ": this machine has ", count,
+                        count == 1 ? " GPU (0)" : cat(" GPUs (0 to ", count - 1, ")"));
+    CUdevice dev = 0;
+    if ((rc = cu.deviceGet(&dev, ordinal)) != CUDA_SUCCESS)
+      return failure("cuDeviceGet", rc);
+    GpuDevice d;
+    d.ordinal = ordinal;
+    char name[256] = {};
+    if ((rc = cu.deviceGetName(name, sizeof name - 1, dev)) != CUDA_SUCCESS)
+      return failure("cuDeviceGetName", rc);
+    d.name = name;
+    int major = 0, minor = 0;
+    if ((rc = cu.deviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)) !=
+            CUDA_SUCCESS ||
+        (rc = cu.deviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)) !=
+            CUDA_SUCCESS)
+      return failure("cuDeviceGetAttribute", rc);
+    d.sm = major * 10 + minor;
+    cu.driverGetVersion(&d.driver_version);
+    CUcontext ctx = nullptr;
+    if ((rc = cu.primaryCtxRetain(&ctx, dev)) != CUDA_SUCCESS)
+      return failure(cat("creating GPU ", ordinal, "'s context (cuDevicePrimaryCtxRetain)"), rc);
+    if ((rc = cu.ctxSetCurrent(ctx)) != CUDA_SUCCESS)
+      return failure("cuCtxSetCurrent", rc);
+    return d;
+  }
+
+  Expected<GpuLibrary> load(std::span<const uint8_t> image) override {
+    CUlibrary lib = nullptr;
+    if (CUresult rc =
+            api().libraryLoadData(&lib, image.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
+        rc != CUDA_SUCCESS)
+      return failure("loading the cubin (cuLibraryLoadData)", rc);
+    return static_cast<GpuLibrary>(lib);
+  }
+
+  void unload(GpuLibrary library) override { api().libraryUnload(static_cast<CUlibrary>(library)); }
+
+  Expected<GpuFunction> kernel(GpuLibrary library, const std::string &name) override {
+    CUkernel k = nullptr;
+    CUresult rc = api().libraryGetKernel(&k, static_cast<CUlibrary>(library), name.c_str());
+    if (rc == CUDA_ERROR_NOT_FOUND)
+      return make_error("", "the module has no kernel ", name);
+    if (rc != CUDA_SUCCESS)
+      return failure(cat("kernel ", name, " (cuLibraryGetKernel)"), rc);
+    CUfunction f = nullptr;
+    if ((rc = api().kernelGetFunction(&f, k)) != CUDA_SUCCESS)
+      return failure(cat("kernel ", name, " (cuKernelGetFunction)"), rc);
+    if ((rc = api().funcLoad(f)) != CUDA_SUCCESS)
+      return failure(cat("kernel ", name, " (cuFuncLoad)"), rc);
+    return static_cast<GpuFunction>(f);
+  }
+
+  Expected<std::optional<GpuGlobal>> global(GpuLibrary library, const std::string &name) override {
+    CUdeviceptr p = 0;
+    size_t size = 0;
+    CUresult rc = api().libraryGetGlobal(&p, &size, static_cast<CUlibrary>(library), name.c_str());
+    if (rc == CUDA_ERROR_NOT_FOUND)
+      return std::optional<GpuGlobal>();
+    if (rc != CUDA_SUCCESS)
+      return failure(cat("global ", name, " (cuLibraryGetGlobal)"), rc);
+    return std::optional<GpuGlobal>(GpuGlobal{static_cast<GpuPointer>(p), size});
+  }
+
+  Expected<GpuPointer> allocate(size_t bytes) override {
+    CUdeviceptr p = 0;
+    if (CUresult rc = api().memAlloc(&p, bytes); rc != CUDA_SUCCESS)
+      return failure(cat("allocating ", bytes, " bytes of GPU memory (cuMemAlloc)"), rc);
+    return static_cast<GpuPointer>(p);
+  }
+
+  void release(GpuPointer p) override { api().memFree(static_cast<CUdeviceptr>(p)); }
+
+  Expected<MappedMemory> allocate_mapped(size_t bytes) override {
+    MappedMemory m;
+    if (CUresult rc = api().memHostAlloc(&m.host, bytes, CU_MEMHOSTALLOC_DEVICEMAP);
+        rc != CUDA_SUCCESS)
+      return failure(cat("allocating ", bytes, " bytes of mapped host memory (cuMemHostAlloc)"),
+                     rc);
+    CUdeviceptr p = 0;
+    if (CUresult rc = api().memHostGetDevicePointer(&p, m.host, 0); rc != CUDA_SUCCESS) {
+      api().memFreeHost(m.host);
+      return failure("cuMemHostGetDevicePointer", rc);
+    }
+    m.device = static_cast<GpuPointer>(p);
+    return m;
+  }
+
+  void release_mapped(MappedMemory m) override { api().memFreeHost(m.host); }
+
+  Status copy_to_device(GpuPointer dst, std::span<const uint8_t> src) override {
+    if (CUresult rc = api().memcpyHtoD(static_cast<CUdeviceptr>(dst), src.data(), src.size());
+        rc != CUDA_SUCCESS)
+      return failure("copying to the GPU (cuMemcpyHtoD)", rc);
+    return Status::ok();
+  }
+
+  Status copy_from_device(std::span<uint8_t> dst, GpuPointer src) override {
+    if (CUresult rc = api().memcpyDtoH(dst.data(), static_cast<CUdeviceptr>(src), dst.size());
+        rc != CUDA_SUCCESS)
+      return failure("copying from the GPU (cuMemcpyDtoH)", rc);
+    return Status::ok();
+  }
+
+  Expected<GpuStream> create_stream() override {
+    CUstream s = nullptr;
+    if (CUresult rc = api().streamCreate(&s, CU_STREAM_NON_BLOCKING); rc != CUDA_SUCCESS)
+      return failure("cuStreamCreate", rc);
+    return static_cast<GpuStream>(s);
+  }
+
+  void destroy_stream(GpuStream stream) override {
+    api().streamDestroy(static_cast<CUstream>(stream));
+  }
+
+  Status launch(GpuFunction kernel, LaunchShape shape, void **args, GpuStream stream) override {
+    if (CUresult rc =
+            api().launchKernel(static_cast<CUfunction>(kernel), shape.blocks, 1, 1, shape.threads,
+                               1, 1, 0, static_cast<CUstream>(stream), args, nullptr);
+        rc != CUDA_SUCCESS)
+      return failure(cat("launching ", shape.blocks, "x", shape.threads, " (cuLaunchKernel)"), rc);
+    return Status::ok();
+  }
+
+  StreamState query(GpuStream stream) override {
+    CUresult rc = api().streamQuery(static_cast<CUstream>(stream));
+    if (rc == CUDA_ERROR_NOT_READY)
+      return {};
+    if (rc == CUDA_SUCCESS)
+      return {.done = true, .fault = std::nullopt};
+    return {.done = true, .fault = failure("", rc)};
+  }
+
+private:
+  static const DriverApi &api() { return *driver_api(); }
+
+  static std::string name_of(CUresult rc) {
+    const char *name = nullptr;
+    api().getErrorName(rc, &name);
+    return name ? name : cat("CUDA error ", static_cast<int>(rc));
+  }
+
+  // "what: CUDA_ERROR_X (the driver's words)"; with no `what`, the error alone.
+  static Error failure(const std::string &what, CUresult rc) {
+    const char *text = nullptr;
+    api().getErrorString(rc, &text);
+    std::string error = cat(name_of(rc), text ? cat(" (", text, ")") : "");
+    return make_error("", what.empty() ? error : cat(what, ": ", error));
+  }
+};
+
+} // namespace
+
+Gpu &driver_gpu() {
+  static DriverGpu gpu;
+  return gpu;
+}
+
+std::optional<std::string> no_gpu_reason() {
+  if (!driver_api())
+    return driver_api().error().str();
+  const DriverApi &cu = *driver_api();
+  int count = 0;
+  if (cu.init(0) == CUDA_ERROR_NO_DEVICE ||
+      (cu.deviceGetCount(&count) == CUDA_SUCCESS && count == 0))
+    return std::string("no CUDA GPU on this machine");
+  return std::nullopt;
+}
+
+} // namespace cudaq_rt

@@ -1,0 +1,639 @@
+// The load path, in the order it must run.
+//
+// 1. The package is opened (every blob's digest verified) and the link planned exactly as
+//    cudaq-rt-link plans it (link_plan.cpp): the plan is what decides whether the package's own
+//    cubin is still the one this runtime would link, and it is the key into the cache. Nothing
+//    in it needs the GPU, so a package the load cannot use is refused on any machine.
+// 2. The GPU: its exact arch decides which cubin serves it, and the bridge's host side (built
+//    with the CUDA runtime) allocates in the context that is current, so the device's primary
+//    context is made current before anything touches the bridge or the module.
+// 3. A cubin: the package's, the local or remote cache's, or a link at load (select_cubin.cpp).
+// 4. Everything the persistent kernel will touch is loaded and resolved before it starts: a
+//    module load, a lazily loaded function, or a synchronous copy issued while it runs can wait
+//    behind it forever (CUDA-Q realtime met this deadlock under CUDA's default lazy loading).
+//    So: the module, its dispatch kernel (loaded with cuFuncLoad), every handler's
+//    cudaq_rt_handler__<name> pointer (read into the sorted function table), every host-given
+//    global (size-checked, written), the bridge instance, and the control block in mapped memory.
+// 5. The launch, on a non-blocking stream so that nothing on the legacy default stream queues
+//    behind the kernel. It is stopped through the shutdown flag in mapped memory, never by a copy.
+//
+// A kernel that ends by itself has failed (the unified kernel stops only when rx_poll says
+// SHUTDOWN): a handler's illegal address or trap surfaces as the stream's error, and the counters
+// (stored after each publish) tell which request it was serving. A kernel that does not stop
+// within the timeout is hung; its memory is then never freed, since freeing it would wait for it.
+#include "load/server.h"
+
+#include "link/builtin_dispatcher.h"
+#include "package/package.h"
+#include "cudaq_rt/wire.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <sstream>
+#include <string_view>
+#include <thread>
+
+namespace cudaq_rt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// The control block in mapped memory: the shutdown flag, then the counters on a line of their
+// own (the host writes one, the GPU the other).
+constexpr size_t control_bytes = 4096;
+constexpr size_t stats_offset = 64;
+
+// Steps 1 and 2, which start() and preview_load() share: the GPU, the package and its plan, the
+// cache, the arch to find a cubin for.
+struct Prepared {
+  GpuDevice device;
+  Package package;
+  LinkPlan plan;
+  LinkCache cache;
+  TargetArch arch;
+  std::vector<std::string> warnings;
+  double context_ms = 0;
+  double open_ms = 0;
+};
+
+Expected<Prepared> prepare(const LoadOptions &opt, Gpu &gpu) {
+  // The package and its plan come before the GPU: what is wrong with them (no package, a
+  // dispatch kernel or bridge it lacks) is said the same on any machine, without waiting for a
+  // context.
+  auto t = Clock::now();
+  auto package = Package::open(opt.package);
+  if (!package)
+    return std::move(package).take_error();
+  auto plan = plan_link(*package, opt.link);
+  if (!plan)
+    return std::move(plan).take_error();
+  const double open_ms = ms_since(t);
+  t = Clock::now();
+  auto device = gpu.open(opt.device);
+  if (!device)
+    return std::move(device).take_error();
+  const double context_ms = ms_since(t);
+  std::vector<std::string> warnings;
+  auto cache = open_link_cache(opt.cache, warnings);
+  if (!cache)
+    return std::move(cache).take_error();
+  auto arch = parse_arch(device->arch());
+  if (!arch)
+    return make_error("", "GPU ", device->ordinal, " (", device->name, ") reports sm_", device->sm,
+                      ", which no link can target");
+  return Prepared{*device, std::move(*package), std::move(*plan), std::move(*cache),
+                  *arch,   std::move(warnings), context_ms,       open_ms};
+}
+
+// A global the host writes before launch or reads after stop: found by name (the link keeps
+// exported globals visible) and exactly `size` bytes (`what`: "given", "asked for").
+Expected<GpuGlobal> exported_global(Gpu &gpu, GpuLibrary library, const std::string &name,
+                                    size_t size, const char *what) {
+  auto g = gpu.global(library, name);
+  if (!g)
+    return std::move(g).take_error();
+  if (!*g)
+    return make_error("", "no __device__ global ", quote(name),
+                      " in the linked module (the link keeps a global visible by name only when "
+                      "it is exported with CUDAQ_RT_EXPORT_GLOBAL)");
+  if ((*g)->size != size)
+    return make_error("", "global ", quote(name), " is ", (*g)->size, " bytes, but ", size,
+                      " bytes were ", what);
+  return **g;
+}
+
+// The ring bridges (loopback, and udp, which feeds the same ring) lay their ring out for the
+// kernel that reads it: the warp dispatcher's lanes read the lanes layout coalesced, 4 requests
+// where the slots layout takes 32 (bridges/loopback/loopback_ring.h). So a warp dispatcher gets
+// layout=lanes unless the configuration names a layout itself.
+std::string ring_layout_config(const std::string &bridge, const std::string &dispatcher,
+                               const std::string &config) {
+  if ((bridge != "loopback" && bridge != "udp") || dispatcher != "warp")
+    return config;
+  for (size_t at = 0; at <= config.size();) {
+    const size_t comma = std::min(config.find(',', at), config.size());
+    const std::string_view item = std::string_view(config).substr(at, comma - at);
+    if (item.substr(0, item.find('=')) == "layout")
+      return config;
+    at = comma + 1;
+  }
+  return config.empty() ? "layout=lanes" : config + ",layout=lanes";
+}
+
+} // namespace
+
+Expected<std::unique_ptr<Server>> Server::start(const LoadOptions &opt, Gpu &gpu) {
+  auto s = load(opt, gpu);
+  if (!s)
+    return s;
+  auto t = Clock::now();
+  if (auto st = (*s)->launch(); !st)
+    return std::move(st).take_error();
+  (*s)->report_.times.launch_ms = ms_since(t);
+  return s;
+}
+
+Expected<std::unique_ptr<Server>> Server::load(const LoadOptions &opt, Gpu &gpu) {
+  std::unique_ptr<Server> s(new Server(gpu));
+  LoadReport &r = s->report_;
+  r.package = opt.package;
+  s->stop_timeout_s_ = opt.stop_timeout_s;
+  const std::string subject = opt.package.string();
+
+  auto ready = prepare(opt, gpu);
+  if (!ready)
+    return std::move(ready).take_error();
+  const LinkPlan &plan = ready->plan;
+  r.device = ready->device;
+  r.times.context_ms = ready->context_ms;
+  r.times.open_ms = ready->open_ms;
+  r.bridge = plan.bridge;
+  r.dispatcher = plan.dispatcher;
+  r.kernel = plan.kernel;
+  r.handlers = plan.handlers;
+  r.aliases = ready->package.manifest().aliases;
+  r.warnings = ready->warnings;
+
+  auto t = Clock::now();
+  auto cubin = select_cubin(ready->package, plan, ready->arch, ready->cache, opt.policy);
+  if (!cubin)
+    return std::move(cubin).take_error();
+  r.source = cubin->source;
+  r.record = cubin->record;
+  r.warnings.insert(r.warnings.end(), cubin->warnings.begin(), cubin->warnings.end());
+  r.notes = cubin->notes;
+  r.times.cubin_ms = ms_since(t);
+
+  t = Clock::now();
+  const std::string where = cat(subject, ": ", r.device.arch());
+  auto in = [&](Error e) {
+    e.message = cat(where, ": ", e.message);
+    e.subject.clear();
+    return e;
+  };
+  auto library = gpu.load(cubin->cubin);
+  if (!library)
+    return in(std::move(library).take_error());
+  s->library_ = *library;
+  auto kernel = gpu.kernel(s->library_, r.kernel);
+  if (!kernel)
+    return in(std::move(kernel).take_error());
+  s->kernel_ = *kernel;
+
+  // Each handler's address, read from its cudaq_rt_handler__<name> global: a device function
+  // pointer is only valid inside the module that defines it, so this is the only source of them.
+  for (const std::string &name : r.handlers) {
+    const std::string symbol = CUDAQ_RT_HANDLER_SYMBOL_PREFIX + name;
+    auto g = gpu.global(s->library_, symbol);
+    if (!g)
+      return in(std::move(g).take_error());
+    if (!*g)
+      return in(make_error("", "the module lacks handler ", name, "'s global ", symbol));
+    if ((*g)->size != sizeof(cudaq_rt_handler_fn))
+      return in(make_error("", symbol, " is ", (*g)->size, " bytes, not a function pointer"));
+    GpuPointer address = 0;
+    if (auto st = gpu.copy_from_device(
+            std::span(reinterpret_cast<uint8_t *>(&address), sizeof address), (*g)->address);
+        !st)
+      return in(std::move(st).take_error());
+    s->addresses_.emplace_back(name, address);
+  }
+  // The default table: every handler under its own name, and under each of its aliases.
+  std::vector<cudaq_rt_function_entry> table;
+  for (const auto &[name, address] : s->addresses_)
+    table.push_back(
+        {cudaq_rt_function_id(name.c_str()), 0, reinterpret_cast<cudaq_rt_handler_fn>(address)});
+  for (const AliasEntry &a : r.aliases)
+    if (auto address = s->handler_address(a.handler))
+      table.push_back({a.function_id, 0, reinterpret_cast<cudaq_rt_handler_fn>(*address)});
+  if (auto st = s->set_function_table(table); !st)
+    return in(std::move(st).take_error());
+
+  for (const GlobalValue &v : opt.globals)
+    if (auto st = s->set_global(v.name, v.bytes); !st)
+      return std::move(st).take_error();
+
+  auto bridge_library = BridgeLibrary::open(opt.link.bridge.empty() ? r.bridge : opt.link.bridge);
+  if (!bridge_library)
+    return std::move(bridge_library).take_error();
+  if (bridge_library->name() != r.bridge)
+    return make_error(bridge_library->path().string(), "bridge library calls itself ",
+                      quote(bridge_library->name()), ", but the module was linked with bridge ",
+                      quote(r.bridge), " hooks");
+  auto bridge =
+      bridge_library->create(ring_layout_config(r.bridge, r.dispatcher, opt.bridge_config));
+  if (!bridge)
+    return std::move(bridge).take_error();
+  s->bridge_.emplace(std::move(*bridge));
+  r.slot_size = s->bridge_->slot_size();
+  r.num_slots = s->bridge_->num_slots();
+
+  auto control = gpu.allocate_mapped(control_bytes);
+  if (!control)
+    return in(std::move(control).take_error());
+  s->control_ = *control;
+  std::memset(s->control_.host, 0, control_bytes);
+  auto stream = gpu.create_stream();
+  if (!stream)
+    return in(std::move(stream).take_error());
+  s->stream_ = *stream;
+
+  cudaq_rt_dispatch_params &p = s->params_;
+  p.transport_ctx = s->bridge_->device_context();
+  p.slot_size = r.slot_size;
+  p.shutdown_flag = reinterpret_cast<volatile int *>(s->control_.device);
+  p.stats = reinterpret_cast<cudaq_rt_dispatch_stats *>(s->control_.device + stats_offset);
+  // A built-in kernel's own shape (the warp dispatcher: one warp) unless the caller gave one.
+  LaunchShape shape;
+  if (const BuiltinDispatcher *b = find_builtin_dispatcher(r.dispatcher))
+    shape.threads = b->threads;
+  r.shape = opt.shape.value_or(shape);
+  r.times.load_ms = ms_since(t);
+  return s;
+}
+
+std::optional<GpuPointer> Server::handler_address(const std::string &name) const {
+  for (const auto &[n, address] : addresses_)
+    if (n == name)
+      return address;
+  return std::nullopt;
+}
+
+std::string Server::handler_at(GpuPointer address) const {
+  for (const auto &[n, a] : addresses_)
+    if (a == address)
+      return n;
+  return "";
+}
+
+Status Server::set_function_table(std::span<const cudaq_rt_function_entry> entries) {
+  const std::string subject = report_.package.string();
+  if (running_)
+    return make_error(subject, "the function table cannot change while the dispatch kernel runs");
+  std::vector<cudaq_rt_function_entry> table(entries.begin(), entries.end());
+  std::vector<std::pair<uint32_t, std::string>> names;
+  for (cudaq_rt_function_entry &e : table) {
+    const auto address = reinterpret_cast<GpuPointer>(e.handler);
+    std::string name = handler_at(address);
+    if (name.empty())
+      return make_error(subject, "function table entry for function_id ", hex(e.function_id), ": ",
+                        hex(address),
+                        " is not the address of a handler in the loaded module (take it from a "
+                        "lookup of the handler by name)");
+    e.reserved = 0;
+    names.emplace_back(e.function_id, std::move(name));
+  }
+  std::sort(table.begin(), table.end(),
+            [](const auto &a, const auto &b) { return a.function_id < b.function_id; });
+  std::sort(names.begin(), names.end());
+  for (size_t i = 1; i < names.size(); ++i)
+    if (names[i].first == names[i - 1].first)
+      return make_error(subject, "function_id ", hex(names[i].first),
+                        " is in the function table twice (for ", quote(names[i - 1].second),
+                        " and ", quote(names[i].second), ")");
+  if (table.size() > table_capacity_) {
+    auto p = gpu_.allocate(table.size() * sizeof table[0]);
+    if (!p)
+      return std::move(p).take_error();
+    if (table_)
+      gpu_.release(table_);
+    table_ = *p;
+    table_capacity_ = table.size();
+  }
+  if (!table.empty())
+    if (auto st =
+            gpu_.copy_to_device(table_, std::span(reinterpret_cast<const uint8_t *>(table.data()),
+                                                  table.size() * sizeof table[0]));
+        !st)
+      return std::move(st).take_error();
+  params_.num_functions = static_cast<uint32_t>(table.size());
+  params_.function_table = reinterpret_cast<const cudaq_rt_function_entry *>(table_);
+  names_ = std::move(names);
+  return Status::ok();
+}
+
+Status Server::set_global(const std::string &name, std::span<const uint8_t> bytes) {
+  const std::string subject = report_.package.string();
+  if (running_)
+    return make_error(subject, "global ", quote(name),
+                      " cannot be written while the dispatch kernel runs");
+  auto in = [&](Error e) {
+    e.message = cat(subject, ": ", report_.device.arch(), ": ", e.message);
+    e.subject.clear();
+    return e;
+  };
+  auto g = exported_global(gpu_, library_, name, bytes.size(), "given");
+  if (!g)
+    return in(std::move(g).take_error());
+  if (auto st = gpu_.copy_to_device(g->address, bytes); !st)
+    return in(std::move(st).take_error());
+  return Status::ok();
+}
+
+Expected<LoadPreview> preview_load(const LoadOptions &opt, Gpu &gpu) {
+  auto ready = prepare(opt, gpu);
+  if (!ready)
+    return std::move(ready).take_error();
+  LoadPreview p;
+  p.package = opt.package;
+  p.device = ready->device;
+  p.bridge = ready->plan.bridge;
+  p.dispatcher = ready->plan.dispatcher;
+  p.handlers = ready->plan.handlers;
+  p.aliases = ready->package.manifest().aliases;
+  p.links = ready->package.manifest().links;
+  p.warnings = ready->warnings;
+  auto found = select_cubin(ready->package, ready->plan, ready->arch, ready->cache,
+                            {.allow_link = false, .store = false});
+  if (found) {
+    p.source = found->source;
+    p.warnings.insert(p.warnings.end(), found->warnings.begin(), found->warnings.end());
+  } else if (auto st = ready->plan.check_target(ready->arch); opt.policy.allow_link && st) {
+    p.source = CubinSource::link;
+  } else {
+    p.why_not = st ? found.error().str() : st.error().str();
+  }
+  return p;
+}
+
+std::string format_preview(const LoadPreview &p) {
+  // What a manifest says is printed escaped: a tampered name must not drive the terminal.
+  std::ostringstream out;
+  out << escape(p.package.string()) << ": bridge " << escape(p.bridge) << ", dispatcher "
+      << escape(p.dispatcher) << "\n";
+  out << "handlers:\n";
+  for (const std::string &h : p.handlers)
+    out << "  " << h << "  function_id " << hex(cudaq_rt_function_id(h.c_str())) << "\n";
+  if (!p.aliases.empty()) {
+    out << "aliases:\n";
+    for (const AliasEntry &a : p.aliases)
+      out << "  " << a.name << " -> " << a.handler << "  function_id " << hex(a.function_id)
+          << "\n";
+  }
+  out << "linked:\n";
+  for (const LinkRecord &l : p.links)
+    out << "  " << escape(l.arch) << "  bridge " << escape(l.bridge) << "  dispatcher "
+        << escape(l.dispatcher) << "  " << l.cubin.short_str() << " (" << l.cubin_size
+        << " bytes)\n";
+  if (p.links.empty())
+    out << "  (nothing)\n";
+  out << "GPU " << p.device.ordinal << ": " << escape(p.device.name) << " (" << p.device.arch()
+      << ", driver " << p.device.driver() << "): ";
+  if (p.source)
+    out << "would load from the " << cubin_source_name(*p.source) << "\n";
+  else
+    out << "cannot load: " << p.why_not << "\n";
+  return out.str();
+}
+
+nlohmann::json preview_json(const LoadPreview &p) {
+  nlohmann::json handlers = nlohmann::json::array();
+  for (const std::string &h : p.handlers)
+    handlers.push_back({{"name", h}, {"function_id", cudaq_rt_function_id(h.c_str())}});
+  nlohmann::json aliases = nlohmann::json::array();
+  for (const AliasEntry &a : p.aliases)
+    aliases.push_back({{"name", a.name}, {"handler", a.handler}, {"function_id", a.function_id}});
+  nlohmann::json links = nlohmann::json::array();
+  for (const LinkRecord &l : p.links)
+    links.push_back({{"arch", l.arch},
+                     {"bridge", l.bridge},
+                     {"dispatcher", l.dispatcher},
+                     {"cubin", l.cubin.str()},
+                     {"size", l.cubin_size}});
+  nlohmann::json j = {{"package", p.package.string()},
+                      {"bridge", p.bridge},
+                      {"dispatcher", p.dispatcher},
+                      {"handlers", handlers},
+                      {"aliases", aliases},
+                      {"links", links},
+                      {"device",
+                       {{"ordinal", p.device.ordinal},
+                        {"name", p.device.name},
+                        {"arch", p.device.arch()},
+                        {"driver", p.device.driver()}}},
+                      {"loadable", p.loadable()},
+                      {"warnings", p.warnings}};
+  if (p.source)
+    j["source"] = cubin_source_name(*p.source);
+  else
+    j["why_not"] = p.why_not;
+  return j;
+}
+
+Server::~Server() {
+  if (running_ && !hung_)
+    (void)stop();
+  if (hung_) {
+    if (bridge_)
+      bridge_->abandon();
+    return;
+  }
+  if (stream_)
+    gpu_.destroy_stream(stream_);
+  bridge_.reset();
+  if (control_.host)
+    gpu_.release_mapped(control_);
+  if (table_)
+    gpu_.release(table_);
+  if (library_)
+    gpu_.unload(library_);
+}
+
+Status Server::read_global(const std::string &name, std::span<uint8_t> out) {
+  if (running_ || hung_)
+    return make_error("", "global ", quote(name), " is read only while the kernel is stopped");
+  auto g = exported_global(gpu_, library_, name, out.size(), "asked for");
+  if (!g)
+    return std::move(g).take_error();
+  return gpu_.copy_from_device(out, g->address);
+}
+
+Status Server::launch() {
+  std::atomic_ref<int>(*static_cast<int *>(control_.host)).store(0, std::memory_order_release);
+  requests_at_launch_ = stats().requests;
+  received_since_launch_ = 0;
+  in_flight_.clear();
+  last_answered_.reset();
+  void *args[] = {&params_};
+  launched_at_ = Clock::now();
+  if (auto st = gpu_.launch(kernel_, report_.shape, args, stream_); !st)
+    return make_error(report_.package.string(), report_.device.arch(), ": the dispatch kernel ",
+                      report_.kernel, ": ", st.error().message);
+  running_ = true;
+  // A self-fed bridge (a socket) starts feeding the ring once there is a kernel to serve it.
+  if (auto st = bridge_->start(); !st) {
+    (void)stop();
+    return st;
+  }
+  return Status::ok();
+}
+
+Status Server::relaunch() {
+  if (running_ || hung_ || faulted_)
+    return make_error(report_.package.string(), "the dispatch kernel ", report_.kernel,
+                      running_ ? " is running" : " cannot be launched again after a failure");
+  return launch();
+}
+
+cudaq_rt_dispatch_stats Server::stats() const {
+  auto *raw = reinterpret_cast<cudaq_rt_dispatch_stats *>(static_cast<char *>(control_.host) +
+                                                          stats_offset);
+  auto load = [](unsigned long long &v) {
+    return std::atomic_ref<unsigned long long>(v).load(std::memory_order_acquire);
+  };
+  cudaq_rt_dispatch_stats s;
+  s.requests = load(raw->requests);
+  s.ok = load(raw->ok);
+  s.handler_errors = load(raw->handler_errors);
+  s.protocol_errors = load(raw->protocol_errors);
+  return s;
+}
+
+std::string Server::handler_name(uint32_t function_id) const {
+  auto it = std::lower_bound(names_.begin(), names_.end(), std::pair(function_id, std::string()));
+  return it != names_.end() && it->first == function_id ? it->second : std::string();
+}
+
+Expected<bool> Server::send(std::span<const uint8_t> frame) {
+  auto queued = bridge_->send(frame);
+  if (queued && *queued)
+    sent(frame);
+  return queued;
+}
+
+void Server::sent(std::span<const uint8_t> frame) {
+  if (frame.size() < sizeof(cudaq_rt_request_header))
+    return;
+  cudaq_rt_request_header h;
+  std::memcpy(&h, frame.data(), sizeof h);
+  in_flight_.push_back({h.request_id, h.function_id});
+}
+
+void Server::answered(std::span<const uint8_t> response) {
+  if (response.size() < sizeof(cudaq_rt_response_header))
+    return;
+  cudaq_rt_response_header h;
+  std::memcpy(&h, response.data(), sizeof h);
+  // Responses come in request order from the loopback bridge: the oldest is nearly always it.
+  auto it = !in_flight_.empty() && in_flight_.front().request_id == h.request_id
+                ? in_flight_.begin()
+                : std::find_if(in_flight_.begin(), in_flight_.end(),
+                               [&](const InFlight &f) { return f.request_id == h.request_id; });
+  if (it != in_flight_.end()) {
+    last_answered_ = *it;
+    in_flight_.erase(it);
+    ++received_since_launch_;
+  }
+  if (!report_.times.first_response_ms)
+    report_.times.first_response_ms = ms_since(launched_at_);
+}
+
+Expected<std::optional<size_t>> Server::receive(std::span<uint8_t> buffer) {
+  auto got = bridge_->receive(buffer);
+  if (got && *got)
+    answered(buffer.first(**got));
+  return got;
+}
+
+Expected<size_t> Server::send_batch(std::span<const void *const> frames,
+                                    std::span<const size_t> sizes) {
+  Bridge::BatchResult r = bridge_->send_batch(frames, sizes);
+  for (size_t i = 0; i < r.done; ++i)
+    sent(std::span(static_cast<const uint8_t *>(frames[i]), sizes[i]));
+  if (r.error)
+    return std::move(*r.error);
+  return r.done;
+}
+
+Expected<size_t> Server::receive_batch(std::span<uint8_t> buffer, size_t stride,
+                                       std::span<size_t> sizes) {
+  Bridge::BatchResult r = bridge_->receive_batch(buffer, stride, sizes);
+  for (size_t i = 0; i < r.done; ++i)
+    answered(buffer.subspan(i * stride, sizes[i]));
+  if (r.error)
+    return std::move(*r.error);
+  return r.done;
+}
+
+std::string Server::describe(const InFlight &f) const {
+  std::string name = handler_name(f.function_id);
+  return cat("request_id ", f.request_id,
+             name.empty() ? cat(" (function_id ", hex(f.function_id), ")")
+                          : cat(" (handler ", quote(name), ")"));
+}
+
+std::string Server::serving() const {
+  if (in_flight_.empty())
+    return last_answered_ ? "after answering " + describe(*last_answered_) : "";
+  // The counters are stored after each publish: requests finished since the launch, less those
+  // already taken by the host, is how far into what is in flight the kernel got.
+  const uint64_t finished = stats().requests - requests_at_launch_;
+  size_t index = 0;
+  if (finished >= received_since_launch_ && finished - received_since_launch_ < in_flight_.size())
+    index = static_cast<size_t>(finished - received_since_launch_);
+  return "serving " + describe(in_flight_[index]);
+}
+
+Error Server::failed(const std::string &what) const {
+  std::string where = serving();
+  return make_error(report_.package.string(), report_.device.arch(), ": the dispatch kernel ",
+                    report_.kernel, " ", what, where.empty() ? "" : ", " + where);
+}
+
+Status Server::check() {
+  if (!running_)
+    return Status::ok();
+  StreamState st = gpu_.query(stream_);
+  if (!st.done)
+    return Status::ok();
+  running_ = false;
+  bridge_->stop();
+  if (st.fault) {
+    faulted_ = true;
+    return failed("failed: " + st.fault->message);
+  }
+  faulted_ = true;
+  return failed("ended by itself (its bridge session did not start, or it does not keep the "
+                "dispatch contract)");
+}
+
+Status Server::stop() {
+  if (!running_)
+    return Status::ok();
+  // A self-fed bridge first stops taking requests and waits for the answers to those it took;
+  // what is still in the ring then is answered before the kernel sees the flag (dispatch.h).
+  auto drained = bridge_->drain(stop_timeout_s_);
+  std::atomic_ref<int>(*static_cast<int *>(control_.host)).store(1, std::memory_order_release);
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(std::max(0.0, stop_timeout_s_)));
+  for (;;) {
+    StreamState st = gpu_.query(stream_);
+    if (st.done) {
+      running_ = false;
+      bridge_->stop(); // sends what the kernel answered last
+      if (st.fault) {
+        faulted_ = true;
+        return failed("failed: " + st.fault->message);
+      }
+      // A drain that ran out of time is not an error once the kernel stopped: it answered what
+      // was in the ring before it saw the flag, and the bridge's stop sent those answers.
+      if (!drained)
+        return drained.error();
+      return Status::ok();
+    }
+    if (Clock::now() >= deadline) {
+      hung_ = true;
+      return failed(cat("did not stop within ", stop_timeout_s_, " s: it is hung"));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+} // namespace cudaq_rt

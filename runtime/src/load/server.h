@@ -1,0 +1,192 @@
+// The load path: a package on a GPU, serving. The one launcher every program uses (cudaq-rt-run,
+// the tests, the benchmarks): open and verify the package, choose a cubin for the GPU's exact
+// arch (select_cubin.h), load it eagerly, build the function table, set host-given globals,
+// create the bridge instance and launch the dispatch kernel; then stop it, and say why when it
+// cannot be stopped or has failed. server.cpp explains the order of these steps.
+#pragma once
+
+#include "cudaq_rt/bridge.h"
+#include "cudaq_rt/dispatch.h"
+#include "load/gpu.h"
+#include "cache/link_cache.h"
+#include "load/request_args.h"
+#include "load/select_cubin.h"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <deque>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace cudaq_rt {
+
+struct LoadOptions {
+  std::filesystem::path package;
+  int device = 0;
+  LinkSettings link;         // bridge, dispatcher, and the options of a link at load
+  std::string bridge_config; // the bridge instance's "key=value,..."
+  CubinPolicy policy;
+  CacheRequest cache;
+  std::vector<GlobalValue> globals; // written before launch; each exactly its global's size
+  std::optional<LaunchShape> shape; // default 1 block of 1 thread
+  double stop_timeout_s = 5;
+};
+
+// Milliseconds spent on each step of start().
+struct LoadTimes {
+  double context_ms = 0; // driver and the device's primary context
+  double open_ms = 0;    // package open, every blob verified, the link planned
+  double cubin_ms = 0;   // package or cache lookup, or the link at load
+  double load_ms = 0;    // module load, kernel and globals resolved, table built, bridge created
+  double launch_ms = 0;
+  // From the launch to the first response received (set by the first receive()).
+  std::optional<double> first_response_ms;
+};
+
+struct LoadReport {
+  std::filesystem::path package;
+  GpuDevice device;
+  CubinSource source = CubinSource::package;
+  LinkRecord record; // of the cubin that was loaded
+  std::string bridge;
+  std::string dispatcher;
+  std::string kernel;
+  std::vector<std::string> handlers; // as exported, in the manifest's order
+  std::vector<AliasEntry> aliases;   // the package's wire names for handlers
+  uint32_t slot_size = 0;
+  uint32_t num_slots = 0;
+  LaunchShape shape;
+  LoadTimes times;
+  std::vector<std::string> warnings;
+  std::vector<std::string> notes; // what the remote cache did, for -v
+};
+
+// What would load on a GPU, found the way start() finds it, without loading anything: the
+// runtime's view of a package (cudaq-rt-run --list).
+struct LoadPreview {
+  std::filesystem::path package;
+  GpuDevice device;
+  std::string bridge;
+  std::string dispatcher;
+  std::vector<std::string> handlers;
+  std::vector<AliasEntry> aliases;
+  std::vector<LinkRecord> links;     // the package's
+  std::optional<CubinSource> source; // where the cubin would come from; nullopt: nowhere
+  std::string why_not;               // with no source
+  std::vector<std::string> warnings;
+  bool loadable() const { return source.has_value(); }
+};
+Expected<LoadPreview> preview_load(const LoadOptions &options, Gpu &gpu = driver_gpu());
+std::string format_preview(const LoadPreview &preview);
+nlohmann::json preview_json(const LoadPreview &preview);
+
+class Server {
+public:
+  // Everything up to and including the launch; on any error, nothing is left running.
+  static Expected<std::unique_ptr<Server>> start(const LoadOptions &options,
+                                                 Gpu &gpu = driver_gpu());
+  // Everything but the launch: the module is loaded, the function table built (every handler
+  // under its own name's function_id and the package's aliases), the globals written and the
+  // bridge instance created. The caller may then look handlers up, replace the table, write
+  // globals, and launch with relaunch() (the C API, cudaq_rt.h, works this way). A process that
+  // serves on several GPUs loads every GPU's module before any kernel starts (serve.cpp): a
+  // module load (the driver loads a library into every context) waits behind a persistent kernel.
+  static Expected<std::unique_ptr<Server>> load(const LoadOptions &options,
+                                                Gpu &gpu = driver_gpu());
+  // Stops a running kernel first. A hung kernel's resources are left to the process's end:
+  // freeing them would wait for the kernel.
+  ~Server();
+  Server(const Server &) = delete;
+  Server &operator=(const Server &) = delete;
+
+  const LoadReport &report() const { return report_; }
+  Bridge &bridge() { return *bridge_; }
+  // The counters, read live from mapped memory.
+  cudaq_rt_dispatch_stats stats() const;
+  // The handler name behind a function_id, or empty.
+  std::string handler_name(uint32_t function_id) const;
+  // A handler export's device address in the loaded module (its cudaq_rt_handler__<name>
+  // global's value), or nullopt when the package exports no such handler.
+  std::optional<GpuPointer> handler_address(const std::string &name) const;
+  // The handler export whose address this is, or empty.
+  std::string handler_at(GpuPointer address) const;
+  // Replaces the function table while the kernel is not running. Every entry's handler must be
+  // the address of one of the module's handlers (handler_address()): any other would have the
+  // kernel jump to an address outside the module. function_ids must be unique.
+  Status set_function_table(std::span<const cudaq_rt_function_entry> table);
+  // Writes a __device__ global exported with CUDAQ_RT_EXPORT_GLOBAL while the kernel is not
+  // running; `bytes` must be exactly its size.
+  Status set_global(const std::string &name, std::span<const uint8_t> bytes);
+
+  // Host-fed bridges: queue a request frame (false: every slot is in flight), take the oldest
+  // response (nullopt: not there yet). The server remembers what is in flight, to say which
+  // request a failed kernel was serving.
+  Expected<bool> send(std::span<const uint8_t> frame);
+  Expected<std::optional<size_t>> receive(std::span<uint8_t> buffer);
+  // The batched forms (Bridge::send_batch, receive_batch): how many frames were queued, or
+  // responses taken (response i at buffer + i * stride, sizes[i] bytes), 0 when none could be.
+  Expected<size_t> send_batch(std::span<const void *const> frames, std::span<const size_t> sizes);
+  Expected<size_t> receive_batch(std::span<uint8_t> buffer, size_t stride, std::span<size_t> sizes);
+
+  // Copies a __device__ global of the loaded module (exported with CUDAQ_RT_EXPORT_GLOBAL, so
+  // that the link kept it by name) into `out`, which must be exactly its size. Only while the
+  // kernel is stopped: what a running kernel writes has no defined moment to be read.
+  Status read_global(const std::string &name, std::span<uint8_t> out);
+
+  // An error once the kernel has ended by itself (a fault, a trap), naming what it served.
+  Status check();
+  // Sets the shutdown flag and waits up to the stop timeout. A kernel that does not stop is hung:
+  // the error names it and what it was serving, and hung() turns true. A self-fed bridge (UDP) is
+  // drained first: it takes no more requests, and those it took are answered before the flag is
+  // set (waiting up to the stop timeout for them), then its threads end.
+  Status stop();
+  // Launches the kernel after load(), or again on the same bridge instance after stop().
+  Status relaunch();
+  bool running() const { return running_; }
+  bool hung() const { return hung_; }
+
+private:
+  explicit Server(Gpu &gpu) : gpu_(gpu) {}
+  Status launch();
+  void sent(std::span<const uint8_t> frame);        // in flight from now
+  void answered(std::span<const uint8_t> response); // no longer
+  std::string serving() const; // "serving request_id 7 (handler 'echo')", or empty
+
+  Error failed(const std::string &what) const;
+
+  struct InFlight {
+    uint32_t request_id;
+    uint32_t function_id;
+  };
+  std::string describe(const InFlight &f) const;
+
+  Gpu &gpu_;
+  std::optional<Bridge> bridge_;
+  std::vector<std::pair<std::string, GpuPointer>> addresses_; // handler export -> device address
+  LoadReport report_;
+  std::vector<std::pair<uint32_t, std::string>> names_; // function_id -> handler, sorted
+  GpuLibrary library_ = nullptr;
+  GpuFunction kernel_ = nullptr;
+  GpuPointer table_ = 0;
+  size_t table_capacity_ = 0; // entries table_ has room for
+  MappedMemory control_{};
+  GpuStream stream_ = nullptr;
+  cudaq_rt_dispatch_params params_{};
+  double stop_timeout_s_ = 5;
+  std::deque<InFlight> in_flight_;
+  // The last request answered: a fault the GPU reports after the handler returned (a store to a
+  // bad address completes late) is attributed to it.
+  std::optional<InFlight> last_answered_;
+  uint64_t requests_at_launch_ = 0;
+  uint64_t received_since_launch_ = 0;
+  std::chrono::steady_clock::time_point launched_at_;
+  bool running_ = false;
+  bool hung_ = false;
+  bool faulted_ = false;
+};
+
+} // namespace cudaq_rt

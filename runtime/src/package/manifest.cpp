@@ -1,0 +1,423 @@
+#include "package/manifest.h"
+
+#include "formats/export_records.h"
+#include "cudaq_rt/wire.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+using nlohmann::json;
+
+namespace cudaq_rt {
+namespace {
+
+std::optional<Role> parse_role(const std::string &s) {
+  if (s == "application")
+    return Role::application;
+  if (s == "bridge")
+    return Role::bridge;
+  if (s == "dispatcher")
+    return Role::dispatcher;
+  return std::nullopt;
+}
+
+// Reads fields with a path for messages; throws Bad, caught once in Manifest::parse.
+struct Bad {
+  std::string message;
+};
+
+const json &field(const json &j, const char *key, const std::string &path) {
+  if (!j.is_object() || !j.contains(key))
+    throw Bad{cat(path, ": missing \"", key, "\"")};
+  return j.at(key);
+}
+
+std::string str(const json &j, const char *key, const std::string &path) {
+  const json &v = field(j, key, path);
+  if (!v.is_string())
+    throw Bad{cat(path, ".", key, ": expected a string")};
+  return v.get<std::string>();
+}
+
+uint64_t uint(const json &j, const char *key, const std::string &path, uint64_t max = UINT64_MAX) {
+  const json &v = field(j, key, path);
+  if (!v.is_number_unsigned())
+    throw Bad{cat(path, ".", key, ": expected a non-negative integer")};
+  if (v.get<uint64_t>() > max)
+    throw Bad{cat(path, ".", key, ": ", v.get<uint64_t>(), " is out of range (at most ", max, ")")};
+  return v.get<uint64_t>();
+}
+
+Digest digest(const json &v, const std::string &path) {
+  if (!v.is_string())
+    throw Bad{cat(path, ": expected a digest string")};
+  auto d = Digest::parse(v.get<std::string>());
+  if (!d)
+    throw Bad{cat(path, ": ", quote(v.get<std::string>()), " is not a sha256:<64 hex> digest")};
+  return *d;
+}
+
+const json &array(const json &j, const char *key, const std::string &path) {
+  const json &v = field(j, key, path);
+  if (!v.is_array())
+    throw Bad{cat(path, ".", key, ": expected an array")};
+  return v;
+}
+
+Role role(const json &j, const std::string &path) {
+  std::string s = str(j, "role", path);
+  auto r = parse_role(s);
+  if (!r)
+    throw Bad{cat(path, ".role: unknown role ", quote(s))};
+  return *r;
+}
+
+} // namespace
+
+const char *role_name(Role r) {
+  switch (r) {
+  case Role::bridge:
+    return "bridge";
+  case Role::dispatcher:
+    return "dispatcher";
+  case Role::application:
+    break;
+  }
+  return "application";
+}
+
+bool valid_package_name(const std::string &name) {
+  if (name.empty() || name[0] == '.' || name.size() > 200)
+    return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-';
+  });
+}
+
+bool ContainerRecord::has_ltoir() const {
+  return std::any_of(entries.begin(), entries.end(),
+                     [](const EntryRecord &e) { return e.kind == "ltoir"; });
+}
+
+std::vector<uint32_t> ContainerRecord::ltoir_archs() const {
+  std::set<uint32_t> archs;
+  for (const EntryRecord &e : entries)
+    if (e.kind == "ltoir")
+      archs.insert(e.arch);
+  return {archs.begin(), archs.end()};
+}
+
+const ContainerRecord *Manifest::find_container(const Digest &d) const {
+  for (const ContainerRecord &c : containers)
+    if (c.digest == d)
+      return &c;
+  return nullptr;
+}
+
+json Manifest::to_json() const {
+  json j;
+  j["format_version"] = format_version;
+  j["media_type"] = manifest_media_type;
+  j["name"] = name;
+  j["created_by"] = created_by;
+  j["sources"] = json::array();
+  for (const Source &s : sources)
+    j["sources"].push_back(
+        {{"path", s.path}, {"kind", s.kind}, {"size", s.size}, {"digest", s.digest.str()}});
+  j["containers"] = json::array();
+  for (const ContainerRecord &c : containers) {
+    json jc = {{"digest", c.digest.str()}, {"size", c.size}, {"role", role_name(c.role)}};
+    if (c.role == Role::bridge)
+      jc["bridge"] = c.bridge;
+    if (!c.added_by.empty())
+      jc["added_by"] = c.added_by;
+    jc["origins"] = json::array();
+    for (const Origin &o : c.origins) {
+      json jo = {{"source", o.source}, {"offset", o.offset}, {"index", o.index}};
+      if (!o.member.empty())
+        jo["member"] = o.member;
+      jc["origins"].push_back(jo);
+    }
+    jc["entries"] = json::array();
+    for (const EntryRecord &e : c.entries) {
+      json je = {{"kind", e.kind},
+                 {"kind_code", e.kind_code},
+                 {"arch", e.arch},
+                 {"version", {e.version_major, e.version_minor}},
+                 {"flags", e.flags},
+                 {"compression", e.compression},
+                 {"payload_size", e.payload_size},
+                 {"compressed_size", e.compressed_size},
+                 {"uncompressed_size", e.uncompressed_size}};
+      if (!e.options.empty())
+        je["options"] = e.options;
+      if (!e.name.empty())
+        je["name"] = e.name;
+      jc["entries"].push_back(je);
+    }
+    j["containers"].push_back(jc);
+  }
+  j["exports"] = json::array();
+  for (const ExportEntry &e : exports) {
+    json je = {{"name", e.name},
+               {"kind", e.kind},
+               {"function_id", e.function_id},
+               {"symbol", e.symbol},
+               {"role", role_name(e.role)},
+               {"sources", e.sources}};
+    if (e.concurrent)
+      je["concurrent"] = true;
+    if (e.direct)
+      je["direct"] = true;
+    j["exports"].push_back(std::move(je));
+  }
+  // Written only when there are some: a package without aliases reads as it always has.
+  if (!aliases.empty()) {
+    j["aliases"] = json::array();
+    for (const AliasEntry &a : aliases)
+      j["aliases"].push_back(
+          {{"name", a.name}, {"handler", a.handler}, {"function_id", a.function_id}});
+  }
+  j["links"] = json::array();
+  for (const LinkRecord &l : links) {
+    json inputs = json::array();
+    for (const Digest &d : l.inputs)
+      inputs.push_back(d.str());
+    j["links"].push_back({{"arch", l.arch},
+                          {"bridge", l.bridge},
+                          {"dispatcher", l.dispatcher},
+                          {"mode", l.mode},
+                          {"options", l.options},
+                          {"nvjitlink_version", l.nvjitlink_version},
+                          {"inputs", inputs},
+                          {"cubin", {{"digest", l.cubin.str()}, {"size", l.cubin_size}}},
+                          {"cache_key", l.cache_key.str()},
+                          {"created", l.created},
+                          {"link_ms", l.link_ms}});
+  }
+  return j;
+}
+
+// Paths, archive member names and a fatbin's options string are bytes from files we did not
+// write, not necessarily UTF-8: nlohmann::json would throw on them, so they are written with
+// U+FFFD in place of each invalid byte. They are kept for the record only.
+std::string Manifest::to_json_text() const {
+  return to_json().dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+Expected<Manifest> Manifest::parse(const std::string &text, const std::string &subject) {
+  // JSON leaves duplicate keys to the reader (RFC 8259 4); nlohmann keeps the last. A manifest
+  // whose "size" says one thing to one reader and another to the next is refused instead.
+  std::vector<std::set<std::string>> keys; // one set per object being parsed
+  std::optional<std::string> duplicate;
+  json::parser_callback_t no_duplicates = [&](int, json::parse_event_t event, json &parsed) {
+    if (event == json::parse_event_t::object_start)
+      keys.emplace_back();
+    else if (event == json::parse_event_t::object_end && !keys.empty())
+      keys.pop_back();
+    else if (event == json::parse_event_t::key && !keys.empty() &&
+             !keys.back().insert(parsed.get<std::string>()).second && !duplicate)
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
+  json j = json::parse(text, no_duplicates, /*allow_exceptions=*/false);
+  if (j.is_discarded())
+    return make_error(subject, "not valid JSON");
+  if (duplicate)
+    return make_error(subject, "key ", quote(*duplicate), " appears twice in one object");
+  Manifest m;
+  try {
+    if (!j.is_object())
+      throw Bad{"manifest: expected an object"};
+    uint64_t version = uint(j, "format_version", "manifest");
+    if (version != manifest_format_version)
+      throw Bad{cat("format_version ", version, " is not supported (this cudaq-rt reads ",
+                    manifest_format_version, ")")};
+    m.name = str(j, "name", "manifest");
+    if (!valid_package_name(m.name))
+      throw Bad{cat("name ", quote(m.name), " is not a valid package name")};
+    m.created_by = str(j, "created_by", "manifest");
+    const json &sources = array(j, "sources", "manifest");
+    for (size_t i = 0; i < sources.size(); ++i) {
+      std::string p = cat("sources[", i, "]");
+      m.sources.push_back({str(sources[i], "path", p), str(sources[i], "kind", p),
+                           uint(sources[i], "size", p),
+                           digest(field(sources[i], "digest", p), p + ".digest")});
+    }
+    auto source_index = [&](const json &v, const std::string &p) {
+      if (!v.is_number_unsigned() || v.get<uint64_t>() >= m.sources.size())
+        throw Bad{cat(p, ": not an index into sources")};
+      return static_cast<size_t>(v.get<uint64_t>());
+    };
+    const json &containers = array(j, "containers", "manifest");
+    std::map<Digest, size_t> container_index;
+    for (size_t i = 0; i < containers.size(); ++i) {
+      const json &jc = containers[i];
+      std::string p = cat("containers[", i, "]");
+      ContainerRecord c;
+      c.digest = digest(field(jc, "digest", p), p + ".digest");
+      c.size = uint(jc, "size", p);
+      c.role = role(jc, p);
+      if (c.role == Role::bridge)
+        c.bridge = str(jc, "bridge", p);
+      if (jc.contains("added_by")) {
+        c.added_by = str(jc, "added_by", p);
+        if (c.added_by != "cudaq-rt-link")
+          throw Bad{cat(p, ".added_by: unknown producer ", quote(c.added_by))};
+      }
+      const json &origins = array(jc, "origins", p);
+      for (size_t k = 0; k < origins.size(); ++k) {
+        std::string po = cat(p, ".origins[", k, "]");
+        Origin o;
+        o.source = source_index(field(origins[k], "source", po), po + ".source");
+        o.offset = uint(origins[k], "offset", po);
+        o.index = uint(origins[k], "index", po);
+        if (origins[k].contains("member"))
+          o.member = str(origins[k], "member", po);
+        c.origins.push_back(o);
+      }
+      const json &entries = array(jc, "entries", p);
+      for (size_t k = 0; k < entries.size(); ++k) {
+        const json &je = entries[k];
+        std::string pe = cat(p, ".entries[", k, "]");
+        EntryRecord e;
+        e.kind = str(je, "kind", pe);
+        e.kind_code = static_cast<uint16_t>(uint(je, "kind_code", pe, UINT16_MAX));
+        e.arch = static_cast<uint32_t>(uint(je, "arch", pe, UINT32_MAX));
+        const json &v = field(je, "version", pe);
+        if (!v.is_array() || v.size() != 2 || !v[0].is_number_unsigned() ||
+            !v[1].is_number_unsigned() || v[0].get<uint64_t>() > 0xFFFF ||
+            v[1].get<uint64_t>() > 0xFFFF)
+          throw Bad{cat(pe, ".version: expected [major, minor]")};
+        e.version_major = v[0].get<uint16_t>();
+        e.version_minor = v[1].get<uint16_t>();
+        e.flags = uint(je, "flags", pe);
+        e.compression = str(je, "compression", pe);
+        e.payload_size = uint(je, "payload_size", pe);
+        e.compressed_size = uint(je, "compressed_size", pe);
+        e.uncompressed_size = uint(je, "uncompressed_size", pe);
+        if (je.contains("options"))
+          e.options = str(je, "options", pe);
+        if (je.contains("name"))
+          e.name = str(je, "name", pe);
+        c.entries.push_back(std::move(e));
+      }
+      if (auto [it, fresh] = container_index.emplace(c.digest, i); !fresh)
+        throw Bad{cat(p, ".digest: ", c.digest.str(), " is also containers[", it->second,
+                      "]'s: one record per container")};
+      m.containers.push_back(std::move(c));
+    }
+    const json &exports = array(j, "exports", "manifest");
+    for (size_t i = 0; i < exports.size(); ++i) {
+      std::string p = cat("exports[", i, "]");
+      ExportEntry e;
+      e.name = str(exports[i], "name", p);
+      if (!is_c_identifier(e.name))
+        throw Bad{cat(p, ".name: ", quote(e.name), " is not a C identifier")};
+      e.kind = str(exports[i], "kind", p);
+      e.function_id = static_cast<uint32_t>(uint(exports[i], "function_id", p, UINT32_MAX));
+      e.symbol = str(exports[i], "symbol", p);
+      if (exports[i].contains("concurrent")) {
+        const json &v = exports[i]["concurrent"];
+        if (!v.is_boolean() || e.kind != export_kind_name(ExportKind::handler))
+          throw Bad{cat(p, ".concurrent: only a handler has it, as true or false")};
+        e.concurrent = v.get<bool>();
+      }
+      if (exports[i].contains("direct")) {
+        const json &v = exports[i]["direct"];
+        if (!v.is_boolean() || e.kind != export_kind_name(ExportKind::handler))
+          throw Bad{cat(p, ".direct: only a handler has it, as true or false")};
+        e.direct = v.get<bool>();
+      }
+      e.role = role(exports[i], p);
+      for (const json &s : array(exports[i], "sources", p))
+        e.sources.push_back(source_index(s, p + ".sources"));
+      m.exports.push_back(std::move(e));
+    }
+    if (j.contains("aliases")) {
+      const json &aliases = array(j, "aliases", "manifest");
+      for (size_t i = 0; i < aliases.size(); ++i) {
+        std::string p = cat("aliases[", i, "]");
+        AliasEntry a;
+        a.name = str(aliases[i], "name", p);
+        a.handler = str(aliases[i], "handler", p);
+        a.function_id = static_cast<uint32_t>(uint(aliases[i], "function_id", p, UINT32_MAX));
+        if (auto st = check_alias(m, a); !st)
+          throw Bad{cat(p, ": ", st.error().message)};
+        m.aliases.push_back(std::move(a));
+      }
+    }
+    const json &links = array(j, "links", "manifest");
+    for (size_t i = 0; i < links.size(); ++i) {
+      const json &jl = links[i];
+      std::string p = cat("links[", i, "]");
+      LinkRecord l;
+      l.arch = str(jl, "arch", p);
+      l.bridge = str(jl, "bridge", p);
+      l.dispatcher = str(jl, "dispatcher", p);
+      l.mode = str(jl, "mode", p);
+      for (const json &o : array(jl, "options", p)) {
+        if (!o.is_string())
+          throw Bad{cat(p, ".options: expected strings")};
+        l.options.push_back(o.get<std::string>());
+      }
+      l.nvjitlink_version = str(jl, "nvjitlink_version", p);
+      const json &inputs = array(jl, "inputs", p);
+      for (size_t k = 0; k < inputs.size(); ++k)
+        l.inputs.push_back(digest(inputs[k], cat(p, ".inputs[", k, "]")));
+      const json &cubin = field(jl, "cubin", p);
+      l.cubin = digest(field(cubin, "digest", p + ".cubin"), p + ".cubin.digest");
+      l.cubin_size = uint(cubin, "size", p + ".cubin");
+      l.cache_key = digest(field(jl, "cache_key", p), p + ".cache_key");
+      l.created = str(jl, "created", p);
+      const json &ms = field(jl, "link_ms", p);
+      if (!ms.is_number())
+        throw Bad{cat(p, ".link_ms: expected a number")};
+      l.link_ms = ms.get<double>();
+      m.links.push_back(std::move(l));
+    }
+  } catch (const Bad &bad) {
+    return make_error(subject, bad.message);
+  } catch (const json::exception &e) {
+    return make_error(subject, "malformed manifest: ", e.what());
+  }
+  return m;
+}
+
+Status check_alias(const Manifest &m, const AliasEntry &a) {
+  auto refuse = [&](auto &&...what) { return make_error("", what...); };
+  if (!is_c_identifier(a.name))
+    return refuse("the wire name ", quote(a.name), " is not a C identifier");
+  auto target = std::find_if(m.exports.begin(), m.exports.end(),
+                             [&](const ExportEntry &e) { return e.name == a.handler; });
+  if (target == m.exports.end())
+    return refuse("no handler ", quote(a.handler), " is exported");
+  if (target->kind != export_kind_name(ExportKind::handler))
+    return refuse(quote(a.handler), " is a ", target->kind, ", not a handler");
+  if (a.function_id != cudaq_rt_function_id(a.name.c_str()))
+    return refuse("function_id ", hex(a.function_id), " is not FNV-1a of ", quote(a.name), " (",
+                  hex(cudaq_rt_function_id(a.name.c_str())), ")");
+  for (const ExportEntry &e : m.exports) {
+    if (e.name == a.name)
+      return refuse("the wire name ", quote(a.name), " is already the name of a ", e.kind,
+                    " export");
+    if (e.kind == export_kind_name(ExportKind::handler) && e.function_id == a.function_id)
+      return refuse("the wire name ", quote(a.name), " has function_id ", hex(a.function_id),
+                    ", which handler ", quote(e.name), " already answers (FNV-1a collision)");
+  }
+  for (const AliasEntry &b : m.aliases) {
+    if (b.name == a.name)
+      return refuse("the wire name ", quote(a.name), " is given twice (for ", quote(b.handler),
+                    " and ", quote(a.handler), ")");
+    if (b.function_id == a.function_id)
+      return refuse("the wire names ", quote(b.name), " and ", quote(a.name),
+                    " have the same function_id ", hex(a.function_id), " (FNV-1a collision)");
+  }
+  return Status::ok();
+}
+
+} // namespace cudaq_rt

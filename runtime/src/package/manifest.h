@@ -1,0 +1,131 @@
+// The package manifest (manifest.json): what a package holds and where it came from. Its JSON
+// Schema is schemas/manifest.schema.json; man/cudaq-rt-package.5 documents every field.
+#pragma once
+
+#include "base/digest.h"
+#include "cudaq_rt/error.h"
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace cudaq_rt {
+
+constexpr int manifest_format_version = 1;
+constexpr const char *manifest_media_type = "application/vnd.cudaq-rt.manifest.v1+json";
+
+// What an input contributes to the linked module.
+enum class Role { application, bridge, dispatcher };
+const char *role_name(Role r);
+
+struct Source {
+  std::string path; // absolute, for the record only: nothing is ever read through it
+  std::string kind; // input_kind_name()
+  uint64_t size = 0;
+  Digest digest;
+};
+
+struct Origin {
+  size_t source = 0;   // index into Manifest::sources
+  std::string member;  // archive member, or empty
+  uint64_t offset = 0; // from the start of the section (or fatbin file)
+  size_t index = 0;    // the container's position in its section
+};
+
+struct EntryRecord {
+  std::string kind; // entry_kind_name()
+  uint16_t kind_code = 0;
+  uint32_t arch = 0;
+  uint16_t version_major = 0, version_minor = 0;
+  uint64_t flags = 0;
+  std::string compression;
+  uint64_t payload_size = 0, compressed_size = 0, uncompressed_size = 0;
+  std::string options, name;
+};
+
+struct ContainerRecord {
+  Digest digest;
+  uint64_t size = 0;
+  Role role = Role::application;
+  std::string bridge; // for Role::bridge
+  // Empty for code cudaq-rt-pack packed; "cudaq-rt-link" for code a link took from elsewhere
+  // (the built-in dispatch kernel, an installed bridge's hooks) and stored so that every input
+  // of a link record resolves inside the package. Such containers are a record, never an input
+  // of a later link: that takes them fresh from where they came from.
+  std::string added_by;
+  std::vector<Origin> origins;
+  std::vector<EntryRecord> entries;
+
+  bool packed() const { return added_by.empty(); }
+
+  bool has_ltoir() const;
+  // The SM numbers of the LTO-IR entries, ascending.
+  std::vector<uint32_t> ltoir_archs() const;
+};
+
+struct ExportEntry {
+  std::string name;
+  std::string kind; // export_kind_name()
+  uint32_t function_id = 0;
+  std::string symbol; // the device global (handlers) or kernel name
+  Role role = Role::application;
+  std::vector<size_t> sources;
+  bool concurrent = false; // handlers: safe to run in several threads at once (warp dispatcher)
+  bool direct = false;     // handlers: callable by name, cudaq_rt_handler_call__<name> (exports.h)
+};
+
+// A second wire name for a handler export (cudaq-rt-pack --alias NAME=HANDLER): the function table
+// also answers function_id FNV-1a(NAME) with HANDLER. CUDA-Q realtime lets the application's
+// function table choose the id its handlers answer to; an alias records that choice in the
+// package, so that the code need not change.
+struct AliasEntry {
+  std::string name;    // the wire name, a C identifier
+  std::string handler; // a handler export
+  uint32_t function_id = 0;
+};
+
+struct LinkRecord {
+  std::string arch;       // sm_NN, with any a/f suffix
+  std::string bridge;     // bridge name, or empty for none
+  std::string dispatcher; // "builtin" or the custom kernel's name
+  std::string mode;       // "lto" or "cubin"
+  std::vector<std::string> options;
+  std::string nvjitlink_version;
+  std::vector<Digest> inputs; // in link order
+  Digest cubin;
+  uint64_t cubin_size = 0;
+  Digest cache_key;
+  std::string created; // UTC, ISO 8601
+  double link_ms = 0;
+};
+
+struct Manifest {
+  int format_version = manifest_format_version;
+  std::string name;
+  std::string created_by;
+  std::vector<Source> sources;
+  std::vector<ContainerRecord> containers;
+  std::vector<ExportEntry> exports;
+  std::vector<AliasEntry> aliases; // sorted by name
+  std::vector<LinkRecord> links;
+
+  std::string to_json_text() const; // pretty-printed, ends with a newline
+  nlohmann::json to_json() const;
+  // Parses and checks structure; never throws. `subject` names the file in messages.
+  static Expected<Manifest> parse(const std::string &text, const std::string &subject);
+
+  const ContainerRecord *find_container(const Digest &d) const;
+};
+
+// Whether `alias` can join `m.exports` and `m.aliases`: its handler is a handler export, its name
+// is a C identifier that no export or other alias has, and its function_id is its name's and no
+// other handler's or alias's. The error (no subject) says which.
+Status check_alias(const Manifest &m, const AliasEntry &alias);
+
+// Package names become directory names: letters, digits, '.', '_', '-', not starting with '.'.
+bool valid_package_name(const std::string &name);
+
+} // namespace cudaq_rt

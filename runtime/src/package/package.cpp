@@ -1,0 +1,332 @@
+#include "package/package.h"
+
+#include "formats/fatbin.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <optional>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+
+namespace cudaq_rt {
+namespace {
+
+// How often open() starts again on a package that a writer replaced under it before it could lock
+// it. Each retry needs a whole writer to finish in between, so this many is never reached by
+// writers that merely run often.
+constexpr int max_open_attempts = 100;
+
+fs::path blob_relpath(const Digest &d) {
+  return fs::path("blobs") / "sha256" / d.hex();
+}
+
+// Whether the directory open as `fd` is still the one at `path`.
+bool still_at(int fd, const fs::path &path) {
+  struct stat a, b;
+  return ::fstat(fd, &a) == 0 && ::stat(path.c_str(), &b) == 0 && a.st_dev == b.st_dev &&
+         a.st_ino == b.st_ino;
+}
+
+int open_directory_at(int at, const char *name) {
+  return ::openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+}
+
+// The manifest of the package directory open as `fd`; nullopt if it has none.
+Expected<std::optional<Manifest>> read_manifest(int fd, const fs::path &dir) {
+  fs::path path = dir / "manifest.json";
+  auto file = RegularFile::open_at(fd, "manifest.json", path, {.max_bytes = max_manifest_bytes});
+  if (!file)
+    return std::move(file).take_error();
+  if (!*file)
+    return std::optional<Manifest>();
+  auto text = (*file)->read();
+  if (!text)
+    return std::move(text).take_error();
+  auto m = Manifest::parse(*text, path.string());
+  if (!m)
+    return std::move(m).take_error();
+  return std::optional<Manifest>(std::move(*m));
+}
+
+// What a container record says of its entries, against the entries parsed from the verified
+// blob. The strings (options, name) are left out: the manifest stores them with U+FFFD for bytes
+// that are not UTF-8, so they need not round-trip.
+bool same_entry(const EntryRecord &r, const Entry &e) {
+  return r.kind_code == e.kind && r.arch == e.arch && r.version_major == e.version_major &&
+         r.version_minor == e.version_minor && r.flags == e.flags &&
+         r.payload_size == e.payload_size && r.compressed_size == e.compressed_size &&
+         r.uncompressed_size == e.uncompressed_size && r.kind == entry_kind_name(e.kind) &&
+         r.compression == compression_name(e.compression);
+}
+
+} // namespace
+
+fs::path Package::blob_path(const Digest &d) const {
+  return dir_ / blob_relpath(d);
+}
+
+std::set<Digest> Package::referenced_blobs() const {
+  std::set<Digest> out;
+  for (const ContainerRecord &c : manifest_.containers)
+    out.insert(c.digest);
+  for (const LinkRecord &l : manifest_.links)
+    out.insert(l.cubin);
+  return out;
+}
+
+Expected<Package> Package::open(const fs::path &dir) {
+  for (int attempt = 0; attempt < max_open_attempts; ++attempt) {
+    int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+      int err = errno;
+      if (err == ENOENT)
+        return make_error(dir.string(), "no such package");
+      if (err == ENOTDIR)
+        return make_error(dir.string(), "not a package (not a directory)");
+      return make_error(dir.string(), "cannot open: ", std::strerror(err));
+    }
+    Package p;
+    p.dir_ = dir;
+    p.dir_fd_ = fd;
+    // The shared lock keeps a writer that replaces the package from removing this directory. A
+    // writer that replaced it between the open and the lock may be removing it now: start again
+    // on the new one. (A filesystem without flock on directories gets only the retries.)
+    while (::flock(fd, LOCK_SH) != 0 && errno == EINTR) {
+    }
+    if (!still_at(fd, dir))
+      continue;
+    auto m = read_manifest(fd, dir);
+    if (!m)
+      return std::move(m).take_error();
+    if (!*m)
+      return make_error(dir.string(), "not a package: no manifest.json");
+    p.manifest_ = std::move(**m);
+    // The digests vouch for the blobs, not for what the manifest says of them: its sizes are
+    // checked here, its entries when a container blob is read.
+    std::map<Digest, uint64_t> sizes;
+    for (size_t i = 0; i < p.manifest_.containers.size(); ++i) {
+      const ContainerRecord &c = p.manifest_.containers[i];
+      sizes.emplace(c.digest, c.size);
+      p.container_at_.emplace(c.digest, i);
+    }
+    for (const LinkRecord &l : p.manifest_.links)
+      sizes.emplace(l.cubin, l.cubin_size);
+    fs::path blobs = dir / "blobs" / "sha256";
+    int err = 0;
+    if (int b = open_directory_at(fd, "blobs"); b >= 0) {
+      p.blobs_fd_ = open_directory_at(b, "sha256");
+      err = errno;
+      ::close(b);
+    } else {
+      err = errno;
+    }
+    if (p.blobs_fd_ < 0 && err != ENOENT)
+      return make_error(blobs.string(), "cannot open the blob directory: ",
+                        err == ELOOP ? "a symbolic link" : std::strerror(err));
+    for (const auto &[d, size] : sizes) {
+      struct stat st;
+      if (p.blobs_fd_ < 0 || ::fstatat(p.blobs_fd_, d.hex().c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return make_error(dir.string(), "blob ", d.str(), " named by the manifest is missing");
+      if (!S_ISREG(st.st_mode))
+        return make_error(p.blob_path(d).string(), "blob is not a regular file");
+      if (static_cast<uint64_t>(st.st_size) != size)
+        return make_error(p.blob_path(d).string(), "blob is ", st.st_size,
+                          " bytes but the manifest says ", size,
+                          " (the package is corrupt or was modified)");
+    }
+    return p;
+  }
+  return make_error(dir.string(), "was replaced ", max_open_attempts,
+                    " times while it was being opened: try again");
+}
+
+Package::Package(Package &&o) noexcept
+    : dir_(std::move(o.dir_)), manifest_(std::move(o.manifest_)), dir_fd_(o.dir_fd_),
+      blobs_fd_(o.blobs_fd_), container_at_(std::move(o.container_at_)),
+      verified_(std::move(o.verified_)) {
+  o.dir_fd_ = o.blobs_fd_ = -1;
+}
+
+Package::~Package() {
+  if (dir_fd_ < 0)
+    return;
+  bool replaced = !still_at(dir_fd_, dir_);
+  if (blobs_fd_ >= 0)
+    ::close(blobs_fd_);
+  ::close(dir_fd_); // releases the shared lock
+  if (replaced)
+    remove_stale_temporaries(dir_);
+}
+
+Expected<std::string> Package::read_blob(const Digest &d) const {
+  fs::path b = blob_path(d);
+  std::optional<uint64_t> recorded;
+  for (const ContainerRecord &c : manifest_.containers)
+    if (c.digest == d)
+      recorded = c.size;
+  for (const LinkRecord &l : manifest_.links)
+    if (l.cubin == d)
+      recorded = l.cubin_size;
+  auto file = blobs_fd_ < 0 ? Expected<std::optional<RegularFile>>(std::optional<RegularFile>())
+                            : RegularFile::open_at(blobs_fd_, d.hex(), b, {});
+  if (!file)
+    return std::move(file).take_error();
+  if (!*file)
+    return make_error(dir_.string(), "blob ", d.str(), " named by the manifest is missing");
+  if (recorded && (*file)->size() != *recorded)
+    return make_error(b.string(), "blob is ", (*file)->size(), " bytes, not the ", *recorded,
+                      " its manifest records (the package is corrupt or was modified)");
+  auto bytes = (*file)->read();
+  if (!bytes)
+    return bytes;
+  if (sha256(*bytes) != d)
+    return make_error(b.string(), "blob does not match its digest ", d.str(),
+                      " (the package is corrupt or was modified)");
+  // A container blob is one whole container, as its record describes it: link hands it to
+  // nvJitLink as one FATBIN input, which would ignore a second container.
+  if (auto at = container_at_.find(d); at != container_at_.end()) {
+    const ContainerRecord *c = &manifest_.containers[at->second];
+    auto parsed = split_containers(as_bytes(*bytes), b.string(), "blob");
+    if (!parsed)
+      return std::move(parsed).take_error();
+    if (parsed->size() != 1)
+      return make_error(b.string(), "blob holds ", parsed->size(), " containers, not one");
+    const std::vector<Entry> &entries = parsed->front().entries;
+    if (entries.size() != c->entries.size())
+      return make_error(b.string(), "blob holds ", entries.size(),
+                        " entries but the manifest says ", c->entries.size(),
+                        " (the manifest was modified)");
+    for (size_t k = 0; k < entries.size(); ++k)
+      if (!same_entry(c->entries[k], entries[k]))
+        return make_error(b.string(), "entry ", k, " (", entry_kind_name(entries[k].kind), " sm_",
+                          entries[k].arch, ", ", entries[k].payload_size,
+                          " bytes) is not what the manifest says of it (the manifest was "
+                          "modified)");
+  }
+  verified_.insert(d);
+  return bytes;
+}
+
+Status check_is_package(const fs::path &dir) {
+  auto refuse = [&](const std::string &why) -> Status {
+    return make_error(dir.string(), "is not a package (", why,
+                      "): --force replaces only a package; move it away or pack under another "
+                      "name");
+  };
+  int fd = open_directory_at(AT_FDCWD, dir.c_str());
+  if (fd < 0) {
+    int err = errno;
+    struct stat st;
+    if (::lstat(dir.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
+      return refuse(S_ISREG(st.st_mode)   ? "a regular file"
+                    : S_ISLNK(st.st_mode) ? "a symbolic link"
+                                          : "not a directory");
+    return make_error(dir.string(), "cannot open: ", std::strerror(err));
+  }
+  auto m = read_manifest(fd, dir);
+  ::close(fd);
+  if (!m)
+    return refuse(m.error().str());
+  // An empty directory holds nothing to lose: build tools make one for an output's parent
+  // (Ninja does for NAME.cudaqpkg/manifest.json).
+  std::error_code ec;
+  if (!*m && !fs::is_empty(dir, ec))
+    return refuse("no manifest.json");
+  return Status::ok();
+}
+
+Expected<PackageLock> PackageLock::acquire(const fs::path &package) {
+  fs::path abs = entry_path(package);
+  fs::path lock = abs.parent_path() / ("." + abs.filename().string() + ".lock");
+  auto file = RegularFile::open(lock, {.create_mode = 0644});
+  if (!file)
+    return std::move(file).take_error();
+  if (!*file) // the directory it would be in is gone
+    return make_error(lock.string(), "cannot create lock file: ", std::strerror(ENOENT));
+  while (::flock((*file)->fd(), LOCK_EX) != 0)
+    if (errno != EINTR)
+      return make_error(lock.string(), "cannot lock: ", std::strerror(errno));
+  return PackageLock(std::move(**file));
+}
+
+Expected<PackageWriter> PackageWriter::create(const fs::path &final_dir) {
+  auto tmp = TempDir::create_beside(final_dir);
+  if (!tmp)
+    return std::move(tmp).take_error();
+  std::error_code ec;
+  fs::create_directories(tmp->path() / "blobs" / "sha256", ec);
+  if (ec)
+    return make_error(tmp->path().string(), "cannot create: ", ec.message());
+  return PackageWriter(final_dir, std::move(*tmp));
+}
+
+Status PackageWriter::add_blob(const Digest &d, std::span<const uint8_t> bytes) {
+  if (!written_.insert(d).second)
+    return Status::ok();
+  // The temporary directory is renamed whole, so each blob needs no rename of its own; commit()
+  // makes them all durable with one syncfs before the rename, not one fsync per blob (an archive
+  // of 20,000 members would spend most of its pack in fsync).
+  fs::path p = tmp_.path() / blob_relpath(d);
+  FILE *f = std::fopen(p.c_str(), "wbx");
+  if (!f)
+    return make_error(p.string(), "cannot create: ", std::strerror(errno));
+  bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  ok = std::fflush(f) == 0 && ok;
+  int err = errno;
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok)
+    return make_error(p.string(), "cannot write: ", std::strerror(err));
+  return Status::ok();
+}
+
+Status PackageWriter::carry_blob(const Package &from, const Digest &d) {
+  if (written_.count(d))
+    return Status::ok();
+  // A tampered blob must not travel into the new package: verify it, unless this process has.
+  std::optional<std::string> bytes;
+  if (!from.verified(d)) {
+    auto read = from.read_blob(d);
+    if (!read)
+      return std::move(read).take_error();
+    bytes = std::move(*read);
+  }
+  // A hard link shares the bytes without writing them again; blobs are never modified in place.
+  fs::path dst = tmp_.path() / blob_relpath(d);
+  if (from.blobs_fd() >= 0 &&
+      ::linkat(from.blobs_fd(), d.hex().c_str(), AT_FDCWD, dst.c_str(), 0) == 0) {
+    written_.insert(d);
+    return Status::ok();
+  }
+  if (!bytes) {
+    auto read = from.read_blob(d);
+    if (!read)
+      return std::move(read).take_error();
+    bytes = std::move(*read);
+  }
+  return add_blob(d, as_bytes(*bytes));
+}
+
+Status PackageWriter::commit(const Manifest &m, bool replace) {
+  std::string text = m.to_json_text();
+  if (auto st = write_file_atomic(tmp_.path() / "manifest.json", as_bytes(text)); !st)
+    return st;
+  // Every blob's bytes reach the disk before the package appears under its name.
+  const fs::path blobs = tmp_.path() / "blobs" / "sha256";
+  int fd = ::open(blobs.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0 || ::syncfs(fd) != 0) {
+    int err = errno;
+    if (fd >= 0)
+      ::close(fd);
+    return make_error(blobs.string(), "cannot sync: ", std::strerror(err));
+  }
+  ::close(fd);
+  if (auto st = fsync_path(blobs); !st)
+    return st;
+  return tmp_.commit(final_dir_, replace);
+}
+
+} // namespace cudaq_rt

@@ -1,0 +1,103 @@
+// A package: a directory NAME.cudaqpkg/ holding manifest.json and content-addressed blobs under
+// blobs/sha256/<hex>, as in the OCI image layout. Blob paths are derived only from validated
+// digests, so nothing a manifest says can point outside the package. Every blob is verified
+// against its digest when read. man/cudaq-rt-package.5 documents the format.
+#pragma once
+
+#include "base/atomic_file.h"
+#include "package/manifest.h"
+
+#include <filesystem>
+#include <map>
+#include <set>
+#include <span>
+
+namespace cudaq_rt {
+
+constexpr const char *package_suffix = ".cudaqpkg";
+
+// The largest manifest.json a reader accepts: far beyond any real package's, and small enough
+// that a hostile one cannot exhaust memory.
+constexpr uint64_t max_manifest_bytes = uint64_t{64} << 20;
+
+// An open package: the directory as it was when opened, held open and flock(2)ed shared, so that
+// a writer that replaces the package meanwhile (cudaq-rt-link storing, cudaq-rt-pack --force)
+// leaves this reader's manifest and blobs in place until it is done. Manifest and blobs are read
+// through the directory's descriptor, without following symbolic links, never blocking on a FIFO,
+// and never more bytes than the manifest records.
+class Package {
+public:
+  // Reads and checks the manifest; checks that every blob it names is a regular file. A package
+  // replaced while it is being opened is opened again.
+  static Expected<Package> open(const std::filesystem::path &dir);
+  Package(Package &&o) noexcept;
+  Package &operator=(Package &&) = delete;
+  // The last reader of a package that was replaced removes the old directory.
+  ~Package();
+
+  const std::filesystem::path &dir() const { return dir_; }
+  const Manifest &manifest() const { return manifest_; }
+  std::filesystem::path blob_path(const Digest &d) const;
+  // Reads a blob and checks its digest: a mismatch is an error naming the blob.
+  Expected<std::string> read_blob(const Digest &d) const;
+  // Every digest the manifest refers to (containers and linked cubins).
+  std::set<Digest> referenced_blobs() const;
+  // The directory holding the blobs, open (-1 when the package has none).
+  int blobs_fd() const { return blobs_fd_; }
+
+  // Whether read_blob has verified this blob in this process.
+  bool verified(const Digest &d) const { return verified_.count(d) != 0; }
+
+private:
+  Package() = default;
+  std::filesystem::path dir_;
+  Manifest manifest_;
+  int dir_fd_ = -1;
+  int blobs_fd_ = -1;
+  std::map<Digest, size_t> container_at_; // digest -> index in manifest_.containers
+  mutable std::set<Digest> verified_;
+};
+
+// Whether `dir` is recognisably a package (a directory whose manifest.json parses) or an empty
+// directory, the only things cudaq-rt-pack --force may replace. The error says what it is
+// instead.
+Status check_is_package(const std::filesystem::path &dir);
+
+// An exclusive lock on `.NAME.cudaqpkg.lock` beside a package, held by every writer for its
+// read-modify-write (cudaq-rt-link storing cubins, cudaq-rt-pack --force replacing the package),
+// so that no writer loses another's update. The lock file stays: unlinking it under the lock
+// would let a waiter lock an orphaned file. It is opened without following a symbolic link, so
+// that whoever can write beside a package cannot make a writer create or open a file elsewhere.
+class PackageLock {
+public:
+  static Expected<PackageLock> acquire(const std::filesystem::path &package);
+
+private:
+  explicit PackageLock(RegularFile file) : file_(std::move(file)) {}
+  RegularFile file_; // closing it releases the lock
+};
+
+// Builds a package in a temporary directory beside its final path; commit() renames it into place
+// in one step. Destroyed without commit, it removes everything it wrote.
+class PackageWriter {
+public:
+  static Expected<PackageWriter> create(const std::filesystem::path &final_dir);
+
+  // Adds a blob under its digest; adding the same digest twice writes it once.
+  Status add_blob(const Digest &d, std::span<const uint8_t> bytes);
+  // Carries a blob over from an existing package: a hard link where possible, after verifying
+  // the blob unless read_blob already did in this process.
+  Status carry_blob(const Package &from, const Digest &d);
+  // Writes manifest.json and renames the directory to its final path. Without `replace`, an
+  // existing package there is an error.
+  Status commit(const Manifest &m, bool replace);
+
+private:
+  PackageWriter(std::filesystem::path final_dir, TempDir tmp)
+      : final_dir_(std::move(final_dir)), tmp_(std::move(tmp)) {}
+  std::filesystem::path final_dir_;
+  TempDir tmp_;
+  std::set<Digest> written_;
+};
+
+} // namespace cudaq_rt

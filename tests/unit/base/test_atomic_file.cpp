@@ -1,0 +1,107 @@
+#include "base/atomic_file.h"
+
+#include <doctest/doctest.h>
+
+#include "scratch_dir.h"
+
+#include <algorithm>
+#include <fcntl.h>
+#include <fstream>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+using namespace cudaq_rt;
+namespace fs = std::filesystem;
+
+namespace {
+
+void write(const fs::path &p, const std::string &text) {
+  std::ofstream(p, std::ios::binary) << text;
+}
+
+std::vector<std::string> entries(const fs::path &dir) {
+  std::vector<std::string> out;
+  for (const auto &e : fs::directory_iterator(dir))
+    out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// What RegularFile::open says of `path`: its bytes, "missing", or the error.
+std::string open_and_read(const fs::path &path, const OpenRules &rules = {}) {
+  auto f = RegularFile::open(path, rules);
+  if (!f)
+    return f.error().str();
+  if (!*f)
+    return "missing";
+  auto bytes = (*f)->read();
+  return bytes ? *bytes : bytes.error().str();
+}
+
+pid_t dead_pid() {
+  pid_t pid = ::fork();
+  if (pid == 0)
+    ::_exit(0);
+  ::waitpid(pid, nullptr, 0);
+  return pid;
+}
+
+} // namespace
+
+TEST_CASE("RegularFile opens regular files only, without blocking, bounded") {
+  ScratchDir s;
+  fs::path file = s.path / "file", link = s.path / "link", fifo = s.path / "fifo";
+  write(file, "contents");
+  fs::create_symlink(file, link);
+  REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+  auto quoted = [](const fs::path &p) { return "'" + p.string() + "': "; };
+
+  CHECK(open_and_read(file) == "contents");
+  CHECK(open_and_read(s.path / "none") == "missing");
+  CHECK(open_and_read(link) == quoted(link) + "is a symbolic link, not a regular file");
+  CHECK(open_and_read(link, {.follow_symlinks = true}) == "contents");
+  CHECK(open_and_read(fifo) == quoted(fifo) + "is a FIFO or pipe, not a regular file");
+  CHECK(open_and_read("/dev/zero", {.follow_symlinks = true}) ==
+        "'/dev/zero': is a character device, not a regular file");
+  CHECK(open_and_read(s.path) == quoted(s.path) + "is a directory");
+  CHECK(open_and_read(file, {.max_bytes = 7}) ==
+        quoted(file) + "is 8 bytes, more than the limit of 7");
+  CHECK(open_and_read(file, {.max_bytes = 8}) == "contents");
+
+  // Creating never goes through a link, not even a dangling one.
+  fs::path dangling = s.path / "dangling";
+  fs::create_symlink(s.path / "target", dangling);
+  CHECK(open_and_read(dangling, {.create_mode = 0644}) ==
+        quoted(dangling) + "is a symbolic link, not a regular file");
+  CHECK_FALSE(fs::exists(s.path / "target"));
+  CHECK(open_and_read(s.path / "new", {.create_mode = 0644}).empty());
+}
+
+TEST_CASE("a temporary directory is locked by its writer and removed when it is stale") {
+  ScratchDir s;
+  fs::path final_path = s.path / "app.cudaqpkg";
+  auto live = TempDir::create_beside(final_path);
+  REQUIRE(live);
+  // Its writer holds it: nobody else can lock it.
+  int fd = ::open(live->path().c_str(), O_RDONLY | O_DIRECTORY);
+  REQUIRE(fd >= 0);
+  CHECK(::flock(fd, LOCK_EX | LOCK_NB) != 0);
+  ::close(fd);
+
+  const std::string stale = cat(".app.cudaqpkg.tmp-", dead_pid(), "-1");
+  const std::string held = cat(".app.cudaqpkg.tmp-", dead_pid(), "-2");
+  fs::create_directories(s.path / stale / "blobs");
+  fs::create_directory(s.path / held);
+  fs::create_directory(s.path / ".app.cudaqpkg.old-1");
+  fs::create_directory(s.path / ".other.cudaqpkg.old-1"); // another package's
+  int hold = ::open((s.path / held).c_str(), O_RDONLY | O_DIRECTORY);
+  REQUIRE(::flock(hold, LOCK_SH) == 0);
+  remove_stale_temporaries(final_path);
+  ::close(hold);
+  std::vector<std::string> left = {".other.cudaqpkg.old-1", held, live->path().filename().string()};
+  std::sort(left.begin(), left.end());
+  CHECK(entries(s.path) == left);
+}

@@ -1,0 +1,400 @@
+#include "package/package.h"
+
+#include <doctest/doctest.h>
+
+#include "scratch_dir.h"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+using namespace cudaq_rt;
+
+namespace {
+
+std::vector<std::string> entries(const fs::path &dir) {
+  std::vector<std::string> out;
+  for (const auto &e : fs::directory_iterator(dir))
+    out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void write(const fs::path &p, const std::string &text) {
+  std::ofstream(p, std::ios::binary) << text;
+}
+
+// A fatbin container with no entries: a container blob must be one whole container.
+std::string empty_container(uint16_t version) {
+  std::string c(16, '\0');
+  const uint32_t magic = 0xBA55ED50;
+  const uint16_t header_size = 16;
+  std::memcpy(c.data(), &magic, 4);
+  std::memcpy(c.data() + 4, &version, 2);
+  std::memcpy(c.data() + 6, &header_size, 2);
+  return c;
+}
+
+const std::string blob_a = empty_container(1), blob_b = empty_container(2);
+
+Manifest manifest_for(const std::string &name, std::initializer_list<std::string> blobs) {
+  Manifest m;
+  m.name = name;
+  m.created_by = "test";
+  for (const std::string &b : blobs) {
+    ContainerRecord c;
+    c.digest = sha256(b);
+    c.size = b.size();
+    m.containers.push_back(c);
+  }
+  return m;
+}
+
+// Writes a committed package NAME.cudaqpkg under `parent` holding blob_a and blob_b.
+fs::path make_package(const fs::path &parent, const std::string &name = "app") {
+  fs::path dir = parent / (name + package_suffix);
+  auto w = PackageWriter::create(dir);
+  REQUIRE(w);
+  REQUIRE(w->add_blob(sha256(blob_a), as_bytes(blob_a)));
+  REQUIRE(w->add_blob(sha256(blob_b), as_bytes(blob_b)));
+  REQUIRE(w->commit(manifest_for(name, {blob_a, blob_b}), false));
+  return dir;
+}
+
+} // namespace
+
+TEST_CASE("commit renames a complete package into place, and only then") {
+  ScratchDir s;
+  fs::path dir = s.path / "app.cudaqpkg";
+  auto w = PackageWriter::create(dir);
+  REQUIRE(w);
+  REQUIRE(w->add_blob(sha256(blob_a), as_bytes(blob_a)));
+  REQUIRE(w->add_blob(sha256(blob_a), as_bytes(blob_a))); // the same digest again: written once
+  CHECK_FALSE(fs::exists(dir));
+  auto pending = entries(s.path);
+  REQUIRE(pending.size() == 1);
+  CHECK(pending[0].rfind(".app.cudaqpkg.tmp-", 0) == 0);
+  CHECK(fs::exists(s.path / pending[0] / "blobs" / "sha256" / sha256(blob_a).hex()));
+
+  REQUIRE(w->commit(manifest_for("app", {blob_a}), false));
+  CHECK(entries(s.path) == std::vector<std::string>{"app.cudaqpkg"});
+  CHECK(entries(dir) == std::vector<std::string>{"blobs", "manifest.json"});
+  CHECK(entries(dir / "blobs" / "sha256") == std::vector<std::string>{sha256(blob_a).hex()});
+
+  auto p = Package::open(dir);
+  REQUIRE(p);
+  CHECK(p->manifest().name == "app");
+  CHECK(p->referenced_blobs() == std::set<Digest>{sha256(blob_a)});
+  CHECK(p->blob_path(sha256(blob_a)) == dir / "blobs" / "sha256" / sha256(blob_a).hex());
+  auto bytes = p->read_blob(sha256(blob_a));
+  REQUIRE(bytes);
+  CHECK(*bytes == blob_a);
+}
+
+TEST_CASE("a writer destroyed without commit leaves nothing behind") {
+  ScratchDir s;
+  {
+    auto w = PackageWriter::create(s.path / "app.cudaqpkg");
+    REQUIRE(w);
+    REQUIRE(w->add_blob(sha256(blob_a), as_bytes(blob_a)));
+    CHECK(entries(s.path).size() == 1);
+  }
+  CHECK(entries(s.path).empty());
+}
+
+TEST_CASE("commit onto an existing package fails without replace and swaps it with replace") {
+  ScratchDir s;
+  fs::path dir = make_package(s.path);
+
+  auto w = PackageWriter::create(dir);
+  REQUIRE(w);
+  REQUIRE(w->add_blob(sha256(blob_b), as_bytes(blob_b)));
+  Status st = w->commit(manifest_for("app", {blob_b}), false);
+  REQUIRE_FALSE(st);
+  CHECK(st.error().str() == "'" + dir.string() + "': already exists (use --force to replace it)");
+  CHECK(Package::open(dir)->manifest().containers.size() == 2); // the old one is untouched
+
+  REQUIRE(w->commit(manifest_for("app", {blob_b}), true));
+  auto p = Package::open(dir);
+  REQUIRE(p);
+  CHECK(p->referenced_blobs() == std::set<Digest>{sha256(blob_b)});
+  CHECK_FALSE(fs::exists(p->blob_path(sha256(blob_a)))); // nothing of the old one remains
+  CHECK(entries(s.path) == std::vector<std::string>{"app.cudaqpkg"}); // no temp or .old left
+}
+
+TEST_CASE("open checks the manifest's blobs") {
+  ScratchDir s;
+  fs::path dir = make_package(s.path);
+  fs::path a = dir / "blobs" / "sha256" / sha256(blob_a).hex();
+
+  SUBCASE("missing") {
+    fs::remove(a);
+    auto p = Package::open(dir);
+    REQUIRE_FALSE(p);
+    CHECK(p.error().str() == "'" + dir.string() + "': blob " + sha256(blob_a).str() +
+                                 " named by the manifest is missing");
+  }
+  SUBCASE("a symlink, even to the right bytes") {
+    fs::path outside = s.path / "outside";
+    write(outside, blob_a);
+    fs::remove(a);
+    fs::create_symlink(outside, a);
+    auto p = Package::open(dir);
+    REQUIRE_FALSE(p);
+    CHECK(p.error().str() == "'" + a.string() + "': blob is not a regular file");
+  }
+  SUBCASE("a dangling symlink") {
+    fs::remove(a);
+    fs::create_symlink(s.path / "nowhere", a);
+    auto p = Package::open(dir);
+    REQUIRE_FALSE(p);
+    CHECK(p.error().str() == "'" + a.string() + "': blob is not a regular file");
+  }
+  SUBCASE("a directory") {
+    fs::remove(a);
+    fs::create_directory(a);
+    auto p = Package::open(dir);
+    REQUIRE_FALSE(p);
+    CHECK(p.error().str() == "'" + a.string() + "': blob is not a regular file");
+  }
+  SUBCASE("not a package") {
+    auto none = Package::open(s.path / "nope.cudaqpkg");
+    REQUIRE_FALSE(none);
+    CHECK(none.error().str() == "'" + (s.path / "nope.cudaqpkg").string() + "': no such package");
+    fs::remove(dir / "manifest.json");
+    auto no_manifest = Package::open(dir);
+    REQUIRE_FALSE(no_manifest);
+    CHECK(no_manifest.error().str() == "'" + dir.string() + "': not a package: no manifest.json");
+  }
+  SUBCASE("a corrupt manifest") {
+    write(dir / "manifest.json", "{\"format_version\": 1");
+    auto p = Package::open(dir);
+    REQUIRE_FALSE(p);
+    CHECK(p.error().str() == "'" + (dir / "manifest.json").string() + "': not valid JSON");
+  }
+}
+
+TEST_CASE("a tampered blob is detected on read and is not carried into a new package") {
+  ScratchDir s;
+  fs::path dir = make_package(s.path);
+  auto p = Package::open(dir);
+  REQUIRE(p);
+  fs::path a = p->blob_path(sha256(blob_a));
+  std::string changed = blob_a;
+  changed[5] ^= 1; // same size, one byte changed
+  write(a, changed);
+  auto bytes = p->read_blob(sha256(blob_a));
+  REQUIRE_FALSE(bytes);
+  const std::string tampered = "'" + a.string() + "': blob does not match its digest " +
+                               sha256(blob_a).str() + " (the package is corrupt or was modified)";
+  CHECK(bytes.error().str() == tampered);
+  CHECK(p->read_blob(sha256(blob_b))); // the other blob is fine
+
+  fs::path next = s.path / "next.cudaqpkg";
+  auto w = PackageWriter::create(next);
+  REQUIRE(w);
+  Status st = w->carry_blob(*p, sha256(blob_a));
+  REQUIRE_FALSE(st);
+  CHECK(st.error().str() == tampered);
+  REQUIRE(w->carry_blob(*p, sha256(blob_b)));
+  REQUIRE(w->commit(manifest_for("next", {blob_b}), false));
+  auto q = Package::open(next);
+  REQUIRE(q);
+  auto carried = q->read_blob(sha256(blob_b));
+  REQUIRE(carried);
+  CHECK(*carried == blob_b);
+  CHECK_FALSE(fs::exists(q->blob_path(sha256(blob_a))));
+}
+
+TEST_CASE("a reader keeps the package it opened while a writer replaces it") {
+  ScratchDir s;
+  fs::path dir = make_package(s.path);
+  std::optional<Package> reader;
+  {
+    auto p = Package::open(dir);
+    REQUIRE(p);
+    reader.emplace(std::move(*p));
+  }
+  // The new package drops blob_a, which the reader's manifest still names.
+  auto w = PackageWriter::create(dir);
+  REQUIRE(w);
+  REQUIRE(w->add_blob(sha256(blob_b), as_bytes(blob_b)));
+  REQUIRE(w->commit(manifest_for("app", {blob_b}), true));
+  CHECK(Package::open(dir)->referenced_blobs() == std::set<Digest>{sha256(blob_b)});
+
+  auto bytes = reader->read_blob(sha256(blob_a));
+  REQUIRE(bytes);
+  CHECK(*bytes == blob_a);
+  auto beside = entries(s.path);
+  REQUIRE(beside.size() == 2); // the old package, held by the reader
+  CHECK(beside[0].rfind(".app.cudaqpkg.old-", 0) == 0);
+  reader.reset(); // the last reader of the old package removes it
+  CHECK(entries(s.path) == std::vector<std::string>{"app.cudaqpkg"});
+}
+
+TEST_CASE("open reads a manifest only if it is a regular file of a sane size") {
+  ScratchDir s;
+  fs::path dir = make_package(s.path);
+  fs::path manifest = dir / "manifest.json";
+  fs::remove(manifest);
+  auto fails_with = [&](const std::string &message) {
+    auto p = Package::open(dir);
+    REQUIRE_FALSE(p);
+    CHECK(p.error().str() == "'" + manifest.string() + "': " + message);
+  };
+  SUBCASE("a FIFO does not block") {
+    REQUIRE(::mkfifo(manifest.c_str(), 0644) == 0);
+    fails_with("is a FIFO or pipe, not a regular file");
+  }
+  SUBCASE("a symbolic link is not followed") {
+    fs::create_symlink("/dev/zero", manifest);
+    fails_with("is a symbolic link, not a regular file");
+  }
+  SUBCASE("a directory") {
+    fs::create_directory(manifest);
+    fails_with("is a directory");
+  }
+  SUBCASE("larger than the limit") {
+    write(manifest, "");
+    fs::resize_file(manifest, max_manifest_bytes + 1);
+    fails_with(
+        cat("is ", max_manifest_bytes + 1, " bytes, more than the limit of ", max_manifest_bytes));
+  }
+}
+
+TEST_CASE("a blob of another size than its manifest records is not read") {
+  ScratchDir s;
+  fs::path dir = make_package(s.path);
+  auto p = Package::open(dir);
+  REQUIRE(p);
+  fs::path a = p->blob_path(sha256(blob_a));
+  write(a, blob_a + std::string(1 << 20, 'x'));
+  auto bytes = p->read_blob(sha256(blob_a));
+  REQUIRE_FALSE(bytes);
+  CHECK(bytes.error().str() == cat("'", a.string(), "': blob is ", blob_a.size() + (1 << 20),
+                                   " bytes, not the ", blob_a.size(),
+                                   " its manifest records (the package is corrupt or was "
+                                   "modified)"));
+}
+
+TEST_CASE("only a package is recognised as one") {
+  ScratchDir s;
+  CHECK(check_is_package(make_package(s.path)));
+  const std::string tail =
+      "): --force replaces only a package; move it away or pack under another name";
+  fs::path notes = s.path / "notes.cudaqpkg";
+  fs::create_directory(notes);
+  CHECK(check_is_package(notes)); // empty, as a build tool makes it for its output
+  write(notes / "thesis.txt", "work");
+  Status st = check_is_package(notes);
+  REQUIRE_FALSE(st);
+  CHECK(st.error().str() == "'" + notes.string() + "': is not a package (no manifest.json" + tail);
+  fs::remove_all(notes);
+  write(notes, "a file");
+  st = check_is_package(notes);
+  REQUIRE_FALSE(st);
+  CHECK(st.error().str() == "'" + notes.string() + "': is not a package (a regular file" + tail);
+}
+
+TEST_CASE("the lock file is never reached through a symbolic link") {
+  ScratchDir s;
+  fs::path target = s.path / "created-elsewhere";
+  fs::path lock = s.path / ".app.cudaqpkg.lock";
+  fs::create_symlink(target, lock);
+  auto l = PackageLock::acquire(s.path / "app.cudaqpkg");
+  REQUIRE_FALSE(l);
+  CHECK(l.error().str() == "'" + lock.string() + "': is a symbolic link, not a regular file");
+  CHECK_FALSE(fs::exists(fs::symlink_status(target)));
+}
+
+TEST_CASE("what the manifest says of a blob is checked against the blob") {
+  ScratchDir s;
+  fs::path dir = s.path / "app.cudaqpkg";
+  // A container with one 64-byte entry header and 8 payload bytes.
+  std::string one = empty_container(1);
+  one.resize(16 + 64 + 8);
+  const uint64_t fat_size = 64 + 8, payload = 8;
+  const uint32_t entry_header = 64, arch = 80;
+  const uint16_t kind = 2;
+  std::memcpy(one.data() + 8, &fat_size, 8);
+  std::memcpy(one.data() + 16, &kind, 2);
+  std::memcpy(one.data() + 16 + 4, &entry_header, 4);
+  std::memcpy(one.data() + 16 + 8, &payload, 8);
+  std::memcpy(one.data() + 16 + 0x1C, &arch, 4);
+  Manifest m = manifest_for("app", {one});
+  EntryRecord e;
+  e.kind = "cubin";
+  e.kind_code = 2;
+  e.arch = 80;
+  e.compression = "none";
+  e.payload_size = 8;
+  m.containers[0].entries = {e};
+  auto commit = [&](const std::string &blob, const Manifest &manifest) {
+    fs::remove_all(dir);
+    auto w = PackageWriter::create(dir);
+    REQUIRE(w);
+    REQUIRE(w->add_blob(sha256(blob), as_bytes(blob)));
+    REQUIRE(w->commit(manifest, false));
+    return dir / "blobs" / "sha256" / sha256(blob).hex();
+  };
+
+  SUBCASE("as written, it reads") {
+    commit(one, m);
+    auto p = Package::open(dir);
+    REQUIRE(p);
+    CHECK(p->read_blob(sha256(one)));
+  }
+  SUBCASE("a size that is not the blob's") {
+    m.containers[0].size = UINT64_MAX;
+    fs::path b = commit(one, m);
+    auto p = Package::open(dir);
+    REQUIRE_FALSE(p);
+    CHECK(p.error().str() == "'" + b.string() + "': blob is 88 bytes but the manifest says " +
+                                 std::to_string(UINT64_MAX) +
+                                 " (the package is corrupt or was modified)");
+  }
+  SUBCASE("an entry that is not the blob's") {
+    m.containers[0].entries[0].payload_size = UINT64_MAX;
+    fs::path b = commit(one, m);
+    auto p = Package::open(dir);
+    REQUIRE(p);
+    auto bytes = p->read_blob(sha256(one));
+    REQUIRE_FALSE(bytes);
+    CHECK(bytes.error().str() == "'" + b.string() +
+                                     "': entry 0 (cubin sm_80, 8 bytes) is not what the manifest "
+                                     "says of it (the manifest was modified)");
+    m.containers[0].entries[0].payload_size = 8;
+    m.containers[0].entries.push_back(e);
+    commit(one, m);
+    auto q = Package::open(dir);
+    REQUIRE(q);
+    CHECK(q->read_blob(sha256(one)).error().str() ==
+          "'" + b.string() +
+              "': blob holds 1 entries but the manifest says 2 (the manifest was "
+              "modified)");
+  }
+  SUBCASE("two containers in one blob") {
+    std::string two = one + one;
+    Manifest m2 = manifest_for("app", {two});
+    m2.containers[0].entries = {e};
+    fs::path b = commit(two, m2);
+    auto p = Package::open(dir);
+    REQUIRE(p);
+    auto bytes = p->read_blob(sha256(two));
+    REQUIRE_FALSE(bytes);
+    CHECK(bytes.error().str() == "'" + b.string() + "': blob holds 2 containers, not one");
+  }
+  SUBCASE("a blob that is no container") {
+    std::string junk = "not a fatbin container";
+    fs::path b = commit(junk, manifest_for("app", {junk}));
+    auto p = Package::open(dir);
+    REQUIRE(p);
+    CHECK(p->read_blob(sha256(junk)).error().str() ==
+          "'" + b.string() + "': blob: container 0 at offset 0x0: bad magic 0x20746f6e (expected " +
+              "0xba55ed50)");
+  }
+}
