@@ -23,9 +23,9 @@
 // With the loopback bridge, the test also writes frames that send() refuses straight into the
 // ring (loopback_host.h's write_request(): send() without its checks), to see what the device
 // side answers to them.
+#include "cudaq_rt/wire.h"
 #include "load/client.h"
 #include "load/server.h"
-#include "cudaq_rt/wire.h"
 #include "loopback_host.h"
 
 #include <algorithm>

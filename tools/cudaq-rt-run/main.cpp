@@ -3,11 +3,11 @@
 // man/cudaq-rt-run.1; keep the two in step.
 #include "../common/driver.h"
 
+#include "cudaq_rt/wire.h"
 #include "load/client.h"
 #include "load/request_args.h"
 #include "load/serve.h"
 #include "load/server.h"
-#include "cudaq_rt/wire.h"
 
 #include <nlohmann/json.hpp>
 

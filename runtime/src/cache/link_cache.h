@@ -5,8 +5,8 @@
 #pragma once
 
 #include "base/digest.h"
-#include "cudaq_rt/error.h"
 #include "cache/remote_cache.h"
+#include "cudaq_rt/error.h"
 
 #include <nlohmann/json.hpp>
 

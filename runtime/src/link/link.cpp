@@ -6,8 +6,8 @@
 #include "link/link.h"
 
 #include "base/atomic_file.h"
-#include "formats/cubin.h"
 #include "cudaq_rt/exports.h"
+#include "formats/cubin.h"
 #include "link/nvjitlink.h"
 #include "package/package.h"
 

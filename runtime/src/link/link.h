@@ -13,8 +13,8 @@
 #pragma once
 
 #include "base/digest.h"
-#include "formats/input_file.h"
 #include "cache/link_cache.h"
+#include "formats/input_file.h"
 #include "package/manifest.h"
 
 #include <filesystem>

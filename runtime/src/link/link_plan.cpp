@@ -46,12 +46,12 @@
 #include "link/link.h"
 
 #include "cudaq_rt/bridge.h"
-#include "link/builtin_dispatcher.h"
-#include "package/containers.h"
-#include "link/direct_calls.h"
 #include "formats/export_records.h"
 #include "formats/fatbin.h"
+#include "link/builtin_dispatcher.h"
+#include "link/direct_calls.h"
 #include "link/nvjitlink.h"
+#include "package/containers.h"
 #include "package/package.h"
 
 #include <algorithm>

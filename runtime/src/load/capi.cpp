@@ -21,13 +21,13 @@
 #include "cudaq_rt/cudaq_rt.h"
 
 #include "cudaq_rt/bridge_plugin.h"
-#include "load/capi_gpu.h"
-#include "load/client.h"
 #include "formats/export_records.h"
 #include "formats/input_file.h"
+#include "load/capi_gpu.h"
+#include "load/client.h"
+#include "load/server.h"
 #include "pack/pack.h"
 #include "package/package.h"
-#include "load/server.h"
 
 #include <dlfcn.h>
 #include <link.h>

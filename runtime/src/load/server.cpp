@@ -23,9 +23,9 @@
 // within the timeout is hung; its memory is then never freed, since freeing it would wait for it.
 #include "load/server.h"
 
+#include "cudaq_rt/wire.h"
 #include "link/builtin_dispatcher.h"
 #include "package/package.h"
-#include "cudaq_rt/wire.h"
 
 #include <algorithm>
 #include <atomic>

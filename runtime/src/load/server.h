@@ -5,10 +5,10 @@
 // cannot be stopped or has failed. server.cpp explains the order of these steps.
 #pragma once
 
+#include "cache/link_cache.h"
 #include "cudaq_rt/bridge.h"
 #include "cudaq_rt/dispatch.h"
 #include "load/gpu.h"
-#include "cache/link_cache.h"
 #include "load/request_args.h"
 #include "load/select_cubin.h"
 

@@ -1,13 +1,13 @@
 #include "pack/pack.h"
 
 #include "base/atomic_file.h"
-#include "package/containers.h"
 #include "base/digest.h"
+#include "cudaq_rt/wire.h"
 #include "formats/export_records.h"
 #include "formats/fatbin.h"
 #include "formats/input_file.h"
+#include "package/containers.h"
 #include "package/package.h"
-#include "cudaq_rt/wire.h"
 
 #include <algorithm>
 #include <future>

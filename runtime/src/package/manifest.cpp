@@ -1,7 +1,7 @@
 #include "package/manifest.h"
 
-#include "formats/export_records.h"
 #include "cudaq_rt/wire.h"
+#include "formats/export_records.h"
 
 #include <nlohmann/json.hpp>
 

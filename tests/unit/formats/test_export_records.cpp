@@ -1,5 +1,5 @@
-#include "formats/export_records.h"
 #include "cudaq_rt/exports.h"
+#include "formats/export_records.h"
 
 #include <doctest/doctest.h>
 

@@ -1,6 +1,6 @@
-#include "link/direct_calls.h"
-#include "formats/export_records.h"
 #include "cudaq_rt/wire.h"
+#include "formats/export_records.h"
+#include "link/direct_calls.h"
 
 #include <doctest/doctest.h>
 

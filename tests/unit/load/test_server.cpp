@@ -2,15 +2,15 @@
 // what is refused, and how a kernel that hangs or faults is reported, all without a GPU. The
 // package is the real example application, packed with the loopback bridge's hooks under the name
 // of a host-only bridge (host_bridge.c), and links happen for real with nvJitLink.
-#include "load/capi_gpu.h"
-#include "load/client.h"
 #include "cudaq_rt/cudaq_rt.h"
 #include "link/nvjitlink.h"
-#include "pack/pack.h"
-#include "package/package.h"
+#include "load/capi_gpu.h"
+#include "load/client.h"
 #include "load/serve.h"
 #include "load/server.h"
 #include "load/wire_frames.h"
+#include "pack/pack.h"
+#include "package/package.h"
 #include "scratch_dir.h"
 
 #include <doctest/doctest.h>
