@@ -220,7 +220,7 @@ Expected<std::string> RegularFile::read() const {
   return out;
 }
 
-fs::path entry_path(const fs::path &p) {
+fs::path absolute_normal_path(const fs::path &p) {
   std::error_code ec;
   fs::path abs = fs::absolute(p, ec);
   if (ec)
@@ -232,7 +232,7 @@ fs::path entry_path(const fs::path &p) {
 }
 
 void remove_stale_temporaries(const fs::path &final_path) {
-  fs::path abs = entry_path(final_path);
+  fs::path abs = absolute_normal_path(final_path);
   fs::path parent = abs.parent_path();
   const std::string temp = "." + abs.filename().string() + ".tmp-";
   const std::string old = "." + abs.filename().string() + ".old-";
@@ -260,7 +260,7 @@ void remove_stale_temporaries(const fs::path &final_path) {
 }
 
 Expected<TempDir> TempDir::create_beside(const fs::path &final_path) {
-  fs::path abs = entry_path(final_path);
+  fs::path abs = absolute_normal_path(final_path);
   remove_stale_temporaries(abs);
   fs::path dir = abs.parent_path();
   fs::path tmp = dir / ("." + abs.filename().string() + unique_suffix());
@@ -300,7 +300,7 @@ TempDir::~TempDir() {
 }
 
 Status TempDir::commit(const fs::path &final_path, bool replace) {
-  fs::path abs = entry_path(final_path);
+  fs::path abs = absolute_normal_path(final_path);
   fs::path parent = abs.parent_path();
   fs::path old = parent / ("." + abs.filename().string() + ".old-" + random_hex());
   std::error_code ec;

@@ -31,7 +31,7 @@ namespace cudaq_rt {
 
 // An absolute, lexically normal path naming the thing itself: "pkg.cudaqpkg/" and
 // "./pkg.cudaqpkg" both give "/cwd/pkg.cudaqpkg", so its parent is the directory it lives in.
-std::filesystem::path entry_path(const std::filesystem::path &p);
+std::filesystem::path absolute_normal_path(const std::filesystem::path &p);
 
 // Writes `data` to `path` atomically (replacing any file there).
 Status write_file_atomic(const std::filesystem::path &path, std::span<const uint8_t> data);

@@ -531,7 +531,7 @@ std::vector<ArchLink> link_archs(const LinkPlan &plan, std::span<const TargetArc
 
 Status store_links(const fs::path &package_path, const LinkPlan &plan,
                    std::span<const ArchLink> links) {
-  const fs::path package = entry_path(package_path);
+  const fs::path package = absolute_normal_path(package_path);
   auto lock = PackageLock::acquire(package);
   if (!lock)
     return std::move(lock).take_error();

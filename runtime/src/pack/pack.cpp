@@ -172,7 +172,7 @@ Expected<Inspection> inspect(const std::vector<PackInput> &inputs, const std::st
     auto in = InputFile::open(pin.path);
     if (!in)
       return std::move(in).take_error();
-    fs::path abs = entry_path(pin.path);
+    fs::path abs = absolute_normal_path(pin.path);
     std::error_code ec;
     if (fs::path canonical = fs::weakly_canonical(abs, ec); !ec)
       abs = canonical;

@@ -240,7 +240,7 @@ Status check_is_package(const fs::path &dir) {
 }
 
 Expected<PackageLock> PackageLock::acquire(const fs::path &package) {
-  fs::path abs = entry_path(package);
+  fs::path abs = absolute_normal_path(package);
   fs::path lock = abs.parent_path() / ("." + abs.filename().string() + ".lock");
   auto file = RegularFile::open(lock, {.create_mode = 0644});
   if (!file)

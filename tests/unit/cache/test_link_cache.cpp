@@ -434,11 +434,18 @@ TEST_CASE("a disabled cache stores nothing and never hits") {
 }
 
 TEST_CASE("configuration comes from the environment") {
-  auto config = [](std::map<std::string, std::string> env) {
-    return CacheConfig::from_environment([env](const char *name) -> const char * {
-      auto it = env.find(name);
-      return it == env.end() ? nullptr : it->second.c_str();
-    });
+  auto config = [](std::map<std::string, std::string> vars) -> Expected<CacheConfig> {
+    auto var = [&](const char *name) { return vars.count(name) ? vars[name] : std::string(); };
+    CacheEnvironment env{.cache_dir = var("CUDAQ_RT_CACHE_DIR"),
+                         .cache_disable = var("CUDAQ_RT_CACHE_DISABLE"),
+                         .cache_maxsize = var("CUDAQ_RT_CACHE_MAXSIZE"),
+                         .remote_cache = var("CUDAQ_RT_REMOTE_CACHE"),
+                         .xdg_cache_home = var("XDG_CACHE_HOME"),
+                         .home = var("HOME")};
+    auto s = resolve_cache_settings({}, env);
+    if (!s)
+      return std::move(s).take_error();
+    return s->local;
   };
   auto error_of = [&](std::map<std::string, std::string> env) {
     auto c = config(env);
@@ -510,15 +517,69 @@ TEST_CASE("configuration comes from the environment") {
               "such as 512M (0 means no limit)"));
   }
 
-  // The process environment, through the default lookup.
+  // The process environment.
   ::setenv("CUDAQ_RT_CACHE_MAXSIZE", "3M", 1);
   ::setenv("CUDAQ_RT_CACHE_DIR", "/from/env", 1);
-  c = CacheConfig::from_environment();
+  ::setenv("CUDAQ_RT_REMOTE_CACHE", "http://127.0.0.1:1/c#read-only", 1);
+  CacheEnvironment process = CacheEnvironment::of_process();
   ::unsetenv("CUDAQ_RT_CACHE_MAXSIZE");
   ::unsetenv("CUDAQ_RT_CACHE_DIR");
-  REQUIRE(c);
-  CHECK(c->max_bytes == 3u << 20);
-  CHECK(c->dir == "/from/env");
+  ::unsetenv("CUDAQ_RT_REMOTE_CACHE");
+  CHECK(process.cache_maxsize == "3M");
+  CHECK(process.cache_dir == "/from/env");
+  CHECK(process.remote_cache == "http://127.0.0.1:1/c#read-only");
+}
+
+TEST_CASE("a tool's request takes precedence over the environment") {
+  const CacheEnvironment env{.cache_dir = "/env/cache",
+                             .cache_maxsize = "1M",
+                             .remote_cache = "http://127.0.0.1:1/env",
+                             .home = "/home/u"};
+  auto s = resolve_cache_settings({}, env);
+  REQUIRE(s);
+  CHECK(s->local.dir == "/env/cache");
+  CHECK(s->local.max_bytes == 1u << 20);
+  REQUIRE(s->remote);
+  CHECK(s->remote->url == "http://127.0.0.1:1/env");
+
+  // --cache-dir and --remote-cache win; a relative --cache-dir is taken from the working directory.
+  s = resolve_cache_settings({.dir = "rel/cache", .remote = "http://127.0.0.1:2/flag"}, env);
+  REQUIRE(s);
+  CHECK(s->local.dir == fs::current_path() / "rel/cache");
+  CHECK(s->local.max_bytes == 1u << 20);
+  REQUIRE(s->remote);
+  CHECK(s->remote->url == "http://127.0.0.1:2/flag");
+
+  // The flag's own error names the flag, the environment's the variable.
+  s = resolve_cache_settings({.remote = "ftp://x"}, env);
+  REQUIRE_FALSE(s);
+  CHECK(s.error().str().starts_with("--remote-cache: "));
+  CacheEnvironment bad_remote = env;
+  bad_remote.remote_cache = "ftp://x";
+  s = resolve_cache_settings({}, bad_remote);
+  REQUIRE_FALSE(s);
+  CHECK(s.error().str().starts_with("CUDAQ_RT_REMOTE_CACHE: "));
+
+  // --no-cache reads nothing: not even a value that would be an error.
+  CacheEnvironment broken = env;
+  broken.cache_maxsize = "lots";
+  s = resolve_cache_settings({.disable = true}, broken);
+  REQUIRE(s);
+  CHECK_FALSE(s->local.enabled);
+  CHECK_FALSE(s->remote);
+
+  // CUDAQ_RT_CACHE_DISABLE turns both tiers off; no directory at all leaves the remote on.
+  CacheEnvironment off = env;
+  off.cache_disable = "1";
+  s = resolve_cache_settings({}, off);
+  REQUIRE(s);
+  CHECK_FALSE(s->local.enabled);
+  CHECK_FALSE(s->remote);
+  s = resolve_cache_settings({}, {.remote_cache = "http://127.0.0.1:1/env"});
+  REQUIRE(s);
+  CHECK_FALSE(s->local.enabled);
+  CHECK_FALSE(s->local.unavailable.empty());
+  REQUIRE(s->remote);
 }
 
 TEST_CASE("several processes share one cache") {

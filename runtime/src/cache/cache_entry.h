@@ -1,0 +1,48 @@
+// A link cache entry: a cubin and what is stored beside it, as one self-checking file, the same
+// bytes in the local cache and on a remote server. The format is in cache_entry.cpp.
+#pragma once
+
+#include "base/digest.h"
+#include "cache/link_key.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cudaq_rt {
+
+// What is stored beside a cubin: enough to fill a manifest's link record without relinking.
+struct LinkMetadata {
+  std::string arch;
+  std::vector<std::string> options;
+  std::string nvjitlink_version; // "13.0"
+  std::vector<Digest> inputs;
+  std::string mode; // the key's: "", "per-tu" or "object"
+  std::string info_log;
+  double link_time_ms = 0;
+  int64_t created = 0; // seconds since the epoch
+
+  // Everything but the log and the timings, taken from the key.
+  static LinkMetadata from_key(const LinkKey &key);
+  nlohmann::json to_json() const;
+  static std::optional<LinkMetadata> from_json(const nlohmann::json &j);
+};
+
+struct CacheEntry {
+  std::vector<uint8_t> cubin;
+  LinkMetadata metadata;
+  bool remote = false; // fetched from the remote cache (and copied into the local one)
+};
+
+// The bytes of an entry file, local or remote (the format is in cache_entry.cpp), and back: a
+// decoded entry has passed every check the format has, against `key`.
+std::vector<uint8_t> encode_cache_entry(const Digest &key, std::span<const uint8_t> cubin,
+                                        const LinkMetadata &metadata);
+std::optional<CacheEntry> decode_cache_entry(std::string_view file, const Digest &key);
+
+} // namespace cudaq_rt

@@ -1,0 +1,68 @@
+// The key of a link cache entry: a hash of everything that decides a linked cubin's bytes, with
+// its parts kept so that `cudaq-rt-link --dry-run` can show what was hashed. link_key.cpp says why
+// the key has these parts.
+#pragma once
+
+#include "base/digest.h"
+#include "cudaq_rt/error.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace cudaq_rt {
+
+// Which libnvJitLink does the linking: its version and, standing in for a hash of its 98 MB of
+// code, where it lives and its size and mtime (ccache's compiler_check=mtime).
+struct NvJitLinkIdentity {
+  unsigned major = 0;
+  unsigned minor = 0;
+  std::string path; // realpath of the loaded library
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+
+  std::string version() const; // "13.0"
+  nlohmann::json to_json() const;
+  friend bool operator==(const NvJitLinkIdentity &, const NvJitLinkIdentity &) = default;
+};
+
+// The identity of the libnvJitLink this process has loaded (found through dladdr on
+// nvJitLinkVersion), computed on the first call and remembered.
+Expected<NvJitLinkIdentity> loaded_nvjitlink_identity();
+
+// The nvJitLink options as they go into a key: -time and -no-cache (which change only the info log
+// or nvJitLink's in-memory reuse) are dropped, -verbose is not (ptxas records it in the cubin);
+// -kernels-used= and -variables-used= are sets, so they are sorted, deduplicated and moved to the
+// end; every other option keeps its place.
+std::vector<std::string> normalize_link_options(std::span<const std::string> options);
+
+// A cache key with its parts, so that `--dry-run` can show what was hashed.
+struct LinkKey {
+  // Bump when anything below changes meaning; old entries then simply stop matching.
+  static constexpr uint32_t format_version = 1;
+
+  std::string arch;                 // with any a/f suffix: sm_90a is not sm_90
+  std::vector<std::string> options; // normalized
+  NvJitLinkIdentity nvjitlink;
+  std::vector<Digest> inputs; // in the order they are added to the link
+  // What the entry holds: "" a module linked whole (keys made before per-TU mode existed),
+  // "per-tu" a module linked from units compiled alone, whose sizes (runs of `inputs`) are
+  // `units`, "object" one unit's relocatable cubin. Hashed unless empty.
+  std::string mode;
+  std::vector<uint32_t> units;
+  Digest digest; // SHA-256 over all of the above
+
+  // `options` is the final list passed to nvJitLinkCreate; it is normalized here.
+  static LinkKey make(std::string arch, std::span<const std::string> options,
+                      NvJitLinkIdentity nvjitlink, std::vector<Digest> inputs);
+  static LinkKey make(std::string arch, std::span<const std::string> options,
+                      NvJitLinkIdentity nvjitlink, std::vector<Digest> inputs, std::string mode,
+                      std::vector<uint32_t> units = {});
+  bool object() const { return mode == "object"; }
+  nlohmann::json to_json() const;
+};
+
+} // namespace cudaq_rt
