@@ -18,17 +18,6 @@ using nlohmann::json;
 namespace {
 constexpr const char *tool = "cudaq-rt-link";
 
-std::vector<std::string> split_commas(const std::vector<std::string> &in) {
-  std::vector<std::string> out;
-  for (const std::string &s : in) {
-    std::stringstream ss(s);
-    for (std::string item; std::getline(ss, item, ',');)
-      if (!item.empty())
-        out.push_back(item);
-  }
-  return out;
-}
-
 json arch_json(const ArchLink &a) {
   json j = {{"arch", a.arch},         {"cache_key", a.key.digest.str()},
             {"key", a.key.to_json()}, {"inputs", a.input_names},
@@ -261,19 +250,16 @@ int main(int argc, char **argv) {
     return driver::exit_usage;
   }
   opts.package = package;
-  opts.archs = split_commas(archs);
-  if (opts.archs.empty()) {
-    std::fprintf(stderr, "%s: error: no target arch: give --arch sm_NN[,sm_NN...]\n", tool);
+  auto targets = parse_arch_list(archs);
+  if (!targets) {
+    std::fprintf(stderr, "%s: error: --arch: %s\n", tool, targets.error().str().c_str());
     return driver::exit_usage;
   }
-  for (const std::string &a : opts.archs)
-    if (!parse_arch(a)) {
-      std::fprintf(stderr,
-                   "%s: error: --arch: unknown arch '%s': expected sm_NN with an optional a or f "
-                   "suffix, e.g. sm_90\n",
-                   tool, a.c_str());
-      return driver::exit_usage;
-    }
+  opts.archs = std::move(*targets);
+  if (auto st = check_link_options(opts); !st) {
+    std::fprintf(stderr, "%s: error: %s\n", tool, st.error().message.c_str());
+    return driver::exit_usage;
+  }
   if (!save_temps.empty())
     opts.save_temps = save_temps;
 

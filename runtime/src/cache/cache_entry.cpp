@@ -110,11 +110,11 @@ std::optional<CacheEntry> decode_cache_entry(std::string_view file, const Digest
 
 LinkMetadata LinkMetadata::from_key(const LinkKey &key) {
   LinkMetadata m;
-  m.arch = key.arch;
+  m.arch = key.arch.str();
   m.options = key.options;
   m.nvjitlink_version = key.nvjitlink.version();
   m.inputs = key.inputs;
-  m.mode = key.mode;
+  m.form = key.form;
   m.created = static_cast<int64_t>(::time(nullptr));
   return m;
 }
@@ -127,8 +127,8 @@ json LinkMetadata::to_json() const {
             {"info_log", info_log},
             {"link_time_ms", link_time_ms},
             {"created", created}};
-  if (!mode.empty())
-    j["mode"] = mode;
+  if (!form.text().empty())
+    j["mode"] = form.text();
   return j;
 }
 
@@ -152,9 +152,10 @@ std::optional<LinkMetadata> LinkMetadata::from_json(const json &j) {
     return std::nullopt;
   LinkMetadata m;
   if (auto mode = j.find("mode"); mode != j.end()) {
-    if (!mode->is_string())
+    auto form = mode->is_string() ? LinkedForm::parse(mode->get<std::string>()) : std::nullopt;
+    if (!form)
       return std::nullopt;
-    m.mode = mode->get<std::string>();
+    m.form = *form;
   }
   m.arch = arch->get<std::string>();
   m.nvjitlink_version = version->get<std::string>();

@@ -22,7 +22,7 @@ struct LinkMetadata {
   std::vector<std::string> options;
   std::string nvjitlink_version; // "13.0"
   std::vector<Digest> inputs;
-  std::string mode; // the key's: "", "per-tu" or "object"
+  LinkedForm form;
   std::string info_log;
   double link_time_ms = 0;
   int64_t created = 0; // seconds since the epoch

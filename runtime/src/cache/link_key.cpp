@@ -123,25 +123,32 @@ std::vector<std::string> normalize_link_options(std::span<const std::string> opt
   return out;
 }
 
-LinkKey LinkKey::make(std::string arch, std::span<const std::string> options,
-                      NvJitLinkIdentity nvjitlink, std::vector<Digest> inputs) {
-  return make(std::move(arch), options, std::move(nvjitlink), std::move(inputs), "");
+std::string_view LinkedForm::text() const {
+  return unit ? "object" : mode == LtoMode::per_tu ? "per-tu" : "";
 }
 
-LinkKey LinkKey::make(std::string arch, std::span<const std::string> options,
-                      NvJitLinkIdentity nvjitlink, std::vector<Digest> inputs, std::string mode,
+std::optional<LinkedForm> LinkedForm::parse(std::string_view text) {
+  for (LinkedForm f :
+       {LinkedForm{}, LinkedForm{LtoMode::per_tu}, LinkedForm{LtoMode::per_tu, true}})
+    if (f.text() == text)
+      return f;
+  return std::nullopt;
+}
+
+LinkKey LinkKey::make(const TargetArch &arch, std::span<const std::string> options,
+                      NvJitLinkIdentity nvjitlink, std::vector<Digest> inputs, LinkedForm form,
                       std::vector<uint32_t> units) {
-  LinkKey k{std::move(arch),
+  LinkKey k{arch,
             normalize_link_options(options),
             std::move(nvjitlink),
             std::move(inputs),
-            std::move(mode),
+            form,
             std::move(units),
             Digest{}};
   Sha256 h;
   h.field("cudaq-rt link key");
   h.field(std::to_string(format_version));
-  h.field(k.arch);
+  h.field(k.arch.str());
   h.field(std::to_string(k.options.size()));
   for (const std::string &o : k.options)
     h.field(o);
@@ -152,9 +159,9 @@ LinkKey LinkKey::make(std::string arch, std::span<const std::string> options,
   h.field(std::to_string(k.inputs.size()));
   for (const Digest &d : k.inputs)
     h.field(std::string_view(reinterpret_cast<const char *>(d.bytes.data()), d.bytes.size()));
-  if (!k.mode.empty()) {
+  if (!k.form.text().empty()) {
     h.field("mode");
-    h.field(k.mode);
+    h.field(k.form.text());
     h.field(std::to_string(k.units.size()));
     for (uint32_t n : k.units)
       h.field(std::to_string(n));
@@ -166,11 +173,11 @@ LinkKey LinkKey::make(std::string arch, std::span<const std::string> options,
 json LinkKey::to_json() const {
   json j = {{"digest", digest.str()},
             {"format_version", format_version},
-            {"arch", arch},
+            {"arch", arch.str()},
             {"options", options},
             {"nvjitlink", nvjitlink.to_json()},
             {"inputs", json::array()},
-            {"mode", mode.empty() ? "whole" : mode}};
+            {"mode", form.text().empty() ? "whole" : form.text()}};
   for (const Digest &d : inputs)
     j["inputs"].push_back(d.str());
   if (!units.empty())

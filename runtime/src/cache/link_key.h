@@ -5,10 +5,12 @@
 
 #include "base/digest.h"
 #include "cudaq_rt/error.h"
+#include "formats/target.h"
 
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -39,29 +41,36 @@ Expected<NvJitLinkIdentity> loaded_nvjitlink_identity();
 // end; every other option keeps its place.
 std::vector<std::string> normalize_link_options(std::span<const std::string> options);
 
+// What an entry holds: a module linked whole or per TU, or one unit's relocatable cubin.
+struct LinkedForm {
+  LtoMode mode = LtoMode::whole; // per_tu: a module linked from units compiled alone
+  bool unit = false;             // one unit's relocatable cubin, compiled alone (per-TU mode)
+
+  // As keys hash it and entries store it: "" a module linked whole (keys made before per-TU
+  // mode existed hash nothing), "per-tu", "object".
+  std::string_view text() const;
+  static std::optional<LinkedForm> parse(std::string_view text);
+  friend bool operator==(const LinkedForm &, const LinkedForm &) = default;
+};
+
 // A cache key with its parts, so that `--dry-run` can show what was hashed.
 struct LinkKey {
   // Bump when anything below changes meaning; old entries then simply stop matching.
   static constexpr uint32_t format_version = 1;
 
-  std::string arch;                 // with any a/f suffix: sm_90a is not sm_90
+  TargetArch arch;                  // with any a/f suffix: sm_90a is not sm_90
   std::vector<std::string> options; // normalized
   NvJitLinkIdentity nvjitlink;
   std::vector<Digest> inputs; // in the order they are added to the link
-  // What the entry holds: "" a module linked whole (keys made before per-TU mode existed),
-  // "per-tu" a module linked from units compiled alone, whose sizes (runs of `inputs`) are
-  // `units`, "object" one unit's relocatable cubin. Hashed unless empty.
-  std::string mode;
-  std::vector<uint32_t> units;
-  Digest digest; // SHA-256 over all of the above
+  LinkedForm form;
+  std::vector<uint32_t> units; // per-TU module: the sizes of the runs of `inputs` compiled alone
+  Digest digest;               // SHA-256 over all of the above
 
   // `options` is the final list passed to nvJitLinkCreate; it is normalized here.
-  static LinkKey make(std::string arch, std::span<const std::string> options,
-                      NvJitLinkIdentity nvjitlink, std::vector<Digest> inputs);
-  static LinkKey make(std::string arch, std::span<const std::string> options,
-                      NvJitLinkIdentity nvjitlink, std::vector<Digest> inputs, std::string mode,
+  static LinkKey make(const TargetArch &arch, std::span<const std::string> options,
+                      NvJitLinkIdentity nvjitlink, std::vector<Digest> inputs, LinkedForm form = {},
                       std::vector<uint32_t> units = {});
-  bool object() const { return mode == "object"; }
+  bool object() const { return form.unit; }
   nlohmann::json to_json() const;
 };
 

@@ -247,7 +247,7 @@ bool begin_arch(const LinkPlan &plan, ArchJob &j) {
   j.rec.arch = j.a.arch;
   j.rec.bridge = plan.bridge;
   j.rec.dispatcher = plan.dispatcher;
-  j.rec.mode = !plan.lto ? "cubin" : plan.mode == LtoMode::per_tu ? "lto-per-tu" : "lto";
+  j.rec.lto = plan.lto ? std::optional<LtoMode>(plan.mode) : std::nullopt;
   j.rec.options = j.a.options;
   j.rec.nvjitlink_version = plan.nvjitlink.version();
   j.rec.inputs = plan.input_digests();
@@ -582,27 +582,26 @@ Status store_links(const fs::path &package_path, const LinkPlan &plan,
     if (auto st = writer->carry_blob(*current, l.cubin); !st)
       return st;
   std::sort(next_m.links.begin(), next_m.links.end(), [](const LinkRecord &a, const LinkRecord &b) {
-    auto sm = [](const LinkRecord &l) { return parse_arch(l.arch).value_or(TargetArch{}).sm; };
+    auto sm = [](const LinkRecord &l) {
+      auto arch = parse_arch(l.arch);
+      return arch ? arch->sm : 0;
+    };
     return std::tuple(sm(a), a.arch, a.bridge, a.dispatcher) <
            std::tuple(sm(b), b.arch, b.bridge, b.dispatcher);
   });
   return writer->commit(next_m, /*replace=*/true);
 }
 
-Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache) {
-  const std::string subject = opt.package.string();
+Status check_link_options(const LinkOptions &opt) {
   if (opt.archs.empty())
-    return make_error(subject, "no target arch");
-  std::vector<TargetArch> targets;
-  for (const std::string &a : opt.archs) {
-    auto t = parse_arch(a);
-    if (!t)
-      return make_error(subject, "unknown arch ", quote(a),
-                        ": expected sm_NN with an optional a or f suffix, e.g. sm_90");
-    if (std::none_of(targets.begin(), targets.end(),
-                     [&](const TargetArch &x) { return x.str() == t->str(); }))
-      targets.push_back(*t);
-  }
+    return make_error(opt.package.string(), "no target arch: give --arch sm_NN[,sm_NN...]");
+  return Status::ok();
+}
+
+Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache) {
+  if (auto st = check_link_options(opt); !st)
+    return std::move(st).take_error();
+  const std::vector<TargetArch> &targets = opt.archs;
   auto pkg = Package::open(opt.package);
   if (!pkg)
     return std::move(pkg).take_error();
@@ -665,7 +664,7 @@ Expected<std::vector<PushedLink>> push_links(const fs::path &package_path, const
     md.options = normalize_link_options(l.options);
     md.nvjitlink_version = l.nvjitlink_version;
     md.inputs = l.inputs;
-    md.mode = l.mode == "lto-per-tu" ? "per-tu" : "";
+    md.form = LinkedForm{l.lto.value_or(LtoMode::whole)};
     md.link_time_ms = l.link_ms;
     md.created = static_cast<int64_t>(std::time(nullptr));
     std::vector<uint8_t> entry = encode_cache_entry(l.cache_key, as_bytes(*cubin), md);

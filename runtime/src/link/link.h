@@ -15,6 +15,7 @@
 #include "base/digest.h"
 #include "cache/link_cache.h"
 #include "formats/input_file.h"
+#include "formats/target.h"
 #include "package/manifest.h"
 
 #include <filesystem>
@@ -29,26 +30,6 @@
 namespace cudaq_rt {
 
 class Package;
-
-// "sm_90a" -> {90, 'a'}; nullopt for anything else.
-struct TargetArch {
-  uint32_t sm = 0;
-  char suffix = 0; // 0, 'a' or 'f'
-  std::string str() const;
-};
-std::optional<TargetArch> parse_arch(std::string_view text);
-
-// How LTO-IR is linked (cudaq-rt-link(1), --lto).
-enum class LtoMode {
-  per_tu, // each unit compiled alone for the arch (cached), then a non-LTO link of the cubins
-  whole,  // one -lto link of every input: inlining across units, cost that grows with the whole
-};
-const char *lto_mode_name(LtoMode mode); // "per-tu", "whole"
-std::optional<LtoMode> parse_lto_mode(std::string_view text);
-// The mode when none is asked for, by the settings or by CUDAQ_RT_LTO (per-tu or whole): chosen
-// from GPU measurements (bench/link_bench.md).
-constexpr LtoMode default_lto_mode = LtoMode::per_tu;
-constexpr const char *lto_mode_env = "CUDAQ_RT_LTO";
 
 // What a link is asked for, whatever the arch.
 struct LinkSettings {
@@ -236,7 +217,7 @@ Status store_links(const std::filesystem::path &package, const LinkPlan &plan,
 
 struct LinkOptions {
   std::filesystem::path package;
-  std::vector<std::string> archs; // sm_NN with an optional a/f suffix
+  std::vector<TargetArch> archs;
   LinkSettings settings;
   unsigned jobs = 0;    // 0: the machine's cores (archs, and per-TU units, linked at once)
   bool dry_run = false; // plan and print keys, link nothing, write nothing
@@ -252,6 +233,9 @@ struct LinkReport {
   std::vector<ArchLink> archs;
   bool ok() const;
 };
+
+// What link_package refuses before it opens anything (no target arch).
+Status check_link_options(const LinkOptions &options);
 
 // cudaq-rt-link: plans once, links every arch (in parallel) and, when every arch succeeded,
 // stores them all in one atomic replace. A failure of any arch leaves the package unchanged.

@@ -130,43 +130,6 @@ bool carries_ltoir(const std::vector<EntryRecord> &entries) {
 
 } // namespace
 
-const char *lto_mode_name(LtoMode mode) {
-  return mode == LtoMode::per_tu ? "per-tu" : "whole";
-}
-
-std::optional<LtoMode> parse_lto_mode(std::string_view text) {
-  if (text == "per-tu")
-    return LtoMode::per_tu;
-  if (text == "whole")
-    return LtoMode::whole;
-  return std::nullopt;
-}
-
-std::string TargetArch::str() const {
-  return suffix ? cat("sm_", sm, suffix) : cat("sm_", sm);
-}
-
-std::optional<TargetArch> parse_arch(std::string_view text) {
-  if (text.substr(0, 3) != "sm_" || text.size() < 5)
-    return std::nullopt;
-  text.remove_prefix(3);
-  TargetArch a;
-  if (text.back() == 'a' || text.back() == 'f') {
-    a.suffix = text.back();
-    text.remove_suffix(1);
-  }
-  if (text.empty() || text.size() > 3 || text[0] == '0')
-    return std::nullopt;
-  for (char c : text) {
-    if (c < '0' || c > '9')
-      return std::nullopt;
-    a.sm = a.sm * 10 + static_cast<uint32_t>(c - '0');
-  }
-  if (a.sm < 50)
-    return std::nullopt;
-  return a;
-}
-
 std::string describe_entries(const std::vector<EntryRecord> &entries) {
   std::string s;
   for (const EntryRecord &e : entries)
@@ -252,13 +215,13 @@ LinkKey LinkPlan::key(const TargetArch &arch) const {
     std::vector<uint32_t> sizes;
     for (const LinkUnit &u : units)
       sizes.push_back(static_cast<uint32_t>(u.count));
-    return LinkKey::make(arch.str(), options(arch), nvjitlink, input_digests(), "per-tu",
-                         std::move(sizes));
+    return LinkKey::make(arch, options(arch), nvjitlink, input_digests(),
+                         LinkedForm{LtoMode::per_tu}, std::move(sizes));
   }
   std::vector<Digest> digests = input_digests();
   if (direct_calls)
     digests.push_back(direct_calls->digest());
-  return LinkKey::make(arch.str(), options(arch), nvjitlink, std::move(digests));
+  return LinkKey::make(arch, options(arch), nvjitlink, std::move(digests));
 }
 
 std::vector<std::string> LinkPlan::unit_options(const TargetArch &arch) const {
@@ -282,7 +245,8 @@ LinkKey LinkPlan::unit_key(const TargetArch &arch, const LinkUnit &unit) const {
     digests.push_back(inputs[k].digest);
   if (unit.dispatcher && direct_calls)
     digests.push_back(direct_calls->digest());
-  return LinkKey::make(arch.str(), unit_options(arch), nvjitlink, std::move(digests), "object");
+  return LinkKey::make(arch, unit_options(arch), nvjitlink, std::move(digests),
+                       LinkedForm{LtoMode::per_tu, /*unit=*/true});
 }
 
 std::vector<std::string> LinkPlan::final_options(const TargetArch &arch) const {

@@ -44,14 +44,12 @@ Expected<CubinChoice> select_cubin(const Package &package, const LinkPlan &plan,
   for (const LinkRecord &l : package.manifest().links) {
     if (l.arch != c.arch || l.bridge != plan.bridge || l.dispatcher != plan.dispatcher)
       continue;
-    if (plan.settings.lto_mode && l.mode != "cubin" &&
-        (l.mode == "lto-per-tu") != (*plan.settings.lto_mode == LtoMode::per_tu)) {
-      c.notes.push_back(cat("the package's cubin for ", what, " was linked ",
-                            l.mode == "lto-per-tu" ? "per-tu" : "whole", ", not ",
-                            lto_mode_name(*plan.settings.lto_mode), ": not used"));
+    if (plan.settings.lto_mode && l.lto && *l.lto != *plan.settings.lto_mode) {
+      c.notes.push_back(cat("the package's cubin for ", what, " was linked ", lto_mode_name(*l.lto),
+                            ", not ", lto_mode_name(*plan.settings.lto_mode), ": not used"));
       continue;
     }
-    if (l.inputs != per_tu_inputs && (l.mode == "lto-per-tu" || l.inputs != whole_inputs)) {
+    if (l.inputs != per_tu_inputs && (l.lto == LtoMode::per_tu || l.inputs != whole_inputs)) {
       stale = true;
       continue;
     }

@@ -190,7 +190,7 @@ json Manifest::to_json() const {
     j["links"].push_back({{"arch", l.arch},
                           {"bridge", l.bridge},
                           {"dispatcher", l.dispatcher},
-                          {"mode", l.mode},
+                          {"mode", linked_mode_name(l.lto)},
                           {"options", l.options},
                           {"nvjitlink_version", l.nvjitlink_version},
                           {"inputs", inputs},
@@ -359,7 +359,10 @@ Expected<Manifest> Manifest::parse(const std::string &text, const std::string &s
       l.arch = str(jl, "arch", p);
       l.bridge = str(jl, "bridge", p);
       l.dispatcher = str(jl, "dispatcher", p);
-      l.mode = str(jl, "mode", p);
+      auto lto = parse_linked_mode(str(jl, "mode", p));
+      if (!lto)
+        throw Bad{cat(p, ".mode: expected \"cubin\", \"lto\" or \"lto-per-tu\"")};
+      l.lto = *lto;
       for (const json &o : array(jl, "options", p)) {
         if (!o.is_string())
           throw Bad{cat(p, ".options: expected strings")};

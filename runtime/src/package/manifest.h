@@ -4,6 +4,7 @@
 
 #include "base/digest.h"
 #include "cudaq_rt/error.h"
+#include "formats/target.h"
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -88,10 +89,10 @@ struct AliasEntry {
 };
 
 struct LinkRecord {
-  std::string arch;       // sm_NN, with any a/f suffix
-  std::string bridge;     // bridge name, or empty for none
-  std::string dispatcher; // "builtin" or the custom kernel's name
-  std::string mode;       // "lto" or "cubin"
+  std::string arch;           // sm_NN, with any a/f suffix
+  std::string bridge;         // bridge name, or empty for none
+  std::string dispatcher;     // "builtin" or the custom kernel's name
+  std::optional<LtoMode> lto; // how LTO-IR was linked; none: the inputs held no LTO-IR
   std::vector<std::string> options;
   std::string nvjitlink_version;
   std::vector<Digest> inputs; // in link order

@@ -18,6 +18,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
+TargetArch arch(std::string_view text) {
+  auto a = parse_arch(text);
+  REQUIRE(a);
+  return *a;
+}
+
 NvJitLinkIdentity fake_nvjitlink() {
   return {13, 0, "/opt/cuda/lib/libnvJitLink.so.13.0.88", 98806736, 1700000000000000000};
 }
@@ -27,7 +33,7 @@ Digest input(int i) {
 }
 
 LinkKey key_for(int i, std::vector<std::string> options = {"-arch=sm_90", "-lto"}) {
-  return LinkKey::make("sm_90", options, fake_nvjitlink(), {input(i), input(i + 1000)});
+  return LinkKey::make(arch("sm_90"), options, fake_nvjitlink(), {input(i), input(i + 1000)});
 }
 
 std::vector<uint8_t> cubin_for(int i, size_t size = 1000) {
@@ -95,46 +101,52 @@ CacheStats stats_of(const LinkCache &cache) {
 
 TEST_CASE("every part of the key changes the key") {
   const std::vector<std::string> options = {"-arch=sm_90a", "-lto"};
-  LinkKey base = LinkKey::make("sm_90a", options, fake_nvjitlink(), {input(1), input(2)});
+  LinkKey base = LinkKey::make(arch("sm_90a"), options, fake_nvjitlink(), {input(1), input(2)});
 
-  CHECK(LinkKey::make("sm_90a", options, fake_nvjitlink(), {input(1), input(2)}).digest ==
+  CHECK(LinkKey::make(arch("sm_90a"), options, fake_nvjitlink(), {input(1), input(2)}).digest ==
         base.digest);
-  CHECK(LinkKey::make("sm_90", options, fake_nvjitlink(), {input(1), input(2)}).digest !=
+  CHECK(LinkKey::make(arch("sm_90"), options, fake_nvjitlink(), {input(1), input(2)}).digest !=
         base.digest);
-  CHECK(LinkKey::make("sm_90f", options, fake_nvjitlink(), {input(1), input(2)}).digest !=
+  CHECK(LinkKey::make(arch("sm_90f"), options, fake_nvjitlink(), {input(1), input(2)}).digest !=
         base.digest);
-  CHECK(LinkKey::make("sm_90a", std::vector<std::string>{"-arch=sm_90a"}, fake_nvjitlink(),
+  CHECK(LinkKey::make(arch("sm_90a"), std::vector<std::string>{"-arch=sm_90a"}, fake_nvjitlink(),
                       {input(1), input(2)})
             .digest != base.digest);
-  CHECK(LinkKey::make("sm_90a", std::vector<std::string>{"-arch=sm_90a", "-lto", "-O0"},
+  CHECK(LinkKey::make(arch("sm_90a"), std::vector<std::string>{"-arch=sm_90a", "-lto", "-O0"},
                       fake_nvjitlink(), {input(1), input(2)})
             .digest != base.digest);
-  CHECK(LinkKey::make("sm_90a", options, fake_nvjitlink(), {input(2), input(1)}).digest !=
+  CHECK(LinkKey::make(arch("sm_90a"), options, fake_nvjitlink(), {input(2), input(1)}).digest !=
         base.digest);
-  CHECK(LinkKey::make("sm_90a", options, fake_nvjitlink(), {input(1)}).digest != base.digest);
+  CHECK(LinkKey::make(arch("sm_90a"), options, fake_nvjitlink(), {input(1)}).digest != base.digest);
 
   NvJitLinkIdentity newer = fake_nvjitlink();
   newer.minor = 1;
-  CHECK(LinkKey::make("sm_90a", options, newer, {input(1), input(2)}).digest != base.digest);
+  CHECK(LinkKey::make(arch("sm_90a"), options, newer, {input(1), input(2)}).digest != base.digest);
   NvJitLinkIdentity touched = fake_nvjitlink();
   touched.mtime_ns += 1;
-  CHECK(LinkKey::make("sm_90a", options, touched, {input(1), input(2)}).digest != base.digest);
+  CHECK(LinkKey::make(arch("sm_90a"), options, touched, {input(1), input(2)}).digest !=
+        base.digest);
   NvJitLinkIdentity resized = fake_nvjitlink();
   resized.size += 1;
-  CHECK(LinkKey::make("sm_90a", options, resized, {input(1), input(2)}).digest != base.digest);
+  CHECK(LinkKey::make(arch("sm_90a"), options, resized, {input(1), input(2)}).digest !=
+        base.digest);
   NvJitLinkIdentity moved = fake_nvjitlink();
   moved.path = "/usr/lib/libnvJitLink.so.13";
-  CHECK(LinkKey::make("sm_90a", options, moved, {input(1), input(2)}).digest != base.digest);
+  CHECK(LinkKey::make(arch("sm_90a"), options, moved, {input(1), input(2)}).digest != base.digest);
 }
 
 TEST_CASE("the mode is part of a key, and a whole-program key is as it was before modes") {
   const std::vector<std::string> options = {"-arch=sm_90", "-lto"};
   const std::vector<Digest> inputs = {input(1), input(2), input(3)};
-  LinkKey whole = LinkKey::make("sm_90", options, fake_nvjitlink(), inputs);
-  CHECK(LinkKey::make("sm_90", options, fake_nvjitlink(), inputs, "").digest == whole.digest);
-  LinkKey per_tu = LinkKey::make("sm_90", options, fake_nvjitlink(), inputs, "per-tu", {2, 1});
-  LinkKey regrouped = LinkKey::make("sm_90", options, fake_nvjitlink(), inputs, "per-tu", {1, 2});
-  LinkKey object = LinkKey::make("sm_90", options, fake_nvjitlink(), inputs, "object");
+  LinkKey whole = LinkKey::make(arch("sm_90"), options, fake_nvjitlink(), inputs);
+  CHECK(LinkKey::make(arch("sm_90"), options, fake_nvjitlink(), inputs, LinkedForm{}).digest ==
+        whole.digest);
+  LinkKey per_tu = LinkKey::make(arch("sm_90"), options, fake_nvjitlink(), inputs,
+                                 LinkedForm{LtoMode::per_tu}, {2, 1});
+  LinkKey regrouped = LinkKey::make(arch("sm_90"), options, fake_nvjitlink(), inputs,
+                                    LinkedForm{LtoMode::per_tu}, {1, 2});
+  LinkKey object = LinkKey::make(arch("sm_90"), options, fake_nvjitlink(), inputs,
+                                 LinkedForm{LtoMode::per_tu, true});
   std::set<std::string> digests{whole.digest.str(), per_tu.digest.str(), regrouped.digest.str(),
                                 object.digest.str()};
   CHECK(digests.size() == 4);
@@ -142,15 +154,15 @@ TEST_CASE("the mode is part of a key, and a whole-program key is as it was befor
   CHECK_FALSE(per_tu.object());
   CHECK(whole.to_json()["mode"] == "whole");
   CHECK(per_tu.to_json()["units"] == nlohmann::json::array({2, 1}));
-  CHECK(LinkMetadata::from_key(object).mode == "object");
+  CHECK(LinkMetadata::from_key(object).form.text() == "object");
   auto back = LinkMetadata::from_json(LinkMetadata::from_key(per_tu).to_json());
   REQUIRE(back);
-  CHECK(back->mode == "per-tu");
+  CHECK(back->form == LinkedForm{LtoMode::per_tu});
 }
 
 TEST_CASE("options that cannot change the cubin do not change the key") {
   auto key = [](std::vector<std::string> options) {
-    return LinkKey::make("sm_90", options, fake_nvjitlink(), {input(1)}).digest;
+    return LinkKey::make(arch("sm_90"), options, fake_nvjitlink(), {input(1)}).digest;
   };
   Digest base = key({"-arch=sm_90", "-lto", "-kernels-used=a", "-kernels-used=b"});
   CHECK(key({"-arch=sm_90", "-lto", "-kernels-used=a", "-time", "-kernels-used=b", "-no-cache"}) ==
@@ -183,7 +195,7 @@ TEST_CASE("normalized options keep order, drop noise and sort the sets") {
                                    "-variables-used=c",
                                    "-variables-used=g"};
   CHECK(normalize_link_options(in) == want);
-  LinkKey key = LinkKey::make("sm_80", in, fake_nvjitlink(), {});
+  LinkKey key = LinkKey::make(arch("sm_80"), in, fake_nvjitlink(), {});
   CHECK(key.options == want);
   CHECK(key.to_json()["options"] == nlohmann::json(want));
   CHECK(key.to_json()["digest"] == key.digest.str());
@@ -394,8 +406,8 @@ TEST_CASE("the counters add up") {
   CHECK(s.to_json()["hits"] == 3);
 
   // A unit's entry counts apart from the modules.
-  LinkKey unit = LinkKey::make("sm_90", std::vector<std::string>{"-arch=sm_90"}, fake_nvjitlink(),
-                               {input(9)}, "object");
+  LinkKey unit = LinkKey::make(arch("sm_90"), std::vector<std::string>{"-arch=sm_90"},
+                               fake_nvjitlink(), {input(9)}, LinkedForm{LtoMode::per_tu, true});
   CHECK_FALSE(cache.get(unit));
   REQUIRE(cache.put(unit, cubin_for(9), LinkMetadata::from_key(unit)));
   CHECK(cache.get(unit));

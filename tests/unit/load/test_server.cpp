@@ -217,7 +217,7 @@ TEST_CASE("a package's cubin serves any mode, unless a mode is asked for by name
   auto linked = Server::start(whole, gpu);
   REQUIRE_MESSAGE(linked, error_of(linked));
   CHECK((*linked)->report().source == CubinSource::link);
-  CHECK((*linked)->report().record.mode == "lto");
+  CHECK((*linked)->report().record.lto == LtoMode::whole);
   const Digest whole_key = (*linked)->report().record.cache_key;
   const std::vector<Digest> whole_inputs = (*linked)->report().record.inputs;
   linked->reset();
@@ -244,7 +244,7 @@ TEST_CASE("a package's cubin serves any mode, unless a mode is asked for by name
   auto relinked = Server::start(per_tu, gpu);
   REQUIRE_MESSAGE(relinked, error_of(relinked));
   CHECK((*relinked)->report().source == CubinSource::link);
-  CHECK((*relinked)->report().record.mode == "lto-per-tu");
+  CHECK((*relinked)->report().record.lto == LtoMode::per_tu);
   const std::vector<std::string> &notes = (*relinked)->report().notes;
   CHECK(std::count(notes.begin(), notes.end(),
                    "linked per TU: 0 of 5 units from the cache, 5 compiled") == 1);
@@ -267,7 +267,7 @@ TEST_CASE("the whole program the per-TU fallback linked serves the next start fr
   ::unsetenv(force_whole_link_env);
   REQUIRE_MESSAGE(linked, error_of(linked));
   CHECK((*linked)->report().source == CubinSource::link);
-  CHECK((*linked)->report().record.mode == "lto");
+  CHECK((*linked)->report().record.lto == LtoMode::whole);
   linked->reset();
 
   LoadOptions no_link = f.options(pkg, "");

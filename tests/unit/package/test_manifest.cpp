@@ -55,7 +55,7 @@ Manifest full_manifest() {
   l.arch = "sm_90a";
   l.bridge = "udp";
   l.dispatcher = "builtin";
-  l.mode = "lto";
+  l.lto = LtoMode::whole;
   l.options = {"-arch=sm_90a", "-lto"};
   l.nvjitlink_version = "13.0";
   l.inputs = {d("container1"), d("container0")};
