@@ -1,0 +1,498 @@
+// The C API (cudaq_rt.h) without a GPU: every entry point's code and last error for NULL handles
+// and pointers and for a bad configuration, the error being the calling thread's own; what an
+// unloaded server refuses, and the driver's "no GPU" on this machine. Then, through the test seam
+// (capi_gpu.h: a server on a fake GPU, fake_gpu.h) and the echo bridge (echo_bridge.c), what a
+// loaded and a running server refuse, and cudaq_rt_call's codes for an answer, a handler's status,
+// a timeout, another request's answer and a result too big for the caller's buffer. One link at
+// load (the example app, per TU), kept in a link cache for the later loads.
+#include "cudaq_rt/cudaq_rt.h"
+
+#include "load/capi_gpu.h"
+#include "pack/pack.h"
+
+#include <doctest/doctest.h>
+
+#include "fake_gpu.h"
+#include "scratch_dir.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <thread>
+
+namespace fs = std::filesystem;
+using namespace cudaq_rt;
+
+namespace {
+
+std::string last_error() {
+  return cudaq_rt_last_error();
+}
+
+struct Fixture {
+  ScratchDir dir{"cudaq_rt_test_capi"};
+  fs::path package, with_dispatcher;
+  std::string cache;
+
+  Fixture() {
+    ::setenv("CUDAQ_RT_BRIDGE_PATH", CUDAQ_RT_TEST_ECHO_BRIDGE_DIR, 1);
+    PackOptions o;
+    o.inputs = {{CUDAQ_RT_TEST_EXAMPLE_APP, Role::application, ""},
+                {CUDAQ_RT_TEST_LOOPBACK_BRIDGE, Role::bridge, "echo"}};
+    o.output_dir = dir.path;
+    o.name = "example";
+    o.aliases = {"add_them=sum_i32"};
+    auto packed = pack(o);
+    REQUIRE_MESSAGE(packed, (packed ? "" : packed.error().str()));
+    package = packed->dir;
+    o.inputs.push_back({CUDAQ_RT_TEST_UNIT_INPUTS "/dispatcher.o", Role::dispatcher, ""});
+    o.name = "custom";
+    o.aliases.clear();
+    packed = pack(o);
+    REQUIRE_MESSAGE(packed, (packed ? "" : packed.error().str()));
+    with_dispatcher = packed->dir;
+    cache = (dir.path / "cache").string();
+  }
+};
+
+Fixture &fixture() {
+  static Fixture f;
+  return f;
+}
+
+// The example package opened, freed at the end of the scope.
+struct Code {
+  cudaq_rt_code *code = nullptr;
+  explicit Code(const fs::path &p) {
+    REQUIRE_MESSAGE(cudaq_rt_open_package(p.c_str(), &code) == CUDAQ_RT_OK, last_error());
+  }
+  ~Code() { cudaq_rt_code_destroy(code); }
+};
+
+struct Server {
+  cudaq_rt_server *s = nullptr;
+  ~Server() { cudaq_rt_server_destroy(s); }
+};
+
+cudaq_rt_config config(const char *bridge_config = nullptr) {
+  cudaq_rt_config c;
+  cudaq_rt_config_init(&c);
+  c.cache_dir = fixture().cache.c_str();
+  c.bridge_config = bridge_config;
+  c.stop_timeout_s = 0.2;
+  return c;
+}
+
+} // namespace
+
+TEST_CASE("cudaq_rt_config_init: the documented defaults") {
+  cudaq_rt_config c;
+  std::memset(&c, 0x5a, sizeof c);
+  cudaq_rt_config_init(&c);
+  CHECK(c.struct_size == sizeof c);
+  CHECK(c.device == 0);
+  CHECK(c.bridge == nullptr);
+  CHECK(c.bridge_config == nullptr);
+  CHECK(c.dispatcher == nullptr);
+  CHECK(c.grid_blocks == 0);
+  CHECK(c.grid_threads == 0);
+  CHECK(c.allow_link == 1);
+  CHECK(c.use_cache == 1);
+  CHECK(c.cache_dir == nullptr);
+  CHECK(c.link_options == nullptr);
+  CHECK(c.num_link_options == 0);
+  CHECK(c.stop_timeout_s == 5);
+  cudaq_rt_config_init(nullptr); // ignored
+}
+
+// The call's code is CUDAQ_RT_E_ARGUMENT and the thread's last error, read right after it, is
+// `message`.
+void refused(int rc, const std::string &message) {
+  CHECK(rc == CUDAQ_RT_E_ARGUMENT);
+  CHECK(last_error() == message);
+}
+
+TEST_CASE("NULL handles and pointers: CUDAQ_RT_E_ARGUMENT, naming the call that refused them") {
+  cudaq_rt_code *code = reinterpret_cast<cudaq_rt_code *>(0x1);
+  cudaq_rt_server *server = reinterpret_cast<cudaq_rt_server *>(0x1);
+  cudaq_rt_device_fn fn = 0;
+  cudaq_rt_dispatch_stats stats{};
+  uint8_t buffer[8];
+  size_t size = 0;
+  int accepted = 0;
+  uint32_t result_len = 0;
+  int32_t status = 0;
+  cudaq_rt_config cfg = config();
+  refused(cudaq_rt_open_package(nullptr, &code),
+          "cudaq_rt_open_package: path and code must not be NULL");
+  refused(cudaq_rt_open_package("x.cudaqpkg", nullptr),
+          "cudaq_rt_open_package: path and code must not be NULL");
+  refused(cudaq_rt_open_self(nullptr), "cudaq_rt_open_self: code must not be NULL");
+  refused(cudaq_rt_find_dispatch_kernel(nullptr, "mine"),
+          "cudaq_rt_find_dispatch_kernel: code and name must not be NULL");
+  refused(cudaq_rt_server_create(nullptr, &cfg, &server),
+          "cudaq_rt_server_create: code and server must not be NULL");
+  refused(cudaq_rt_server_create(code, &cfg, nullptr),
+          "cudaq_rt_server_create: code and server must not be NULL");
+  refused(cudaq_rt_server_configure(nullptr, &cfg),
+          "cudaq_rt_server_configure: server and config must not be NULL");
+  refused(cudaq_rt_server_configure(server, nullptr),
+          "cudaq_rt_server_configure: server and config must not be NULL");
+  refused(cudaq_rt_load(nullptr), "cudaq_rt_load: server must not be NULL");
+  refused(cudaq_rt_lookup_handler(nullptr, "echo", &fn),
+          "cudaq_rt_lookup_handler: server, name and fn must not be NULL");
+  refused(cudaq_rt_lookup_handler(server, nullptr, &fn),
+          "cudaq_rt_lookup_handler: server, name and fn must not be NULL");
+  refused(cudaq_rt_lookup_handler(server, "echo", nullptr),
+          "cudaq_rt_lookup_handler: server, name and fn must not be NULL");
+  refused(cudaq_rt_set_function(nullptr, 1, fn), "cudaq_rt_set_function: server must not be NULL");
+  refused(cudaq_rt_clear_functions(nullptr), "cudaq_rt_clear_functions: server must not be NULL");
+  refused(cudaq_rt_set_global(nullptr, "g", buffer, 1),
+          "cudaq_rt_set_global: server, name and data must not be NULL");
+  refused(cudaq_rt_set_global(server, nullptr, buffer, 1),
+          "cudaq_rt_set_global: server, name and data must not be NULL");
+  refused(cudaq_rt_start(nullptr), "cudaq_rt_start: server must not be NULL");
+  refused(cudaq_rt_stop(nullptr), "cudaq_rt_stop: server must not be NULL");
+  refused(cudaq_rt_check(nullptr), "cudaq_rt_check: server must not be NULL");
+  refused(cudaq_rt_get_stats(nullptr, &stats),
+          "cudaq_rt_get_stats: server and stats must not be NULL");
+  refused(cudaq_rt_get_stats(server, nullptr),
+          "cudaq_rt_get_stats: server and stats must not be NULL");
+  refused(cudaq_rt_send(nullptr, buffer, 8, &accepted),
+          "cudaq_rt_send: server, frame and accepted must not be NULL");
+  refused(cudaq_rt_send(server, buffer, 8, nullptr),
+          "cudaq_rt_send: server, frame and accepted must not be NULL");
+  refused(cudaq_rt_receive(nullptr, buffer, 8, &size),
+          "cudaq_rt_receive: server, buffer and size must not be NULL");
+  refused(cudaq_rt_receive(server, buffer, 8, nullptr),
+          "cudaq_rt_receive: server, buffer and size must not be NULL");
+  refused(cudaq_rt_call(nullptr, 1, buffer, 1, buffer, 8, &result_len, &status, 1),
+          "cudaq_rt_call: server, arg, result, result_len and status must not be NULL");
+  refused(cudaq_rt_call(server, 1, buffer, 1, buffer, 8, nullptr, &status, 1),
+          "cudaq_rt_call: server, arg, result, result_len and status must not be NULL");
+  refused(cudaq_rt_call(server, 1, buffer, 1, buffer, 8, &result_len, nullptr, 1),
+          "cudaq_rt_call: server, arg, result, result_len and status must not be NULL");
+  // Where there is nowhere to say NULL, nothing is written.
+  CHECK(code == reinterpret_cast<cudaq_rt_code *>(0x1));
+  CHECK(server == reinterpret_cast<cudaq_rt_server *>(0x1));
+  // Functions that cannot fail answer NULL and 0 for NULL.
+  CHECK(cudaq_rt_code_handler(nullptr, 0) == nullptr);
+  CHECK(cudaq_rt_slot_size(nullptr) == 0);
+  cudaq_rt_code_destroy(nullptr);
+  cudaq_rt_server_destroy(nullptr);
+}
+
+TEST_CASE("the last error is the calling thread's own") {
+  CHECK(cudaq_rt_load(nullptr) == CUDAQ_RT_E_ARGUMENT);
+  const std::string mine = last_error();
+  std::string theirs_before = "(not run)", theirs_after;
+  int rc = -1;
+  std::thread other([&] {
+    theirs_before = cudaq_rt_last_error();
+    cudaq_rt_code *code = nullptr;
+    rc = cudaq_rt_open_package("/nonexistent/other.cudaqpkg", &code);
+    theirs_after = cudaq_rt_last_error();
+  });
+  other.join();
+  CHECK(theirs_before == ""); // a fresh thread has none
+  CHECK(rc == CUDAQ_RT_E_NOT_FOUND);
+  CHECK(theirs_after == "'/nonexistent/other.cudaqpkg': no such package");
+  CHECK(last_error() == mine);
+  CHECK(mine == "cudaq_rt_load: server must not be NULL");
+}
+
+TEST_CASE("opening code: no such package, not a package, its handlers and aliases") {
+  cudaq_rt_code *code = reinterpret_cast<cudaq_rt_code *>(0x1);
+  CHECK(cudaq_rt_open_package("/nonexistent/x.cudaqpkg", &code) == CUDAQ_RT_E_NOT_FOUND);
+  CHECK(code == nullptr);
+  CHECK(last_error() == "'/nonexistent/x.cudaqpkg': no such package");
+  ScratchDir s;
+  CHECK(cudaq_rt_open_package(s.path.c_str(), &code) == CUDAQ_RT_E_FAILED);
+  CHECK(code == nullptr);
+  CHECK(last_error().rfind("'" + s.path.string() + "", 0) == 0);
+
+  Code example(fixture().package);
+  std::vector<std::string> names;
+  for (size_t i = 0; cudaq_rt_code_handler(example.code, i); ++i)
+    names.push_back(cudaq_rt_code_handler(example.code, i));
+  CHECK(names == std::vector<std::string>{"axpy_f32", "echo", "lut_decode", "parity", "sum_i32",
+                                          "add_them"});
+  CHECK(cudaq_rt_code_handler(example.code, names.size()) == nullptr);
+
+  CHECK(cudaq_rt_find_dispatch_kernel(example.code, "mine") == CUDAQ_RT_E_NOT_FOUND);
+  CHECK(last_error() == "'" + fixture().package.string() +
+                            "': no dispatch kernel 'mine': the code exports none ('builtin' is "
+                            "the unified kernel, 'warp' the warp-wide one)");
+  CHECK(cudaq_rt_find_dispatch_kernel(example.code, nullptr) == CUDAQ_RT_E_ARGUMENT);
+  Code custom(fixture().with_dispatcher);
+  CHECK(cudaq_rt_find_dispatch_kernel(custom.code, "test_custom_dispatch") == CUDAQ_RT_OK);
+  CHECK(cudaq_rt_find_dispatch_kernel(custom.code, "mine") == CUDAQ_RT_E_NOT_FOUND);
+  CHECK(last_error() == "'" + fixture().with_dispatcher.string() +
+                            "': no dispatch kernel 'mine': the code exports test_custom_dispatch "
+                            "('builtin' is the unified kernel, 'warp' the warp-wide one)");
+}
+
+TEST_CASE("a configuration that cannot be right is refused at create and at configure") {
+  Code example(fixture().package);
+  const char *const options[] = {"-O3", nullptr};
+  struct Case {
+    std::function<void(cudaq_rt_config &)> change;
+    int rc;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {[](cudaq_rt_config &c) { c.struct_size = 8; }, CUDAQ_RT_E_ARGUMENT,
+       cat("cudaq_rt_config: struct_size is 8, not ", sizeof(cudaq_rt_config),
+           " (initialise it with cudaq_rt_config_init)")},
+      {[](cudaq_rt_config &c) { c.device = -1; }, CUDAQ_RT_E_ARGUMENT,
+       "cudaq_rt_config: device -1 is negative"},
+      {[](cudaq_rt_config &c) { c.grid_blocks = 2; }, CUDAQ_RT_E_ARGUMENT,
+       "cudaq_rt_config: grid_blocks and grid_threads are both 0 (the default shape) or both "
+       "positive"},
+      {[](cudaq_rt_config &c) { c.num_link_options = 2; }, CUDAQ_RT_E_ARGUMENT,
+       "cudaq_rt_config: link_options is NULL but num_link_options is 2"},
+      {[&](cudaq_rt_config &c) {
+         c.link_options = options;
+         c.num_link_options = 2;
+       },
+       CUDAQ_RT_E_ARGUMENT, "cudaq_rt_config: link_options[1] is NULL"},
+      {[](cudaq_rt_config &c) { c.stop_timeout_s = -1; }, CUDAQ_RT_E_ARGUMENT,
+       "cudaq_rt_config: stop_timeout_s must be 0 or more"},
+      {[](cudaq_rt_config &c) { c.stop_timeout_s = std::nan(""); }, CUDAQ_RT_E_ARGUMENT,
+       "cudaq_rt_config: stop_timeout_s must be 0 or more"},
+      {[](cudaq_rt_config &c) { c.dispatcher = "mine"; }, CUDAQ_RT_E_NOT_FOUND,
+       "'" + fixture().package.string() +
+           "': no dispatch kernel 'mine': the code exports none ('builtin' is the unified "
+           "kernel, 'warp' the warp-wide one)"},
+  };
+  Server good;
+  cudaq_rt_config ok = config();
+  REQUIRE(cudaq_rt_server_create(example.code, &ok, &good.s) == CUDAQ_RT_OK);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    CAPTURE(i);
+    cudaq_rt_config c = config();
+    cases[i].change(c);
+    cudaq_rt_server *s = reinterpret_cast<cudaq_rt_server *>(0x1);
+    CHECK(cudaq_rt_server_create(example.code, &c, &s) == cases[i].rc);
+    CHECK(s == nullptr);
+    CHECK(last_error() == cases[i].message);
+    CHECK(cudaq_rt_server_configure(good.s, &c) == cases[i].rc);
+    CHECK(last_error() == cases[i].message);
+  }
+  // "builtin" is always there; a NULL config is the defaults.
+  ok.dispatcher = "builtin";
+  CHECK(cudaq_rt_server_configure(good.s, &ok) == CUDAQ_RT_OK);
+  Server defaults;
+  CHECK(cudaq_rt_server_create(example.code, nullptr, &defaults.s) == CUDAQ_RT_OK);
+  CHECK(defaults.s != nullptr);
+}
+
+TEST_CASE("an unloaded server: what needs a module or a running kernel says so") {
+  Code example(fixture().package);
+  cudaq_rt_config cfg = config();
+  Server server;
+  REQUIRE(cudaq_rt_server_create(example.code, &cfg, &server.s) == CUDAQ_RT_OK);
+  cudaq_rt_server *s = server.s;
+  const std::string who = "'" + fixture().package.string() + "': ";
+  cudaq_rt_device_fn fn = 0;
+  cudaq_rt_dispatch_stats stats{};
+  uint8_t buffer[64] = {};
+  size_t size = 99;
+  int accepted = 7;
+  uint32_t result_len = 99;
+  int32_t status = 99;
+
+  CHECK(cudaq_rt_lookup_handler(s, "echo", &fn) == CUDAQ_RT_E_STATE);
+  CHECK(last_error() ==
+        who + "cudaq_rt_lookup_handler 'echo': nothing is loaded (cudaq_rt_load first)");
+  CHECK(cudaq_rt_set_function(s, 7, 0x1234) == CUDAQ_RT_E_STATE);
+  CHECK(last_error() == who + "cudaq_rt_set_function: nothing is loaded (cudaq_rt_load first)");
+  CHECK(cudaq_rt_check(s) == CUDAQ_RT_E_STATE);
+  CHECK(last_error() == who + "nothing is loaded");
+  CHECK(cudaq_rt_get_stats(s, &stats) == CUDAQ_RT_E_STATE);
+  CHECK(last_error() == who + "nothing is loaded");
+  CHECK(cudaq_rt_receive(s, buffer, sizeof buffer, &size) == CUDAQ_RT_E_STATE);
+  CHECK(size == 0);
+  CHECK(last_error() == who + "nothing is loaded");
+  CHECK(cudaq_rt_send(s, buffer, 24, &accepted) == CUDAQ_RT_E_STATE);
+  CHECK(accepted == 0);
+  CHECK(last_error() == who + "cudaq_rt_send: the dispatch kernel is not running");
+  CHECK(cudaq_rt_call(s, 1, buffer, 4, buffer, 8, &result_len, &status, 0) == CUDAQ_RT_E_ARGUMENT);
+  CHECK(last_error() == "cudaq_rt_call: timeout_s must be more than 0");
+  CHECK(cudaq_rt_call(s, 1, nullptr, 4, buffer, 8, &result_len, &status, 1) == CUDAQ_RT_E_ARGUMENT);
+  CHECK(cudaq_rt_call(s, 1, buffer, 4, nullptr, 8, &result_len, &status, 1) == CUDAQ_RT_E_ARGUMENT);
+  CHECK(cudaq_rt_call(s, 1, buffer, 4, buffer, 8, &result_len, &status, 1) == CUDAQ_RT_E_STATE);
+  CHECK(result_len == 0);
+  CHECK(status == 0);
+  CHECK(last_error() == who + "cudaq_rt_call: the dispatch kernel is not running");
+  CHECK(cudaq_rt_set_global(s, "1table", buffer, 4) == CUDAQ_RT_E_ARGUMENT);
+  CHECK(last_error() == who + "global '1table' is not a C identifier");
+  CHECK(cudaq_rt_set_global(s, "table", nullptr, 4) == CUDAQ_RT_E_ARGUMENT);
+  // What can be done before a load: kept for it.
+  CHECK(cudaq_rt_set_global(s, "cudaq_rt_example_lut", buffer, 4) == CUDAQ_RT_OK);
+  CHECK(cudaq_rt_clear_functions(s) == CUDAQ_RT_OK);
+  CHECK(cudaq_rt_stop(s) == CUDAQ_RT_OK);
+  CHECK(cudaq_rt_slot_size(s) == 0);
+}
+
+TEST_CASE("on this machine's driver: no GPU, said plainly by load and start") {
+  auto why = no_gpu_reason();
+  if (!why) {
+    MESSAGE("this machine has a GPU: the no-GPU codes are not checked here");
+    return;
+  }
+  Code example(fixture().package);
+  cudaq_rt_config cfg = config();
+  Server server;
+  REQUIRE(cudaq_rt_server_create(example.code, &cfg, &server.s) == CUDAQ_RT_OK);
+  CHECK(cudaq_rt_load(server.s) == CUDAQ_RT_E_NO_GPU);
+  CHECK(last_error() == *why);
+  CHECK(cudaq_rt_start(server.s) == CUDAQ_RT_E_NO_GPU);
+  CHECK(last_error() == *why);
+  CHECK(cudaq_rt_slot_size(server.s) == 0);
+}
+
+TEST_CASE("a loaded and a running server: lookups, the table, calls, and what waits for a stop") {
+  Code example(fixture().package);
+  cudaq_rt_config cfg = config();
+  FakeGpu gpu;
+  Server server;
+  REQUIRE(create_server(example.code, &cfg, gpu, &server.s) == CUDAQ_RT_OK);
+  cudaq_rt_server *s = server.s;
+  const std::string who = "'" + fixture().package.string() + "': ";
+  REQUIRE_MESSAGE(cudaq_rt_load(s) == CUDAQ_RT_OK, last_error());
+  CHECK(cudaq_rt_slot_size(s) == 1024);
+
+  cudaq_rt_device_fn sum = 0, alias = 0, fn = 0;
+  CHECK(cudaq_rt_lookup_handler(s, "sum_i32", &sum) == CUDAQ_RT_OK);
+  CHECK(cudaq_rt_lookup_handler(s, "add_them", &alias) == CUDAQ_RT_OK);
+  CHECK(sum != 0);
+  CHECK(alias == sum);
+  CHECK(cudaq_rt_lookup_handler(s, "no_such", &fn) == CUDAQ_RT_E_NOT_FOUND);
+  CHECK(last_error() == who + "no handler 'no_such': the code exports axpy_f32, echo, lut_decode, "
+                              "parity, sum_i32, add_them");
+  CHECK(cudaq_rt_set_function(s, 7, sum) == CUDAQ_RT_OK);
+  CHECK(cudaq_rt_set_function(s, 7, sum) == CUDAQ_RT_E_ARGUMENT);
+  CHECK(last_error() == who + "function_id 0x7 is in the function table already");
+  CHECK(cudaq_rt_clear_functions(s) == CUDAQ_RT_OK);
+  CHECK(cudaq_rt_set_global(s, "cudaq_rt_no_such_global", &fn, 4) == CUDAQ_RT_E_NOT_FOUND);
+
+  REQUIRE_MESSAGE(cudaq_rt_start(s) == CUDAQ_RT_OK, last_error());
+  CHECK(gpu.launches == 1);
+  CHECK(cudaq_rt_check(s) == CUDAQ_RT_OK);
+  const std::string running = "the dispatch kernel is running";
+  CHECK(cudaq_rt_start(s) == CUDAQ_RT_E_STATE);
+  CHECK(last_error() == who + "cudaq_rt_start: " + running);
+  CHECK(cudaq_rt_load(s) == CUDAQ_RT_E_STATE);
+  CHECK(last_error() == who + "cudaq_rt_load: " + running + " (stop it first)");
+  CHECK(cudaq_rt_server_configure(s, &cfg) == CUDAQ_RT_E_STATE);
+  CHECK(last_error() == who + "cudaq_rt_server_configure: " + running);
+  CHECK(cudaq_rt_set_function(s, 9, sum) == CUDAQ_RT_E_STATE);
+  CHECK(last_error() == who + "cudaq_rt_set_function: " + running);
+  CHECK(cudaq_rt_clear_functions(s) == CUDAQ_RT_E_STATE);
+  CHECK(last_error() == who + "cudaq_rt_clear_functions: " + running);
+  CHECK(cudaq_rt_set_global(s, "cudaq_rt_example_lut", &fn, 4) == CUDAQ_RT_E_STATE);
+  CHECK(last_error() ==
+        who + "global 'cudaq_rt_example_lut' cannot be written while the dispatch kernel runs");
+
+  // A call the echo bridge answers: the result, its length and status.
+  const uint8_t arg[5] = {1, 2, 3, 4, 5};
+  uint8_t result[16] = {};
+  uint32_t result_len = 0;
+  int32_t status = -1;
+  REQUIRE_MESSAGE(cudaq_rt_call(s, cudaq_rt_function_id("echo"), arg, 5, result, sizeof result,
+                                &result_len, &status, 1.0) == CUDAQ_RT_OK,
+                  last_error());
+  CHECK(result_len == 5);
+  CHECK(status == 0);
+  CHECK(std::equal(arg, arg + 5, result));
+  CHECK(cudaq_rt_call(s, 1, arg, 5, result, 2, &result_len, &status, 1.0) == CUDAQ_RT_E_ARGUMENT);
+  CHECK(last_error() == who + "the result is 5 bytes, more than the 2 the caller has room for");
+  std::vector<uint8_t> big(1001);
+  CHECK(cudaq_rt_call(s, 1, big.data(), 1001, result, 16, &result_len, &status, 1.0) ==
+        CUDAQ_RT_E_ARGUMENT);
+  CHECK(last_error() ==
+        who + "cudaq_rt_call: 1001 bytes of arguments, but the bridge's slots hold 1000");
+
+  // send and receive: a whole frame in, its response out.
+  cudaq_rt_request_header h{CUDAQ_RT_REQUEST_MAGIC, 1, 0, 500, 0};
+  int accepted = 0;
+  CHECK(cudaq_rt_send(s, &h, sizeof h, &accepted) == CUDAQ_RT_OK);
+  CHECK(accepted == 1);
+  uint8_t frame[64];
+  size_t size = 0;
+  CHECK(cudaq_rt_receive(s, frame, sizeof frame, &size) == CUDAQ_RT_OK);
+  REQUIRE(size == sizeof(cudaq_rt_response_header));
+  cudaq_rt_response_header rs;
+  std::memcpy(&rs, frame, sizeof rs);
+  CHECK(rs.magic == CUDAQ_RT_RESPONSE_MAGIC);
+  CHECK(rs.request_id == 500);
+  CHECK(cudaq_rt_receive(s, frame, sizeof frame, &size) == CUDAQ_RT_OK);
+  CHECK(size == 0); // none yet
+
+  cudaq_rt_dispatch_stats stats{};
+  CHECK(cudaq_rt_get_stats(s, &stats) == CUDAQ_RT_OK);
+  CHECK(cudaq_rt_stop(s) == CUDAQ_RT_OK);
+  CHECK(cudaq_rt_check(s) == CUDAQ_RT_E_STATE);
+  CHECK(last_error() == who + "the dispatch kernel is not running");
+  // Stopped, it may be written again and started on the same load.
+  CHECK(cudaq_rt_set_function(s, 9, sum) == CUDAQ_RT_OK);
+  REQUIRE_MESSAGE(cudaq_rt_start(s) == CUDAQ_RT_OK, last_error());
+  CHECK(gpu.launches == 2);
+}
+
+TEST_CASE("cudaq_rt_call's codes: a handler's status, a timeout, someone else's answer, a fault") {
+  Code example(fixture().package);
+  const std::string who = "'" + fixture().package.string() + "': ";
+  const uint8_t arg[4] = {1, 2, 3, 4};
+  uint8_t result[8];
+  uint32_t result_len = 0;
+  int32_t status = 0;
+  auto started = [&](const char *bridge_config, FakeGpu &gpu, Server &server) {
+    cudaq_rt_config cfg = config(bridge_config);
+    REQUIRE(create_server(example.code, &cfg, gpu, &server.s) == CUDAQ_RT_OK);
+    REQUIRE_MESSAGE(cudaq_rt_start(server.s) == CUDAQ_RT_OK, last_error()); // loads first
+    return server.s;
+  };
+  {
+    FakeGpu gpu;
+    Server server;
+    cudaq_rt_server *s = started("status=3", gpu, server);
+    CHECK(cudaq_rt_call(s, 1, arg, 4, result, 8, &result_len, &status, 1.0) == CUDAQ_RT_OK);
+    CHECK(status == 3);
+    CHECK(result_len == 4);
+  }
+  {
+    FakeGpu gpu;
+    Server server;
+    cudaq_rt_server *s = started("silent", gpu, server);
+    CHECK(cudaq_rt_call(s, 1, arg, 4, result, 8, &result_len, &status, 0.1) == CUDAQ_RT_E_TIMEOUT);
+    CHECK(last_error() == who + "sm_90: no response within 0.1 s");
+    // The kernel faults while the next call waits: a failure, not a timeout.
+    gpu.faults = true;
+    CHECK(cudaq_rt_call(s, 1, arg, 4, result, 8, &result_len, &status, 5.0) == CUDAQ_RT_E_FAILED);
+    CHECK(last_error().find("sm_90: the dispatch kernel cudaq_rt_unified_dispatch failed: "
+                            "CUDA_ERROR_ILLEGAL_ADDRESS") != std::string::npos);
+  }
+  {
+    // cudaq_rt_check names a fault once the kernel has ended by itself.
+    FakeGpu gpu;
+    Server server;
+    cudaq_rt_server *s = started("", gpu, server);
+    CHECK(cudaq_rt_check(s) == CUDAQ_RT_OK);
+    gpu.faults = true;
+    CHECK(cudaq_rt_check(s) == CUDAQ_RT_E_FAILED);
+    CHECK(last_error() == who + "sm_90: the dispatch kernel cudaq_rt_unified_dispatch failed: "
+                                "CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory access was "
+                                "encountered)");
+  }
+  {
+    FakeGpu gpu;
+    Server server;
+    cudaq_rt_server *s = started("wrong_id", gpu, server);
+    CHECK(cudaq_rt_call(s, 1, arg, 4, result, 8, &result_len, &status, 1.0) == CUDAQ_RT_E_FAILED);
+    CHECK(last_error() == who + "the response is request 1001's, not request 1's");
+  }
+}
