@@ -10,6 +10,7 @@
 
 namespace {
 
+using namespace cudaq_rt;
 using namespace cudaq_rt::loopback;
 
 thread_local std::string create_error;
@@ -20,23 +21,22 @@ bool fail_create(std::string message) {
 }
 
 bool parse_config(std::string_view config, uint32_t &slots, uint32_t &slot_size, uint32_t &layout) {
-  std::string why =
-      for_each_option(config, [&](std::string_view key, std::string_view value) -> std::string {
-        if (key == "layout")
-          return parse_layout(value, layout)
-                     ? std::string()
-                     : "option 'layout' is slots or lanes, got '" + std::string(value) + "'";
-        uint32_t *target = key == "slots" ? &slots : key == "slot_size" ? &slot_size : nullptr;
-        if (!target)
-          return "unknown option '" + std::string(key) +
-                 "' (known: slots=N, slot_size=BYTES, layout=slots|lanes)";
-        if (!parse_u32(value, *target))
-          return "option '" + std::string(key) + "' needs a number, got '" + std::string(value) +
-                 "'";
-        return {};
-      });
-  if (!why.empty())
+  BridgeOptions options;
+  if (std::string why = options.parse(config); !why.empty())
     return fail_create(std::move(why));
+  for (const auto &[key, value] : options.items()) {
+    if (key == "layout") {
+      if (!parse_layout(value, layout))
+        return fail_create("option 'layout' is slots or lanes, got '" + value + "'");
+      continue;
+    }
+    uint32_t *target = key == "slots" ? &slots : key == "slot_size" ? &slot_size : nullptr;
+    if (!target)
+      return fail_create("unknown option '" + key +
+                         "' (known: slots=N, slot_size=BYTES, layout=slots|lanes)");
+    if (!parse_u32(value, *target))
+      return fail_create("option '" + key + "' needs a number, got '" + value + "'");
+  }
   if (std::string why = check_ring_shape(slots, slot_size, layout); !why.empty())
     return fail_create(std::move(why));
   return true;

@@ -12,6 +12,7 @@
 #ifndef CUDAQ_RT_LOOPBACK_HOST_H
 #define CUDAQ_RT_LOOPBACK_HOST_H
 
+#include "../common/bridge_options.h"
 #include "cudaq_rt/bridge_plugin.h"
 #include "cudaq_rt/wire.h"
 #include "loopback_ring.h"
@@ -98,25 +99,6 @@ inline std::string check_ring_shape(uint32_t slots, uint32_t slot_size,
   if (layout == CUDAQ_RT_LOOPBACK_LAYOUT_LANES && slots % CUDAQ_RT_LOOPBACK_LANES != 0)
     return "layout=lanes needs a multiple of " + std::to_string(CUDAQ_RT_LOOPBACK_LANES) +
            " slots, not slots=" + std::to_string(slots);
-  return {};
-}
-
-// Calls take(key, value) for each item of a bridge configuration, "key=value,key=value" (empty
-// items are skipped, a missing "=value" is an empty value), and stops at the first non-empty
-// message take returns: that is the result.
-template <class Take> std::string for_each_option(std::string_view config, Take take) {
-  while (!config.empty()) {
-    const size_t comma = config.find(',');
-    const std::string_view item = config.substr(0, comma);
-    config = comma == std::string_view::npos ? std::string_view{} : config.substr(comma + 1);
-    if (item.empty())
-      continue;
-    const size_t eq = item.find('=');
-    std::string why = take(item.substr(0, eq),
-                           eq == std::string_view::npos ? std::string_view{} : item.substr(eq + 1));
-    if (!why.empty())
-      return why;
-  }
   return {};
 }
 

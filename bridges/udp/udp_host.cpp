@@ -63,35 +63,34 @@ uint64_t send_all(int fd, mmsghdr *msgs, unsigned n) {
 } // namespace
 
 std::string parse_config(std::string_view text, Config &out) {
-  return loopback::for_each_option(
-      text, [&](std::string_view key, std::string_view value) -> std::string {
-        if (key == "bind") {
-          if (value.empty())
-            return "option 'bind' needs an address";
-          out.bind = std::string(value);
-        } else if (key == "wait") {
-          if (value != "spin" && value != "block")
-            return "option 'wait' is 'spin' or 'block', got '" + std::string(value) + "'";
-          out.spin = value == "spin";
-        } else if (key == "layout") {
-          if (!loopback::parse_layout(value, out.layout))
-            return "option 'layout' is slots or lanes, got '" + std::string(value) + "'";
-        } else if (key == "port" || key == "slots" || key == "slot_size") {
-          uint32_t *target = key == "port"    ? &out.port
-                             : key == "slots" ? &out.slots
-                                              : &out.slot_size;
-          if (!loopback::parse_u32(value, *target))
-            return "option '" + std::string(key) + "' needs a number, got '" + std::string(value) +
-                   "'";
-          if (key == "port" && out.port > 65535)
-            return "port=" + std::to_string(out.port) + " is out of range 0..65535";
-        } else {
-          return "unknown option '" + std::string(key) +
-                 "' (known: bind=ADDR, port=N, slots=N, slot_size=BYTES, wait=spin|block, "
-                 "layout=slots|lanes)";
-        }
-        return {};
-      });
+  BridgeOptions options;
+  if (std::string why = options.parse(text); !why.empty())
+    return why;
+  for (const auto &[key, value] : options.items()) {
+    if (key == "bind") {
+      if (value.empty())
+        return "option 'bind' needs an address";
+      out.bind = value;
+    } else if (key == "wait") {
+      if (value != "spin" && value != "block")
+        return "option 'wait' is 'spin' or 'block', got '" + value + "'";
+      out.spin = value == "spin";
+    } else if (key == "layout") {
+      if (!loopback::parse_layout(value, out.layout))
+        return "option 'layout' is slots or lanes, got '" + value + "'";
+    } else if (key == "port" || key == "slots" || key == "slot_size") {
+      uint32_t *target = key == "port" ? &out.port : key == "slots" ? &out.slots : &out.slot_size;
+      if (!loopback::parse_u32(value, *target))
+        return "option '" + key + "' needs a number, got '" + value + "'";
+      if (key == "port" && out.port > 65535)
+        return "port=" + std::to_string(out.port) + " is out of range 0..65535";
+    } else {
+      return "unknown option '" + key +
+             "' (known: bind=ADDR, port=N, slots=N, slot_size=BYTES, wait=spin|block, "
+             "layout=slots|lanes)";
+    }
+  }
+  return {};
 }
 
 Kind classify(const uint8_t *data, size_t size, uint32_t slot_size) {
