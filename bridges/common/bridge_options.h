@@ -1,14 +1,17 @@
 // A bridge instance's options: the KEY=VALUE[,KEY=VALUE...] text that cudaq_rt_bridge_ops::create
-// takes (--bridge-arg), parsed the same way by every bridge of this tree. Keys
+// and instance_config take (--bridge-arg), parsed the same way by every bridge of this tree. Keys
 // keep the order they were given in and are given once; a value may be empty and may hold '='
 // (the first '=' ends the key); nothing is trimmed; "" is no options.
 //
-// Header-only and needing nothing but the C++ library: the bridges are
+// Header-only and needing nothing but the C++ library and bridge_plugin.h: the bridges are
 // shared libraries built without the runtime (bench/ builds variants of them from their sources
 // alone), and each compiles this in with its own hidden symbols.
 #ifndef CUDAQ_RT_BRIDGE_OPTIONS_H
 #define CUDAQ_RT_BRIDGE_OPTIONS_H
 
+#include "cudaq_rt/bridge_plugin.h"
+
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -85,6 +88,17 @@ public:
 private:
   std::vector<BridgeOption> items_;
 };
+
+// Hands `text` to the launcher through instance_config's buffer: the text and its NUL when they
+// fit in `capacity` bytes, else AGAIN with `out` untouched; *needed is their size either way.
+inline cudaq_rt_bridge_result write_instance_config(const std::string &text, char *out,
+                                                    size_t capacity, size_t *needed) {
+  *needed = text.size() + 1;
+  if (capacity < *needed)
+    return CUDAQ_RT_BRIDGE_AGAIN;
+  std::memcpy(out, text.c_str(), text.size() + 1);
+  return CUDAQ_RT_BRIDGE_OK;
+}
 
 } // namespace cudaq_rt
 

@@ -13,6 +13,7 @@ namespace {
 using namespace cudaq_rt;
 using namespace cudaq_rt::loopback;
 
+// Why the last create or instance_config on this thread failed: last_error(NULL).
 thread_local std::string create_error;
 
 bool fail_create(std::string message) {
@@ -66,6 +67,18 @@ cudaq_rt_bridge_result create(const char *config, cudaq_rt_bridge **out) {
   }
   *out = b;
   return CUDAQ_RT_BRIDGE_OK;
+}
+
+cudaq_rt_bridge_result instance_config(const cudaq_rt_bridge_launch *launch, const char *config,
+                                       char *out, size_t capacity, size_t *needed) {
+  create_error.clear();
+  BridgeOptions options;
+  if (std::string why = options.parse(config); !why.empty()) {
+    create_error = std::move(why);
+    return CUDAQ_RT_BRIDGE_ERROR;
+  }
+  lay_out_for(*launch, options);
+  return write_instance_config(options.text(), out, capacity, needed);
 }
 
 void destroy(cudaq_rt_bridge *b) {
@@ -169,6 +182,7 @@ const cudaq_rt_bridge_ops loopback_ops = {
     nullptr, // latency
     send_batch,
     receive_batch,
+    instance_config,
 };
 
 } // namespace

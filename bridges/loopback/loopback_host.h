@@ -102,6 +102,15 @@ inline std::string check_ring_shape(uint32_t slots, uint32_t slot_size,
   return {};
 }
 
+// The options a ring instance is created with for `launch` (cudaq_rt_bridge_ops::instance_config):
+// the 32 lanes of the warp form load a head cell of their slots as 4 requests in the lanes layout,
+// as 32 in the slots one (loopback_ring.h), so a warp-form kernel gets layout=lanes unless the
+// options name a layout themselves; any other kernel keeps the default.
+inline void lay_out_for(const cudaq_rt_bridge_launch &launch, BridgeOptions &options) {
+  if (launch.polling_lanes == CUDAQ_RT_LOOPBACK_LANES && !options.find("layout"))
+    options.set("layout", "lanes");
+}
+
 // A response that has started to arrive completes within microseconds; a half missing for this
 // many polls means the kernel died mid-publish.
 constexpr uint64_t kMaxHalfPolls = uint64_t(1) << 32;

@@ -3,7 +3,8 @@
 // memory is allocated the loopback bridge's way (loopback_alloc.h), and its host threads
 // (udp_host.h) move datagrams between the socket and the ring. Configuration, from
 // --bridge-arg: bind=ADDR (default 127.0.0.1), port=N (default 0: a free one), slots=N,
-// slot_size=BYTES, layout=slots|lanes (as the loopback bridge), wait=spin|block (default spin).
+// slot_size=BYTES, layout=slots|lanes (as the loopback bridge), wait=spin|block (default spin);
+// instance_config adds the layout for the warp form and puts GPU i of several on port N+i.
 #include "loopback_alloc.h"
 #include "udp_host.h"
 
@@ -16,6 +17,7 @@ namespace {
 
 using namespace cudaq_rt;
 
+// Why the last create or instance_config on this thread failed: last_error(NULL).
 thread_local std::string create_error;
 
 // The plugin's instance. The runtime only ever holds it as an opaque cudaq_rt_bridge pointer.
@@ -71,6 +73,17 @@ cudaq_rt_bridge_result create(const char *config, cudaq_rt_bridge **out) {
   u->pump = std::make_unique<udp::Pump>(u->ring, u->socket.fd, u->config.spin);
   *out = reinterpret_cast<cudaq_rt_bridge *>(u.release());
   return CUDAQ_RT_BRIDGE_OK;
+}
+
+cudaq_rt_bridge_result instance_config(const cudaq_rt_bridge_launch *launch, const char *config,
+                                       char *out, size_t capacity, size_t *needed) {
+  create_error.clear();
+  std::string text;
+  if (std::string why = udp::instance_config(*launch, config, text); !why.empty()) {
+    create_error = std::move(why);
+    return CUDAQ_RT_BRIDGE_ERROR;
+  }
+  return write_instance_config(text, out, capacity, needed);
 }
 
 void destroy(cudaq_rt_bridge *b) {
@@ -142,6 +155,9 @@ const cudaq_rt_bridge_ops udp_ops = {
     address,
     counters,
     latency,
+    nullptr, // send_batch, receive_batch: the socket feeds it
+    nullptr,
+    instance_config,
 };
 
 } // namespace

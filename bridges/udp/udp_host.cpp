@@ -93,6 +93,27 @@ std::string parse_config(std::string_view text, Config &out) {
   return {};
 }
 
+std::string instance_config(const cudaq_rt_bridge_launch &launch, std::string_view config,
+                            std::string &out) {
+  BridgeOptions options;
+  if (std::string why = options.parse(config); !why.empty())
+    return why;
+  loopback::lay_out_for(launch, options);
+  const std::string *port = options.find("port");
+  uint32_t first = 0;
+  // A port that is no number is left for create to refuse; port=0 gives each a free port.
+  if (launch.instance > 0 && port && loopback::parse_u32(*port, first) && first > 0) {
+    const uint64_t mine = uint64_t(first) + launch.instance;
+    if (mine > 65535)
+      return "--bridge-arg port=" + std::to_string(first) + ": GPU number " +
+             std::to_string(uint64_t(launch.instance) + 1) + " would need port " +
+             std::to_string(mine) + ", beyond 65535";
+    options.set("port", std::to_string(mine));
+  }
+  out = options.text();
+  return {};
+}
+
 Kind classify(const uint8_t *data, size_t size, uint32_t slot_size) {
   if (size < kMinAnswerable)
     return Kind::runt;

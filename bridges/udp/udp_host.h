@@ -62,6 +62,13 @@ struct Config {
 // `out`; returns why it cannot, or empty.
 std::string parse_config(std::string_view text, Config &out);
 
+// The options instance `launch` is created with (cudaq_rt_bridge_ops::instance_config), from the
+// user's `config`, into `out`: the ring laid out for the kernel as the loopback bridge's is
+// (loopback::lay_out_for), and on several GPUs a socket each on consecutive ports, port=N
+// becoming port=N+i for instance i (N = 0, a free port, stays). Returns why it cannot, or empty.
+std::string instance_config(const cudaq_rt_bridge_launch &launch, std::string_view config,
+                            std::string &out);
+
 enum class Kind : uint8_t {
   request,    // whole: for the GPU
   runt,       // under 16 bytes: dropped

@@ -2,11 +2,16 @@
  * (tests/unit/test_server.cpp), and a real bridge's create would allocate CUDA memory. Its device
  * hooks are not its own: the test packs the loopback bridge's hooks under this bridge's name, so
  * the link takes them from the package and never reads this library for device code. send() queues
- * up to four frames; receive() never has an answer (no kernel runs). */
+ * up to four frames; receive() never has an answer (no kernel runs).
+ *
+ * It is also a bridge built before instance_config: its table's struct_size ends before that
+ * operation, which the table still sets, to one that fails every call, so that a launcher that
+ * reads past struct_size is caught (test_bridge, test_server). */
 #include "cudaq_rt/bridge_plugin.h"
 
 struct cudaq_rt_bridge {
   unsigned queued;
+  unsigned polling_lanes, instance;
   unsigned char device_context[64];
 };
 
@@ -31,9 +36,21 @@ static cudaq_rt_bridge_result receive(cudaq_rt_bridge *b, void *buffer, size_t c
   return CUDAQ_RT_BRIDGE_AGAIN;
 }
 
+static cudaq_rt_bridge_result instance_config(const cudaq_rt_bridge_launch *launch,
+                                              const char *config, char *out, size_t capacity,
+                                              size_t *needed) {
+  (void)launch;
+  (void)config;
+  (void)out;
+  (void)capacity;
+  (void)needed;
+  create_error = "instance_config was called past the table's struct_size";
+  return CUDAQ_RT_BRIDGE_ERROR;
+}
+
 static const cudaq_rt_bridge_ops ops = {
     CUDAQ_RT_BRIDGE_ABI_VERSION,
-    sizeof(cudaq_rt_bridge_ops),
+    offsetof(cudaq_rt_bridge_ops, instance_config),
     "host",
     "a host-only bridge for the load path's tests",
     CUDAQ_RT_BRIDGE_CAP_HOST_FRAMES,
@@ -46,6 +63,15 @@ static const cudaq_rt_bridge_ops ops = {
     num_slots,
     send,
     receive,
+    NULL, /* start, drain, stop: fed by the host */
+    NULL,
+    NULL,
+    NULL, /* address */
+    NULL, /* counters */
+    NULL, /* latency */
+    NULL, /* send_batch, receive_batch */
+    NULL,
+    instance_config,
 };
 
 __attribute__((visibility("default"))) const cudaq_rt_bridge_ops *cudaq_rt_bridge_entry(void) {

@@ -2,17 +2,41 @@
  * host_bridge.c, its device hooks are the loopback bridge's, packed under this bridge's name. It
  * has no socket; its counters say how often the launcher called start, drain and stop, and in what
  * order (last_op: 1 start, 2 drain, 3 stop), and responses_sent grows by one on each read of the
- * counters, so that a --count bound is reached without traffic. */
+ * counters, so that a --count bound is reached without traffic. They also say what the launcher
+ * told instance_config (polling_lanes, instance), passed on to create in the configuration. */
 #include "cudaq_rt/bridge_plugin.h"
+
+#include <stdio.h>
+#include <string.h>
 
 struct cudaq_rt_bridge {
   uint64_t starts, drains, stops, last_op, reads, drained_while_started;
   int started;
+  unsigned polling_lanes, instance;
   unsigned char device_context[64];
 };
 
 #define FAKE_BRIDGE_NAME "self-fed"
 #include "fake_bridge.h"
+
+/* The launch, for create to keep; a configuration the user gave is passed on for create to
+ * refuse. */
+static cudaq_rt_bridge_result instance_config(const cudaq_rt_bridge_launch *launch,
+                                              const char *config, char *out, size_t capacity,
+                                              size_t *needed) {
+  char told[48];
+  const char *text = config;
+  if (!*config) {
+    snprintf(told, sizeof told, "lanes=%u,instance=%u", (unsigned)launch->polling_lanes,
+             (unsigned)launch->instance);
+    text = told;
+  }
+  *needed = strlen(text) + 1;
+  if (capacity < *needed)
+    return CUDAQ_RT_BRIDGE_AGAIN;
+  memcpy(out, text, *needed);
+  return CUDAQ_RT_BRIDGE_OK;
+}
 
 static cudaq_rt_bridge_result start(cudaq_rt_bridge *b) {
   b->starts++;
@@ -48,7 +72,9 @@ static uint32_t counters(const cudaq_rt_bridge *b, cudaq_rt_bridge_counter *out,
                                          {"stops", m->stops},
                                          {"last_op", m->last_op},
                                          {"responses_sent", ++m->reads},
-                                         {"drained_while_started", m->drained_while_started}};
+                                         {"drained_while_started", m->drained_while_started},
+                                         {"polling_lanes", m->polling_lanes},
+                                         {"instance", m->instance}};
   const uint32_t n = sizeof all / sizeof all[0];
   for (uint32_t i = 0; i < n && i < capacity; ++i)
     out[i] = all[i];
@@ -76,6 +102,9 @@ static const cudaq_rt_bridge_ops ops = {
     address,
     counters,
     NULL,
+    NULL,
+    NULL,
+    instance_config,
 };
 
 __attribute__((visibility("default"))) const cudaq_rt_bridge_ops *cudaq_rt_bridge_entry(void) {

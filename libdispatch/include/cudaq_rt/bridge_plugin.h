@@ -16,7 +16,10 @@
  * server.h, which cudaq-rt-run, the tests and the benchmarks use):
  *
  *   ops = cudaq_rt_bridge_entry();                       check abi_version, struct_size
- *   ops->create("slots=64,slot_size=1024", &bridge);      allocates the ring, device context
+ *   ops->instance_config(&launch, "slots=64", out, n, &needed);    where the bridge has it
+ *       -> out = "slots=64,layout=lanes": the configuration for this kernel (the warp form) and
+ *          GPU, the bridge's decision; without the operation, the user's configuration as it is
+ *   ops->create(out, &bridge);                            allocates the ring, device context
  *   ctx = ops->device_context(bridge);                    -> cudaq_rt_dispatch_params.transport_ctx
  *   slot_size = ops->slot_size(bridge);                   -> cudaq_rt_dispatch_params.slot_size
  *   launch the dispatch kernel; then, for a host-fed bridge (CUDAQ_RT_BRIDGE_CAP_HOST_FRAMES):
@@ -97,6 +100,22 @@ static inline uint64_t cudaq_rt_latency_bucket_low(uint32_t i) {
   return (uint64_t)(sub + (i - sub) % sub) << (e - CUDAQ_RT_LATENCY_SUB_BITS);
 }
 
+/* What a launcher knows about an instance it is about to create that the configuration does not
+ * say: the dispatch kernel that will read the ring, and the instance's place among several. A
+ * bridge decides what that means for it (instance_config). Fields are only ever appended; one
+ * appended after `instance` may be read only when struct_size covers it. */
+typedef struct cudaq_rt_bridge_launch {
+  uint32_t struct_size; /* sizeof(cudaq_rt_bridge_launch) as the launcher was built */
+  /* Threads of the dispatch kernel that poll the ring side by side, each for its own slots: 1 for
+   * a kernel that drives cudaq_dev_rx_poll from one thread (the unified kernel), 32 for one that
+   * drives the warp-form hooks (the warp dispatcher; cudaq_rt/dispatch.h), 0 when the launcher
+   * cannot tell (a custom kernel). */
+  uint32_t polling_lanes;
+  /* The instance's place among those one launcher serves with, one per GPU (cudaq-rt-run --serve
+   * --device 0,1 creates instances 0 and 1); 0 for a lone instance. */
+  uint32_t instance;
+} cudaq_rt_bridge_launch;
+
 /* One bridge instance; its layout is the bridge's own business. */
 typedef struct cudaq_rt_bridge cudaq_rt_bridge;
 
@@ -170,6 +189,20 @@ typedef struct cudaq_rt_bridge_ops {
    * taken, AGAIN when none was there, ERROR as receive (the ones before it are taken). */
   cudaq_rt_bridge_result (*receive_batch)(cudaq_rt_bridge *bridge, void *buffer, size_t stride,
                                           size_t *sizes, size_t count, size_t *taken);
+
+  /* Optional: without it (NULL, or a struct_size that ends before it) an instance is created with
+   * the configuration as the user gave it. Called before create, needing no CUDA context: the
+   * configuration an instance for `launch` is to be created with, given the user's `config`
+   * (never NULL; "" for the defaults), so that what depends on the kernel or the GPU is the
+   * bridge's own decision (the loopback and UDP bridges lay their ring out for the warp form's
+   * lanes unless config names a layout; the UDP bridge serves instance i on port N + i). Writes
+   * the configuration and its NUL into out[0..capacity) and sets *needed to their size; AGAIN,
+   * out untouched, when capacity is below that (out may be NULL when capacity is 0): call again
+   * with *needed bytes; the answer is the same for the same arguments. ERROR when config is
+   * refused: last_error(NULL) says why, on this thread, as after a failed create. */
+  cudaq_rt_bridge_result (*instance_config)(const cudaq_rt_bridge_launch *launch,
+                                            const char *config, char *out, size_t capacity,
+                                            size_t *needed);
 } cudaq_rt_bridge_ops;
 
 /* The size of the table as ABI version 1 first defined it (up to receive). */

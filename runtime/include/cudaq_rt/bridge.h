@@ -19,6 +19,14 @@ namespace cudaq_rt {
 
 class Bridge;
 
+// What the launcher tells a bridge about an instance before creating it (cudaq_rt_bridge_launch):
+// the dispatch kernel's threads that poll the ring side by side (1, 32 for the warp form, 0: not
+// known), and the instance's place among one service's, one per GPU.
+struct BridgeLaunch {
+  uint32_t polling_lanes = 0;
+  uint32_t instance = 0;
+};
+
 // A loaded bridge library. Copies share the dlopen handle; the library is unloaded when the last
 // copy, and the last Bridge created from it, are gone.
 class BridgeLibrary {
@@ -31,6 +39,11 @@ public:
   const cudaq_rt_bridge_ops &ops() const { return *ops_; }
   std::string_view name() const { return ops_->name; }
 
+  // The configuration an instance for `launch` is to be created with, from the user's `config`:
+  // the bridge's answer (cudaq_rt_bridge_ops::instance_config), or `config` as it is from a bridge
+  // without that operation.
+  Expected<std::string> instance_config(const BridgeLaunch &launch,
+                                        const std::string &config) const;
   // A new instance; see cudaq_rt_bridge_ops::create.
   Expected<Bridge> create(const std::string &config = {}) const;
 

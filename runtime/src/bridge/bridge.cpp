@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <dlfcn.h>
 #include <system_error>
 
@@ -14,6 +15,13 @@
 namespace cudaq_rt {
 
 namespace fs = std::filesystem;
+
+// An operation appended within the ABI version (bridge_plugin.h), or NULL when the bridge's table
+// predates it.
+#define CUDAQ_RT_APPENDED(ops, field)                                                              \
+  ((ops)->struct_size >= offsetof(cudaq_rt_bridge_ops, field) + sizeof((ops)->field)               \
+       ? (ops)->field                                                                              \
+       : nullptr)
 
 namespace {
 
@@ -166,6 +174,34 @@ Expected<BridgeLibrary> BridgeLibrary::load(const fs::path &path) {
   return BridgeLibrary(path, std::move(handle), ops);
 }
 
+Expected<std::string> BridgeLibrary::instance_config(const BridgeLaunch &launch,
+                                                     const std::string &config) const {
+  auto op = CUDAQ_RT_APPENDED(ops_, instance_config);
+  if (!op)
+    return config;
+  const cudaq_rt_bridge_launch c{sizeof c, launch.polling_lanes, launch.instance};
+  // First asked for the size, then into a buffer of that size: nothing to guess.
+  std::string out;
+  size_t needed = 0;
+  for (int call = 0; call < 2; ++call) {
+    switch (op(&c, config.c_str(), out.empty() ? nullptr : out.data(), out.size(), &needed)) {
+    case CUDAQ_RT_BRIDGE_OK:
+      out.resize(::strnlen(out.data(), out.size()));
+      return out;
+    case CUDAQ_RT_BRIDGE_AGAIN:
+      out.assign(needed, '\0');
+      break;
+    default: {
+      const char *why = ops_->last_error(nullptr);
+      return make_error(path_.string(), "bridge ", quote(ops_->name), ": ",
+                        why && *why ? why : "instance_config failed");
+    }
+    }
+  }
+  return make_error(path_.string(), "bridge ", quote(ops_->name),
+                    ": instance_config asked for a larger buffer than it said it needed");
+}
+
 Expected<Bridge> BridgeLibrary::create(const std::string &config) const {
   cudaq_rt_bridge *bridge = nullptr;
   if (ops_->create(config.c_str(), &bridge) != CUDAQ_RT_BRIDGE_OK || !bridge) {
@@ -216,11 +252,6 @@ Expected<bool> Bridge::send(std::span<const uint8_t> frame) {
   }
 }
 
-// Whether the ops table, as the bridge was built (struct_size), has the appended field and sets it.
-#define CUDAQ_RT_HAS_OP(ops, field)                                                                \
-  ((ops)->struct_size >= offsetof(cudaq_rt_bridge_ops, field) + sizeof((ops)->field) &&            \
-   (ops)->field != nullptr)
-
 Bridge::BatchResult Bridge::send_batch(std::span<const void *const> frames,
                                        std::span<const size_t> sizes) {
   BatchResult r;
@@ -229,9 +260,8 @@ Bridge::BatchResult Bridge::send_batch(std::span<const void *const> frames,
     r.error = make_error("", "bridge ", quote(ops_->name), " is not fed from the host");
     return r;
   }
-  if (CUDAQ_RT_HAS_OP(ops_, send_batch)) {
-    if (ops_->send_batch(bridge_, frames.data(), sizes.data(), count, &r.done) ==
-        CUDAQ_RT_BRIDGE_ERROR)
+  if (auto batch = CUDAQ_RT_APPENDED(ops_, send_batch)) {
+    if (batch(bridge_, frames.data(), sizes.data(), count, &r.done) == CUDAQ_RT_BRIDGE_ERROR)
       r.error = error("send");
     return r;
   }
@@ -253,8 +283,8 @@ Bridge::BatchResult Bridge::receive_batch(std::span<uint8_t> buffer, size_t stri
     r.error = make_error("", "bridge ", quote(ops_->name), " is not fed from the host");
     return r;
   }
-  if (CUDAQ_RT_HAS_OP(ops_, receive_batch)) {
-    if (ops_->receive_batch(bridge_, buffer.data(), stride, sizes.data(), count, &r.done) ==
+  if (auto batch = CUDAQ_RT_APPENDED(ops_, receive_batch)) {
+    if (batch(bridge_, buffer.data(), stride, sizes.data(), count, &r.done) ==
         CUDAQ_RT_BRIDGE_ERROR)
       r.error = error("receive");
     return r;
@@ -283,17 +313,6 @@ Expected<std::optional<size_t>> Bridge::receive(std::span<uint8_t> buffer) {
     return error("receive");
   }
 }
-
-} // namespace cudaq_rt
-
-namespace cudaq_rt {
-
-// An operation appended within the ABI version (bridge_plugin.h), or NULL when the bridge's table
-// predates it.
-#define CUDAQ_RT_APPENDED(ops, field)                                                              \
-  ((ops)->struct_size >= offsetof(cudaq_rt_bridge_ops, field) + sizeof((ops)->field)               \
-       ? (ops)->field                                                                              \
-       : nullptr)
 
 bool Bridge::self_fed() const {
   return (ops_->capabilities & CUDAQ_RT_BRIDGE_CAP_SELF_FED) != 0;

@@ -31,6 +31,9 @@ namespace cudaq_rt {
 
 class Package;
 
+// The bridge whose hooks a link takes when neither the settings nor the package name one.
+constexpr const char *default_bridge = "loopback";
+
 // What a link is asked for, whatever the arch.
 struct LinkSettings {
   // A bridge name or library path. Empty: the package's bridge if it packs exactly one, else
@@ -141,7 +144,9 @@ public:
   LinkPlan as_whole_fallback() const;
 
 private:
+  struct Steps; // plan_link's, in link_plan.cpp
   friend Expected<LinkPlan> plan_link(const Package &, const LinkSettings &);
+  void add_verbose_options(std::vector<std::string> &options) const;
   // What the inputs' spans point into: blob bytes, and mapped bridge libraries.
   std::vector<std::shared_ptr<const std::string>> blobs_;
   std::vector<std::shared_ptr<const InputFile>> files_;

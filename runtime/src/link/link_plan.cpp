@@ -203,10 +203,7 @@ std::vector<std::string> LinkPlan::options(const TargetArch &arch) const {
       out.push_back("-variables-used=" + s);
   }
   out.insert(out.end(), settings.extra_options.begin(), settings.extra_options.end());
-  if (settings.verbose) {
-    out.push_back("-verbose");
-    out.push_back("-time");
-  }
+  add_verbose_options(out);
   return out;
 }
 
@@ -232,10 +229,7 @@ std::vector<std::string> LinkPlan::unit_options(const TargetArch &arch) const {
   if (settings.kernels_used)
     out.push_back("-kernels-used=" + kernel);
   out.insert(out.end(), settings.extra_options.begin(), settings.extra_options.end());
-  if (settings.verbose) {
-    out.push_back("-verbose");
-    out.push_back("-time");
-  }
+  add_verbose_options(out);
   return out;
 }
 
@@ -251,11 +245,16 @@ LinkKey LinkPlan::unit_key(const TargetArch &arch, const LinkUnit &unit) const {
 
 std::vector<std::string> LinkPlan::final_options(const TargetArch &arch) const {
   std::vector<std::string> out{"-arch=" + arch.str()};
+  add_verbose_options(out);
+  return out;
+}
+
+void LinkPlan::add_verbose_options(std::vector<std::string> &out) const {
+  // -verbose changes the cubin (ptxas records it) and stays in the key; -time does not.
   if (settings.verbose) {
     out.push_back("-verbose");
     out.push_back("-time");
   }
-  return out;
 }
 
 LinkPlan LinkPlan::as_whole_fallback() const {
@@ -266,21 +265,44 @@ LinkPlan LinkPlan::as_whole_fallback() const {
   return whole;
 }
 
-Expected<LinkPlan> plan_link(const Package &pkg, const LinkSettings &settings) {
-  const Manifest &m = pkg.manifest();
-  LinkPlan plan;
-  plan.subject = pkg.dir().string();
-  plan.settings = settings;
+// The steps of plan_link, in the order it takes them; each adds to the plan.
+struct LinkPlan::Steps {
+  LinkPlan &plan;
+  const Package &pkg;
+  const Manifest &m;
+
   // Options end up in JSON (the manifest, cache metadata), which holds only UTF-8: an option that
   // is not would be recorded as something other than what was used.
-  for (const std::string &o : settings.extra_options)
-    if (!valid_utf8(o))
-      return make_error(plan.subject, "nvJitLink option ", quote(o),
-                        " is not valid UTF-8: a link record could not say what was used");
-  plan.packed = packed_code(m);
+  Status check_options() const {
+    for (const std::string &o : plan.settings.extra_options)
+      if (!valid_utf8(o))
+        return make_error(plan.subject, "nvJitLink option ", quote(o),
+                          " is not valid UTF-8: a link record could not say what was used");
+    return Status::ok();
+  }
+
+  // The mode asked for, by the settings or by CUDAQ_RT_LTO.
+  Expected<std::optional<LtoMode>> requested_mode() const {
+    std::optional<LtoMode> mode = plan.settings.lto_mode;
+    if (const char *env = std::getenv(lto_mode_env); !mode && env && *env) {
+      mode = parse_lto_mode(env);
+      if (!mode)
+        return make_error(plan.subject, lto_mode_env, "=", quote(env),
+                          ": expected per-tu or whole");
+    }
+    return mode;
+  }
+
+  std::string origin_name(const ContainerRecord &c) const {
+    if (c.origins.empty())
+      return c.digest.short_str();
+    const Origin &o = c.origins[0];
+    return cat(fs::path(m.sources[o.source].path).filename().string(),
+               o.member.empty() ? "" : "(" + o.member + ")", "#", o.index);
+  }
 
   // Packed containers only: what a link added is taken afresh from where it came from.
-  auto package_inputs = [&](auto pred, auto name_of) -> Status {
+  template <class Pred, class Name> Status add_packed(Pred pred, Name name_of) {
     for (const ContainerRecord &c : m.containers) {
       if (!c.packed() || !pred(c))
         continue;
@@ -300,55 +322,60 @@ Expected<LinkPlan> plan_link(const Package &pkg, const LinkSettings &settings) {
       plan.inputs.push_back({name_of(c), c.digest, as_bytes(*blob), std::move(entries)});
     }
     return Status::ok();
-  };
-  auto origin_name = [&](const ContainerRecord &c) {
-    if (c.origins.empty())
-      return c.digest.short_str();
-    const Origin &o = c.origins[0];
-    return cat(fs::path(m.sources[o.source].path).filename().string(),
-               o.member.empty() ? "" : "(" + o.member + ")", "#", o.index);
-  };
-
-  std::optional<LtoMode> requested_mode = settings.lto_mode;
-  if (const char *env = std::getenv(lto_mode_env); !requested_mode && env && *env) {
-    requested_mode = parse_lto_mode(env);
-    if (!requested_mode)
-      return make_error(plan.subject, lto_mode_env, "=", quote(env), ": expected per-tu or whole");
   }
 
-  // The dispatch kernel.
-  const bool direct_handlers = has_direct_handlers(m);
-  std::vector<std::string> custom;
-  for (const ExportEntry &e : m.exports)
-    if (e.kind == export_kind_name(ExportKind::dispatch_kernel))
-      custom.push_back(e.name);
-  if (settings.dispatcher.empty() && custom.size() > 1)
-    return make_error(plan.subject, "the package exports ", custom.size(),
-                      " dispatch kernels: choose one by name");
-  plan.dispatcher = !settings.dispatcher.empty() ? settings.dispatcher
-                    : custom.size() == 1         ? custom[0]
-                                                 : "builtin";
-  // The unified kernel's container: its LTO-IR version is the reference for every input (below).
-  std::optional<Container> unified;
-  if (const BuiltinDispatcher *b = find_builtin_dispatcher(plan.dispatcher)) {
-    plan.kernel = b->kernel;
-    auto parsed = parse_container(b->fatbin, cat("built-in dispatcher ", b->name), "fatbin");
+  // The dispatch kernel: the settings', else the package's only custom one, else the built-in
+  // unified kernel. Returns the unified kernel's container where that is what was added.
+  Expected<std::optional<Container>> add_dispatcher(std::optional<LtoMode> requested) {
+    std::vector<std::string> custom;
+    for (const ExportEntry &e : m.exports)
+      if (e.kind == export_kind_name(ExportKind::dispatch_kernel))
+        custom.push_back(e.name);
+    const LinkSettings &settings = plan.settings;
+    if (settings.dispatcher.empty() && custom.size() > 1)
+      return make_error(plan.subject, "the package exports ", custom.size(),
+                        " dispatch kernels: choose one by name");
+    plan.dispatcher = !settings.dispatcher.empty() ? settings.dispatcher
+                      : custom.size() == 1         ? custom[0]
+                                                   : "builtin";
+    if (const BuiltinDispatcher *b = find_builtin_dispatcher(plan.dispatcher))
+      return add_builtin_dispatcher(*b, requested);
+    if (std::find(custom.begin(), custom.end(), plan.dispatcher) == custom.end())
+      return make_error(plan.subject, "no dispatch kernel ", quote(plan.dispatcher),
+                        " in the package (it exports ",
+                        custom.empty() ? std::string("none") : custom[0],
+                        custom.size() > 1 ? ", ..." : "",
+                        "; 'builtin' is the unified kernel, 'warp' the warp-wide one)");
+    plan.kernel = plan.dispatcher;
+    if (auto st =
+            add_packed([](const ContainerRecord &c) { return c.role == Role::dispatcher; },
+                       [&](const ContainerRecord &c) { return "dispatcher " + origin_name(c); });
+        !st)
+      return std::move(st).take_error();
+    return std::optional<Container>();
+  }
+
+  Expected<std::optional<Container>> add_builtin_dispatcher(const BuiltinDispatcher &b,
+                                                            std::optional<LtoMode> requested) {
+    plan.kernel = b.kernel;
+    auto parsed = parse_container(b.fatbin, cat("built-in dispatcher ", b.name), "fatbin");
     if (!parsed)
       return std::move(parsed).take_error();
-    if (b->fatbin.data() == builtin_dispatcher_fatbin().data())
+    std::optional<Container> unified;
+    if (b.fatbin.data() == builtin_dispatcher_fatbin().data())
       unified = *parsed;
     // Its direct form where the package has handlers to call by name: taken by a whole-program
     // link (per TU, each handler is in a unit of its own, and a call by name would still be a
-    // call), together with the unit of direct calls generated for the package (below).
+    // call), together with the unit of direct calls generated for the package.
     Digest digest = sha256(parsed->bytes);
-    if (direct_handlers) {
+    if (has_direct_handlers(m)) {
       auto direct = parse_container(
-          b->direct_fatbin, cat("built-in dispatcher ", b->name, " (direct calls)"), "fatbin");
+          b.direct_fatbin, cat("built-in dispatcher ", b.name, " (direct calls)"), "fatbin");
       if (!direct)
         return std::move(direct).take_error();
       const Digest direct_digest = sha256(direct->bytes);
       plan.dispatcher_forms_.emplace(digest, direct_digest);
-      if (requested_mode.value_or(default_lto_mode) == LtoMode::whole) {
+      if (requested.value_or(default_lto_mode) == LtoMode::whole) {
         parsed = std::move(direct);
         digest = direct_digest;
         plan.direct_calls.emplace(direct_calls_source(m));
@@ -357,46 +384,34 @@ Expected<LinkPlan> plan_link(const Package &pkg, const LinkSettings &settings) {
     NewContainer nc{container_record(*parsed, digest, Role::dispatcher, ""), std::nullopt};
     nc.record.added_by = "cudaq-rt-link";
     plan.inputs.push_back(
-        {cat("dispatcher ", b->name), nc.record.digest, parsed->bytes, nc.record.entries});
+        {cat("dispatcher ", b.name), nc.record.digest, parsed->bytes, nc.record.entries});
     if (!m.find_container(nc.record.digest))
       plan.new_containers.push_back(std::move(nc));
-  } else {
-    if (std::find(custom.begin(), custom.end(), plan.dispatcher) == custom.end())
-      return make_error(plan.subject, "no dispatch kernel ", quote(plan.dispatcher),
-                        " in the package (it exports ",
-                        custom.empty() ? std::string("none") : custom[0],
-                        custom.size() > 1 ? ", ..." : "",
-                        "; 'builtin' is the unified kernel, 'warp' the warp-wide one)");
-    plan.kernel = plan.dispatcher;
-    if (auto st = package_inputs(
-            [](const ContainerRecord &c) { return c.role == Role::dispatcher; },
-            [&](const ContainerRecord &c) { return "dispatcher " + origin_name(c); });
-        !st)
-      return std::move(st).take_error();
+    return unified;
   }
 
-  // The bridge's device hooks.
-  std::set<std::string> packed_bridges;
-  for (const ContainerRecord &c : m.containers)
-    if (c.role == Role::bridge && c.packed())
-      packed_bridges.insert(c.bridge);
-  if (settings.bridge.empty() && packed_bridges.size() > 1)
-    return make_error(plan.subject, "the package holds ", packed_bridges.size(),
-                      " bridges: choose one by name");
-  plan.bridge = !settings.bridge.empty()     ? settings.bridge
-                : packed_bridges.size() == 1 ? *packed_bridges.begin()
-                                             : "loopback";
-  if (packed_bridges.count(plan.bridge)) {
-    if (auto st = package_inputs(
-            [&](const ContainerRecord &c) {
-              return c.role == Role::bridge && c.bridge == plan.bridge;
-            },
-            [&](const ContainerRecord &c) {
-              return "bridge " + plan.bridge + " " + origin_name(c);
-            });
-        !st)
-      return std::move(st).take_error();
-  } else {
+  // The bridge's device hooks: the settings', else the package's only packed one, else the
+  // installed loopback bridge's.
+  Status add_bridge() {
+    std::set<std::string> packed_bridges;
+    for (const ContainerRecord &c : m.containers)
+      if (c.role == Role::bridge && c.packed())
+        packed_bridges.insert(c.bridge);
+    if (plan.settings.bridge.empty() && packed_bridges.size() > 1)
+      return make_error(plan.subject, "the package holds ", packed_bridges.size(),
+                        " bridges: choose one by name");
+    plan.bridge = !plan.settings.bridge.empty() ? plan.settings.bridge
+                  : packed_bridges.size() == 1  ? *packed_bridges.begin()
+                                                : default_bridge;
+    if (!packed_bridges.count(plan.bridge))
+      return add_installed_bridge();
+    return add_packed(
+        [&](const ContainerRecord &c) { return c.role == Role::bridge && c.bridge == plan.bridge; },
+        [&](const ContainerRecord &c) { return "bridge " + plan.bridge + " " + origin_name(c); });
+  }
+
+  // Read from the library file, never dlopened.
+  Status add_installed_bridge() {
     auto where = find_bridge(plan.bridge);
     if (!where)
       return std::move(where).take_error();
@@ -440,59 +455,66 @@ Expected<LinkPlan> plan_link(const Package &pkg, const LinkSettings &settings) {
       return make_error(file->path(), "bridge ", quote(plan.bridge),
                         " carries no device code "
                         "(no __nv_relfatbin): its hooks cannot be linked");
+    return Status::ok();
   }
 
-  // The application.
-  const size_t first_application = plan.inputs.size();
-  if (auto st = package_inputs([](const ContainerRecord &c) { return c.role == Role::application; },
-                               origin_name);
-      !st)
-    return std::move(st).take_error();
+  Status add_application() {
+    return add_packed([](const ContainerRecord &c) { return c.role == Role::application; },
+                      [&](const ContainerRecord &c) { return origin_name(c); });
+  }
+
   // Symbols are derived from the names (C identifiers, checked on read), never taken from the
   // manifest's own `symbol`: an option built from a tampered string could say anything.
-  const BuiltinDispatcher *builtin_kernel = find_builtin_dispatcher(plan.dispatcher);
-  for (const ExportEntry &e : m.exports)
-    if (e.kind == export_kind_name(ExportKind::handler)) {
-      if (builtin_kernel && builtin_kernel->concurrent && !e.concurrent)
-        return make_error(plan.subject, "handler ", quote(e.name),
-                          " is not exported as safe to run concurrently, and the ",
-                          builtin_kernel->name, " dispatcher runs up to 32 handlers at once: ",
-                          "export it with CUDAQ_RT_EXPORT_HANDLER_CONCURRENT, or link with the ",
-                          "unified dispatcher");
-      plan.handlers.push_back(e.name);
-      plan.handler_symbols.push_back(handler_symbol(e.name));
-    } else if (e.kind == export_kind_name(ExportKind::global)) {
-      plan.globals.push_back(e.name);
-    }
+  Status add_exports() {
+    const BuiltinDispatcher *builtin = find_builtin_dispatcher(plan.dispatcher);
+    for (const ExportEntry &e : m.exports)
+      if (e.kind == export_kind_name(ExportKind::handler)) {
+        if (builtin && builtin->concurrent && !e.concurrent)
+          return make_error(plan.subject, "handler ", quote(e.name),
+                            " is not exported as safe to run concurrently, and the ", builtin->name,
+                            " dispatcher runs up to 32 handlers at once: ",
+                            "export it with CUDAQ_RT_EXPORT_HANDLER_CONCURRENT, or link with the ",
+                            "unified dispatcher");
+        plan.handlers.push_back(e.name);
+        plan.handler_symbols.push_back(handler_symbol(e.name));
+      } else if (e.kind == export_kind_name(ExportKind::global)) {
+        plan.globals.push_back(e.name);
+      }
+    return Status::ok();
+  }
 
-  auto identity = loaded_nvjitlink_identity();
-  if (!identity)
-    return std::move(identity).take_error();
-  plan.nvjitlink = *identity;
   // The built-in dispatcher's LTO-IR is this build's toolkit's: the reference for every input,
   // whichever dispatch kernel is linked.
-  if (!unified) {
-    auto parsed = parse_container(builtin_dispatcher_fatbin(), "built-in dispatcher", "fatbin");
-    if (!parsed)
-      return std::move(parsed).take_error();
-    unified = std::move(*parsed);
-  }
-  for (const Entry &e : unified->entries)
-    if (e.is_ltoir()) {
-      if (auto st = check_ltoir_versions(plan, entry_record(e)); !st)
-        return std::move(st).take_error();
-      break;
+  Status check_toolkit(std::optional<Container> unified) {
+    auto identity = loaded_nvjitlink_identity();
+    if (!identity)
+      return std::move(identity).take_error();
+    plan.nvjitlink = *identity;
+    if (!unified) {
+      auto parsed = parse_container(builtin_dispatcher_fatbin(), "built-in dispatcher", "fatbin");
+      if (!parsed)
+        return std::move(parsed).take_error();
+      unified = std::move(*parsed);
     }
-  plan.lto = std::any_of(plan.inputs.begin(), plan.inputs.end(),
-                         [](const LinkInput &in) { return carries_ltoir(in.entries); });
+    for (const Entry &e : unified->entries)
+      if (e.is_ltoir())
+        return check_ltoir_versions(plan, entry_record(e));
+    return Status::ok();
+  }
 
-  plan.mode = plan.lto ? requested_mode.value_or(default_lto_mode) : LtoMode::whole;
-  // A custom kernel may call the unit of direct calls (cudaq_rt/dispatch_framing.cuh): it gets
-  // one in either mode (with no direct handlers, every call goes through the pointer). Where
-  // nothing calls it, a whole-program link drops it.
-  if (!find_builtin_dispatcher(plan.dispatcher) && plan.lto)
-    plan.direct_calls.emplace(direct_calls_source(m));
-  if (plan.mode == LtoMode::per_tu) {
+  // The mode, and per TU the units: the dispatcher with the bridge's hooks (inlined into it),
+  // then each application container alone.
+  void choose_units(std::optional<LtoMode> requested, size_t first_application) {
+    plan.lto = std::any_of(plan.inputs.begin(), plan.inputs.end(),
+                           [](const LinkInput &in) { return carries_ltoir(in.entries); });
+    plan.mode = plan.lto ? requested.value_or(default_lto_mode) : LtoMode::whole;
+    // A custom kernel may call the unit of direct calls (cudaq_rt/dispatch_framing.cuh): it gets
+    // one in either mode (with no direct handlers, every call goes through the pointer). Where
+    // nothing calls it, a whole-program link drops it.
+    if (!find_builtin_dispatcher(plan.dispatcher) && plan.lto)
+      plan.direct_calls.emplace(direct_calls_source(m));
+    if (plan.mode != LtoMode::per_tu)
+      return;
     auto unit = [&](std::string name, size_t first, size_t count, bool dispatcher) {
       bool lto = std::any_of(plan.inputs.begin() + static_cast<ptrdiff_t>(first),
                              plan.inputs.begin() + static_cast<ptrdiff_t>(first + count),
@@ -504,6 +526,32 @@ Expected<LinkPlan> plan_link(const Package &pkg, const LinkSettings &settings) {
     for (size_t k = first_application; k < plan.inputs.size(); ++k)
       unit(plan.inputs[k].name, k, 1, false);
   }
+};
+
+Expected<LinkPlan> plan_link(const Package &pkg, const LinkSettings &settings) {
+  LinkPlan plan;
+  plan.subject = pkg.dir().string();
+  plan.settings = settings;
+  plan.packed = packed_code(pkg.manifest());
+  LinkPlan::Steps steps{plan, pkg, pkg.manifest()};
+  if (auto st = steps.check_options(); !st)
+    return std::move(st).take_error();
+  auto requested = steps.requested_mode();
+  if (!requested)
+    return std::move(requested).take_error();
+  auto unified = steps.add_dispatcher(*requested);
+  if (!unified)
+    return std::move(unified).take_error();
+  if (auto st = steps.add_bridge(); !st)
+    return std::move(st).take_error();
+  const size_t first_application = plan.inputs.size();
+  if (auto st = steps.add_application(); !st)
+    return std::move(st).take_error();
+  if (auto st = steps.add_exports(); !st)
+    return std::move(st).take_error();
+  if (auto st = steps.check_toolkit(std::move(*unified)); !st)
+    return std::move(st).take_error();
+  steps.choose_units(*requested, first_application);
   return plan;
 }
 

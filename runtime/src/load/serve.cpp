@@ -98,29 +98,6 @@ Expected<std::vector<int>> parse_devices(std::string_view text, Gpu &gpu) {
   return out;
 }
 
-Expected<std::string> instance_bridge_config(const std::string &config, size_t index) {
-  std::string out;
-  std::string_view rest = config;
-  while (!rest.empty()) {
-    const size_t comma = rest.find(',');
-    std::string item(rest.substr(0, comma));
-    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
-    if (index > 0 && item.starts_with("port=")) {
-      unsigned long port = 0;
-      const std::string value = item.substr(5);
-      auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), port);
-      if (ec == std::errc() && end == value.data() + value.size() && port > 0) {
-        if (port + index > 65535)
-          return make_error("", "--bridge-arg port=", port, ": GPU number ", index + 1,
-                            " would need port ", port + index, ", beyond 65535");
-        item = cat("port=", port + index);
-      }
-    }
-    out += (out.empty() ? "" : ",") + item;
-  }
-  return out;
-}
-
 uint64_t ServeCounters::get(std::string_view name) const {
   for (const auto &[n, v] : bridge)
     if (n == name)
@@ -342,10 +319,7 @@ Expected<std::unique_ptr<Service>> Service::start(const ServeOptions &options, G
   for (size_t i = 0; i < options.devices.size(); ++i) {
     LoadOptions o = options.load;
     o.device = options.devices[i];
-    auto config = instance_bridge_config(options.load.bridge_config, i);
-    if (!config)
-      return std::move(config).take_error();
-    o.bridge_config = *config;
+    o.bridge_instance = uint32_t(i);
     auto w = std::make_unique<Worker>();
     Worker &worker = *w;
     Shared &shared = *s->shared_;

@@ -21,12 +21,8 @@ namespace cudaq_rt {
 // ordinals, in order, each once. Errors name what is wrong with the text.
 Expected<std::vector<int>> parse_devices(std::string_view text, Gpu &gpu = driver_gpu());
 
-// The bridge configuration of the i-th instance: a "port=N" with N > 0 becomes port=N+i (one
-// socket per GPU on consecutive ports); anything else is passed on as it is.
-Expected<std::string> instance_bridge_config(const std::string &config, size_t index);
-
 struct ServeOptions {
-  LoadOptions load;         // load.device is ignored: `devices` says where
+  LoadOptions load;         // load.device and load.bridge_instance are set per GPU, from `devices`
   std::vector<int> devices; // one Server each
   uint64_t count = 0;       // stop once this many requests were answered in all (0: no bound)
   double duration_s = 0;    // stop after this many seconds (0: no bound)

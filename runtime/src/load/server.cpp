@@ -32,7 +32,6 @@
 #include <chrono>
 #include <cstring>
 #include <sstream>
-#include <string_view>
 #include <thread>
 
 namespace cudaq_rt {
@@ -106,24 +105,6 @@ Expected<GpuGlobal> exported_global(Gpu &gpu, GpuLibrary library, const std::str
     return make_error("", "global ", quote(name), " is ", (*g)->size, " bytes, but ", size,
                       " bytes were ", what);
   return **g;
-}
-
-// The ring bridges (loopback, and udp, which feeds the same ring) lay their ring out for the
-// kernel that reads it: the warp dispatcher's lanes read the lanes layout coalesced, 4 requests
-// where the slots layout takes 32 (bridges/loopback/loopback_ring.h). So a warp dispatcher gets
-// layout=lanes unless the configuration names a layout itself.
-std::string ring_layout_config(const std::string &bridge, const std::string &dispatcher,
-                               const std::string &config) {
-  if ((bridge != "loopback" && bridge != "udp") || dispatcher != "warp")
-    return config;
-  for (size_t at = 0; at <= config.size();) {
-    const size_t comma = std::min(config.find(',', at), config.size());
-    const std::string_view item = std::string_view(config).substr(at, comma - at);
-    if (item.substr(0, item.find('=')) == "layout")
-      return config;
-    at = comma + 1;
-  }
-  return config.empty() ? "layout=lanes" : config + ",layout=lanes";
 }
 
 } // namespace
@@ -226,8 +207,15 @@ Expected<std::unique_ptr<Server>> Server::load(const LoadOptions &opt, Gpu &gpu)
     return make_error(bridge_library->path().string(), "bridge library calls itself ",
                       quote(bridge_library->name()), ", but the module was linked with bridge ",
                       quote(r.bridge), " hooks");
-  auto bridge =
-      bridge_library->create(ring_layout_config(r.bridge, r.dispatcher, opt.bridge_config));
+  // What depends on the kernel and the GPU in the instance's configuration is the bridge's to
+  // decide; it is told the kernel's polling threads (every thread of a built-in kernel's block
+  // polls; of a custom kernel the runtime knows nothing) and the instance's place in a service.
+  const BuiltinDispatcher *builtin = find_builtin_dispatcher(r.dispatcher);
+  const BridgeLaunch launch{builtin ? builtin->threads : 0, opt.bridge_instance};
+  auto config = bridge_library->instance_config(launch, opt.bridge_config);
+  if (!config)
+    return std::move(config).take_error();
+  auto bridge = bridge_library->create(*config);
   if (!bridge)
     return std::move(bridge).take_error();
   s->bridge_.emplace(std::move(*bridge));
@@ -251,8 +239,8 @@ Expected<std::unique_ptr<Server>> Server::load(const LoadOptions &opt, Gpu &gpu)
   p.stats = reinterpret_cast<cudaq_rt_dispatch_stats *>(s->control_.device + stats_offset);
   // A built-in kernel's own shape (the warp dispatcher: one warp) unless the caller gave one.
   LaunchShape shape;
-  if (const BuiltinDispatcher *b = find_builtin_dispatcher(r.dispatcher))
-    shape.threads = b->threads;
+  if (builtin)
+    shape.threads = builtin->threads;
   r.shape = opt.shape.value_or(shape);
   r.times.load_ms = ms_since(t);
   return s;

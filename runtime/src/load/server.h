@@ -27,8 +27,9 @@ namespace cudaq_rt {
 struct LoadOptions {
   std::filesystem::path package;
   int device = 0;
-  LinkSettings link;         // bridge, dispatcher, and the options of a link at load
-  std::string bridge_config; // the bridge instance's "key=value,..."
+  LinkSettings link;            // bridge, dispatcher, and the options of a link at load
+  std::string bridge_config;    // the bridge instance's "key=value,..."
+  uint32_t bridge_instance = 0; // its place among a service's instances, one per GPU (serve.h)
   CubinPolicy policy;
   CacheRequest cache;
   std::vector<GlobalValue> globals; // written before launch; each exactly its global's size

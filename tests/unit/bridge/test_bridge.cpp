@@ -1,8 +1,10 @@
 #include "cudaq_rt/bridge.h"
+#include "cudaq_rt/dispatch.h"
 
 #include <doctest/doctest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
 
@@ -114,4 +116,59 @@ TEST_CASE("loopback rejects a bad configuration with a clear message") {
   REQUIRE(!odd);
   CHECK(odd.error().message == "bridge 'loopback': slot_size=100 must be a multiple of 16 in "
                                "32..1048576");
+}
+
+TEST_CASE("loopback lays its ring out for the warp form, unless the configuration names a layout") {
+  auto lib = BridgeLibrary::open("loopback");
+  REQUIRE(lib);
+  auto config = [&](uint32_t polling_lanes, const std::string &given) {
+    auto c = lib->instance_config({polling_lanes, 0}, given);
+    return c ? *c : "error: " + c.error().str();
+  };
+  CHECK(config(CUDAQ_RT_WARP_LANES, "slots=256") == "slots=256,layout=lanes");
+  CHECK(config(CUDAQ_RT_WARP_LANES, "") == "layout=lanes");
+  CHECK(config(CUDAQ_RT_WARP_LANES, "layout=slots") == "layout=slots");
+  CHECK(config(1, "slots=256") == "slots=256");
+  CHECK(config(0, "slots=256") == "slots=256");
+  CHECK(config(1, "slots=8,slots=16") ==
+        "error: '" + lib->path().string() + "': bridge 'loopback': option 'slots' is given twice");
+  // The same parser refuses the same text at create.
+  auto twice = lib->create("slots=8,slots=16");
+  REQUIRE(!twice);
+  CHECK(twice.error().message == "bridge 'loopback': option 'slots' is given twice");
+}
+
+TEST_CASE("instance_config's protocol: the size it needs, then the text in a buffer that size") {
+  auto lib = BridgeLibrary::open("loopback");
+  REQUIRE(lib);
+  const cudaq_rt_bridge_ops &ops = lib->ops();
+  REQUIRE(ops.struct_size >= offsetof(cudaq_rt_bridge_ops, instance_config) + sizeof(void *));
+  REQUIRE(bool(ops.instance_config));
+  const cudaq_rt_bridge_launch launch{sizeof launch, CUDAQ_RT_WARP_LANES, 0};
+  const std::string expected = "slots=64,layout=lanes";
+  size_t needed = 0;
+  CHECK(ops.instance_config(&launch, "slots=64", nullptr, 0, &needed) == CUDAQ_RT_BRIDGE_AGAIN);
+  CHECK(needed == expected.size() + 1);
+  char out[64];
+  std::memset(out, '#', sizeof out);
+  CHECK(ops.instance_config(&launch, "slots=64", out, expected.size(), &needed) ==
+        CUDAQ_RT_BRIDGE_AGAIN);
+  CHECK(out[0] == '#');
+  CHECK(ops.instance_config(&launch, "slots=64", out, expected.size() + 1, &needed) ==
+        CUDAQ_RT_BRIDGE_OK);
+  CHECK(std::string(out) == expected);
+  CHECK(ops.instance_config(&launch, "slots", out, sizeof out, &needed) == CUDAQ_RT_BRIDGE_ERROR);
+  CHECK(std::string(ops.last_error(nullptr)) ==
+        "option 'slots' has no '=': options are KEY=VALUE[,KEY=VALUE...]");
+}
+
+TEST_CASE("a bridge whose table ends before instance_config gets its configuration unchanged") {
+  // host_bridge.c's table sets instance_config, to one that fails, past its struct_size.
+  auto lib = BridgeLibrary::open(CUDAQ_RT_TEST_HOST_BRIDGE);
+  REQUIRE_MESSAGE(lib, (lib ? "" : lib.error().str()));
+  REQUIRE(lib->ops().struct_size == offsetof(cudaq_rt_bridge_ops, instance_config));
+  REQUIRE(bool(lib->ops().instance_config));
+  auto config = lib->instance_config({CUDAQ_RT_WARP_LANES, 3}, "slots=8,port=5000");
+  REQUIRE_MESSAGE(config, (config ? "" : config.error().str()));
+  CHECK(*config == "slots=8,port=5000");
 }

@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -81,4 +82,23 @@ TEST_CASE("set replaces a value where it stands or appends, and text reads back 
   REQUIRE(again.parse(options.text()).empty());
   CHECK(again.text() == options.text());
   CHECK(BridgeOptions().text() == "");
+}
+
+TEST_CASE("instance_config's buffer: the text and its NUL, or AGAIN and the size it needs") {
+  const std::string text = "slots=8,layout=lanes";
+  char out[32];
+  std::memset(out, '#', sizeof out);
+  size_t needed = 0;
+  CHECK(write_instance_config(text, nullptr, 0, &needed) == CUDAQ_RT_BRIDGE_AGAIN);
+  CHECK(needed == text.size() + 1);
+  needed = 0;
+  CHECK(write_instance_config(text, out, text.size(), &needed) == CUDAQ_RT_BRIDGE_AGAIN);
+  CHECK(needed == text.size() + 1);
+  CHECK(out[0] == '#'); // untouched
+  CHECK(write_instance_config(text, out, text.size() + 1, &needed) == CUDAQ_RT_BRIDGE_OK);
+  CHECK(std::string(out) == text);
+  CHECK(out[text.size() + 1] == '#');
+  CHECK(write_instance_config("", out, 1, &needed) == CUDAQ_RT_BRIDGE_OK);
+  CHECK(needed == 1);
+  CHECK(out[0] == '\0');
 }

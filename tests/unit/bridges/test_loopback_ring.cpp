@@ -228,6 +228,21 @@ TEST_CASE("a ring's shape: slots, slot size, and the lanes layout's groups of 32
   CHECK_FALSE(parse_layout("Lanes", layout));
 }
 
+TEST_CASE("the ring is laid out in lanes for the warp form's 32 lanes, unless a layout is named") {
+  auto laid_out = [](uint32_t polling_lanes, const char *config) {
+    cudaq_rt::BridgeOptions options;
+    REQUIRE(options.parse(config).empty());
+    lay_out_for({sizeof(cudaq_rt_bridge_launch), polling_lanes, 0}, options);
+    return options.text();
+  };
+  CHECK(laid_out(32, "") == "layout=lanes");
+  CHECK(laid_out(32, "slots=64") == "slots=64,layout=lanes");
+  CHECK(laid_out(32, "layout=slots,slots=64") == "layout=slots,slots=64");
+  CHECK(laid_out(32, "slots=64,layout=lanes") == "slots=64,layout=lanes");
+  CHECK(laid_out(1, "slots=64") == "slots=64"); // the unified kernel: one thread
+  CHECK(laid_out(0, "slots=64") == "slots=64"); // a custom kernel: nothing known
+}
+
 TEST_CASE("a torn cell is not accepted until both halves carry the lap") {
   TestBridge t(2, 256);
   Bytes staging(256, 0xEE);

@@ -1,12 +1,13 @@
 // The UDP bridge's host side on the CPU: its configuration, how it classifies datagrams and what it
 // answers itself, and its two threads (udp_host.h, the code the bridge runs) between real UDP
 // sockets and a ring in ordinary memory, served by a CPU model of the loopback device hooks. Then
-// the plugin itself (dlopened), for the refusals that come before any CUDA call: an unknown
-// option, a port in use. The GPU test (tests/gpu/test_udp.py) runs the real device code.
+// the plugin itself (dlopened), for what comes before any CUDA call: the refusals of an unknown
+// option and a port in use, and each instance's configuration. The GPU test (tests/gpu/test_udp.py) runs the real device code.
 #include "memory_ring.h"
 #include "udp_host.h"
 
 #include "cudaq_rt/bridge.h"
+#include "cudaq_rt/dispatch.h"
 
 #include <doctest/doctest.h>
 
@@ -194,6 +195,28 @@ TEST_CASE("configuration: defaults, every key, and exact refusals") {
   CHECK(udp::parse_config("wait=sometimes", c) ==
         "option 'wait' is 'spin' or 'block', got 'sometimes'");
   CHECK(udp::parse_config("bind=", c) == "option 'bind' needs an address");
+}
+
+TEST_CASE("each instance's configuration: port=N becomes N+i, the warp form gets layout=lanes") {
+  auto config = [](uint32_t polling_lanes, uint32_t instance, const char *given) {
+    std::string out = "(unset)";
+    const std::string why =
+        udp::instance_config({sizeof(cudaq_rt_bridge_launch), polling_lanes, instance}, given, out);
+    return why.empty() ? out : "error: " + why;
+  };
+  CHECK(config(1, 0, "port=5000,slots=8") == "port=5000,slots=8");
+  CHECK(config(1, 2, "port=5000,slots=8") == "port=5002,slots=8");
+  CHECK(config(1, 3, "bind=::1,port=0") == "bind=::1,port=0"); // each a free port
+  CHECK(config(1, 1, "slots=8") == "slots=8");
+  CHECK(config(1, 1, "") == "");
+  CHECK(config(1, 1, "port=x") == "port=x"); // for create to refuse, as on GPU 0
+  CHECK(config(1, 1, "port=65535") ==
+        "error: --bridge-arg port=65535: GPU number 2 would need port 65536, beyond 65535");
+  CHECK(config(1, 0, "port=65535") == "port=65535");
+  CHECK(config(32, 1, "port=5000,slots=64") == "port=5001,slots=64,layout=lanes");
+  CHECK(config(32, 0, "layout=slots") == "layout=slots");
+  CHECK(config(0, 0, "") == ""); // a custom kernel: the default layout
+  CHECK(config(32, 1, "port=5000,port=5001") == "error: option 'port' is given twice");
 }
 
 TEST_CASE("every malformed datagram kind is classified, and answered with its status") {
@@ -406,5 +429,21 @@ TEST_CASE("the plugin refuses an unknown option and a port in use before touchin
                                       "': bridge 'udp': bind=localhost: not a numeric IPv4 or "
                                       "IPv6 address");
   ::close(taken.fd);
+}
+
+TEST_CASE("the plugin configures each instance for its kernel and GPU, through the loader") {
+  auto lib = BridgeLibrary::open(CUDAQ_RT_TEST_UDP_BRIDGE);
+  REQUIRE_MESSAGE(lib, lib.error().str());
+  auto warp = lib->instance_config({CUDAQ_RT_WARP_LANES, 1}, "port=5000,slots=64");
+  REQUIRE_MESSAGE(warp, warp.error().str());
+  CHECK(*warp == "port=5001,slots=64,layout=lanes");
+  auto unified = lib->instance_config({1, 0}, "port=5000");
+  REQUIRE(unified);
+  CHECK(*unified == "port=5000");
+  auto beyond = lib->instance_config({1, 1}, "port=65535");
+  REQUIRE(!beyond);
+  CHECK(beyond.error().str() == "'" + std::string(CUDAQ_RT_TEST_UDP_BRIDGE) +
+                                    "': bridge 'udp': --bridge-arg port=65535: GPU number 2 would "
+                                    "need port 65536, beyond 65535");
 }
 #endif

@@ -63,16 +63,6 @@ TEST_CASE("--device: one ordinal, a list, all; exact refusals") {
   CHECK(parse_devices("1,0,1", three).error().str() == "--device: GPU 1 is listed twice");
 }
 
-TEST_CASE("each GPU's bridge configuration: port=N becomes N+i, nothing else changes") {
-  CHECK(*instance_bridge_config("port=5000,slots=8", 0) == "port=5000,slots=8");
-  CHECK(*instance_bridge_config("port=5000,slots=8", 2) == "port=5002,slots=8");
-  CHECK(*instance_bridge_config("bind=::1,port=0", 3) == "bind=::1,port=0"); // each a free port
-  CHECK(*instance_bridge_config("slots=8", 1) == "slots=8");
-  CHECK(*instance_bridge_config("", 1) == "");
-  CHECK(instance_bridge_config("port=65535", 1).error().str() ==
-        "--bridge-arg port=65535: GPU number 2 would need port 65536, beyond 65535");
-}
-
 TEST_CASE("latency buckets: exact below 32 ns, then 32 per power of two, monotonic") {
   for (uint64_t ns = 0; ns < 32; ++ns)
     CHECK(cudaq_rt_latency_bucket(ns) == ns);

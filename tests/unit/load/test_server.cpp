@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <thread>
 
 using namespace cudaq_rt;
@@ -29,20 +30,24 @@ namespace fs = std::filesystem;
 namespace {
 
 // Plays the driver with host memory. Its kernel serves until the shutdown flag is set, unless it
-// is told to hang (never ends) or to fault (ends with a CUDA error).
+// is told to hang (never ends) or to fault (ends with a CUDA error). With `gpus` above 1 it plays
+// that many GPUs, each kernel on a stream of its own; a service's threads, one per GPU, may then
+// call it at once (streams and counters are thread-safe).
 class FakeGpu final : public Gpu {
 public:
   enum class Kernel { serves, hangs, faults };
   Kernel kernel_behaviour = Kernel::serves;
   int sm = 90;
+  int gpus = 1;
   std::map<std::string, size_t> device_globals; // beyond the handlers' pointers
   std::map<GpuPointer, std::vector<uint8_t>> written;
-  int launches = 0, releases = 0, unloads = 0, streams_destroyed = 0, mapped_released = 0;
+  std::atomic<int> launches = 0, releases = 0, unloads = 0, streams_destroyed = 0,
+                   mapped_released = 0;
 
   Expected<GpuDevice> open(int ordinal) override {
-    if (ordinal != 0)
+    if (ordinal < 0 || ordinal >= gpus)
       return make_error("", "no GPU ", ordinal, ": this machine has 1 GPU (0)");
-    return GpuDevice{0, "Fake GPU", sm, 13000};
+    return GpuDevice{ordinal, "Fake GPU", sm, 13000};
   }
   Expected<GpuLibrary> load(std::span<const uint8_t> image) override {
     loaded_bytes = image.size();
@@ -87,18 +92,26 @@ public:
     return Status::ok();
   }
   GpuPointer address_base = 0xab00000000;
-  Expected<GpuStream> create_stream() override { return reinterpret_cast<GpuStream>(0x3); }
+  Expected<GpuStream> create_stream() override {
+    return reinterpret_cast<GpuStream>(uintptr_t(0x3 + streams_created++));
+  }
   void destroy_stream(GpuStream) override { ++streams_destroyed; }
-  Status launch(GpuFunction, LaunchShape, void **args, GpuStream) override {
+  Status launch(GpuFunction, LaunchShape, void **args, GpuStream stream) override {
     ++launches;
+    std::lock_guard lock(m);
     params = *static_cast<cudaq_rt_dispatch_params *>(args[0]);
+    launched[stream] = params;
     return Status::ok();
   }
-  StreamState query(GpuStream) override {
+  StreamState query(GpuStream stream) override {
+    volatile int *shutdown_flag = nullptr;
+    {
+      std::lock_guard lock(m);
+      shutdown_flag = launched.at(stream).shutdown_flag;
+    }
     switch (kernel_behaviour) {
     case Kernel::serves:
-      return {std::atomic_ref<int>(*const_cast<int *>(params.shutdown_flag)).load() != 0,
-              std::nullopt};
+      return {std::atomic_ref<int>(*const_cast<int *>(shutdown_flag)).load() != 0, std::nullopt};
     case Kernel::hangs:
       return {};
     case Kernel::faults:
@@ -113,7 +126,10 @@ public:
     return reinterpret_cast<cudaq_rt_dispatch_stats *>(static_cast<char *>(control) + 64);
   }
 
-  cudaq_rt_dispatch_params params{};
+  cudaq_rt_dispatch_params params{}; // of the last launch
+  std::mutex m;                      // over params and launched
+  std::map<GpuStream, cudaq_rt_dispatch_params> launched;
+  std::atomic<uintptr_t> streams_created = 0;
   void *control = nullptr;
   size_t loaded_bytes = 0;
   std::string kernel_name;
@@ -688,6 +704,40 @@ TEST_CASE("a kernel that fails while serving ends the service, and says so") {
   REQUIRE(r.errors.size() == 1);
   CHECK(r.errors[0].str().find("failed: CUDA_ERROR_ILLEGAL_ADDRESS") != std::string::npos);
   CHECK(r.gpus[0].counters.get("stops") >= 1); // the bridge's threads are ended too
+}
+
+TEST_CASE("the bridge is told how many of the kernel's threads poll, and its place in a service") {
+  ServeFixture &f = serve_fixture();
+  FakeGpu gpu;
+  auto told = [&](const LoadOptions &o) {
+    auto s = Server::load(o, gpu);
+    REQUIRE_MESSAGE(s, error_of(s));
+    std::map<std::string, uint64_t> c;
+    for (const auto &[name, value] : (*s)->bridge().counters())
+      c[name] = value;
+    return std::pair(c["polling_lanes"], c["instance"]);
+  };
+  LoadOptions o = f.options().load;
+  CHECK(told(o) == std::pair<uint64_t, uint64_t>(1, 0)); // the unified kernel: one thread
+  o.bridge_instance = 2;
+  CHECK(told(o) == std::pair<uint64_t, uint64_t>(1, 2));
+  o.link.dispatcher = "warp";
+  CHECK(told(o) == std::pair<uint64_t, uint64_t>(CUDAQ_RT_WARP_LANES, 2));
+}
+
+TEST_CASE("serving on two GPUs: each bridge instance is told its place") {
+  FakeGpu gpu;
+  gpu.gpus = 2;
+  ServeOptions o = serve_fixture().options();
+  o.devices = {0, 1};
+  auto s = Service::start(o, gpu);
+  REQUIRE_MESSAGE(s, (s ? "" : s.error().str()));
+  const std::vector<ServeCounters> live = (*s)->snapshot();
+  REQUIRE(live.size() == 2);
+  CHECK(live[0].get("instance") == 0);
+  CHECK(live[1].get("instance") == 1);
+  CHECK(live[1].get("polling_lanes") == 1);
+  CHECK(gpu.launches == 2);
 }
 
 TEST_CASE("serving refuses a host-fed bridge, and a GPU list on a one-GPU machine") {
