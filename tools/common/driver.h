@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <unistd.h>
 
@@ -42,6 +43,21 @@ inline int parse(const char *tool, CLI::App &app, int argc, char **argv) {
     return exit_usage;
   }
   return -1;
+}
+
+// A usage error found after parsing, in the form parse() prints CLI11's: exit status 2.
+inline int usage(const char *tool, const std::string &message) {
+  std::fprintf(stderr, "%s: error: %s\nRun '%s --help' for usage.\n", tool, message.c_str(), tool);
+  return exit_usage;
+}
+
+// An option whose value lands in `to` only when the option is given, converted as CLI11 converts
+// a plain T (an empty value is T{}, so `--count ''` is a given 0, not an absent option).
+template <class T>
+CLI::Option *add_optional(CLI::App &app, const std::string &name, std::optional<T> &to,
+                          const std::string &help) {
+  return app.add_option_function<T>(
+      name, [&to](const T &value) { to = value; }, help);
 }
 
 } // namespace cudaq_rt::driver
