@@ -234,6 +234,23 @@ TEST_CASE("opening code: no such package, not a package, its handlers and aliase
                             "('builtin' is the unified kernel, 'warp' the warp-wide one)");
 }
 
+TEST_CASE("cudaq_rt_open_self in a program without device code: refused, nothing left behind") {
+  // This test program has no __nv_relfatbin: packing it fails, and the private package's
+  // temporary directory goes with the failure.
+  ScratchDir tmp;
+  const char *old = std::getenv("TMPDIR");
+  const std::string saved = old ? old : "";
+  ::setenv("TMPDIR", tmp.path.c_str(), 1);
+  cudaq_rt_code *code = reinterpret_cast<cudaq_rt_code *>(0x1);
+  const int rc = cudaq_rt_open_self(&code);
+  old ? ::setenv("TMPDIR", saved.c_str(), 1) : ::unsetenv("TMPDIR");
+  CHECK(rc == CUDAQ_RT_E_FAILED);
+  CHECK(code == nullptr);
+  const std::string exe = fs::read_symlink("/proc/self/exe").string();
+  CHECK(last_error() == "'" + exe + "': no device code: no __nv_relfatbin section");
+  CHECK(fs::is_empty(tmp.path));
+}
+
 TEST_CASE("a configuration that cannot be right is refused at create and at configure") {
   Code example(fixture().package);
   const char *const options[] = {"-O3", nullptr};
