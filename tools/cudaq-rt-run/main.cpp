@@ -123,7 +123,7 @@ int main(int argc, char **argv) {
     return driver::usage(tool, options.error().str());
   if (options->action == RunAction::serve)
     catch_stop_signals();
-  StdioOutput output;
+  StdioToolOutput output(tool);
   const RunOutcome outcome = run(*options, output, stop_requested);
   if (outcome.exit_at_once) {
     // A kernel may still run: returning would run exit-time cleanup that waits for it.

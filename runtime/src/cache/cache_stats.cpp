@@ -254,4 +254,19 @@ json CacheStats::to_json() const {
   return j;
 }
 
+std::string format_cache_stats(const CacheStats &s) {
+  std::string out = cat(
+      "cache directory  ", s.dir.string(), "\nenabled          ", s.enabled ? "yes" : "no",
+      "\nentries          ", s.entries, "\nsize             ", s.bytes, " bytes (max ", s.max_bytes,
+      ")", "\nhits             ", s.hits, "\nmisses           ", s.misses, "\nstores           ",
+      s.stores, "\nevictions        ", s.evictions, "\ncorrupt entries  ", s.corrupt,
+      "\nunit hits        ", s.unit_hits, "\nunit misses      ", s.unit_misses, "\n");
+  if (!s.remote_url.empty())
+    out += cat("remote cache     ", s.remote_url, "\nremote hits      ", s.remote_hits,
+               "\nremote misses    ", s.remote_misses, " (", s.remote_corrupt, " corrupt)",
+               "\nremote stores    ", s.remote_stores, "\nremote errors    ", s.remote_errors,
+               "\nremote bytes     ", s.remote_bytes_in, " in, ", s.remote_bytes_out, " out\n");
+  return out;
+}
+
 } // namespace cudaq_rt

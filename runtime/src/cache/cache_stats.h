@@ -49,6 +49,9 @@ struct PruneResult {
   uint64_t bytes = 0;
 };
 
+// `cudaq-rt-link --cache-stats`: one line per figure, the remote cache's where there is one.
+std::string format_cache_stats(const CacheStats &stats);
+
 // The counters as the stats file holds them.
 struct CacheCounters {
   uint64_t hits = 0, misses = 0, stores = 0, evictions = 0, corrupt = 0, unit_hits = 0,

@@ -41,21 +41,17 @@ std::string document(const json &doc) {
   return doc.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
-void write_error(RunOutput &output, const Error &e) {
-  output.err(cat(tool, ": error: ", e.str(), "\n"));
-}
-
-void write_warnings(RunOutput &output, const std::vector<std::string> &warnings) {
+void write_warnings(ToolOutput &output, const std::vector<std::string> &warnings) {
   for (const std::string &w : warnings)
-    output.err(cat(tool, ": warning: ", w, "\n"));
+    output.warn(w);
 }
 
 // With --json, a failure to load is a document too: stdout always holds one.
-int fail_to_load(const RunOptions &options, RunOutput &output, const Error &e) {
+int fail_to_load(const RunOptions &options, ToolOutput &output, const Error &e) {
   if (options.json)
     output.out(document(
         {{"package", options.load.package.string()}, {"error", e.str()}, {"exit_status", 1}}));
-  write_error(output, e);
+  output.fail(e);
   return run_exit_failure;
 }
 
@@ -211,16 +207,16 @@ struct Outcome {
 
 // One request: refused, or sent, answered and shown (or put in `calls`).
 Outcome run_request(Server &server, const RunRequest &r, uint32_t request_id,
-                    const RunOptions &options, RunOutput &output, json &calls) {
+                    const RunOptions &options, ToolOutput &output, json &calls) {
   if (auto e = refuse_request(server.report(), r)) {
     if (options.json)
       calls.push_back({{"handler", r.handler}, {"error", e->str()}});
-    write_error(output, *e);
+    output.fail(*e);
     return {run_exit_usage, std::nullopt};
   }
   auto frame = build_request_frame(r.handler, r.payload, request_id, request_id);
   if (!frame) {
-    write_error(output, frame.error());
+    output.fail(frame.error());
     return {run_exit_usage, std::nullopt};
   }
   auto reply = call(server, *frame, options.timeout_s);
@@ -231,7 +227,7 @@ Outcome run_request(Server &server, const RunRequest &r, uint32_t request_id,
 
 // --calls: one request a line, its request_id the line number; a line that does not parse is
 // reported and skipped. An error: the file cannot be opened, and nothing was sent.
-Expected<Outcome> run_calls(Server &server, const RunOptions &options, RunOutput &output,
+Expected<Outcome> run_calls(Server &server, const RunOptions &options, ToolOutput &output,
                             json &calls) {
   std::ifstream file;
   std::istream *in = &std::cin;
@@ -246,7 +242,7 @@ Expected<Outcome> run_calls(Server &server, const RunOptions &options, RunOutput
   for (size_t n = 1; !total.fatal && std::getline(*in, line); ++n) {
     auto parsed = parse_call_line(line, n, options.calls_file, parse_bound);
     if (!parsed) {
-      write_error(output, parsed.error());
+      output.fail(parsed.error());
       if (options.json)
         calls.push_back({{"line", n}, {"error", parsed.error().str()}});
       else
@@ -267,7 +263,7 @@ Expected<Outcome> run_calls(Server &server, const RunOptions &options, RunOutput
 
 // --bench: the request sent again and again, the summary shown (or put in `doc`). An error: the
 // package exports no handler to benchmark, and nothing was sent.
-Expected<Outcome> run_bench(Server &server, const RunOptions &options, RunOutput &output,
+Expected<Outcome> run_bench(Server &server, const RunOptions &options, ToolOutput &output,
                             json &doc) {
   auto r = options.call
                ? Expected<RunRequest>(*options.call)
@@ -275,7 +271,7 @@ Expected<Outcome> run_bench(Server &server, const RunOptions &options, RunOutput
   if (!r)
     return r.error();
   if (auto e = refuse_request(server.report(), *r)) {
-    write_error(output, *e);
+    output.fail(*e);
     return Outcome{run_exit_usage, std::nullopt};
   }
   BenchOptions bo;
@@ -295,7 +291,7 @@ Expected<Outcome> run_bench(Server &server, const RunOptions &options, RunOutput
   return Outcome{result->wrong ? run_exit_failure : run_exit_ok, std::nullopt};
 }
 
-Expected<Outcome> send_requests(Server &server, const RunOptions &options, RunOutput &output,
+Expected<Outcome> send_requests(Server &server, const RunOptions &options, ToolOutput &output,
                                 json &doc, json &calls) {
   if (options.action == RunAction::call)
     return run_request(server, *options.call, 1, options, output, calls);
@@ -324,7 +320,7 @@ json session_json(const RunOptions &options, Server &server, json doc, json call
 }
 
 // --call, --calls, --bench: the package started on one GPU, the requests sent, the kernel stopped.
-RunOutcome run_requests(const RunOptions &options, RunOutput &output, Gpu &gpu) {
+RunOutcome run_requests(const RunOptions &options, ToolOutput &output, Gpu &gpu) {
   auto server = Server::start(options.load, gpu);
   if (!server)
     return {fail_to_load(options, output, server.error())};
@@ -332,22 +328,22 @@ RunOutcome run_requests(const RunOptions &options, RunOutput &output, Gpu &gpu) 
   write_warnings(output, s.report().warnings);
   if (options.verbose)
     for (const std::string &n : s.report().notes)
-      output.err(cat(tool, ": note: ", n, "\n"));
+      output.note(n);
 
   json doc = json::object();
   json calls = json::array();
   Expected<Outcome> sent = send_requests(s, options, output, doc, calls);
   if (!sent) {
-    write_error(output, sent.error());
+    output.fail(sent.error());
     return {run_exit_failure};
   }
   Outcome outcome = std::move(*sent);
   if (outcome.fatal) {
-    write_error(output, *outcome.fatal);
+    output.fail(*outcome.fatal);
     outcome.status = run_exit_failure;
   }
   if (auto st = s.stop(); !st) {
-    write_error(output, st.error());
+    output.fail(st.error());
     outcome.status = run_exit_failure;
   }
   if (options.verbose)
@@ -358,7 +354,7 @@ RunOutcome run_requests(const RunOptions &options, RunOutput &output, Gpu &gpu) 
 }
 
 // --list: what would load on the GPU, without loading it.
-int list_package(const RunOptions &options, RunOutput &output, Gpu &gpu) {
+int list_package(const RunOptions &options, ToolOutput &output, Gpu &gpu) {
   auto preview = preview_load(options.load, gpu);
   if (!preview)
     return fail_to_load(options, output, preview.error());
@@ -368,7 +364,7 @@ int list_package(const RunOptions &options, RunOutput &output, Gpu &gpu) {
 }
 
 // --serve: every GPU behind its own bridge instance until `stop`, a bound or a failure.
-RunOutcome serve(const RunOptions &options, RunOutput &output, const std::atomic<bool> &stop,
+RunOutcome serve(const RunOptions &options, ToolOutput &output, const std::atomic<bool> &stop,
                  Gpu &gpu) {
   ServeOptions serve_options = options.serve;
   serve_options.load = options.load;
@@ -395,7 +391,7 @@ RunOutcome serve(const RunOptions &options, RunOutput &output, const std::atomic
   });
   const int status = report.errors.empty() ? run_exit_ok : run_exit_failure;
   for (const Error &e : report.errors)
-    write_error(output, e);
+    output.fail(e);
   if (options.json) {
     json doc = serve_report_json(report);
     doc["package"] = options.load.package.string();
@@ -513,20 +509,7 @@ std::optional<Error> refuse_request(const LoadReport &report, const RunRequest &
   return std::nullopt;
 }
 
-void StdioOutput::out(std::string_view text) {
-  std::fwrite(text.data(), 1, text.size(), stdout);
-}
-
-void StdioOutput::err(std::string_view text) {
-  std::fwrite(text.data(), 1, text.size(), stderr);
-}
-
-void StdioOutput::flush() {
-  std::fflush(stdout);
-  std::fflush(stderr);
-}
-
-int show_answer(const RunRequest &r, const Reply &reply, RunOutput &output, json *calls) {
+int show_answer(const RunRequest &r, const Reply &reply, ToolOutput &output, json *calls) {
   const Response &resp = reply.response;
   auto decoded = decode_result(r.result, resp.result);
   if (calls) {
@@ -558,7 +541,7 @@ int show_answer(const RunRequest &r, const Reply &reply, RunOutput &output, json
   return status;
 }
 
-RunOutcome run(const RunOptions &options, RunOutput &output, const std::atomic<bool> &stop,
+RunOutcome run(const RunOptions &options, ToolOutput &output, const std::atomic<bool> &stop,
                Gpu &gpu) {
   // A module that CUDA loads lazily while the persistent kernel runs can deadlock behind it: a
   // run session owns its process's CUDA state, so everything loads eagerly (the load path forces

@@ -2,9 +2,10 @@
 // prints, then done: a package loaded on a GPU and called once, called line by line from a file,
 // benchmarked, listed or served, and what it came to written as text or as one --json document.
 // The tool parses argv into RunArgs and prints usage errors; everything else it writes goes
-// through a RunOutput, so that tests read what a session says without a terminal.
+// through a ToolOutput, so that tests read what a session says without a terminal.
 #pragma once
 
+#include "base/tool_output.h"
 #include "load/client.h"
 #include "load/request_args.h"
 #include "load/serve.h"
@@ -99,28 +100,11 @@ Expected<RunRequest> default_bench_request(const std::vector<std::string> &handl
 // a, b, c (alias of a)`), a payload larger than a slot.
 std::optional<Error> refuse_request(const LoadReport &report, const RunRequest &request);
 
-// Where a session writes: the tool's stdout and stderr, or a test's strings.
-class RunOutput {
-public:
-  virtual ~RunOutput() = default;
-  virtual void out(std::string_view text) = 0; // answers, listings, reports, the --json document
-  virtual void err(std::string_view text) = 0; // errors, warnings, notes, progress
-  // A reader may be waiting for what was written so far: after each answer, while serving.
-  virtual void flush() = 0;
-};
-
-class StdioOutput final : public RunOutput {
-public:
-  void out(std::string_view text) override;
-  void err(std::string_view text) override;
-  void flush() override;
-};
-
 // One answer as the tool shows it: `STATUS: RESULT` on stdout (`ok: 2a`, `handler error 3`,
 // `ok: (ERROR)` where the result does not decode), raw bytes on stdout with the status on stderr,
 // or, with `calls`, an entry appended to the --json document's "calls". Returns the exit status
 // it means (a result that does not decode is a usage error).
-int show_answer(const RunRequest &request, const Reply &reply, RunOutput &output,
+int show_answer(const RunRequest &request, const Reply &reply, ToolOutput &output,
                 nlohmann::json *calls);
 
 struct RunOutcome {
@@ -132,7 +116,7 @@ struct RunOutcome {
 
 // Does what the options say on `gpu`, writing to `output`. Serving stops when `stop` turns true
 // (the tool's SIGINT and SIGTERM handler sets it); other actions ignore it.
-RunOutcome run(const RunOptions &options, RunOutput &output, const std::atomic<bool> &stop,
+RunOutcome run(const RunOptions &options, ToolOutput &output, const std::atomic<bool> &stop,
                Gpu &gpu = driver_gpu());
 
 } // namespace cudaq_rt

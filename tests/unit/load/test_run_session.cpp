@@ -13,13 +13,9 @@ using namespace cudaq_rt;
 
 namespace {
 
-// What a session wrote, by stream; `flushes` counts the points a reader could have seen it.
-struct StringOutput final : RunOutput {
-  std::string out_text, err_text;
-  int flushes = 0;
-  void out(std::string_view text) override { out_text += text; }
-  void err(std::string_view text) override { err_text += text; }
-  void flush() override { ++flushes; }
+// What a session wrote, by stream.
+struct StringOutput final : StringToolOutput {
+  StringOutput() : StringToolOutput("cudaq-rt-run") {}
 };
 
 // A Gpu that only counts its devices: serving with --device all asks nothing else before it fails.

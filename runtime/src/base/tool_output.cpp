@@ -1,0 +1,34 @@
+// Tool output (tool_output.h).
+#include "base/tool_output.h"
+
+#include <cstdio>
+
+namespace cudaq_rt {
+
+int ToolOutput::fail(const Error &e) {
+  err(cat(tool_, ": error: ", e.str(), "\n"));
+  return 1;
+}
+
+void ToolOutput::warn(std::string_view message) {
+  err(cat(tool_, ": warning: ", message, "\n"));
+}
+
+void ToolOutput::note(std::string_view message) {
+  err(cat(tool_, ": note: ", message, "\n"));
+}
+
+void StdioToolOutput::out(std::string_view text) {
+  std::fwrite(text.data(), 1, text.size(), stdout);
+}
+
+void StdioToolOutput::err(std::string_view text) {
+  std::fwrite(text.data(), 1, text.size(), stderr);
+}
+
+void StdioToolOutput::flush() {
+  std::fflush(stdout);
+  std::fflush(stderr);
+}
+
+} // namespace cudaq_rt

@@ -1,0 +1,54 @@
+// Where a tool's library call writes: stdout for what the user asked for (a report, a listing,
+// the --json document), stderr for diagnostics in the one form every cudaq-rt tool uses
+// (`tool: error: ...`, `tool: warning: ...`, `tool: note: ...`). The tools pass their stdio; tests
+// pass strings and read what a command said without a terminal.
+#pragma once
+
+#include "cudaq_rt/error.h"
+
+#include <string>
+#include <string_view>
+
+namespace cudaq_rt {
+
+class ToolOutput {
+public:
+  explicit ToolOutput(std::string tool) : tool_(std::move(tool)) {}
+  virtual ~ToolOutput() = default;
+
+  virtual void out(std::string_view text) = 0;
+  virtual void err(std::string_view text) = 0;
+  // A reader may be waiting for what was written so far.
+  virtual void flush() = 0;
+
+  const std::string &tool() const { return tool_; }
+  // One line each on stderr; fail returns the failure exit status, 1.
+  int fail(const Error &e);
+  void warn(std::string_view message);
+  void note(std::string_view message);
+
+private:
+  std::string tool_;
+};
+
+// The process's stdout and stderr.
+class StdioToolOutput final : public ToolOutput {
+public:
+  using ToolOutput::ToolOutput;
+  void out(std::string_view text) override;
+  void err(std::string_view text) override;
+  void flush() override;
+};
+
+// Everything kept in two strings; `flushes` counts the points a reader could have seen it.
+class StringToolOutput : public ToolOutput {
+public:
+  using ToolOutput::ToolOutput;
+  std::string out_text, err_text;
+  int flushes = 0;
+  void out(std::string_view text) override { out_text += text; }
+  void err(std::string_view text) override { err_text += text; }
+  void flush() override { ++flushes; }
+};
+
+} // namespace cudaq_rt

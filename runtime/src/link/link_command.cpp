@@ -1,0 +1,241 @@
+// cudaq-rt-link's command (link_command.h).
+#include "link/link_command.h"
+
+#include "cache/link_cache.h"
+
+#include <nlohmann/json.hpp>
+
+#include <sstream>
+
+using json = nlohmann::json;
+
+namespace cudaq_rt {
+namespace {
+
+std::string dump(const json &j) {
+  return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+json arch_json(const ArchLink &a) {
+  json j = {{"arch", a.arch},         {"cache_key", a.key.digest.str()},
+            {"key", a.key.to_json()}, {"inputs", a.input_names},
+            {"options", a.options},   {"cache_hit", a.cache_hit}};
+  // Where the cubin came from: "link", "cache" (local) or "remote" (the remote cache).
+  if (a.record)
+    j["source"] = a.remote_hit ? "remote" : a.cache_hit ? "cache" : "link";
+  // link_ms is the link's own time (on a hit, the run that linked it); time_ms is this run's.
+  if (a.record)
+    j["cubin"] = {{"digest", a.record->cubin.str()},
+                  {"size", a.record->cubin_size},
+                  {"link_ms", a.record->link_ms},
+                  {"time_ms", a.time_ms}};
+  if (a.error)
+    j["error"] = a.error->str();
+  if (!a.info_log.empty())
+    j["info_log"] = a.info_log;
+  if (!a.notes.empty())
+    j["remote_cache"] = a.notes;
+  j["lto"] = lto_mode_name(a.mode);
+  if (!a.fallback.empty())
+    j["fallback"] = a.fallback;
+  // Per-TU mode, when the module was not in the cache: where each unit's cubin came from.
+  if (!a.units.empty()) {
+    j["final_link_ms"] = a.final_link_ms;
+    j["units"] = json::array();
+    for (const UnitLink &u : a.units) {
+      json ju = {{"name", u.name},
+                 {"source", u.cache_hit  ? "cache"
+                            : u.compiled ? "compiled"
+                                         : "fatbin"}};
+      if (u.cache_hit || u.compiled)
+        ju.update({{"key", u.key.str()}, {"size", u.size}, {"time_ms", u.time_ms}});
+      j["units"].push_back(ju);
+    }
+  }
+  return j;
+}
+
+// --cache-prune and --cache-stats. With --json the results go into `doc`, the one document the
+// caller prints; otherwise they are printed here.
+int cache_command(const LinkCache &cache, const LinkCommand &c, json &doc, ToolOutput &output) {
+  if (c.prune) {
+    auto r = cache.prune(*c.prune);
+    if (!r)
+      return output.fail(r.error());
+    doc["pruned"] = {{"entries", r->entries}, {"bytes", r->bytes}};
+    if (!c.json)
+      output.out(cat("pruned ", r->entries, " entries, ", r->bytes, " bytes\n"));
+  }
+  if (c.cache_stats) {
+    auto s = cache.stats();
+    if (!s)
+      return output.fail(s.error());
+    doc["cache"] = s->to_json();
+    if (!c.json)
+      output.out(format_cache_stats(*s));
+  }
+  return 0;
+}
+
+// --cache-push: the package's cubins into the remote cache.
+int push_command(const LinkCache &cache, const LinkCommand &c, ToolOutput &output) {
+  const std::string package = c.push.string();
+  auto pushed = push_links(c.push, cache);
+  if (!pushed)
+    return output.fail(pushed.error());
+  json doc = {{"package", package}, {"pushed", json::array()}};
+  int rc = 0;
+  for (const PushedLink &p : *pushed) {
+    json j = {{"arch", p.arch}, {"cache_key", p.key.str()}, {"bytes", p.bytes}};
+    if (p.error) {
+      j["error"] = p.error->str();
+      rc = output.fail(*p.error);
+    } else if (!c.json) {
+      output.out(cat(p.arch, "  pushed  ", p.bytes, " bytes  ", p.key.str(), "\n"));
+    }
+    doc["pushed"].push_back(j);
+  }
+  if (pushed->empty() && !c.json)
+    output.warn("'" + package + "': no link records: nothing to push");
+  if (c.json)
+    output.out(dump(doc));
+  return rc;
+}
+
+// What each arch said on stderr: warnings, the fallback note, and with -v the units, the remote
+// cache's notes and nvJitLink's info log; an arch's error with its details as notes.
+void print_diagnostics(const LinkCommand &c, const LinkReport &report, ToolOutput &output) {
+  const bool verbose = c.link.settings.verbose;
+  for (const ArchLink &a : report.archs) {
+    for (const std::string &w : a.warnings)
+      output.warn(a.arch + ": " + w);
+    if (!a.fallback.empty())
+      output.note(a.arch + ": " + a.fallback);
+    if (verbose)
+      for (const UnitLink &u : a.units) {
+        char ms[32];
+        std::snprintf(ms, sizeof ms, "%.1f ms", u.time_ms);
+        std::string what = u.cache_hit  ? cat("cached  ", u.size, " bytes  ", ms)
+                           : u.compiled ? cat("compiled  ", u.size, " bytes  ", ms)
+                                        : std::string("no LTO-IR: linked as it is");
+        output.err(cat(output.tool(), ": ", a.arch, ": unit ", u.name, ": ", what, "\n"));
+      }
+    if (verbose)
+      for (const std::string &n : a.notes)
+        output.err(cat(output.tool(), ": ", a.arch, ": note: ", n, "\n"));
+    if (a.error) {
+      output.fail(*a.error);
+      std::istringstream details(a.details);
+      for (std::string line; std::getline(details, line);)
+        output.note(line);
+    }
+    if (verbose && !a.info_log.empty() && !c.json)
+      output.err(cat(output.tool(), ": ", a.arch, ": nvJitLink info log:\n", a.info_log));
+  }
+}
+
+std::string format_report(const LinkCommand &c, const LinkReport &report) {
+  std::string out;
+  char line[512];
+  for (const ArchLink &a : report.archs) {
+    if (c.link.dry_run) {
+      out += cat(a.arch, "  key ", a.key.digest.str(), "\n  options:");
+      for (const std::string &s : a.options)
+        out += " " + s;
+      out += "\n";
+      for (const std::string &n : a.input_names)
+        out += cat("  input: ", n, "\n");
+    } else if (a.record && a.cache_hit) {
+      std::snprintf(line, sizeof line, "%s  %s  %llu bytes  %.1f ms (linked in %.1f ms)  %s\n",
+                    a.arch.c_str(), a.remote_hit ? "remote" : "cached",
+                    (unsigned long long)a.record->cubin_size, a.time_ms, a.record->link_ms,
+                    a.record->cubin.str().c_str());
+      out += line;
+    } else if (a.record) {
+      std::snprintf(line, sizeof line, "%s  linked  %llu bytes  %.1f ms  %s\n", a.arch.c_str(),
+                    (unsigned long long)a.record->cubin_size, a.record->link_ms,
+                    a.record->cubin.str().c_str());
+      out += line;
+    }
+  }
+  return out;
+}
+
+} // namespace
+
+Expected<LinkCommand> make_link_command(LinkArgs args) {
+  LinkCommand c;
+  c.link = std::move(args.link);
+  c.cache = std::move(args.cache);
+  c.cache_stats = args.cache_stats;
+  c.push = std::move(args.push);
+  c.json = args.json;
+  if (args.prune) {
+    c.prune = parse_cache_size(*args.prune);
+    if (!c.prune)
+      return make_error("", "--cache-prune: ", quote(*args.prune), " is not a size");
+  }
+  if (!c.push.empty()) {
+    if (!c.link.package.empty())
+      return make_error("", "--cache-push takes the package: give no other");
+    return c;
+  }
+  if (c.link.package.empty()) {
+    if (c.cache_stats || c.prune)
+      return c;
+    return make_error("", "no package given");
+  }
+  auto archs = parse_arch_list(args.archs);
+  if (!archs)
+    return make_error("", "--arch: ", archs.error().message);
+  c.link.archs = std::move(*archs);
+  if (auto st = check_link_options(c.link); !st)
+    return make_error("", st.error().message);
+  if (c.link.dry_run && !c.cache_stats && !c.prune)
+    c.cache.disable = true;
+  return c;
+}
+
+int run_link_command(const LinkCommand &c, ToolOutput &output) {
+  std::vector<std::string> cache_warnings;
+  auto cache = open_link_cache(c.cache, cache_warnings);
+  if (!cache)
+    return output.fail(cache.error());
+  for (const std::string &w : cache_warnings)
+    output.warn(w);
+  if (!c.push.empty())
+    return push_command(*cache, c, output);
+  json doc = json::object();
+  if (c.link.package.empty()) {
+    int rc = cache_command(*cache, c, doc, output);
+    if (rc == 0 && c.json)
+      output.out(dump(doc));
+    return rc;
+  }
+
+  auto report = link_package(c.link, *cache);
+  if (!report)
+    return output.fail(report.error());
+  print_diagnostics(c, *report, output);
+  if (c.json) {
+    doc = {{"package", report->package.string()},
+           {"bridge", report->bridge},
+           {"dispatcher", report->dispatcher},
+           {"lto", lto_mode_name(report->mode)},
+           {"dry_run", c.link.dry_run},
+           {"ok", report->ok()},
+           {"archs", json::array()}};
+    for (const ArchLink &a : report->archs)
+      doc["archs"].push_back(arch_json(a));
+    if (int rc = cache_command(*cache, c, doc, output); rc != 0)
+      return rc;
+    output.out(dump(doc));
+  } else {
+    output.out(format_report(c, *report));
+    if (int rc = cache_command(*cache, c, doc, output); rc != 0)
+      return rc;
+  }
+  return report->ok() ? 0 : 1;
+}
+
+} // namespace cudaq_rt
