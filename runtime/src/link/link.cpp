@@ -183,12 +183,8 @@ ArchLink describe_arch(const LinkPlan &plan, const TargetArch &arch) {
   return a;
 }
 
-ArchLink link_arch(const LinkPlan &plan, const TargetArch &arch, const LinkCache &cache) {
-  return link_arch(plan, arch, cache, LinkMiss::link);
-}
-
 ArchLink link_arch(const LinkPlan &plan, const TargetArch &arch, const LinkCache &cache,
-                   LinkMiss on_miss) {
+                   OnCacheMiss on_miss) {
   return std::move(link_archs(plan, std::span<const TargetArch>(&arch, 1), cache, 0, on_miss)[0]);
 }
 
@@ -218,91 +214,93 @@ void parallel_for(size_t n, unsigned jobs, const std::function<void(size_t)> &wo
 }
 
 // One arch on its way through link_archs.
-struct ArchJob {
+struct ArchLinkJob {
   const TargetArch *arch = nullptr;
   Clock::time_point t0;
-  ArchLink a;
-  LinkRecord rec;
+  ArchLink link;
+  LinkRecord record;
   LinkCache::RemoteLog remote_log;
   bool done = false;                         // a result or an error
   std::vector<std::vector<uint8_t>> objects; // per-TU mode: each unit's relocatable cubin
 
   void keep_log() {
-    a.notes.insert(a.notes.end(), remote_log.notes.begin(), remote_log.notes.end());
-    a.warnings.insert(a.warnings.end(), remote_log.warnings.begin(), remote_log.warnings.end());
+    link.notes.insert(link.notes.end(), remote_log.notes.begin(), remote_log.notes.end());
+    link.warnings.insert(link.warnings.end(), remote_log.warnings.begin(),
+                         remote_log.warnings.end());
     remote_log = {};
   }
 };
 
 // The record's fields that do not depend on the outcome; false when the arch is out of reach.
-bool begin_arch(const LinkPlan &plan, ArchJob &j) {
+bool begin_arch(const LinkPlan &plan, ArchLinkJob &j) {
   j.t0 = Clock::now();
-  j.a = describe_arch(plan, *j.arch);
-  j.a.mode = plan.mode;
+  j.link = describe_arch(plan, *j.arch);
+  j.link.mode = plan.mode;
   if (auto st = plan.check_target(*j.arch); !st) {
-    j.a.error = st.error();
+    j.link.error = st.error();
     j.done = true;
     return false;
   }
-  j.rec.arch = j.a.arch;
-  j.rec.bridge = plan.bridge;
-  j.rec.dispatcher = plan.dispatcher;
-  j.rec.lto = plan.lto ? std::optional<LtoMode>(plan.mode) : std::nullopt;
-  j.rec.options = j.a.options;
-  j.rec.nvjitlink_version = plan.nvjitlink.version();
-  j.rec.inputs = plan.input_digests();
-  j.rec.cache_key = j.a.key.digest;
+  j.record.arch = j.link.arch;
+  j.record.bridge = plan.bridge;
+  j.record.dispatcher = plan.dispatcher;
+  j.record.lto = plan.lto ? std::optional<LtoMode>(plan.mode) : std::nullopt;
+  j.record.options = j.link.options;
+  j.record.nvjitlink_version = plan.nvjitlink.version();
+  j.record.inputs = plan.input_digests();
+  j.record.cache_key = j.link.key.digest;
   return true;
 }
 
 // The module from the local cache, else the remote one.
-bool lookup_module(const LinkPlan &plan, const LinkCache &cache, ArchJob &j) {
-  std::optional<CacheEntry> hit = cache.get(j.a.key);
+bool lookup_module(const LinkPlan &plan, const LinkCache &cache, ArchLinkJob &j) {
+  std::optional<CacheEntry> hit = cache.get(j.link.key);
   if (!hit)
     hit = cache.get_remote(
-        j.a.key, [&](std::span<const uint8_t> cubin) { return verify_cubin(plan, *j.arch, cubin); },
+        j.link.key,
+        [&](std::span<const uint8_t> cubin) { return verify_cubin(plan, *j.arch, cubin); },
         j.remote_log);
   if (!hit)
     return false;
-  j.a.cache_hit = true;
-  j.a.remote_hit = hit->remote;
-  j.a.cubin = std::move(hit->cubin);
-  j.rec.link_ms = hit->metadata.link_time_ms;
-  j.a.info_log = hit->metadata.info_log;
+  j.link.cache_hit = true;
+  j.link.remote_hit = hit->remote;
+  j.link.cubin = std::move(hit->cubin);
+  j.record.link_ms = hit->metadata.link_time_ms;
+  j.link.info_log = hit->metadata.info_log;
   return true;
 }
 
 // Verifies what was found or linked, caches what was linked, and fills in the record.
-void finish_arch(const LinkPlan &plan, const LinkCache &cache, ArchJob &j) {
+void finish_arch(const LinkPlan &plan, const LinkCache &cache, ArchLinkJob &j) {
   j.done = true;
-  if ((j.a.error = verify_cubin(plan, *j.arch, j.a.cubin))) {
+  if ((j.link.error = verify_cubin(plan, *j.arch, j.link.cubin))) {
     j.keep_log();
     return;
   }
-  j.rec.cubin = sha256(j.a.cubin);
-  j.rec.cubin_size = j.a.cubin.size();
-  j.rec.created = now_utc();
-  if (!j.a.cache_hit) {
-    LinkMetadata md = LinkMetadata::from_key(j.a.key);
-    md.info_log = j.a.info_log;
-    md.link_time_ms = j.rec.link_ms;
+  j.record.cubin = sha256(j.link.cubin);
+  j.record.cubin_size = j.link.cubin.size();
+  j.record.created = now_utc();
+  if (!j.link.cache_hit) {
+    LinkMetadata md = LinkMetadata::from_key(j.link.key);
+    md.info_log = j.link.info_log;
+    md.link_time_ms = j.record.link_ms;
     md.created = std::time(nullptr);
     // The cubin is good whatever the cache does: a full disk or a read-only shared cache costs
     // the next process a link, not this one its result.
-    if (auto st = cache.put(j.a.key, j.a.cubin, md); !st)
-      j.a.warnings.push_back("not cached: " + st.error().str());
-    cache.put_remote(j.a.key, j.a.cubin, md, j.remote_log);
+    if (auto st = cache.put(j.link.key, j.link.cubin, md); !st)
+      j.link.warnings.push_back("not cached: " + st.error().str());
+    cache.put_remote(j.link.key, j.link.cubin, md, j.remote_log);
   }
   j.keep_log();
-  j.a.record = std::move(j.rec);
-  j.a.time_ms = ms_since(j.t0);
+  j.link.record = std::move(j.record);
+  j.link.time_ms = ms_since(j.t0);
 }
 
-void fail_link(const LinkPlan &plan, ArchJob &j, const NvJitLinkFailure &f, std::string what,
+void fail_link(const LinkPlan &plan, ArchLinkJob &j, const NvJitLinkFailure &f, std::string what,
                const std::vector<LinkInput> &inputs) {
   j.keep_log();
-  j.a.error = explain_failure(plan.subject, std::move(what), f, j.a.details, inputs);
-  j.a.info_log += f.info_log;
+  j.link.error = explain_failure(plan.subject, std::move(what), f, j.link.details, inputs);
+  j.link.info_log += f.info_log;
   j.done = true;
 }
 
@@ -319,21 +317,21 @@ Status add_direct_calls(const LinkPlan &plan, std::vector<NvJitLinkInput> &input
 }
 
 // Whole mode: one link of every input.
-void link_whole(const LinkPlan &plan, const LinkCache &cache, ArchJob &j) {
+void link_whole(const LinkPlan &plan, const LinkCache &cache, ArchLinkJob &j) {
   std::vector<NvJitLinkInput> inputs;
   for (const LinkInput &in : plan.inputs)
     inputs.push_back({in.name, in.bytes});
   if (auto st = add_direct_calls(plan, inputs); !st) {
-    j.a.error = st.error();
+    j.link.error = st.error();
     j.done = true;
     return;
   }
-  NvJitLinkOutcome out = nvjitlink_link(j.a.options, inputs);
+  NvJitLinkOutcome out = nvjitlink_link(j.link.options, inputs);
   if (!out.ok)
-    return fail_link(plan, j, out.failure, j.a.arch, plan.inputs);
-  j.a.cubin = std::move(out.result.cubin);
-  j.rec.link_ms = out.result.link_ms;
-  j.a.info_log = out.result.info_log;
+    return fail_link(plan, j, out.failure, j.link.arch, plan.inputs);
+  j.link.cubin = std::move(out.result.cubin);
+  j.record.link_ms = out.result.link_ms;
+  j.link.info_log = out.result.info_log;
   finish_arch(plan, cache, j);
 }
 
@@ -409,8 +407,8 @@ UnitOutcome compile_unit(const LinkPlan &plan, const TargetArch &arch, const Lin
 }
 
 // Per-TU mode: the final link of the units' cubins (and the fatbins of units without LTO-IR).
-void link_units(const LinkPlan &plan, const TargetArch &arch, const LinkCache &cache, ArchJob &j,
-                Clock::time_point units_t0) {
+void link_units(const LinkPlan &plan, const TargetArch &arch, const LinkCache &cache,
+                ArchLinkJob &j, Clock::time_point units_t0) {
   std::vector<NvJitLinkInput> inputs;
   for (size_t u = 0; u < plan.units.size(); ++u) {
     const LinkUnit &unit = plan.units[u];
@@ -423,49 +421,49 @@ void link_units(const LinkPlan &plan, const TargetArch &arch, const LinkCache &c
   }
   NvJitLinkOutcome out = nvjitlink_link(plan.final_options(arch), inputs);
   if (!out.ok)
-    return fail_link(plan, j, out.failure, j.a.arch, plan.inputs);
-  j.a.cubin = std::move(out.result.cubin);
+    return fail_link(plan, j, out.failure, j.link.arch, plan.inputs);
+  j.link.cubin = std::move(out.result.cubin);
   j.objects.clear();
   // The module's link time is the wall time from its units (compiled in parallel with every
   // other arch's) to its final link.
-  j.a.final_link_ms = out.result.link_ms;
-  j.rec.link_ms = ms_since(units_t0);
-  j.a.info_log = out.result.info_log + j.a.info_log;
+  j.link.final_link_ms = out.result.link_ms;
+  j.record.link_ms = ms_since(units_t0);
+  j.link.info_log = out.result.info_log + j.link.info_log;
   finish_arch(plan, cache, j);
 }
 
 } // namespace
 
 std::vector<ArchLink> link_archs(const LinkPlan &plan, std::span<const TargetArch> archs,
-                                 const LinkCache &cache, unsigned jobs, LinkMiss on_miss) {
-  std::vector<ArchJob> job(archs.size());
+                                 const LinkCache &cache, unsigned jobs, OnCacheMiss on_miss) {
+  std::vector<ArchLinkJob> job(archs.size());
   for (size_t i = 0; i < archs.size(); ++i)
     job[i].arch = &archs[i];
   auto results = [&] {
     std::vector<ArchLink> out;
-    for (ArchJob &j : job) {
+    for (ArchLinkJob &j : job) {
       if (!j.done)
         j.keep_log();
-      out.push_back(std::move(j.a));
+      out.push_back(std::move(j.link));
     }
     return out;
   };
 
   // The modules, from the caches; in whole mode, linked right away on a miss.
   parallel_for(archs.size(), jobs, [&](size_t i) {
-    ArchJob &j = job[i];
+    ArchLinkJob &j = job[i];
     if (!begin_arch(plan, j))
       return;
     if (lookup_module(plan, cache, j))
       finish_arch(plan, cache, j);
-    else if (plan.mode == LtoMode::whole && on_miss == LinkMiss::link)
+    else if (plan.mode == LtoMode::whole && on_miss == OnCacheMiss::link)
       link_whole(plan, cache, j);
   });
   std::vector<size_t> missed;
   for (size_t i = 0; i < job.size(); ++i)
     if (!job[i].done)
       missed.push_back(i);
-  if (missed.empty() || on_miss == LinkMiss::report)
+  if (missed.empty() || on_miss == OnCacheMiss::return_unlinked)
     return results();
 
   // Per-TU mode needs an nvJitLink that compiles a unit alone; without one, the whole program.
@@ -476,13 +474,13 @@ std::vector<ArchLink> link_archs(const LinkPlan &plan, std::span<const TargetArc
       targets.push_back(*job[i].arch);
     std::vector<ArchLink> linked = link_archs(whole, targets, cache, jobs, on_miss);
     for (size_t k = 0; k < missed.size(); ++k) {
-      ArchJob &j = job[missed[k]];
+      ArchLinkJob &j = job[missed[k]];
       j.keep_log();
-      linked[k].notes.insert(linked[k].notes.begin(), j.a.notes.begin(), j.a.notes.end());
-      linked[k].warnings.insert(linked[k].warnings.begin(), j.a.warnings.begin(),
-                                j.a.warnings.end());
+      linked[k].notes.insert(linked[k].notes.begin(), j.link.notes.begin(), j.link.notes.end());
+      linked[k].warnings.insert(linked[k].warnings.begin(), j.link.warnings.begin(),
+                                j.link.warnings.end());
       linked[k].fallback = cat("per-TU link unavailable (", why, "): linked as a whole program");
-      j.a = std::move(linked[k]);
+      j.link = std::move(linked[k]);
       j.done = true;
     }
     return results();
@@ -496,15 +494,15 @@ std::vector<ArchLink> link_archs(const LinkPlan &plan, std::span<const TargetArc
     compiled[t] = compile_unit(plan, *job[missed[t / units]].arch, plan.units[t % units], cache);
   });
   for (size_t k = 0; k < missed.size(); ++k) {
-    ArchJob &j = job[missed[k]];
+    ArchLinkJob &j = job[missed[k]];
     j.objects.resize(units);
     for (size_t u = 0; u < units; ++u) {
       UnitOutcome &o = compiled[k * units + u];
       if (!o.warning.empty())
-        j.a.warnings.push_back(o.warning);
+        j.link.warnings.push_back(o.warning);
       if (!o.info_log.empty())
-        j.a.info_log += cat(plan.units[u].name, ":\n", o.info_log);
-      j.a.units.push_back(o.link);
+        j.link.info_log += cat(plan.units[u].name, ":\n", o.info_log);
+      j.link.units.push_back(o.link);
       j.objects[u] = std::move(o.object);
       if (j.done)
         continue;
@@ -513,16 +511,16 @@ std::vector<ArchLink> link_archs(const LinkPlan &plan, std::span<const TargetArc
         std::vector<LinkInput> inputs(plan.inputs.begin() + static_cast<ptrdiff_t>(unit.first),
                                       plan.inputs.begin() +
                                           static_cast<ptrdiff_t>(unit.first + unit.count));
-        fail_link(plan, j, *o.failure, cat(j.a.arch, ": ", unit.name), inputs);
+        fail_link(plan, j, *o.failure, cat(j.link.arch, ": ", unit.name), inputs);
       } else if (o.error) {
         j.keep_log();
-        j.a.error = std::move(o.error);
+        j.link.error = std::move(o.error);
         j.done = true;
       }
     }
   }
   parallel_for(missed.size(), jobs, [&](size_t k) {
-    ArchJob &j = job[missed[k]];
+    ArchLinkJob &j = job[missed[k]];
     if (!j.done)
       link_units(plan, *j.arch, cache, j, units_t0);
   });

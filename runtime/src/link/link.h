@@ -200,19 +200,22 @@ struct ArchLink {
 
 // The arch's key, and nothing else: what a dry run shows.
 ArchLink describe_arch(const LinkPlan &plan, const TargetArch &arch);
-// Looks the arch up in the cache (local, then remote), else links it; verifies the cubin (arch, dispatch kernel, every
-// handler global) and caches what it linked. Failures are in the result's `error`.
-ArchLink link_arch(const LinkPlan &plan, const TargetArch &arch, const LinkCache &cache);
-// The same, but a cache miss links nothing: the result then has neither a record nor an error.
-enum class LinkMiss { link, report };
+// What link_arch does when neither cache has the arch's cubin.
+enum class OnCacheMiss {
+  link,            // link it
+  return_unlinked, // link nothing: the result then has neither a record nor an error
+};
+// Looks the arch up in the cache (local, then remote), else links it; verifies the cubin (arch,
+// dispatch kernel, every handler global) and caches what it linked. Failures are in the result's
+// `error`.
 ArchLink link_arch(const LinkPlan &plan, const TargetArch &arch, const LinkCache &cache,
-                   LinkMiss on_miss);
+                   OnCacheMiss on_miss = OnCacheMiss::link);
 
 // link_arch for several archs: `jobs` threads (0: one per core) over the archs, or in per-TU mode
 // over every (arch, unit) to compile, then over the final links. Results in the order of `archs`.
 std::vector<ArchLink> link_archs(const LinkPlan &plan, std::span<const TargetArch> archs,
                                  const LinkCache &cache, unsigned jobs,
-                                 LinkMiss on_miss = LinkMiss::link);
+                                 OnCacheMiss on_miss = OnCacheMiss::link);
 
 // Stores the cubins and link records of `links` (all successful) in the package, under the lock
 // every writer of the package takes, into the package as it is then: records other links stored

@@ -394,20 +394,6 @@ Expected<ResultType> parse_result_type(std::string_view name) {
                     "' (expected i8, i16, i32, i64, u8, u16, u32, u64, f32, f64, hex, str or raw)");
 }
 
-std::string result_type_name(const ResultType &type) {
-  switch (type.kind) {
-  case ResultType::Kind::scalars:
-    return scalar_type_name(type.scalar);
-  case ResultType::Kind::hex:
-    return "hex";
-  case ResultType::Kind::str:
-    return "str";
-  case ResultType::Kind::raw:
-    return "raw";
-  }
-  return "";
-}
-
 Expected<std::string> decode_result(const ResultType &type, std::span<const uint8_t> result) {
   static constexpr char kHexDigits[] = "0123456789abcdef";
   std::string text;

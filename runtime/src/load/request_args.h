@@ -42,7 +42,6 @@ struct ResultType {
 
 // A scalar type name (an array of that type), `hex`, `str` or `raw`.
 Expected<ResultType> parse_result_type(std::string_view name);
-std::string result_type_name(const ResultType &type);
 
 // The result as text: scalars comma-separated without spaces (floats in the shortest form that
 // reads back to the same value), lowercase hex, or the bytes as text with `\\` and non-printable

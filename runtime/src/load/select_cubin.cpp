@@ -86,8 +86,8 @@ Expected<CubinChoice> select_cubin(const Package &package, const LinkPlan &plan,
   if (reachable) {
     // The local cache, the remote one, then (when allowed) a link, checked as cudaq-rt-link
     // checks it: one lookup, so that a miss costs one request to the remote cache.
-    ArchLink a =
-        link_arch(plan, arch, cache, policy.allow_link ? LinkMiss::link : LinkMiss::report);
+    ArchLink a = link_arch(plan, arch, cache,
+                           policy.allow_link ? OnCacheMiss::link : OnCacheMiss::return_unlinked);
     c.notes.insert(c.notes.end(), a.notes.begin(), a.notes.end());
     if (!a.fallback.empty())
       c.warnings.push_back(a.fallback);

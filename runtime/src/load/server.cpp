@@ -50,7 +50,7 @@ constexpr size_t stats_offset = 64;
 
 // Steps 1 and 2, which start() and preview_load() share: the GPU, the package and its plan, the
 // cache, the arch to find a cubin for.
-struct Prepared {
+struct LoadPlan {
   GpuDevice device;
   Package package;
   LinkPlan plan;
@@ -61,7 +61,7 @@ struct Prepared {
   double open_ms = 0;
 };
 
-Expected<Prepared> prepare(const LoadOptions &opt, Gpu &gpu) {
+Expected<LoadPlan> prepare(const LoadOptions &opt, Gpu &gpu) {
   // The package and its plan come before the GPU: what is wrong with them (no package, a
   // dispatch kernel or bridge it lacks) is said the same on any machine, without waiting for a
   // context.
@@ -86,7 +86,7 @@ Expected<Prepared> prepare(const LoadOptions &opt, Gpu &gpu) {
   if (!arch)
     return make_error("", "GPU ", device->ordinal, " (", device->name, ") reports sm_", device->sm,
                       ", which no link can target");
-  return Prepared{*device, std::move(*package), std::move(*plan), std::move(*cache),
+  return LoadPlan{*device, std::move(*package), std::move(*plan), std::move(*cache),
                   *arch,   std::move(warnings), context_ms,       open_ms};
 }
 
@@ -153,18 +153,18 @@ Expected<std::unique_ptr<Server>> Server::load(const LoadOptions &opt, Gpu &gpu)
 
   t = Clock::now();
   const std::string where = cat(subject, ": ", r.device.arch());
-  auto in = [&](Error e) {
+  auto on_this_gpu = [&](Error e) {
     e.message = cat(where, ": ", e.message);
     e.subject.clear();
     return e;
   };
   auto library = gpu.load(cubin->cubin);
   if (!library)
-    return in(std::move(library).take_error());
+    return on_this_gpu(std::move(library).take_error());
   s->library_ = *library;
   auto kernel = gpu.kernel(s->library_, r.kernel);
   if (!kernel)
-    return in(std::move(kernel).take_error());
+    return on_this_gpu(std::move(kernel).take_error());
   s->kernel_ = *kernel;
 
   // Each handler's address, read from its cudaq_rt_handler__<name> global: a device function
@@ -173,16 +173,17 @@ Expected<std::unique_ptr<Server>> Server::load(const LoadOptions &opt, Gpu &gpu)
     const std::string symbol = CUDAQ_RT_HANDLER_SYMBOL_PREFIX + name;
     auto g = gpu.global(s->library_, symbol);
     if (!g)
-      return in(std::move(g).take_error());
+      return on_this_gpu(std::move(g).take_error());
     if (!*g)
-      return in(make_error("", "the module lacks handler ", name, "'s global ", symbol));
+      return on_this_gpu(make_error("", "the module lacks handler ", name, "'s global ", symbol));
     if ((*g)->size != sizeof(cudaq_rt_handler_fn))
-      return in(make_error("", symbol, " is ", (*g)->size, " bytes, not a function pointer"));
+      return on_this_gpu(
+          make_error("", symbol, " is ", (*g)->size, " bytes, not a function pointer"));
     GpuPointer address = 0;
     if (auto st = gpu.copy_from_device(
             std::span(reinterpret_cast<uint8_t *>(&address), sizeof address), (*g)->address);
         !st)
-      return in(std::move(st).take_error());
+      return on_this_gpu(std::move(st).take_error());
     s->addresses_.emplace_back(name, address);
   }
   // The default table: every handler under its own name, and under each of its aliases.
@@ -194,7 +195,7 @@ Expected<std::unique_ptr<Server>> Server::load(const LoadOptions &opt, Gpu &gpu)
     if (auto address = s->handler_address(a.handler))
       table.push_back({a.function_id, 0, reinterpret_cast<cudaq_rt_handler_fn>(*address)});
   if (auto st = s->set_function_table(table); !st)
-    return in(std::move(st).take_error());
+    return on_this_gpu(std::move(st).take_error());
 
   for (const GlobalValue &v : opt.globals)
     if (auto st = s->set_global(v.name, v.bytes); !st)
@@ -224,12 +225,12 @@ Expected<std::unique_ptr<Server>> Server::load(const LoadOptions &opt, Gpu &gpu)
 
   auto control = gpu.allocate_mapped(control_bytes);
   if (!control)
-    return in(std::move(control).take_error());
+    return on_this_gpu(std::move(control).take_error());
   s->control_ = *control;
   std::memset(s->control_.host, 0, control_bytes);
   auto stream = gpu.create_stream();
   if (!stream)
-    return in(std::move(stream).take_error());
+    return on_this_gpu(std::move(stream).take_error());
   s->stream_ = *stream;
 
   cudaq_rt_dispatch_params &p = s->params_;
@@ -311,16 +312,16 @@ Status Server::set_global(const std::string &name, std::span<const uint8_t> byte
   if (running_)
     return make_error(subject, "global ", quote(name),
                       " cannot be written while the dispatch kernel runs");
-  auto in = [&](Error e) {
+  auto on_this_gpu = [&](Error e) {
     e.message = cat(subject, ": ", report_.device.arch(), ": ", e.message);
     e.subject.clear();
     return e;
   };
   auto g = exported_global(gpu_, library_, name, bytes.size(), "given");
   if (!g)
-    return in(std::move(g).take_error());
+    return on_this_gpu(std::move(g).take_error());
   if (auto st = gpu_.copy_to_device(g->address, bytes); !st)
-    return in(std::move(st).take_error());
+    return on_this_gpu(std::move(st).take_error());
   return Status::ok();
 }
 

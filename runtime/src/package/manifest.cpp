@@ -103,14 +103,6 @@ bool ContainerRecord::has_ltoir() const {
                      [](const EntryRecord &e) { return e.kind == "ltoir"; });
 }
 
-std::vector<uint32_t> ContainerRecord::ltoir_archs() const {
-  std::set<uint32_t> archs;
-  for (const EntryRecord &e : entries)
-    if (e.kind == "ltoir")
-      archs.insert(e.arch);
-  return {archs.begin(), archs.end()};
-}
-
 const ContainerRecord *Manifest::find_container(const Digest &d) const {
   for (const ContainerRecord &c : containers)
     if (c.digest == d)

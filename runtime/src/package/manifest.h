@@ -63,8 +63,6 @@ struct ContainerRecord {
   bool packed() const { return added_by.empty(); }
 
   bool has_ltoir() const;
-  // The SM numbers of the LTO-IR entries, ascending.
-  std::vector<uint32_t> ltoir_archs() const;
 };
 
 struct ExportEntry {

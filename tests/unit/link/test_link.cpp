@@ -235,7 +235,7 @@ TEST_CASE("a miss reported links nothing; an arch out of reach and a failed link
   const Package p = open_package(fixture().example);
   const LinkPlan plan = plan_of(p);
   const LinkCache empty = fixture().cache("empty");
-  const ArchLink miss = link_arch(plan, arch("sm_90"), empty, LinkMiss::report);
+  const ArchLink miss = link_arch(plan, arch("sm_90"), empty, OnCacheMiss::return_unlinked);
   CHECK_FALSE(miss.record);
   CHECK_FALSE(miss.error);
   CHECK(miss.cubin.empty());
