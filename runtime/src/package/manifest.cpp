@@ -201,9 +201,141 @@ std::string Manifest::to_json_text() const {
   return to_json().dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
-Expected<Manifest> Manifest::parse(const std::string &text, const std::string &subject) {
-  // JSON leaves duplicate keys to the reader (RFC 8259 4); nlohmann keeps the last. A manifest
-  // whose "size" says one thing to one reader and another to the next is refused instead.
+namespace {
+
+// The manifest's records, one reader each; `p` names the record in errors ("containers[3]").
+Source read_source(const json &js, const std::string &p) {
+  return {str(js, "path", p), str(js, "kind", p), uint(js, "size", p),
+          digest(field(js, "digest", p), p + ".digest")};
+}
+
+size_t source_index(const Manifest &m, const json &v, const std::string &p) {
+  if (!v.is_number_unsigned() || v.get<uint64_t>() >= m.sources.size())
+    throw Bad{cat(p, ": not an index into sources")};
+  return static_cast<size_t>(v.get<uint64_t>());
+}
+
+EntryRecord read_entry(const json &je, const std::string &pe) {
+  EntryRecord e;
+  e.kind = str(je, "kind", pe);
+  e.kind_code = static_cast<uint16_t>(uint(je, "kind_code", pe, UINT16_MAX));
+  e.arch = static_cast<uint32_t>(uint(je, "arch", pe, UINT32_MAX));
+  const json &v = field(je, "version", pe);
+  if (!v.is_array() || v.size() != 2 || !v[0].is_number_unsigned() || !v[1].is_number_unsigned() ||
+      v[0].get<uint64_t>() > 0xFFFF || v[1].get<uint64_t>() > 0xFFFF)
+    throw Bad{cat(pe, ".version: expected [major, minor]")};
+  e.version_major = v[0].get<uint16_t>();
+  e.version_minor = v[1].get<uint16_t>();
+  e.flags = uint(je, "flags", pe);
+  e.compression = str(je, "compression", pe);
+  e.payload_size = uint(je, "payload_size", pe);
+  e.compressed_size = uint(je, "compressed_size", pe);
+  e.uncompressed_size = uint(je, "uncompressed_size", pe);
+  if (je.contains("options"))
+    e.options = str(je, "options", pe);
+  if (je.contains("name"))
+    e.name = str(je, "name", pe);
+  return e;
+}
+
+ContainerRecord read_container(const Manifest &m, const json &jc, const std::string &p) {
+  ContainerRecord c;
+  c.digest = digest(field(jc, "digest", p), p + ".digest");
+  c.size = uint(jc, "size", p);
+  c.role = role(jc, p);
+  if (c.role == Role::bridge)
+    c.bridge = str(jc, "bridge", p);
+  if (jc.contains("added_by")) {
+    c.added_by = str(jc, "added_by", p);
+    if (c.added_by != "cudaq-rt-link")
+      throw Bad{cat(p, ".added_by: unknown producer ", quote(c.added_by))};
+  }
+  const json &origins = array(jc, "origins", p);
+  for (size_t k = 0; k < origins.size(); ++k) {
+    std::string po = cat(p, ".origins[", k, "]");
+    Origin o;
+    o.source = source_index(m, field(origins[k], "source", po), po + ".source");
+    o.offset = uint(origins[k], "offset", po);
+    o.index = uint(origins[k], "index", po);
+    if (origins[k].contains("member"))
+      o.member = str(origins[k], "member", po);
+    c.origins.push_back(o);
+  }
+  const json &entries = array(jc, "entries", p);
+  for (size_t k = 0; k < entries.size(); ++k)
+    c.entries.push_back(read_entry(entries[k], cat(p, ".entries[", k, "]")));
+  return c;
+}
+
+// A handler's flags: true or false, and only on a handler.
+bool handler_flag(const json &je, const ExportEntry &e, const char *name, const std::string &p) {
+  if (!je.contains(name))
+    return false;
+  const json &v = je[name];
+  if (!v.is_boolean() || e.kind != export_kind_name(ExportKind::handler))
+    throw Bad{cat(p, ".", name, ": only a handler has it, as true or false")};
+  return v.get<bool>();
+}
+
+ExportEntry read_export(const Manifest &m, const json &je, const std::string &p) {
+  ExportEntry e;
+  e.name = str(je, "name", p);
+  if (!is_c_identifier(e.name))
+    throw Bad{cat(p, ".name: ", quote(e.name), " is not a C identifier")};
+  e.kind = str(je, "kind", p);
+  e.function_id = static_cast<uint32_t>(uint(je, "function_id", p, UINT32_MAX));
+  e.symbol = str(je, "symbol", p);
+  e.concurrent = handler_flag(je, e, "concurrent", p);
+  e.direct = handler_flag(je, e, "direct", p);
+  e.role = role(je, p);
+  for (const json &s : array(je, "sources", p))
+    e.sources.push_back(source_index(m, s, p + ".sources"));
+  return e;
+}
+
+AliasEntry read_alias(const Manifest &m, const json &ja, const std::string &p) {
+  AliasEntry a;
+  a.name = str(ja, "name", p);
+  a.handler = str(ja, "handler", p);
+  a.function_id = static_cast<uint32_t>(uint(ja, "function_id", p, UINT32_MAX));
+  if (auto st = check_alias(m, a); !st)
+    throw Bad{cat(p, ": ", st.error().message)};
+  return a;
+}
+
+LinkRecord read_link(const json &jl, const std::string &p) {
+  LinkRecord l;
+  l.arch = str(jl, "arch", p);
+  l.bridge = str(jl, "bridge", p);
+  l.dispatcher = str(jl, "dispatcher", p);
+  auto lto = parse_linked_mode(str(jl, "mode", p));
+  if (!lto)
+    throw Bad{cat(p, ".mode: expected \"cubin\", \"lto\" or \"lto-per-tu\"")};
+  l.lto = *lto;
+  for (const json &o : array(jl, "options", p)) {
+    if (!o.is_string())
+      throw Bad{cat(p, ".options: expected strings")};
+    l.options.push_back(o.get<std::string>());
+  }
+  l.nvjitlink_version = str(jl, "nvjitlink_version", p);
+  const json &inputs = array(jl, "inputs", p);
+  for (size_t k = 0; k < inputs.size(); ++k)
+    l.inputs.push_back(digest(inputs[k], cat(p, ".inputs[", k, "]")));
+  const json &cubin = field(jl, "cubin", p);
+  l.cubin = digest(field(cubin, "digest", p + ".cubin"), p + ".cubin.digest");
+  l.cubin_size = uint(cubin, "size", p + ".cubin");
+  l.cache_key = digest(field(jl, "cache_key", p), p + ".cache_key");
+  l.created = str(jl, "created", p);
+  const json &ms = field(jl, "link_ms", p);
+  if (!ms.is_number())
+    throw Bad{cat(p, ".link_ms: expected a number")};
+  l.link_ms = ms.get<double>();
+  return l;
+}
+
+// JSON leaves duplicate keys to the reader (RFC 8259 4); nlohmann keeps the last. A manifest
+// whose "size" says one thing to one reader and another to the next is refused instead.
+Expected<json> parse_without_duplicate_keys(const std::string &text, const std::string &subject) {
   std::vector<std::set<std::string>> keys; // one set per object being parsed
   std::optional<std::string> duplicate;
   json::parser_callback_t no_duplicates = [&](int, json::parse_event_t event, json &parsed) {
@@ -221,6 +353,16 @@ Expected<Manifest> Manifest::parse(const std::string &text, const std::string &s
     return make_error(subject, "not valid JSON");
   if (duplicate)
     return make_error(subject, "key ", quote(*duplicate), " appears twice in one object");
+  return j;
+}
+
+} // namespace
+
+Expected<Manifest> Manifest::parse(const std::string &text, const std::string &subject) {
+  auto parsed = parse_without_duplicate_keys(text, subject);
+  if (!parsed)
+    return std::move(parsed).take_error();
+  const json &j = *parsed;
   Manifest m;
   try {
     if (!j.is_object())
@@ -234,147 +376,29 @@ Expected<Manifest> Manifest::parse(const std::string &text, const std::string &s
       throw Bad{cat("name ", quote(m.name), " is not a valid package name")};
     m.created_by = str(j, "created_by", "manifest");
     const json &sources = array(j, "sources", "manifest");
-    for (size_t i = 0; i < sources.size(); ++i) {
-      std::string p = cat("sources[", i, "]");
-      m.sources.push_back({str(sources[i], "path", p), str(sources[i], "kind", p),
-                           uint(sources[i], "size", p),
-                           digest(field(sources[i], "digest", p), p + ".digest")});
-    }
-    auto source_index = [&](const json &v, const std::string &p) {
-      if (!v.is_number_unsigned() || v.get<uint64_t>() >= m.sources.size())
-        throw Bad{cat(p, ": not an index into sources")};
-      return static_cast<size_t>(v.get<uint64_t>());
-    };
+    for (size_t i = 0; i < sources.size(); ++i)
+      m.sources.push_back(read_source(sources[i], cat("sources[", i, "]")));
     const json &containers = array(j, "containers", "manifest");
     std::map<Digest, size_t> container_index;
     for (size_t i = 0; i < containers.size(); ++i) {
-      const json &jc = containers[i];
       std::string p = cat("containers[", i, "]");
-      ContainerRecord c;
-      c.digest = digest(field(jc, "digest", p), p + ".digest");
-      c.size = uint(jc, "size", p);
-      c.role = role(jc, p);
-      if (c.role == Role::bridge)
-        c.bridge = str(jc, "bridge", p);
-      if (jc.contains("added_by")) {
-        c.added_by = str(jc, "added_by", p);
-        if (c.added_by != "cudaq-rt-link")
-          throw Bad{cat(p, ".added_by: unknown producer ", quote(c.added_by))};
-      }
-      const json &origins = array(jc, "origins", p);
-      for (size_t k = 0; k < origins.size(); ++k) {
-        std::string po = cat(p, ".origins[", k, "]");
-        Origin o;
-        o.source = source_index(field(origins[k], "source", po), po + ".source");
-        o.offset = uint(origins[k], "offset", po);
-        o.index = uint(origins[k], "index", po);
-        if (origins[k].contains("member"))
-          o.member = str(origins[k], "member", po);
-        c.origins.push_back(o);
-      }
-      const json &entries = array(jc, "entries", p);
-      for (size_t k = 0; k < entries.size(); ++k) {
-        const json &je = entries[k];
-        std::string pe = cat(p, ".entries[", k, "]");
-        EntryRecord e;
-        e.kind = str(je, "kind", pe);
-        e.kind_code = static_cast<uint16_t>(uint(je, "kind_code", pe, UINT16_MAX));
-        e.arch = static_cast<uint32_t>(uint(je, "arch", pe, UINT32_MAX));
-        const json &v = field(je, "version", pe);
-        if (!v.is_array() || v.size() != 2 || !v[0].is_number_unsigned() ||
-            !v[1].is_number_unsigned() || v[0].get<uint64_t>() > 0xFFFF ||
-            v[1].get<uint64_t>() > 0xFFFF)
-          throw Bad{cat(pe, ".version: expected [major, minor]")};
-        e.version_major = v[0].get<uint16_t>();
-        e.version_minor = v[1].get<uint16_t>();
-        e.flags = uint(je, "flags", pe);
-        e.compression = str(je, "compression", pe);
-        e.payload_size = uint(je, "payload_size", pe);
-        e.compressed_size = uint(je, "compressed_size", pe);
-        e.uncompressed_size = uint(je, "uncompressed_size", pe);
-        if (je.contains("options"))
-          e.options = str(je, "options", pe);
-        if (je.contains("name"))
-          e.name = str(je, "name", pe);
-        c.entries.push_back(std::move(e));
-      }
+      ContainerRecord c = read_container(m, containers[i], p);
       if (auto [it, fresh] = container_index.emplace(c.digest, i); !fresh)
         throw Bad{cat(p, ".digest: ", c.digest.str(), " is also containers[", it->second,
                       "]'s: one record per container")};
       m.containers.push_back(std::move(c));
     }
     const json &exports = array(j, "exports", "manifest");
-    for (size_t i = 0; i < exports.size(); ++i) {
-      std::string p = cat("exports[", i, "]");
-      ExportEntry e;
-      e.name = str(exports[i], "name", p);
-      if (!is_c_identifier(e.name))
-        throw Bad{cat(p, ".name: ", quote(e.name), " is not a C identifier")};
-      e.kind = str(exports[i], "kind", p);
-      e.function_id = static_cast<uint32_t>(uint(exports[i], "function_id", p, UINT32_MAX));
-      e.symbol = str(exports[i], "symbol", p);
-      if (exports[i].contains("concurrent")) {
-        const json &v = exports[i]["concurrent"];
-        if (!v.is_boolean() || e.kind != export_kind_name(ExportKind::handler))
-          throw Bad{cat(p, ".concurrent: only a handler has it, as true or false")};
-        e.concurrent = v.get<bool>();
-      }
-      if (exports[i].contains("direct")) {
-        const json &v = exports[i]["direct"];
-        if (!v.is_boolean() || e.kind != export_kind_name(ExportKind::handler))
-          throw Bad{cat(p, ".direct: only a handler has it, as true or false")};
-        e.direct = v.get<bool>();
-      }
-      e.role = role(exports[i], p);
-      for (const json &s : array(exports[i], "sources", p))
-        e.sources.push_back(source_index(s, p + ".sources"));
-      m.exports.push_back(std::move(e));
-    }
+    for (size_t i = 0; i < exports.size(); ++i)
+      m.exports.push_back(read_export(m, exports[i], cat("exports[", i, "]")));
     if (j.contains("aliases")) {
       const json &aliases = array(j, "aliases", "manifest");
-      for (size_t i = 0; i < aliases.size(); ++i) {
-        std::string p = cat("aliases[", i, "]");
-        AliasEntry a;
-        a.name = str(aliases[i], "name", p);
-        a.handler = str(aliases[i], "handler", p);
-        a.function_id = static_cast<uint32_t>(uint(aliases[i], "function_id", p, UINT32_MAX));
-        if (auto st = check_alias(m, a); !st)
-          throw Bad{cat(p, ": ", st.error().message)};
-        m.aliases.push_back(std::move(a));
-      }
+      for (size_t i = 0; i < aliases.size(); ++i)
+        m.aliases.push_back(read_alias(m, aliases[i], cat("aliases[", i, "]")));
     }
     const json &links = array(j, "links", "manifest");
-    for (size_t i = 0; i < links.size(); ++i) {
-      const json &jl = links[i];
-      std::string p = cat("links[", i, "]");
-      LinkRecord l;
-      l.arch = str(jl, "arch", p);
-      l.bridge = str(jl, "bridge", p);
-      l.dispatcher = str(jl, "dispatcher", p);
-      auto lto = parse_linked_mode(str(jl, "mode", p));
-      if (!lto)
-        throw Bad{cat(p, ".mode: expected \"cubin\", \"lto\" or \"lto-per-tu\"")};
-      l.lto = *lto;
-      for (const json &o : array(jl, "options", p)) {
-        if (!o.is_string())
-          throw Bad{cat(p, ".options: expected strings")};
-        l.options.push_back(o.get<std::string>());
-      }
-      l.nvjitlink_version = str(jl, "nvjitlink_version", p);
-      const json &inputs = array(jl, "inputs", p);
-      for (size_t k = 0; k < inputs.size(); ++k)
-        l.inputs.push_back(digest(inputs[k], cat(p, ".inputs[", k, "]")));
-      const json &cubin = field(jl, "cubin", p);
-      l.cubin = digest(field(cubin, "digest", p + ".cubin"), p + ".cubin.digest");
-      l.cubin_size = uint(cubin, "size", p + ".cubin");
-      l.cache_key = digest(field(jl, "cache_key", p), p + ".cache_key");
-      l.created = str(jl, "created", p);
-      const json &ms = field(jl, "link_ms", p);
-      if (!ms.is_number())
-        throw Bad{cat(p, ".link_ms: expected a number")};
-      l.link_ms = ms.get<double>();
-      m.links.push_back(std::move(l));
-    }
+    for (size_t i = 0; i < links.size(); ++i)
+      m.links.push_back(read_link(links[i], cat("links[", i, "]")));
   } catch (const Bad &bad) {
     return make_error(subject, bad.message);
   } catch (const json::exception &e) {
