@@ -10,7 +10,7 @@ first response. Three ways to get the cubin:
   cache         the link cache has it (a package without a link record)
   link at load  every start links with nvJitLink (--no-cache): what CUDA-Q realtime does today
 
-The goal (issue: the load path) is a first response within context creation + 20 ms on the
+The goal (first response within context creation + 20 ms) is a first response within context creation + 20 ms on the
 package and cache paths. Needs a GPU; prints a table and asserts nothing.
 
   load_paths.py --pack P --link L --run R --app APP [--runs N]

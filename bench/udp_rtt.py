@@ -6,7 +6,7 @@ table, asserts nothing; bench/udp_rtt.md holds results):
   UDP via GPU      cudaq-rt-run PKG --serve (udp bridge, wait=spin): the echo handler
   server part      the same run, as the bridge measures it (datagram arrival to response departure)
   loopback         cudaq-rt-run PKG --bench (the loopback bridge: the ring and the kernel alone)
-  floor            /work/shared/probe/floor.cu variant A (one 16-byte word each way)
+  floor            ../shared/probe/floor.cu (beside the repository) variant A (one 16-byte word each way)
 
 The bare echo and the server run with threads that spin (the bridge's default, wait=spin), then
 both with threads that sleep in recvmmsg (wait=block).

@@ -31,7 +31,8 @@ command -v llvm-config-14 >/dev/null || die "llvm-config-14 not found after inst
 /usr/sbin/nginx -V 2>&1 | grep -q http_dav_module || die "nginx has no dav module (integration.remote_cache needs it)"
 /usr/bin/python3 -c 'import jsonschema' || die "python3-jsonschema is not importable by /usr/bin/python3"
 
-# BRIEF §4: the pip-wheel layout keeps libnvvm in lib/, where nvlink's -dlto does not look.
+# A pip-wheel CUDA layout keeps libnvvm in lib/, where nvlink's -dlto looks for it in nvvm/lib64/
+# ("elfLink linker library load error" until it is there).
 if [ ! -e "$CUDA_HOME/nvvm/lib64/libnvvm.so" ]; then
   for d in "$CUDA_HOME/lib" "$CUDA_HOME/lib64"; do
     if ls "$d"/libnvvm.so* >/dev/null 2>&1; then

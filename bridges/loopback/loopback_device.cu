@@ -5,7 +5,7 @@
 // kernel provides, so nothing here allocates.
 //
 // What this code avoids, because each cost the serving thread time on every request on an H200
-// (bench/loopback_rtt.cu measures every stage; numbers in bench/loopback_rtt.md):
+// (bench/rtt/loopback_rtt.cpp measures every stage; numbers in bench/loopback_rtt.md):
 //   - loads of one batch that share a 128-byte line: they do not overlap, so the ring's layout
 //     (loopback_ring.h) gives every probed cell a line of its own;
 //   - 64-bit division: the ring position is kept as (slot, lap) pairs that are advanced, never

@@ -7,9 +7,9 @@
  * What it costs
  * -------------
  * Every GPU load from mapped host memory is a PCIe round trip (about a microsecond); GPU stores are
- * posted and cost the GPU almost nothing. Measured on an H200 (BRIEF §4): reading a request field
+ * posted and cost the GPU almost nothing. Measured on an H200 (bench/loopback_rtt.md): reading a request field
  * by field costs 6.9 us per round trip; one 16-byte read and one 16-byte write per direction is the
- * 1.8 us floor (2.6-2.8 us on the H200 that bench/loopback_rtt.cu ran on); payload +
+ * 1.8 us floor (2.6-2.8 us on the H200 that bench/rtt/loopback_rtt.cpp ran on); payload +
  * __threadfence_system() + flag word costs 2.35 us. Loads that share a 128-byte line do not
  * overlap (see the layout below). And a 16-byte GPU
  * store into host memory can be observed by the host half-written (its two 8-byte halves land
@@ -85,7 +85,7 @@
 #define CUDAQ_RT_LOOPBACK_CTX_MAGIC 0x4c4f4f50u /* 'LOOP' */
 #define CUDAQ_RT_LOOPBACK_CELL_DATA 8u          /* frame bytes per 16-byte cell */
 #define CUDAQ_RT_LOOPBACK_CELL_SIZE 16u
-/* Slots probed per poll (a build-time knob so that bench/loopback_rtt.cu can compare settings);
+/* Slots probed per poll (a build-time knob so that bench/rtt/loopback_rtt.cpp can compare settings);
  * each probe loads the HEAD_CELLS cells of every probed slot. */
 #ifndef CUDAQ_RT_LOOPBACK_PROBE_SLOTS
 #define CUDAQ_RT_LOOPBACK_PROBE_SLOTS 4u
@@ -116,7 +116,7 @@
 #define CUDAQ_RT_LOOPBACK_MIN_SLOT_SIZE 32u
 #define CUDAQ_RT_LOOPBACK_MAX_SLOT_SIZE (1u << 20)
 
-/* Ring layout. Measured on the H200 (bench/loopback_rtt.cu, bench/loopback_rtt.md): volatile
+/* Ring layout. Measured on the H200 (bench/rtt/loopback_rtt.cpp, bench/loopback_rtt.md): volatile
  * loads from one GPU thread to mapped host memory that fall in the same 128-byte line do not
  * overlap; each waits for the one before, a PCIe round trip apiece. Loads to distinct lines do
  * overlap (33 of them cost about half a microsecond more than one). With a slot's cells side by
