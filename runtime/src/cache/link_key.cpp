@@ -7,7 +7,8 @@
 //  - the key format version, so that changing what is hashed invalidates old entries instead of
 //    mismatching them;
 //  - the target arch *with* its a/f suffix: fatbins that hold only sm_100a code cannot be linked
-//    for sm_100, and an sm_90a cubin is not an sm_90 one (its arch-specific instructions run on sm_90 parts only);
+//    for sm_100, and an sm_90a cubin is not an sm_90 one (its arch-specific instructions run on
+//    sm_90 parts only);
 //  - the nvJitLink options, normalized so that options that cannot change the cubin do not split
 //    the cache: -time only adds to the info log, -no-cache only switches nvJitLink's in-memory
 //    reuse. -verbose is kept: it passes -v to ptxas, which records its options in the cubin's
