@@ -1,7 +1,5 @@
 #include "cache/remote_cache.h"
 
-#include "cache/link_cache.h"
-
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -153,23 +151,6 @@ TEST_CASE("a read-only remote cache never stores") {
   CHECK(s.refused);
   CHECK_FALSE(s.ok);
   CHECK_FALSE((*r)->down());
-}
-
-TEST_CASE("an entry on the server is the local entry codec's bytes") {
-  Digest key = sha256(std::string_view("key"));
-  LinkMetadata md;
-  md.arch = "sm_90";
-  md.nvjitlink_version = "13.0";
-  std::vector<uint8_t> cubin = {1, 2, 3, 4};
-  std::vector<uint8_t> bytes = encode_cache_entry(key, cubin, md);
-  std::string file(bytes.begin(), bytes.end());
-  auto back = decode_cache_entry(file, key);
-  REQUIRE(back);
-  CHECK(back->cubin == cubin);
-  CHECK_FALSE(back->remote);
-  CHECK_FALSE(decode_cache_entry(file, sha256(std::string_view("other key"))));
-  CHECK_FALSE(decode_cache_entry(file.substr(0, file.size() - 1), key));
-  CHECK_FALSE(decode_cache_entry("<html>It works</html>", key));
 }
 
 TEST_CASE("one warning per process") {

@@ -1,0 +1,97 @@
+// What the cache/ unit tests share: a fake nvJitLink identity, keys and cubins numbered by an int,
+// a LinkCache over a test's directory, and a few file helpers.
+#pragma once
+
+#include "cache/link_cache.h"
+
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <ctime>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <string_view>
+#include <sys/stat.h>
+#include <vector>
+
+namespace cache_fixtures {
+
+using namespace cudaq_rt;
+
+inline TargetArch arch(std::string_view text) {
+  auto a = parse_arch(text);
+  REQUIRE(a);
+  return *a;
+}
+
+inline NvJitLinkIdentity fake_nvjitlink() {
+  return {13, 0, "/opt/cuda/lib/libnvJitLink.so.13.0.88", 98806736, 1700000000000000000};
+}
+
+inline Digest input(int i) {
+  return sha256(std::string_view(cat("input ", i)));
+}
+
+inline LinkKey key_for(int i, std::vector<std::string> options = {"-arch=sm_90", "-lto"}) {
+  return LinkKey::make(arch("sm_90"), options, fake_nvjitlink(), {input(i), input(i + 1000)});
+}
+
+inline std::vector<uint8_t> cubin_for(int i, size_t size = 1000) {
+  std::vector<uint8_t> out(size);
+  for (size_t j = 0; j < size; ++j)
+    out[j] = static_cast<uint8_t>(i * 31 + j * 7);
+  return out;
+}
+
+inline LinkMetadata metadata_for(const LinkKey &key) {
+  LinkMetadata m = LinkMetadata::from_key(key);
+  m.info_log = "ptxas info    : Used 8 registers";
+  m.link_time_ms = 24.5;
+  m.created = 1700000000;
+  return m;
+}
+
+inline LinkCache open_cache(const std::filesystem::path &dir,
+                            uint64_t max_bytes = CacheConfig::default_max_bytes) {
+  CacheConfig config;
+  config.dir = dir;
+  config.max_bytes = max_bytes;
+  auto cache = LinkCache::open(config);
+  REQUIRE(cache);
+  return *cache;
+}
+
+inline void put_ok(const LinkCache &cache, int i, size_t size = 1000) {
+  LinkKey key = key_for(i);
+  Status st = cache.put(key, cubin_for(i, size), metadata_for(key));
+  REQUIRE_MESSAGE(st, (st ? "" : st.error().str()));
+}
+
+inline CacheStats stats_of(const LinkCache &cache) {
+  auto s = cache.stats();
+  REQUIRE(s);
+  return *s;
+}
+
+inline std::string slurp(const std::filesystem::path &p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+inline void spit(const std::filesystem::path &p, const std::string &data) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out << data;
+}
+
+// Sets a file's atime and mtime, which the cache reads as its last use.
+inline void set_age(const std::filesystem::path &p, int seconds_ago) {
+  timespec t[2];
+  t[0].tv_sec = t[1].tv_sec = ::time(nullptr) - seconds_ago;
+  t[0].tv_nsec = t[1].tv_nsec = 0;
+  REQUIRE(::utimensat(AT_FDCWD, p.c_str(), t, 0) == 0);
+}
+
+} // namespace cache_fixtures

@@ -1,0 +1,193 @@
+#include "cache/cache_entry.h"
+
+#include <doctest/doctest.h>
+
+#include "cache_fixtures.h"
+#include "scratch_dir.h"
+
+#include <cstring>
+#include <filesystem>
+#include <functional>
+
+using namespace cudaq_rt;
+using namespace cache_fixtures;
+namespace fs = std::filesystem;
+
+namespace {
+
+uint64_t le_at(const std::vector<uint8_t> &b, size_t at, int n) {
+  uint64_t v = 0;
+  for (int i = 0; i < n; ++i)
+    v |= uint64_t{b[at + i]} << (8 * i);
+  return v;
+}
+
+} // namespace
+
+TEST_CASE("an entry's header is laid out as cache_entry.cpp says") {
+  Digest key = sha256(std::string_view("key"));
+  LinkMetadata md;
+  md.arch = "sm_90";
+  md.nvjitlink_version = "13.0";
+  const std::string metadata =
+      "{\"arch\":\"sm_90\",\"created\":0,\"info_log\":\"\",\"inputs\":[],"
+      "\"link_time_ms\":0.0,\"nvjitlink_version\":\"13.0\",\"options\":[]}";
+  CHECK(md.to_json().dump() == metadata);
+  std::vector<uint8_t> cubin = {0xde, 0xad, 0xbe, 0xef, 0x01};
+  std::vector<uint8_t> b = encode_cache_entry(key, cubin, md);
+  REQUIRE(b.size() == 128 + metadata.size() + cubin.size());
+  CHECK(std::string(b.begin(), b.begin() + 8) == std::string("CQRTLNK\0", 8));
+  CHECK(le_at(b, 8, 4) == 1);  // entry format version
+  CHECK(le_at(b, 12, 4) == 0); // reserved
+  CHECK(std::memcmp(b.data() + 16, key.bytes.data(), 32) == 0);
+  CHECK(le_at(b, 48, 8) == metadata.size());
+  CHECK(le_at(b, 56, 8) == cubin.size());
+  CHECK(std::memcmp(b.data() + 64, sha256(cubin).bytes.data(), 32) == 0);
+  Sha256 h;
+  h.update(std::span<const uint8_t>(b.data(), 96));
+  h.update(metadata);
+  CHECK(std::memcmp(b.data() + 96, h.finish().bytes.data(), 32) == 0);
+  CHECK(std::string(b.begin() + 128, b.begin() + 128 + metadata.size()) == metadata);
+  CHECK(std::vector<uint8_t>(b.end() - cubin.size(), b.end()) == cubin);
+}
+
+TEST_CASE("metadata keeps the form a key names, and refuses what it cannot read") {
+  const std::vector<std::string> options = {"-arch=sm_90", "-lto"};
+  const std::vector<Digest> inputs = {input(1), input(2), input(3)};
+  LinkKey per_tu = LinkKey::make(arch("sm_90"), options, fake_nvjitlink(), inputs,
+                                 LinkedForm{LtoMode::per_tu}, {2, 1});
+  LinkKey object = LinkKey::make(arch("sm_90"), options, fake_nvjitlink(), inputs,
+                                 LinkedForm{LtoMode::per_tu, true});
+  CHECK(LinkMetadata::from_key(object).form.text() == "object");
+  auto back = LinkMetadata::from_json(LinkMetadata::from_key(per_tu).to_json());
+  REQUIRE(back);
+  CHECK(back->form == LinkedForm{LtoMode::per_tu});
+
+  // A module linked whole stores no mode, as entries did before per-TU mode.
+  nlohmann::json whole = metadata_for(key_for(1)).to_json();
+  CHECK_FALSE(whole.contains("mode"));
+  CHECK(LinkMetadata::from_json(whole)->form == LinkedForm{});
+  for (const char *field :
+       {"arch", "options", "nvjitlink_version", "inputs", "info_log", "link_time_ms", "created"}) {
+    CAPTURE(field);
+    nlohmann::json j = whole;
+    j.erase(field);
+    CHECK_FALSE(LinkMetadata::from_json(j));
+  }
+  nlohmann::json bad = whole;
+  bad["mode"] = "whole";
+  CHECK_FALSE(LinkMetadata::from_json(bad));
+  bad = whole;
+  bad["inputs"] = {"sha256:not hex"};
+  CHECK_FALSE(LinkMetadata::from_json(bad));
+  bad = whole;
+  bad["created"] = 1.5;
+  CHECK_FALSE(LinkMetadata::from_json(bad));
+}
+
+TEST_CASE("an entry round-trips with its metadata") {
+  ScratchDir tmp;
+  LinkCache cache = open_cache(tmp.path / "cache");
+  LinkKey key = key_for(1, {"-arch=sm_90", "-lto", "-kernels-used=k"});
+  CHECK_FALSE(cache.get(key));
+  std::vector<uint8_t> cubin = cubin_for(1, 4321);
+  REQUIRE(cache.put(key, cubin, metadata_for(key)));
+
+  fs::path path = cache.entry_path(key.digest);
+  CHECK(path == tmp.path / "cache" / "v1" / key.digest.hex().substr(0, 2) / key.digest.hex());
+  CHECK(fs::is_regular_file(path));
+
+  auto entry = cache.get(key);
+  REQUIRE(entry);
+  CHECK(entry->cubin == cubin);
+  CHECK(entry->metadata.arch == "sm_90");
+  CHECK(entry->metadata.options == key.options);
+  CHECK(entry->metadata.nvjitlink_version == "13.0");
+  CHECK(entry->metadata.inputs == key.inputs);
+  CHECK(entry->metadata.info_log == "ptxas info    : Used 8 registers");
+  CHECK(entry->metadata.link_time_ms == 24.5);
+  CHECK(entry->metadata.created == 1700000000);
+  CHECK(LinkMetadata::from_json(entry->metadata.to_json())->inputs == key.inputs);
+
+  CHECK_FALSE(cache.get(key_for(2)));
+  // An empty cubin is a valid entry, not a corrupt one.
+  LinkKey empty = key_for(3);
+  REQUIRE(cache.put(empty, {}, metadata_for(empty)));
+  auto got = cache.get(empty);
+  REQUIRE(got);
+  CHECK(got->cubin.empty());
+}
+
+TEST_CASE("a corrupt entry is a miss and is removed") {
+  struct Damage {
+    const char *name;
+    std::function<std::string(std::string, const std::string &other)> apply;
+  };
+  auto flip = [](size_t at) {
+    return [at](std::string s, const std::string &) {
+      s[at] ^= 0x10;
+      return s;
+    };
+  };
+  const std::vector<Damage> damages = {
+      {"truncated by one byte", [](std::string s, auto &) { return s.substr(0, s.size() - 1); }},
+      {"truncated inside the header", [](std::string s, auto &) { return s.substr(0, 100); }},
+      {"one byte too many", [](std::string s, auto &) { return s + '\0'; }},
+      {"zero length", [](std::string, auto &) { return std::string(); }},
+      {"garbage", [](std::string s, auto &) { return std::string(s.size(), '\x5a'); }},
+      {"another key's entry", [](std::string, const std::string &other) { return other; }},
+      {"flipped magic", flip(0)},
+      {"flipped format version", flip(8)},
+      {"flipped reserved word", flip(12)},
+      {"flipped key", flip(20)},
+      {"flipped metadata length", flip(48)},
+      {"flipped cubin size", flip(56)},
+      {"flipped cubin digest", flip(64)},
+      {"flipped header digest", flip(127)},
+      {"flipped metadata byte", flip(140)},
+      {"flipped first cubin byte",
+       [](std::string s, auto &) {
+         s[s.size() - 1000] ^= 1;
+         return s;
+       }},
+      {"flipped last cubin byte",
+       [](std::string s, auto &) {
+         s.back() ^= 0x80;
+         return s;
+       }},
+  };
+  ScratchDir tmp;
+  LinkCache cache = open_cache(tmp.path);
+  put_ok(cache, 99);
+  const std::string other = slurp(cache.entry_path(key_for(99).digest));
+  uint64_t corrupt = 0;
+  for (const Damage &d : damages) {
+    CAPTURE(d.name);
+    LinkKey key = key_for(1);
+    put_ok(cache, 1);
+    fs::path path = cache.entry_path(key.digest);
+    REQUIRE(cache.get(key));
+    spit(path, d.apply(slurp(path), other));
+    CHECK_FALSE(cache.get(key));
+    CHECK_FALSE(fs::exists(path));
+    CHECK(stats_of(cache).corrupt == ++corrupt);
+  }
+  CHECK(cache.get(key_for(99)));
+}
+
+TEST_CASE("an entry on the server is the local entry codec's bytes") {
+  Digest key = sha256(std::string_view("key"));
+  LinkMetadata md;
+  md.arch = "sm_90";
+  md.nvjitlink_version = "13.0";
+  std::vector<uint8_t> cubin = {1, 2, 3, 4};
+  std::vector<uint8_t> bytes = encode_cache_entry(key, cubin, md);
+  std::string file(bytes.begin(), bytes.end());
+  auto back = decode_cache_entry(file, key);
+  REQUIRE(back);
+  CHECK(back->cubin == cubin);
+  CHECK_FALSE(back->remote);
+  CHECK_FALSE(decode_cache_entry(file, sha256(std::string_view("other key"))));
+  CHECK_FALSE(decode_cache_entry(file.substr(0, file.size() - 1), key));
+  CHECK_FALSE(decode_cache_entry("<html>It works</html>", key));
+}
