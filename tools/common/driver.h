@@ -60,4 +60,16 @@ CLI::Option *add_optional(CLI::App &app, const std::string &name, std::optional<
       name, [&to](const T &value) { to = value; }, help);
 }
 
+// --lto, declared once for every tool that links (cudaq-rt-link ahead of time, cudaq-rt-run at
+// load); parse_lto_mode reads the value.
+inline CLI::Option *add_lto_option(CLI::App &app, std::string &mode, const std::string &group) {
+  return app
+      .add_option("--lto", mode,
+                  "How LTO-IR is linked: per-tu (each translation unit compiled alone and "
+                  "cached, then a link of the cubins; the default) or whole (one whole-program "
+                  "link)")
+      ->check(CLI::IsMember({"per-tu", "whole"}))
+      ->group(group);
+}
+
 } // namespace cudaq_rt::driver

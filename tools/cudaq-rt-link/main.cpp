@@ -37,11 +37,7 @@ int main(int argc, char **argv) {
   app.add_option("-j,--jobs", args.link.jobs,
                  "Archs (and per-TU units) linked at once (default: the number of cores)")
       ->group("Link");
-  app.add_option("--lto", lto_text,
-                 "How LTO-IR is linked: per-tu (each translation unit compiled alone and cached, "
-                 "then a link of the cubins; the default) or whole (one whole-program link)")
-      ->check(CLI::IsMember({"per-tu", "whole"}))
-      ->group("Link");
+  driver::add_lto_option(app, lto_text, "Link");
   app.add_option("-O", opt_level, "nvJitLink optimization level: -O0 or -O3 (part of the key)")
       ->check(CLI::IsMember({"0", "3"}))
       ->group("nvJitLink");

@@ -77,11 +77,7 @@ void add_options(CLI::App &app, RunArgs &a) {
   driver::add_optional(app, "--grid", a.grid,
                        "Launch shape of a custom dispatch kernel: BLOCKS,THREADS")
       ->group("Loading");
-  app.add_option("--lto", a.lto,
-                 "How a link at load links LTO-IR: per-tu or whole (default per-tu; named, the "
-                 "package's cubin is used only when linked in that mode)")
-      ->check(CLI::IsMember({"per-tu", "whole"}))
-      ->group("Loading");
+  driver::add_lto_option(app, a.lto, "Loading");
   app.add_flag("--no-link", a.no_link, "Never link at load: the package or the cache must have it")
       ->group("Loading");
   app.add_flag("--store", a.load.policy.store, "Store a cubin linked at load in the package too")
