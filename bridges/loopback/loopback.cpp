@@ -159,30 +159,24 @@ cudaq_rt_bridge_result receive_batch(cudaq_rt_bridge *b, void *buffer, size_t st
 #define CUDAQ_RT_LOOPBACK_NAME "loopback"
 #endif
 
+// Fed by the host: no start, drain, stop, address, counters or latency.
 const cudaq_rt_bridge_ops loopback_ops = {
-    CUDAQ_RT_BRIDGE_ABI_VERSION,
-    sizeof(cudaq_rt_bridge_ops),
-    CUDAQ_RT_LOOPBACK_NAME,
-    "a ring of slots in mapped pinned host memory, fed by this process",
-    CUDAQ_RT_BRIDGE_CAP_HOST_FRAMES,
-    0,
-    create,
-    destroy,
-    last_error,
-    device_context,
-    slot_size,
-    num_slots,
-    send,
-    receive,
-    nullptr, // start, drain, stop: fed by the host
-    nullptr,
-    nullptr,
-    nullptr, // address
-    nullptr, // counters
-    nullptr, // latency
-    send_batch,
-    receive_batch,
-    instance_config,
+    .abi_version = CUDAQ_RT_BRIDGE_ABI_VERSION,
+    .struct_size = sizeof(cudaq_rt_bridge_ops),
+    .name = CUDAQ_RT_LOOPBACK_NAME,
+    .description = "a ring of slots in mapped pinned host memory, fed by this process",
+    .capabilities = CUDAQ_RT_BRIDGE_CAP_HOST_FRAMES,
+    .create = create,
+    .destroy = destroy,
+    .last_error = last_error,
+    .device_context = device_context,
+    .slot_size = slot_size,
+    .num_slots = num_slots,
+    .send = send,
+    .receive = receive,
+    .send_batch = send_batch,
+    .receive_batch = receive_batch,
+    .instance_config = instance_config,
 };
 
 } // namespace

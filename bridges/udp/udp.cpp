@@ -134,30 +134,27 @@ void latency(const cudaq_rt_bridge *b, uint64_t *buckets) {
 #define CUDAQ_RT_UDP_NAME "udp" // bench/CMakeLists.txt builds variants under other names
 #endif
 
+// The socket feeds it: no send, receive or their batched forms.
 const cudaq_rt_bridge_ops udp_ops = {
-    CUDAQ_RT_BRIDGE_ABI_VERSION,
-    sizeof(cudaq_rt_bridge_ops),
-    CUDAQ_RT_UDP_NAME,
-    "a UDP socket; host threads move datagrams to and from a ring in mapped pinned memory",
-    CUDAQ_RT_BRIDGE_CAP_SELF_FED,
-    0,
-    create,
-    destroy,
-    last_error,
-    device_context,
-    slot_size,
-    num_slots,
-    nullptr, // send, receive: the socket feeds it
-    nullptr,
-    start,
-    drain,
-    stop,
-    address,
-    counters,
-    latency,
-    nullptr, // send_batch, receive_batch: the socket feeds it
-    nullptr,
-    instance_config,
+    .abi_version = CUDAQ_RT_BRIDGE_ABI_VERSION,
+    .struct_size = sizeof(cudaq_rt_bridge_ops),
+    .name = CUDAQ_RT_UDP_NAME,
+    .description =
+        "a UDP socket; host threads move datagrams to and from a ring in mapped pinned memory",
+    .capabilities = CUDAQ_RT_BRIDGE_CAP_SELF_FED,
+    .create = create,
+    .destroy = destroy,
+    .last_error = last_error,
+    .device_context = device_context,
+    .slot_size = slot_size,
+    .num_slots = num_slots,
+    .start = start,
+    .drain = drain,
+    .stop = stop,
+    .address = address,
+    .counters = counters,
+    .latency = latency,
+    .instance_config = instance_config,
 };
 
 } // namespace

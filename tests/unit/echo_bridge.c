@@ -129,20 +129,19 @@ static cudaq_rt_bridge_result receive(cudaq_rt_bridge *b, void *buffer, size_t c
 }
 
 static const cudaq_rt_bridge_ops ops = {
-    CUDAQ_RT_BRIDGE_ABI_VERSION,
-    CUDAQ_RT_BRIDGE_OPS_V1_SIZE,
-    "echo",
-    "a host-only bridge that answers every request with its payload",
-    CUDAQ_RT_BRIDGE_CAP_HOST_FRAMES,
-    0,
-    create,
-    destroy,
-    last_error,
-    device_context,
-    slot_size,
-    num_slots,
-    send,
-    receive,
+    .abi_version = CUDAQ_RT_BRIDGE_ABI_VERSION,
+    .struct_size = CUDAQ_RT_BRIDGE_OPS_V1_SIZE,
+    .name = "echo",
+    .description = "a host-only bridge that answers every request with its payload",
+    .capabilities = CUDAQ_RT_BRIDGE_CAP_HOST_FRAMES,
+    .create = create,
+    .destroy = destroy,
+    .last_error = last_error,
+    .device_context = device_context,
+    .slot_size = slot_size,
+    .num_slots = num_slots,
+    .send = send,
+    .receive = receive,
 };
 
 __attribute__((visibility("default"))) const cudaq_rt_bridge_ops *cudaq_rt_bridge_entry(void) {

@@ -49,29 +49,20 @@ static cudaq_rt_bridge_result instance_config(const cudaq_rt_bridge_launch *laun
 }
 
 static const cudaq_rt_bridge_ops ops = {
-    CUDAQ_RT_BRIDGE_ABI_VERSION,
-    offsetof(cudaq_rt_bridge_ops, instance_config),
-    "host",
-    "a host-only bridge for the load path's tests",
-    CUDAQ_RT_BRIDGE_CAP_HOST_FRAMES,
-    0,
-    create,
-    destroy,
-    last_error,
-    device_context,
-    slot_size,
-    num_slots,
-    send,
-    receive,
-    NULL, /* start, drain, stop: fed by the host */
-    NULL,
-    NULL,
-    NULL, /* address */
-    NULL, /* counters */
-    NULL, /* latency */
-    NULL, /* send_batch, receive_batch */
-    NULL,
-    instance_config,
+    .abi_version = CUDAQ_RT_BRIDGE_ABI_VERSION,
+    .struct_size = offsetof(cudaq_rt_bridge_ops, instance_config),
+    .name = "host",
+    .description = "a host-only bridge for the load path's tests",
+    .capabilities = CUDAQ_RT_BRIDGE_CAP_HOST_FRAMES,
+    .create = create,
+    .destroy = destroy,
+    .last_error = last_error,
+    .device_context = device_context,
+    .slot_size = slot_size,
+    .num_slots = num_slots,
+    .send = send,
+    .receive = receive,
+    .instance_config = instance_config,
 };
 
 __attribute__((visibility("default"))) const cudaq_rt_bridge_ops *cudaq_rt_bridge_entry(void) {

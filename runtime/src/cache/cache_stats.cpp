@@ -186,6 +186,8 @@ void StatsFile::load() {
     size_t v = l.find_first_not_of(' ', sp);
     if (v == std::string::npos)
       continue;
+    if (l[v] < '0' || l[v] > '9')
+      continue; // "?", a sign (strtoull reads "-1" as its largest value) or damage
     char *stop = nullptr;
     errno = 0;
     unsigned long long value = std::strtoull(l.c_str() + v, &stop, 10);

@@ -173,6 +173,7 @@ bool LinkReport::ok() const {
 ArchLink describe_arch(const LinkPlan &plan, const TargetArch &arch) {
   ArchLink a;
   a.arch = arch.str();
+  a.mode = plan.mode;
   a.options = plan.options(arch);
   a.key = plan.key(arch);
   for (const LinkInput &in : plan.inputs)

@@ -191,11 +191,14 @@ TEST_CASE("the stats file is fixed-width lines, read back by the next process") 
   CHECK(again.ends_with("bytes                       4096\n"));
 
   // A damaged value leaves that counter at zero and the others as they were.
-  spit(path, "hits             lots\nmisses    9\n");
+  spit(path, "hits             lots\nmisses    9\nstores      -1\nbytes  -4096\n");
   StatsFile damaged(path);
   REQUIRE_FALSE(damaged.error);
   CHECK(damaged.counters.hits == 0);
   CHECK(damaged.counters.misses == 9);
+  // A sign is damage too, not the largest value strtoull makes of it.
+  CHECK(damaged.counters.stores == 0);
+  CHECK_FALSE(damaged.counters.bytes);
 }
 
 TEST_CASE("a full cache is evicted down to 90% of its limit") {
