@@ -16,6 +16,13 @@
 //   cudaq_rt_bench_raw_ring      (below; ..._span: stamped);
 //   cudaq_rt_bench_fused...      the dispatcher's work on the probe's registers, no hooks (below);
 //   cudaq_rt_bench_warp_rounds   the warp kernel with a stamp around each round's poll and serve.
+//
+// Why these restate the built-in kernels' loops instead of calling them: a stamp must sit between
+// two steps of one request, inside the loop, and a hook for it in libdispatch would change the
+// shipped kernels' code, which every number here is meant to describe (their SASS is compared
+// before and after each bench change, bench/loopback_rtt.md). So only the loop is restated; each
+// step (validation, lookup, the handler call and its outcome, the response header, the counters)
+// is the shipped kernels' own, from cudaq_rt/dispatch_framing.cuh.
 #include "cudaq_rt/dispatch_framing.cuh"
 
 #define BENCH_STAGE_ROWS 65536u
