@@ -6,7 +6,8 @@
 #   lib/cudaq-rt/bridges/             the bundled bridges: the runtime looks in
 #                                     <executable>/../lib/cudaq-rt/bridges, so this stays "lib"
 #                                     whatever CMAKE_INSTALL_LIBDIR says
-#   include/cudaq_rt/                 the runtime's headers and the device contract headers
+#   include/cudaq_rt/                 the public headers (the C API, the bridge loader) and the
+#                                     device contract; the runtime's internal headers stay in the tree
 #   lib/cmake/cudaq-rt/               cudaq-rtConfig.cmake, its targets, CudaDeviceCode.cmake,
 #                                     CudaqRtPackage.cmake
 #   share/cudaq-rt/schemas/           JSON Schemas of the files the tools write
