@@ -166,32 +166,20 @@ static int call_int(cudaq_rt_server *s, uint32_t function_id, int arg, int *resu
   return rc;
 }
 
-static int gpu_checks(const char *package) {
-  cudaq_rt_code *self = NULL, *app = NULL;
-  cudaq_rt_server *mine = NULL, *theirs = NULL;
+/* A failed link is retried: a load with an option nvJitLink refuses fails and leaves nothing
+ * loaded; the same server, configured right, then loads. Exits 77 where there is no GPU. */
+static cudaq_rt_server *load_after_failed_link(cudaq_rt_code *self) {
+  cudaq_rt_server *mine = NULL;
   cudaq_rt_config cfg;
-  cudaq_rt_device_fn scale = 0, add = 0, sum_i32 = 0;
-  cudaq_rt_dispatch_stats st;
   const char *bad_options[] = {"-no-such-nvjitlink-option"};
-  int offset = 1000, result = 0, rc;
-  int32_t status = 0;
+  int offset = 1000, rc;
 
-  /* Everything this process loads, loaded at once: a module CUDA loads lazily while a persistent
-   * kernel runs can wait behind it. */
-  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
-  CHECK(cudaq_rt_open_self(&self) == CUDAQ_RT_OK);
-  CHECK(cudaq_rt_open_package(package, &app) == CUDAQ_RT_OK);
-  if (!self || !app)
-    return 1;
-
-  /* A failed link is retried: a load with an option nvJitLink refuses fails and leaves nothing
-   * loaded; the same server, configured right, then loads. */
   cudaq_rt_config_init(&cfg);
   cfg.link_options = bad_options;
   cfg.num_link_options = 1;
   CHECK(cudaq_rt_server_create(self, &cfg, &mine) == CUDAQ_RT_OK);
   if (!mine)
-    return 1;
+    return NULL;
   rc = cudaq_rt_load(mine);
   if (rc == CUDAQ_RT_E_NO_GPU) {
     printf("SKIPPED: %s\n", cudaq_rt_last_error());
@@ -206,33 +194,47 @@ static int gpu_checks(const char *package) {
   CHECK(cudaq_rt_set_global(mine, "capi_offset", &offset, sizeof offset) == CUDAQ_RT_OK);
   CHECK(cudaq_rt_load(mine) == CUDAQ_RT_OK);
   CHECK(cudaq_rt_slot_size(mine) > 24);
+  return mine;
+}
 
-  /* Globals: the wrong size, a name the module lacks. */
+/* Globals: the wrong size, a name the module lacks. */
+static void check_globals(cudaq_rt_server *mine) {
+  int offset = 1000;
   CHECK(cudaq_rt_set_global(mine, "capi_offset", &offset, 2) == CUDAQ_RT_E_ARGUMENT);
   CHECK(error_is(NULL, "global 'capi_offset' is 4 bytes, but 2 bytes were given"));
   CHECK(cudaq_rt_set_global(mine, "no_such_global", &offset, sizeof offset) ==
         CUDAQ_RT_E_NOT_FOUND);
+}
 
-  /* Lookups, by export name; a name the code lacks. */
-  CHECK(cudaq_rt_lookup_handler(mine, "capi_scale", &scale) == CUDAQ_RT_OK);
-  CHECK(cudaq_rt_lookup_handler(mine, "capi_add_offset", &add) == CUDAQ_RT_OK);
-  CHECK(scale != 0 && add != 0 && scale != add);
-  CHECK(cudaq_rt_lookup_handler(mine, "capi_missing", &scale) == CUDAQ_RT_E_NOT_FOUND);
+/* Lookups, by export name; a name the code lacks. */
+static void look_up_handlers(cudaq_rt_server *mine, cudaq_rt_device_fn *scale,
+                             cudaq_rt_device_fn *add) {
+  CHECK(cudaq_rt_lookup_handler(mine, "capi_scale", scale) == CUDAQ_RT_OK);
+  CHECK(cudaq_rt_lookup_handler(mine, "capi_add_offset", add) == CUDAQ_RT_OK);
+  CHECK(*scale != 0 && *add != 0 && *scale != *add);
+  CHECK(cudaq_rt_lookup_handler(mine, "capi_missing", scale) == CUDAQ_RT_E_NOT_FOUND);
   CHECK(error_is(NULL, "no handler 'capi_missing': the code exports "));
-  CHECK(cudaq_rt_lookup_handler(mine, "capi_scale", &scale) == CUDAQ_RT_OK);
+  CHECK(cudaq_rt_lookup_handler(mine, "capi_scale", scale) == CUDAQ_RT_OK);
+}
 
-  /* A forged entry is refused at start, and nothing runs; the same server then starts with a
-   * good table. */
+/* A forged entry is refused at start, and nothing runs; the same server then starts with a
+ * good table. */
+static void check_forged_entry_refused(cudaq_rt_server *mine, cudaq_rt_device_fn scale) {
   CHECK(cudaq_rt_set_function(mine, id_of("double_it"), scale + 16) == CUDAQ_RT_OK);
   CHECK(cudaq_rt_start(mine) == CUDAQ_RT_E_REFUSED);
   CHECK(error_is(NULL, "did not come from cudaq_rt_lookup_handler on this server's load"));
   fprintf(stderr, "forged entry: %s\n", cudaq_rt_last_error());
   CHECK(cudaq_rt_check(mine) == CUDAQ_RT_E_STATE);
   CHECK(cudaq_rt_clear_functions(mine) == CUDAQ_RT_OK);
+}
 
-  /* The application's own table: function_ids of its choosing, and only those. One of them is
-   * another handler's export name: the table, not the name, says what it calls (a whole-program
-   * link's direct calls must check the pointer, not trust the id). */
+/* The application's own table: function_ids of its choosing, and only those. One of them is
+ * another handler's export name: the table, not the name, says what it calls (a whole-program
+ * link's direct calls must check the pointer, not trust the id). */
+static void check_application_table(cudaq_rt_server *mine, cudaq_rt_device_fn scale,
+                                    cudaq_rt_device_fn add) {
+  int result = 0;
+  int32_t status = 0;
   CHECK(cudaq_rt_set_function(mine, id_of("double_it"), scale) == CUDAQ_RT_OK);
   CHECK(cudaq_rt_set_function(mine, id_of("offset_it"), add) == CUDAQ_RT_OK);
   CHECK(cudaq_rt_set_function(mine, id_of("capi_add_offset"), scale) == CUDAQ_RT_OK);
@@ -249,59 +251,70 @@ static int gpu_checks(const char *package) {
   CHECK(call_int(mine, id_of("capi_scale"), 5, &result, &status) == CUDAQ_RT_OK);
   CHECK(status == CUDAQ_RT_STATUS_UNKNOWN_FUNCTION);
   CHECK(cudaq_rt_set_function(mine, 1, scale) == CUDAQ_RT_E_STATE);
+}
 
-  /* A raw frame through send and receive. */
-  {
-    unsigned char frame[24 + 4], response[1024];
-    cudaq_rt_request_header h;
-    cudaq_rt_response_header r;
-    int arg = -7, accepted = 0, polls = 0;
-    size_t size = 0;
-    h.magic = CUDAQ_RT_REQUEST_MAGIC;
-    h.function_id = id_of("double_it");
-    h.arg_len = 4;
-    h.request_id = 777;
-    h.ptp_timestamp = 123456789u;
-    memcpy(frame, &h, sizeof h);
-    memcpy(frame + 24, &arg, sizeof arg);
-    CHECK(cudaq_rt_send(mine, frame, sizeof frame, &accepted) == CUDAQ_RT_OK);
-    CHECK(accepted == 1);
-    while (size == 0 && polls++ < 10000000)
-      CHECK(cudaq_rt_receive(mine, response, sizeof response, &size) == CUDAQ_RT_OK);
-    CHECK(size >= 28);
-    memcpy(&r, response, sizeof r);
-    memcpy(&arg, response + 24, sizeof arg);
-    CHECK(r.magic == CUDAQ_RT_RESPONSE_MAGIC && r.status == 0 && r.result_len == 4);
-    CHECK(r.request_id == 777 && r.ptp_timestamp == 123456789u && arg == -14);
-  }
+/* A raw frame through send and receive. */
+static void check_raw_frame(cudaq_rt_server *mine) {
+  unsigned char frame[24 + 4], response[1024];
+  cudaq_rt_request_header h;
+  cudaq_rt_response_header r;
+  int arg = -7, accepted = 0, polls = 0;
+  size_t size = 0;
+  h.magic = CUDAQ_RT_REQUEST_MAGIC;
+  h.function_id = id_of("double_it");
+  h.arg_len = 4;
+  h.request_id = 777;
+  h.ptp_timestamp = 123456789u;
+  memcpy(frame, &h, sizeof h);
+  memcpy(frame + 24, &arg, sizeof arg);
+  CHECK(cudaq_rt_send(mine, frame, sizeof frame, &accepted) == CUDAQ_RT_OK);
+  CHECK(accepted == 1);
+  while (size == 0 && polls++ < 10000000)
+    CHECK(cudaq_rt_receive(mine, response, sizeof response, &size) == CUDAQ_RT_OK);
+  CHECK(size >= 28);
+  memcpy(&r, response, sizeof r);
+  memcpy(&arg, response + 24, sizeof arg);
+  CHECK(r.magic == CUDAQ_RT_RESPONSE_MAGIC && r.status == 0 && r.result_len == 4);
+  CHECK(r.request_id == 777 && r.ptp_timestamp == 123456789u && arg == -14);
+}
 
+/* The counters of everything above, printed; then the kernel stops. */
+static void check_counters_and_stop(cudaq_rt_server *mine) {
+  cudaq_rt_dispatch_stats st;
   CHECK(cudaq_rt_get_stats(mine, &st) == CUDAQ_RT_OK);
   CHECK(st.requests == 5 && st.ok == 4 && st.protocol_errors == 1 && st.handler_errors == 0);
   printf("counters: requests %llu ok %llu handler_errors %llu protocol_errors %llu\n", st.requests,
          st.ok, st.handler_errors, st.protocol_errors);
   CHECK(cudaq_rt_stop(mine) == CUDAQ_RT_OK);
+}
 
-  /* The package, with its default table (every handler under its own name). */
+/* The package, with its default table (every handler under its own name): a call, and the address
+ * of its sum_i32 looked up. Its server, stopped, or NULL where none was created. */
+static cudaq_rt_server *serve_package(cudaq_rt_code *app, cudaq_rt_device_fn *sum_i32) {
+  cudaq_rt_server *theirs = NULL;
+  cudaq_rt_config cfg;
+  int values[3] = {1, 2, 3};
+  long long sum = 0;
+  uint32_t len = 0;
+  int32_t status = 0;
   cudaq_rt_config_init(&cfg);
   CHECK(cudaq_rt_server_create(app, &cfg, &theirs) == CUDAQ_RT_OK);
   if (!theirs)
-    return 1;
+    return NULL;
   CHECK(cudaq_rt_start(theirs) == CUDAQ_RT_OK);
-  {
-    int values[3] = {1, 2, 3};
-    long long sum = 0;
-    uint32_t len = 0;
-    CHECK(cudaq_rt_call(theirs, id_of("sum_i32"), values, sizeof values, &sum, sizeof sum, &len,
-                        &status, 10.0) == CUDAQ_RT_OK);
-    CHECK(status == 0 && len == 8 && sum == 6);
-  }
-  CHECK(cudaq_rt_lookup_handler(theirs, "sum_i32", &sum_i32) == CUDAQ_RT_OK);
+  CHECK(cudaq_rt_call(theirs, id_of("sum_i32"), values, sizeof values, &sum, sizeof sum, &len,
+                      &status, 10.0) == CUDAQ_RT_OK);
+  CHECK(status == 0 && len == 8 && sum == 6);
+  CHECK(cudaq_rt_lookup_handler(theirs, "sum_i32", sum_i32) == CUDAQ_RT_OK);
   /* Its kernel stops (the module stays loaded, and the address looked up): loading or starting
    * while another persistent kernel of this process runs could wait behind it (cudaq_rt.h). */
   CHECK(cudaq_rt_stop(theirs) == CUDAQ_RT_OK);
+  return theirs;
+}
 
-  /* Device code from another binary: an address looked up on the package's server is refused
-   * in this program's table. */
+/* Device code from another binary: an address looked up on the package's server is refused
+ * in this program's table. */
+static void check_other_binary_refused(cudaq_rt_server *mine, cudaq_rt_device_fn sum_i32) {
   CHECK(cudaq_rt_clear_functions(mine) == CUDAQ_RT_OK);
   CHECK(cudaq_rt_set_function(mine, id_of("sum_i32"), sum_i32) == CUDAQ_RT_OK);
   CHECK(cudaq_rt_start(mine) == CUDAQ_RT_E_REFUSED);
@@ -309,8 +322,13 @@ static int gpu_checks(const char *package) {
   CHECK(error_is(NULL, "': device code from another binary cannot serve here"));
   fprintf(stderr, "other binary: %s\n", cudaq_rt_last_error());
   CHECK(cudaq_rt_check(mine) == CUDAQ_RT_E_STATE);
+}
 
-  /* Back to the default table: it starts again on the same bridge instance, and counts on. */
+/* Back to the default table: it starts again on the same bridge instance, and counts on. */
+static void check_default_table_again(cudaq_rt_server *mine) {
+  cudaq_rt_dispatch_stats st;
+  int result = 0;
+  int32_t status = 0;
   CHECK(cudaq_rt_clear_functions(mine) == CUDAQ_RT_OK);
   CHECK(cudaq_rt_start(mine) == CUDAQ_RT_OK);
   CHECK(call_int(mine, id_of("capi_scale"), 8, &result, &status) == CUDAQ_RT_OK);
@@ -319,6 +337,34 @@ static int gpu_checks(const char *package) {
   CHECK(status == 0 && result == 0);
   CHECK(cudaq_rt_get_stats(mine, &st) == CUDAQ_RT_OK);
   CHECK(st.requests == 7 && st.ok == 6);
+}
+
+static int gpu_checks(const char *package) {
+  cudaq_rt_code *self = NULL, *app = NULL;
+  cudaq_rt_server *mine, *theirs;
+  cudaq_rt_device_fn scale = 0, add = 0, sum_i32 = 0;
+
+  /* Everything this process loads, loaded at once: a module CUDA loads lazily while a persistent
+   * kernel runs can wait behind it. */
+  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+  CHECK(cudaq_rt_open_self(&self) == CUDAQ_RT_OK);
+  CHECK(cudaq_rt_open_package(package, &app) == CUDAQ_RT_OK);
+  if (!self || !app)
+    return 1;
+  mine = load_after_failed_link(self);
+  if (!mine)
+    return 1;
+  check_globals(mine);
+  look_up_handlers(mine, &scale, &add);
+  check_forged_entry_refused(mine, scale);
+  check_application_table(mine, scale, add);
+  check_raw_frame(mine);
+  check_counters_and_stop(mine);
+  theirs = serve_package(app, &sum_i32);
+  if (!theirs)
+    return 1;
+  check_other_binary_refused(mine, sum_i32);
+  check_default_table_again(mine);
 
   /* mine's kernel first: freeing theirs (cudaFree, the module's unload) waits for every kernel on
    * the device, so it would wait for mine's forever (cudaq_rt.h). */

@@ -141,369 +141,437 @@ double percentile(std::vector<double> v, double p) {
   return v[size_t(p * double(v.size() - 1))];
 }
 
-} // namespace
-
-int main(int argc, char **argv) {
-  cudaq_rt::LoadOptions options;
-  options.link.bridge = "loopback";
-  options.bridge_config = "slots=64,slot_size=1024";
-  options.policy.allow_link = false;
+// What the command line asks for.
+struct TestOptions {
+  cudaq_rt::LoadOptions load;
   int latency_requests = 20000;
   uint64_t many = 0;
+};
+
+[[noreturn]] void usage_error(const std::string &message) {
+  std::fprintf(stderr, "loopback_dispatch_test: error: %s\n", message.c_str());
+  std::exit(2);
+}
+
+TestOptions parse_options(int argc, char **argv) {
+  TestOptions options;
+  options.load.link.bridge = "loopback";
+  options.load.bridge_config = "slots=64,slot_size=1024";
+  options.load.policy.allow_link = false;
   std::string layout;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "loopback_dispatch_test: error: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
+      if (i + 1 >= argc)
+        usage_error(a + " needs a value");
       return argv[++i];
     };
     if (a == "--bridge")
-      options.link.bridge = value();
+      options.load.link.bridge = value();
     else if (a == "--package")
-      options.package = value();
+      options.load.package = value();
     else if (a == "--latency-requests")
-      latency_requests = std::stoi(value());
+      options.latency_requests = std::stoi(value());
     else if (a == "--dispatcher")
-      options.link.dispatcher = value();
+      options.load.link.dispatcher = value();
     else if (a == "--slots")
-      options.bridge_config = "slots=" + value() + ",slot_size=1024";
+      options.load.bridge_config = "slots=" + value() + ",slot_size=1024";
     else if (a == "--many")
-      many = std::stoull(value());
+      options.many = std::stoull(value());
     else if (a == "--layout")
       layout = value();
-    else {
-      std::fprintf(stderr, "loopback_dispatch_test: error: unknown argument '%s'\n", a.c_str());
-      return 2;
+    else
+      usage_error("unknown argument '" + a + "'");
+  }
+  if (options.load.package.empty())
+    usage_error("give --package");
+  if (!layout.empty())
+    options.load.bridge_config += ",layout=" + layout;
+  return options;
+}
+
+struct Counters {
+  uint64_t requests = 0, ok = 0, handler_errors = 0, protocol_errors = 0;
+};
+
+// The loaded server under test, the next request_id, and what its counters should read.
+struct Session {
+  cudaq_rt::Server &loaded;
+  cudaq_rt::Bridge &bridge;
+  const uint32_t slot_size;
+  // Built from this tree: its instance can be looked into.
+  const bool loopback;
+  Client client;
+  uint32_t id = 1;
+  Counters expected;
+
+  explicit Session(cudaq_rt::Server &server)
+      : loaded(server), bridge(server.bridge()), slot_size(bridge.slot_size()),
+        loopback(server.report().bridge == "loopback"), client{server, Bytes(slot_size)} {}
+
+  Bytes call(const Bytes &frame) {
+    ++expected.requests;
+    return client.call(frame);
+  }
+
+  void stop() {
+    if (auto st = loaded.stop(); !st)
+      fail(st.error().str());
+  }
+};
+
+void print_load(Session &s) {
+  const cudaq_rt::LoadReport &report = s.loaded.report();
+  std::printf("device: %s (%s)\ncubin: %s from the %s (%llu B, %s)\n", report.device.name.c_str(),
+              report.device.arch().c_str(), report.record.arch.c_str(),
+              cudaq_rt::cubin_source_name(report.source),
+              (unsigned long long)report.record.cubin_size, report.record.cubin.str().c_str());
+  if (s.loopback)
+    std::printf("ring: %u slots, %s layout\n", s.bridge.num_slots(),
+                s.bridge.get()->layout == CUDAQ_RT_LOOPBACK_LAYOUT_LANES ? "lanes" : "slots");
+}
+
+void check_sum_i32(Session &s) {
+  std::vector<int32_t> v = {1, 2, 3, -10, 1000000};
+  uint32_t rid = s.id++;
+  auto r = s.call(request(cudaq_rt_function_id("sum_i32"), v.data(), 20, rid));
+  expect_response(r, 0, rid, bytes_of(std::vector<int64_t>{999996}), "sum_i32");
+  ++s.expected.ok;
+}
+
+// 2 * x + y
+void check_axpy_f32(Session &s) {
+  std::vector<float> in = {2.0f, 1.0f, 2.0f, 3.0f, 10.0f, 20.0f, 30.0f};
+  uint32_t rid = s.id++;
+  auto r = s.call(request(cudaq_rt_function_id("axpy_f32"), in.data(), 28, rid));
+  expect_response(r, 0, rid, bytes_of(std::vector<float>{12.0f, 24.0f, 36.0f}), "axpy_f32");
+  ++s.expected.ok;
+}
+
+// With a payload long enough to need several fetch batches.
+void check_parity(Session &s) {
+  Bytes in(300);
+  for (size_t i = 0; i < in.size(); ++i)
+    in[i] = uint8_t(i * 37 + 11);
+  Bytes want(in.size() + 4);
+  uint32_t total = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    want[i] = uint8_t(__builtin_popcount(in[i]) & 1);
+    total += uint32_t(__builtin_popcount(in[i]));
+  }
+  std::memcpy(want.data() + in.size(), &total, 4);
+  uint32_t rid = s.id++;
+  auto r = s.call(request(cudaq_rt_function_id("parity"), in.data(), uint32_t(in.size()), rid));
+  expect_response(r, 0, rid, want, "parity");
+  ++s.expected.ok;
+}
+
+// At every payload size up to the slot's limit in a few steps.
+void check_echo_sizes(Session &s) {
+  for (uint32_t len : {0u, 1u, 7u, 8u, 9u, 100u, s.slot_size - 24}) {
+    Bytes in(len);
+    for (uint32_t i = 0; i < len; ++i)
+      in[i] = uint8_t(i ^ 0x5a);
+    uint32_t rid = s.id++;
+    auto r = s.call(request(cudaq_rt_function_id("echo"), in.data(), len, rid));
+    expect_response(r, 0, rid, in, "echo " + std::to_string(len) + " bytes");
+    ++s.expected.ok;
+  }
+}
+
+// A handler-defined error: sum_i32 wants a multiple of 4 bytes.
+void check_handler_error(Session &s) {
+  uint32_t rid = s.id++;
+  uint8_t three[3] = {1, 2, 3};
+  auto r = s.call(request(cudaq_rt_function_id("sum_i32"), three, 3, rid));
+  expect_response(r, 1, rid, {}, "sum_i32 with 3 bytes");
+  ++s.expected.handler_errors;
+}
+
+// Protocol errors, each followed by a good request.
+void check_protocol_errors(Session &s) {
+  uint32_t rid = s.id++;
+  auto r = s.call(request(cudaq_rt_function_id("echo"), "ab", 2, rid, 0xdeadbeefu));
+  expect_response(r, CUDAQ_RT_STATUS_BAD_MAGIC, rid, {}, "bad magic");
+  rid = s.id++;
+  r = s.call(request(cudaq_rt_function_id("no_such_handler"), "ab", 2, rid));
+  expect_response(r, CUDAQ_RT_STATUS_UNKNOWN_FUNCTION, rid, {}, "unknown function");
+  s.expected.protocol_errors += 2;
+  rid = s.id++;
+  r = s.call(request(cudaq_rt_function_id("echo"), "still here", 10, rid));
+  expect_response(r, 0, rid, Bytes{'s', 't', 'i', 'l', 'l', ' ', 'h', 'e', 'r', 'e'},
+                  "echo after protocol errors");
+  ++s.expected.ok;
+}
+
+// A frame that is not whole (arg_len != size - 24): send() refuses it, whichever way it is off
+// (bridge.h), and queues nothing.
+void check_send_refuses_partial_frames(Session &s) {
+  for (uint32_t claimed : {100u, 1u, s.slot_size - 23}) {
+    auto sent = s.loaded.send(
+        request(cudaq_rt_function_id("echo"), "ab", 2, s.id, CUDAQ_RT_REQUEST_MAGIC, claimed));
+    expect(!sent && sent.error().str().find("arg_len") != std::string::npos,
+           "send refuses a 26-byte frame claiming arg_len " + std::to_string(claimed) + ": " +
+               (sent ? std::string("it was sent") : sent.error().str()));
+    if (sent && *sent) { // take the answer it got, so that the checks below stay in step
+      ++s.expected.requests;
+      s.client.receive();
     }
   }
-  if (options.package.empty()) {
-    std::fprintf(stderr, "loopback_dispatch_test: error: give --package\n");
-    return 2;
+}
+
+// The device side of the same rule, with frames written to the ring raw. Before the fix, the
+// handler ran on the staging slot's stale bytes: echo answered with an earlier request's
+// payload. First fill the staging slot the short frame will land in with something to leak.
+void check_truncated_frames_on_device(Session &s) {
+  cudaq_rt_bridge *raw = s.bridge.get();
+  const uint32_t n = s.bridge.num_slots();
+  auto raw_call = [&](const Bytes &frame) {
+    ++s.expected.requests;
+    while (cudaq_rt::loopback::write_request(raw, frame.data(), frame.size()) ==
+           CUDAQ_RT_BRIDGE_AGAIN) {
+    }
+    return s.client.receive();
+  };
+  // Go round the ring once with long echoes, so that every staging frame holds payload.
+  Bytes secret(400, 0xA5);
+  for (uint32_t i = 0; i < n; ++i) {
+    uint32_t rid = s.id++;
+    auto r = s.call(request(cudaq_rt_function_id("echo"), secret.data(), 400, rid));
+    expect_response(r, 0, rid, secret, "echo 400 bytes (filling the staging frames)");
+    ++s.expected.ok;
   }
-  if (!layout.empty())
-    options.bridge_config += ",layout=" + layout;
+  uint32_t rid = s.id++;
+  auto r =
+      raw_call(request(cudaq_rt_function_id("echo"), "ab", 2, rid, CUDAQ_RT_REQUEST_MAGIC, 100));
+  expect_response(r, CUDAQ_RT_STATUS_TRUNCATED, rid, {}, "26-byte frame claiming 100 bytes");
+  rid = s.id++;
+  r = raw_call(request(cudaq_rt_function_id("echo"), "ab", 2, rid, CUDAQ_RT_REQUEST_MAGIC,
+                       s.slot_size - 23));
+  expect_response(r, CUDAQ_RT_STATUS_TRUNCATED, rid, {}, "26-byte frame claiming more than a slot");
+  rid = s.id++;
+  Bytes headless = request(cudaq_rt_function_id("echo"), nullptr, 0, rid);
+  headless.resize(16); // up to request_id: no ptp_timestamp
+  r = raw_call(headless);
+  auto h = header_of(r);
+  expect(r.size() == 24 && h.magic == CUDAQ_RT_RESPONSE_MAGIC &&
+             h.status == CUDAQ_RT_STATUS_TRUNCATED && h.result_len == 0 && h.request_id == rid &&
+             h.ptp_timestamp == 0,
+         "16-byte frame: truncated, its own request_id, a zero timestamp (status " +
+             std::to_string(h.status) + ", timestamp " + std::to_string(h.ptp_timestamp) + ")");
+  s.expected.protocol_errors += 3;
+  rid = s.id++;
+  r = s.call(request(cudaq_rt_function_id("echo"), "still here", 10, rid));
+  expect_response(r, 0, rid, Bytes{'s', 't', 'i', 'l', 'l', ' ', 'h', 'e', 'r', 'e'},
+                  "echo after truncated frames");
+  ++s.expected.ok;
+}
+
+// The counters are posted stores that may trail the last response by a moment.
+void check_counters(Session &s) {
+  const auto deadline = Clock::now() + std::chrono::seconds(1);
+  cudaq_rt_dispatch_stats st = s.loaded.stats();
+  while (st.requests != s.expected.requests && Clock::now() < deadline)
+    st = s.loaded.stats();
+  expect(st.requests == s.expected.requests, "stats.requests " + std::to_string(st.requests));
+  expect(st.ok == s.expected.ok, "stats.ok " + std::to_string(st.ok));
+  expect(st.handler_errors == s.expected.handler_errors,
+         "stats.handler_errors " + std::to_string(st.handler_errors));
+  expect(st.protocol_errors == s.expected.protocol_errors,
+         "stats.protocol_errors " + std::to_string(st.protocol_errors));
+}
+
+// Latency: one echo of 8 bytes at a time.
+void measure_latency(Session &s, int latency_requests) {
+  const uint64_t payload = 0x0123456789abcdefull;
+  std::vector<double> us;
+  us.reserve(size_t(latency_requests));
+  bool all_right = true;
+  for (int i = -1000; i < latency_requests; ++i) {
+    uint32_t rid = s.id++;
+    Bytes frame = request(cudaq_rt_function_id("echo"), &payload, 8, rid);
+    const auto t0 = Clock::now();
+    Bytes r = s.call(frame);
+    const auto t1 = Clock::now();
+    auto h = header_of(r);
+    all_right &= h.status == 0 && h.request_id == rid && r.size() == 32 &&
+                 std::memcmp(r.data() + 24, &payload, 8) == 0;
+    if (i >= 0)
+      us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  }
+  expect(all_right, "every latency-run echo came back right");
+  s.expected.ok += uint64_t(latency_requests + 1000);
+  std::printf("latency: echo 8 B, %d sequential requests: median %.2f us, p99 %.2f us, "
+              "min %.2f us\n",
+              latency_requests, percentile(us, 0.5), percentile(us, 0.99), percentile(us, 0.0));
+}
+
+// Throughput: keep the ring full.
+void measure_throughput(Session &s) {
+  const uint32_t total = 400000, slots = s.bridge.num_slots();
+  uint32_t sent = 0, received = 0, first_id = s.id;
+  bool in_order = true;
+  const uint64_t payload = 42;
+  const auto t0 = Clock::now();
+  while (received < total) {
+    while (sent < total && sent - received < slots) {
+      auto ok = s.loaded.send(request(cudaq_rt_function_id("echo"), &payload, 8, s.id));
+      if (!ok)
+        fail(ok.error().str());
+      if (!*ok)
+        break;
+      ++sent;
+      ++s.id;
+      ++s.expected.requests;
+      ++s.expected.ok;
+    }
+    Bytes r = s.client.receive();
+    in_order &= header_of(r).request_id == first_id + received && header_of(r).status == 0;
+    ++received;
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  expect(in_order, "throughput responses in order and ok");
+  std::printf("throughput: %u echoes of 8 B with up to %u in flight: %.2f M requests/s\n", total,
+              slots, total / seconds / 1e6);
+}
+
+// Many requests through the batched send and receive, the ring kept full.
+void check_batched_echoes(Session &s, uint64_t many) {
+  cudaq_rt::BenchOptions b;
+  b.requests = many;
+  b.warmup = 0;
+  b.inflight = s.bridge.num_slots();
+  b.expect_echo = true;
+  const uint64_t payload = 0x5a5a5a5a5a5a5a5aull;
+  auto r = cudaq_rt::bench(s.loaded, "echo",
+                           std::span(reinterpret_cast<const uint8_t *>(&payload), 8), b);
+  if (!r)
+    fail(r.error().str());
+  expect(r->wrong == 0, std::to_string(r->wrong) + " of " + std::to_string(many) +
+                            " batched echoes wrong (status, request_id or payload)");
+  s.id += uint32_t(many);
+  s.expected.requests += many;
+  s.expected.ok += many;
+  std::printf("batched: %llu echoes of 8 B, %u in flight, none lost, %llu wrong: %.2f M "
+              "requests/s\n",
+              (unsigned long long)many, b.inflight, (unsigned long long)r->wrong,
+              r->requests_per_s / 1e6);
+}
+
+// Echo `count` distinct payloads, all sent before anything is received; returns the frames.
+std::vector<std::pair<uint32_t, Bytes>> send_batch(Session &s, uint32_t count, const char *what) {
+  std::vector<std::pair<uint32_t, Bytes>> batch;
+  for (uint32_t i = 0; i < count; ++i) {
+    Bytes in(1 + (i * 37) % 200);
+    for (size_t j = 0; j < in.size(); ++j)
+      in[j] = uint8_t(i * 7 + j);
+    const uint32_t rid = s.id++;
+    auto ok =
+        s.loaded.send(request(cudaq_rt_function_id("echo"), in.data(), uint32_t(in.size()), rid));
+    if (!ok || !*ok)
+      fail(std::string(what) + ": send " + std::to_string(i) + " " +
+           (ok ? "found the ring full" : ok.error().str()));
+    batch.emplace_back(rid, std::move(in));
+    ++s.expected.requests;
+    ++s.expected.ok;
+  }
+  return batch;
+}
+
+// Shutdown drains: a full ring of requests sent just before the flag is set is answered in full
+// (loopback_ring.h: every request sent before the flag gets its response). The kernel has stopped
+// by the time they are taken, so a missing one would never come.
+void check_shutdown_drains(Session &s) {
+  auto batch = send_batch(s, s.bridge.num_slots(), "before shutdown");
+  s.stop();
+  uint32_t answered = 0;
+  for (auto &[rid, in] : batch) {
+    auto got = s.loaded.receive(s.client.buffer);
+    if (!got)
+      fail(got.error().str());
+    if (!*got)
+      break;
+    Bytes r(s.client.buffer.begin(), s.client.buffer.begin() + long(**got));
+    expect_response(r, 0, rid, in, "request sent just before shutdown");
+    ++answered;
+  }
+  std::printf("shutdown: %u of %zu requests sent just before the flag answered\n", answered,
+              batch.size());
+  // Fatal: the relaunched kernel would answer the rest, and every later check would be off.
+  if (answered != batch.size())
+    fail("requests sent just before shutdown went unanswered");
+}
+
+// Relaunch on the same bridge instance: the kernel resumes at the ring position the last one
+// stopped at (wherever the host's counters are: not a multiple of the ring), and the counters go
+// on from the values in stats.
+void check_relaunch(Session &s) {
+  if (auto st = s.loaded.relaunch(); !st)
+    fail(st.error().str());
+  for (int round = 0; round < 3; ++round) {
+    auto batch = send_batch(s, s.bridge.num_slots() - 1, "after relaunch");
+    for (auto &[rid, in] : batch)
+      expect_response(s.client.receive(), 0, rid, in, "echo after relaunch");
+  }
+  std::vector<int32_t> v = {5, 6, 7};
+  const uint32_t rid = s.id++;
+  auto r = s.call(request(cudaq_rt_function_id("sum_i32"), v.data(), 12, rid));
+  expect_response(r, 0, rid, bytes_of(std::vector<int64_t>{18}), "sum_i32 after relaunch");
+  ++s.expected.ok;
+}
+
+// After the last stop: the kernel has ended, so its stores have all landed.
+void check_final_counters(Session &s) {
+  cudaq_rt_dispatch_stats st = s.loaded.stats();
+  std::printf("stats: requests %llu, ok %llu, handler errors %llu, protocol errors %llu\n",
+              st.requests, st.ok, st.handler_errors, st.protocol_errors);
+  const Counters &e = s.expected;
+  expect(st.requests == e.requests && st.ok == e.ok && st.handler_errors == e.handler_errors &&
+             st.protocol_errors == e.protocol_errors,
+         "final stats, across both launches: expected requests " + std::to_string(e.requests) +
+             ", ok " + std::to_string(e.ok) + ", handler errors " +
+             std::to_string(e.handler_errors) + ", protocol errors " +
+             std::to_string(e.protocol_errors));
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  const TestOptions options = parse_options(argc, argv);
   // Skipped only where there is no GPU (no driver installed, or no device): any other failure,
   // a driver too old for the cubin included, is on a machine that may well have a GPU.
   if (auto why = cudaq_rt::no_gpu_reason()) {
     std::printf("skipped: %s\n", why->c_str());
     return 77;
   }
-  auto started = cudaq_rt::Server::start(options);
+  auto started = cudaq_rt::Server::start(options.load);
   if (!started)
     fail(started.error().str());
-  cudaq_rt::Server &loaded = **started;
-  const cudaq_rt::LoadReport &report = loaded.report();
-  std::printf("device: %s (%s)\ncubin: %s from the %s (%llu B, %s)\n", report.device.name.c_str(),
-              report.device.arch().c_str(), report.record.arch.c_str(),
-              cudaq_rt::cubin_source_name(report.source),
-              (unsigned long long)report.record.cubin_size, report.record.cubin.str().c_str());
-  cudaq_rt::Bridge *bridge = &loaded.bridge();
-  const uint32_t slot_size = bridge->slot_size();
-  if (report.bridge == "loopback") // built from this tree: its instance can be looked into
-    std::printf("ring: %u slots, %s layout\n", bridge->num_slots(),
-                bridge->get()->layout == CUDAQ_RT_LOOPBACK_LAYOUT_LANES ? "lanes" : "slots");
-  auto stop = [&] {
-    if (auto st = loaded.stop(); !st)
-      fail(st.error().str());
-  };
+  Session s(**started);
+  print_load(s);
 
-  Client server{loaded, Bytes(slot_size)};
-  uint32_t id = 1;
-  uint64_t expected_requests = 0, expected_ok = 0, expected_handler_errors = 0,
-           expected_protocol_errors = 0;
-  auto call = [&](const Bytes &frame) {
-    ++expected_requests;
-    return server.call(frame);
-  };
-
-  { // sum_i32
-    std::vector<int32_t> v = {1, 2, 3, -10, 1000000};
-    uint32_t rid = id++;
-    auto r = call(request(cudaq_rt_function_id("sum_i32"), v.data(), 20, rid));
-    expect_response(r, 0, rid, bytes_of(std::vector<int64_t>{999996}), "sum_i32");
-    ++expected_ok;
-  }
-  { // axpy_f32: 2 * x + y
-    std::vector<float> in = {2.0f, 1.0f, 2.0f, 3.0f, 10.0f, 20.0f, 30.0f};
-    uint32_t rid = id++;
-    auto r = call(request(cudaq_rt_function_id("axpy_f32"), in.data(), 28, rid));
-    expect_response(r, 0, rid, bytes_of(std::vector<float>{12.0f, 24.0f, 36.0f}), "axpy_f32");
-    ++expected_ok;
-  }
-  { // parity, with a payload long enough to need several fetch batches
-    Bytes in(300);
-    for (size_t i = 0; i < in.size(); ++i)
-      in[i] = uint8_t(i * 37 + 11);
-    Bytes want(in.size() + 4);
-    uint32_t total = 0;
-    for (size_t i = 0; i < in.size(); ++i) {
-      want[i] = uint8_t(__builtin_popcount(in[i]) & 1);
-      total += uint32_t(__builtin_popcount(in[i]));
-    }
-    std::memcpy(want.data() + in.size(), &total, 4);
-    uint32_t rid = id++;
-    auto r = call(request(cudaq_rt_function_id("parity"), in.data(), uint32_t(in.size()), rid));
-    expect_response(r, 0, rid, want, "parity");
-    ++expected_ok;
-  }
-  { // echo, at every payload size up to the slot's limit in a few steps
-    for (uint32_t len : {0u, 1u, 7u, 8u, 9u, 100u, slot_size - 24}) {
-      Bytes in(len);
-      for (uint32_t i = 0; i < len; ++i)
-        in[i] = uint8_t(i ^ 0x5a);
-      uint32_t rid = id++;
-      auto r = call(request(cudaq_rt_function_id("echo"), in.data(), len, rid));
-      expect_response(r, 0, rid, in, "echo " + std::to_string(len) + " bytes");
-      ++expected_ok;
-    }
-  }
-  { // a handler-defined error: sum_i32 wants a multiple of 4 bytes
-    uint32_t rid = id++;
-    uint8_t three[3] = {1, 2, 3};
-    auto r = call(request(cudaq_rt_function_id("sum_i32"), three, 3, rid));
-    expect_response(r, 1, rid, {}, "sum_i32 with 3 bytes");
-    ++expected_handler_errors;
-  }
-  { // protocol errors, each followed by a good request
-    uint32_t rid = id++;
-    auto r = call(request(cudaq_rt_function_id("echo"), "ab", 2, rid, 0xdeadbeefu));
-    expect_response(r, CUDAQ_RT_STATUS_BAD_MAGIC, rid, {}, "bad magic");
-    rid = id++;
-    r = call(request(cudaq_rt_function_id("no_such_handler"), "ab", 2, rid));
-    expect_response(r, CUDAQ_RT_STATUS_UNKNOWN_FUNCTION, rid, {}, "unknown function");
-    expected_protocol_errors += 2;
-    rid = id++;
-    r = call(request(cudaq_rt_function_id("echo"), "still here", 10, rid));
-    expect_response(r, 0, rid, Bytes{'s', 't', 'i', 'l', 'l', ' ', 'h', 'e', 'r', 'e'},
-                    "echo after protocol errors");
-    ++expected_ok;
-  }
-  { // A frame that is not whole (arg_len != size - 24): send() refuses it, whichever way it is off
-    // (bridge.h), and queues nothing.
-    for (uint32_t claimed : {100u, 1u, slot_size - 23}) {
-      auto sent = loaded.send(
-          request(cudaq_rt_function_id("echo"), "ab", 2, id, CUDAQ_RT_REQUEST_MAGIC, claimed));
-      expect(!sent && sent.error().str().find("arg_len") != std::string::npos,
-             "send refuses a 26-byte frame claiming arg_len " + std::to_string(claimed) + ": " +
-                 (sent ? std::string("it was sent") : sent.error().str()));
-      if (sent && *sent) { // take the answer it got, so that the checks below stay in step
-        ++expected_requests;
-        server.receive();
-      }
-    }
-  }
-  if (report.bridge == "loopback") {
-    // The device side of the same rule, with frames written to the ring raw. Before the fix, the
-    // handler ran on the staging slot's stale bytes: echo answered with an earlier request's
-    // payload. First fill the staging slot the short frame will land in with something to leak.
-    cudaq_rt_bridge *raw = bridge->get();
-    const uint32_t n = bridge->num_slots();
-    auto raw_call = [&](const Bytes &frame) {
-      ++expected_requests;
-      while (cudaq_rt::loopback::write_request(raw, frame.data(), frame.size()) ==
-             CUDAQ_RT_BRIDGE_AGAIN) {
-      }
-      return server.receive();
-    };
-    // Go round the ring once with long echoes, so that every staging frame holds payload.
-    Bytes secret(400, 0xA5);
-    for (uint32_t i = 0; i < n; ++i) {
-      uint32_t rid = id++;
-      auto r = call(request(cudaq_rt_function_id("echo"), secret.data(), 400, rid));
-      expect_response(r, 0, rid, secret, "echo 400 bytes (filling the staging frames)");
-      ++expected_ok;
-    }
-    uint32_t rid = id++;
-    auto r =
-        raw_call(request(cudaq_rt_function_id("echo"), "ab", 2, rid, CUDAQ_RT_REQUEST_MAGIC, 100));
-    expect_response(r, CUDAQ_RT_STATUS_TRUNCATED, rid, {}, "26-byte frame claiming 100 bytes");
-    rid = id++;
-    r = raw_call(request(cudaq_rt_function_id("echo"), "ab", 2, rid, CUDAQ_RT_REQUEST_MAGIC,
-                         slot_size - 23));
-    expect_response(r, CUDAQ_RT_STATUS_TRUNCATED, rid, {},
-                    "26-byte frame claiming more than a slot");
-    rid = id++;
-    Bytes headless = request(cudaq_rt_function_id("echo"), nullptr, 0, rid);
-    headless.resize(16); // up to request_id: no ptp_timestamp
-    r = raw_call(headless);
-    auto h = header_of(r);
-    expect(r.size() == 24 && h.magic == CUDAQ_RT_RESPONSE_MAGIC &&
-               h.status == CUDAQ_RT_STATUS_TRUNCATED && h.result_len == 0 && h.request_id == rid &&
-               h.ptp_timestamp == 0,
-           "16-byte frame: truncated, its own request_id, a zero timestamp (status " +
-               std::to_string(h.status) + ", timestamp " + std::to_string(h.ptp_timestamp) + ")");
-    expected_protocol_errors += 3;
-    rid = id++;
-    r = call(request(cudaq_rt_function_id("echo"), "still here", 10, rid));
-    expect_response(r, 0, rid, Bytes{'s', 't', 'i', 'l', 'l', ' ', 'h', 'e', 'r', 'e'},
-                    "echo after truncated frames");
-    ++expected_ok;
-  } else {
+  check_sum_i32(s);
+  check_axpy_f32(s);
+  check_parity(s);
+  check_echo_sizes(s);
+  check_handler_error(s);
+  check_protocol_errors(s);
+  check_send_refuses_partial_frames(s);
+  if (s.loopback)
+    check_truncated_frames_on_device(s);
+  else
     std::printf("not the loopback bridge: truncated frames on the device side not checked\n");
-  }
+  check_counters(s);
 
-  auto read_stats = [&] { return loaded.stats(); };
-  { // The counters are posted stores that may trail the last response by a moment.
-    const auto deadline = Clock::now() + std::chrono::seconds(1);
-    cudaq_rt_dispatch_stats s = read_stats();
-    while (s.requests != expected_requests && Clock::now() < deadline)
-      s = read_stats();
-    expect(s.requests == expected_requests, "stats.requests " + std::to_string(s.requests));
-    expect(s.ok == expected_ok, "stats.ok " + std::to_string(s.ok));
-    expect(s.handler_errors == expected_handler_errors,
-           "stats.handler_errors " + std::to_string(s.handler_errors));
-    expect(s.protocol_errors == expected_protocol_errors,
-           "stats.protocol_errors " + std::to_string(s.protocol_errors));
-  }
+  measure_latency(s, options.latency_requests);
+  measure_throughput(s);
+  if (options.many > 0)
+    check_batched_echoes(s, options.many);
 
-  { // Latency: one echo of 8 bytes at a time.
-    const uint64_t payload = 0x0123456789abcdefull;
-    std::vector<double> us;
-    us.reserve(size_t(latency_requests));
-    bool all_right = true;
-    for (int i = -1000; i < latency_requests; ++i) {
-      uint32_t rid = id++;
-      Bytes frame = request(cudaq_rt_function_id("echo"), &payload, 8, rid);
-      const auto t0 = Clock::now();
-      Bytes r = call(frame);
-      const auto t1 = Clock::now();
-      auto h = header_of(r);
-      all_right &= h.status == 0 && h.request_id == rid && r.size() == 32 &&
-                   std::memcmp(r.data() + 24, &payload, 8) == 0;
-      if (i >= 0)
-        us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-    }
-    expect(all_right, "every latency-run echo came back right");
-    expected_ok += uint64_t(latency_requests + 1000);
-    std::printf("latency: echo 8 B, %d sequential requests: median %.2f us, p99 %.2f us, "
-                "min %.2f us\n",
-                latency_requests, percentile(us, 0.5), percentile(us, 0.99), percentile(us, 0.0));
-  }
-
-  { // Throughput: keep the ring full.
-    const uint32_t total = 400000, slots = bridge->num_slots();
-    uint32_t sent = 0, received = 0, first_id = id;
-    bool in_order = true;
-    const uint64_t payload = 42;
-    const auto t0 = Clock::now();
-    while (received < total) {
-      while (sent < total && sent - received < slots) {
-        auto ok = loaded.send(request(cudaq_rt_function_id("echo"), &payload, 8, id));
-        if (!ok)
-          fail(ok.error().str());
-        if (!*ok)
-          break;
-        ++sent;
-        ++id;
-        ++expected_requests;
-        ++expected_ok;
-      }
-      Bytes r = server.receive();
-      in_order &= header_of(r).request_id == first_id + received && header_of(r).status == 0;
-      ++received;
-    }
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    expect(in_order, "throughput responses in order and ok");
-    std::printf("throughput: %u echoes of 8 B with up to %u in flight: %.2f M requests/s\n", total,
-                slots, total / s / 1e6);
-  }
-
-  if (many > 0) { // Many requests through the batched send and receive, the ring kept full.
-    cudaq_rt::BenchOptions b;
-    b.requests = many;
-    b.warmup = 0;
-    b.inflight = bridge->num_slots();
-    b.expect_echo = true;
-    const uint64_t payload = 0x5a5a5a5a5a5a5a5aull;
-    auto r = cudaq_rt::bench(loaded, "echo",
-                             std::span(reinterpret_cast<const uint8_t *>(&payload), 8), b);
-    if (!r)
-      fail(r.error().str());
-    expect(r->wrong == 0, std::to_string(r->wrong) + " of " + std::to_string(many) +
-                              " batched echoes wrong (status, request_id or payload)");
-    id += uint32_t(many);
-    expected_requests += many;
-    expected_ok += many;
-    std::printf("batched: %llu echoes of 8 B, %u in flight, none lost, %llu wrong: %.2f M "
-                "requests/s\n",
-                (unsigned long long)many, b.inflight, (unsigned long long)r->wrong,
-                r->requests_per_s / 1e6);
-  }
-
-  // Echo `count` distinct payloads, all sent before anything is received; returns the frames.
-  auto send_batch = [&](uint32_t count, const char *what) {
-    std::vector<std::pair<uint32_t, Bytes>> batch;
-    for (uint32_t i = 0; i < count; ++i) {
-      Bytes in(1 + (i * 37) % 200);
-      for (size_t j = 0; j < in.size(); ++j)
-        in[j] = uint8_t(i * 7 + j);
-      const uint32_t rid = id++;
-      auto ok =
-          loaded.send(request(cudaq_rt_function_id("echo"), in.data(), uint32_t(in.size()), rid));
-      if (!ok || !*ok)
-        fail(std::string(what) + ": send " + std::to_string(i) + " " +
-             (ok ? "found the ring full" : ok.error().str()));
-      batch.emplace_back(rid, std::move(in));
-      ++expected_requests;
-      ++expected_ok;
-    }
-    return batch;
-  };
-
-  { // Shutdown drains: a full ring of requests sent just before the flag is set is answered in
-    // full (loopback_ring.h: every request sent before the flag gets its response). The kernel
-    // has stopped by the time they are taken, so a missing one would never come.
-    auto batch = send_batch(bridge->num_slots(), "before shutdown");
-    stop();
-    uint32_t answered = 0;
-    for (auto &[rid, in] : batch) {
-      auto got = loaded.receive(server.buffer);
-      if (!got)
-        fail(got.error().str());
-      if (!*got)
-        break;
-      Bytes r(server.buffer.begin(), server.buffer.begin() + long(**got));
-      expect_response(r, 0, rid, in, "request sent just before shutdown");
-      ++answered;
-    }
-    std::printf("shutdown: %u of %zu requests sent just before the flag answered\n", answered,
-                batch.size());
-    // Fatal: the relaunched kernel would answer the rest, and every later check would be off.
-    if (answered != batch.size())
-      fail("requests sent just before shutdown went unanswered");
-  }
-
-  { // Relaunch on the same bridge instance: the kernel resumes at the ring position the last one
-    // stopped at (wherever the host's counters are: not a multiple of the ring), and the counters
-    // go on from the values in stats.
-    if (auto st = loaded.relaunch(); !st)
-      fail(st.error().str());
-    for (int round = 0; round < 3; ++round) {
-      auto batch = send_batch(bridge->num_slots() - 1, "after relaunch");
-      for (auto &[rid, in] : batch)
-        expect_response(server.receive(), 0, rid, in, "echo after relaunch");
-    }
-    std::vector<int32_t> v = {5, 6, 7};
-    const uint32_t rid = id++;
-    auto r = call(request(cudaq_rt_function_id("sum_i32"), v.data(), 12, rid));
-    expect_response(r, 0, rid, bytes_of(std::vector<int64_t>{18}), "sum_i32 after relaunch");
-    ++expected_ok;
-  }
-
-  stop();
-  cudaq_rt_dispatch_stats s = read_stats(); // the kernel has ended: its stores have all landed
-  std::printf("stats: requests %llu, ok %llu, handler errors %llu, protocol errors %llu\n",
-              s.requests, s.ok, s.handler_errors, s.protocol_errors);
-  expect(s.requests == expected_requests && s.ok == expected_ok &&
-             s.handler_errors == expected_handler_errors &&
-             s.protocol_errors == expected_protocol_errors,
-         "final stats, across both launches: expected requests " +
-             std::to_string(expected_requests) + ", ok " + std::to_string(expected_ok) +
-             ", handler errors " + std::to_string(expected_handler_errors) + ", protocol errors " +
-             std::to_string(expected_protocol_errors));
+  check_shutdown_drains(s);
+  check_relaunch(s);
+  s.stop();
+  check_final_counters(s);
 
   if (failures) {
     std::printf("%d check(s) failed\n", failures);

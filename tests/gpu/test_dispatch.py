@@ -10,12 +10,11 @@ examples/dispatch/) and CUDAQ_RT_RPC_INCREMENT (examples/cudaq_compat/'s).
 import json
 import os
 import struct
-import subprocess
 import sys
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_run import PACK, EXAMPLE_APP, SKIP, RunCase, gpu_arch  # noqa: E402
+from gpu_harness import EXAMPLE_APP, gpu_arch, main, pack_into  # noqa: E402
+from test_run import RunCase  # noqa: E402
 
 TIMED = os.environ.get("CUDAQ_RT_TIMED_DISPATCH", "libcudaq_rt_example_timed_dispatch.a")
 BLOCK = os.environ.get("CUDAQ_RT_BLOCK_DISPATCH", "libcudaq_rt_example_block_dispatch.a")
@@ -30,14 +29,6 @@ def fnv1a(name):
 
 
 class DispatchCase(RunCase):
-    @classmethod
-    def pack_args(cls, name, *args):
-        r = subprocess.run([PACK, *args, "--name", name, "-o", cls.tmp], capture_output=True,
-                           text=True)
-        if r.returncode != 0:
-            raise RuntimeError(f"cudaq-rt-pack {args} failed ({r.returncode}):\n{r.stderr}")
-        return os.path.join(cls.tmp, name + ".cudaqpkg")
-
     def calls(self, pkg, lines, *args):
         """The --json document of --calls with `lines` on stdin (every call must succeed)."""
         doc = self.run_json(pkg, *args, "--calls", "-", stdin="".join(l + "\n" for l in lines))
@@ -52,7 +43,7 @@ class TimedDispatchTest(DispatchCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.pkg = cls.pack_args("timed", EXAMPLE_APP, "--dispatcher", TIMED)
+        cls.pkg = pack_into(cls.tmp, "timed", EXAMPLE_APP, "--dispatcher", TIMED)
 
     def timings(self, result_hex):
         calls, total_ns, min_ns, max_ns, last_ns, cycles = struct.unpack(
@@ -103,7 +94,7 @@ class BlockDispatchTest(DispatchCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.pkg = cls.pack_args("block", EXAMPLE_APP, "--dispatcher", BLOCK)
+        cls.pkg = pack_into(cls.tmp, "block", EXAMPLE_APP, "--dispatcher", BLOCK)
 
     def test_whole_block_runs_the_handler(self):
         values = list(range(1, 251))  # 1000 bytes: a whole slot's payload
@@ -139,8 +130,8 @@ class CudaqCompatTest(DispatchCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.pkg = cls.pack_args("rpc", RPC_INCREMENT, "--alias",
-                                "rpc_increment=rpc_increment_handler")
+        cls.pkg = pack_into(cls.tmp, "rpc", RPC_INCREMENT, "--alias",
+                            "rpc_increment=rpc_increment_handler")
 
     def test_called_under_its_wire_name(self):
         self.assertEqual(self.call(self.pkg, "rpc_increment", "hex:00017f"), "ok: 010280\n")
@@ -163,7 +154,4 @@ class CudaqCompatTest(DispatchCase):
 
 
 if __name__ == "__main__":
-    if gpu_arch() is None:
-        print("no GPU: libcuda.so.1 does not load, or no device is listed; skipped")
-        sys.exit(SKIP)
-    unittest.main(verbosity=2)
+    main(gpu_arch() is not None)

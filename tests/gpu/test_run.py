@@ -8,7 +8,6 @@ CUDAQ_RT_EXAMPLE_APP, CUDAQ_RT_FAULT_APP (the applications' binaries), CUDAQ_RT_
 (examples/lut/syndrome_table.bin), CUDAQ_RT_BRIDGE_PATH (the loopback bridge's directory).
 Each test class has a directory and a link cache (CUDAQ_RT_CACHE_DIR) of its own.
 """
-import ctypes
 import hashlib
 import json
 import os
@@ -16,46 +15,18 @@ import random
 import shutil
 import struct
 import subprocess
-import sys
 import tempfile
 import time
-import unittest
+
+from gpu_harness import (EXAMPLE_APP, FAULT_APP, RUN, ClassDirCase, gpu_arch, link_for, main,
+                         pack_into)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PACK = os.environ.get("CUDAQ_RT_PACK", "cudaq-rt-pack")
-LINK = os.environ.get("CUDAQ_RT_LINK", "cudaq-rt-link")
-RUN = os.environ.get("CUDAQ_RT_RUN", "cudaq-rt-run")
-EXAMPLE_APP = os.environ.get("CUDAQ_RT_EXAMPLE_APP", "cudaq_rt_example_app")
-FAULT_APP = os.environ.get("CUDAQ_RT_FAULT_APP", "cudaq_rt_fault_app")
 LUT_TABLE = os.environ.get("CUDAQ_RT_LUT_TABLE",
                            os.path.join(HERE, "../../examples/lut/syndrome_table.bin"))
 
-SKIP = 77
 KERNEL = "cudaq_rt_unified_dispatch"
 ROOM = 1000  # the loopback bridge's default slot (1024 bytes) less the 24-byte header
-
-
-def gpu_arch():
-    """Device 0's arch (`sm_90`) as the driver API reports it, or None where there is no GPU."""
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return None
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        r = subprocess.run([smi, "-L"], capture_output=True, text=True)
-        if r.returncode != 0 or not any(l.startswith("GPU ") for l in r.stdout.splitlines()):
-            return None
-    count, device, major, minor = ctypes.c_int(), ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
-    if (cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0 or
-            count.value < 1 or cuda.cuDeviceGet(ctypes.byref(device), 0) != 0):
-        return None
-    # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75, _MINOR = 76
-    if (cuda.cuDeviceGetAttribute(ctypes.byref(major), 75, device) != 0 or
-            cuda.cuDeviceGetAttribute(ctypes.byref(minor), 76, device) != 0):
-        return None
-    return f"sm_{major.value}{minor.value}"
-
 
 ARCH = gpu_arch() if __name__ == "__main__" else None
 
@@ -91,21 +62,18 @@ def f32(v):
     return struct.unpack("<f", struct.pack("<f", v))[0]
 
 
-class RunCase(unittest.TestCase):
+class RunCase(ClassDirCase):
     """A directory and a link cache per test class; helpers to run the tools in them. A subclass
     that sets `dispatcher` runs every test of its base with that dispatch kernel."""
 
+    dir_prefix = "cudaq-rt-run-gpu"
     dispatcher = None
     kernel = KERNEL
 
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix=f"cudaq-rt-run-gpu.{cls.__name__}.")
+        super().setUpClass()
         cls.cache = os.path.join(cls.tmp, "cache")
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.tmp, ignore_errors=True)
 
     @classmethod
     def env(cls, cache=None):
@@ -117,20 +85,11 @@ class RunCase(unittest.TestCase):
 
     @classmethod
     def pack(cls, app, name, outdir=None):
-        outdir = outdir or cls.tmp
-        os.makedirs(outdir, exist_ok=True)
-        r = subprocess.run([PACK, app, "--name", name, "-o", outdir], capture_output=True, text=True)
-        if r.returncode != 0:
-            raise RuntimeError(f"cudaq-rt-pack {app} failed ({r.returncode}):\n{r.stderr}")
-        return os.path.join(outdir, name + ".cudaqpkg")
+        return pack_into(outdir or cls.tmp, name, app)
 
     @classmethod
     def link_ahead(cls, pkg, cache=None):
-        r = subprocess.run([LINK, pkg, "--arch", ARCH, *cls.dispatcher_args()],
-                           capture_output=True, text=True, env=cls.env(cache))
-        if r.returncode != 0:
-            raise RuntimeError(f"cudaq-rt-link {pkg} --arch {ARCH} failed ({r.returncode}):\n"
-                               f"{r.stderr}")
+        link_for(pkg, ARCH, *cls.dispatcher_args(), env=cls.env(cache))
 
     @classmethod
     def dispatcher_args(cls):
@@ -596,7 +555,4 @@ class WarpFaultTest(FaultTest):
 
 
 if __name__ == "__main__":
-    if ARCH is None:
-        print("no GPU: libcuda.so.1 does not load, or no device is listed; skipped")
-        sys.exit(SKIP)
-    unittest.main(verbosity=2)
+    main(ARCH is not None)

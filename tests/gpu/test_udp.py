@@ -7,52 +7,29 @@ Environment (set by ctest): CUDAQ_RT_PACK, CUDAQ_RT_LINK, CUDAQ_RT_RUN (the tool
 CUDAQ_RT_EXAMPLE_APP, CUDAQ_RT_FAULT_APP (the applications), CUDAQ_RT_BRIDGE_PATH (the bridges' directory),
 CUDAQ_RT_CLIENT (the reference client).
 """
-import ctypes
 import importlib.util
 import json
 import multiprocessing
 import os
 import re
-import shutil
 import signal
 import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import unittest
+
+from gpu_harness import EXAMPLE_APP, FAULT_APP, RUN, ClassDirCase, gpus, link_for, main, pack_into
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PACK = os.environ.get("CUDAQ_RT_PACK", "cudaq-rt-pack")
-LINK = os.environ.get("CUDAQ_RT_LINK", "cudaq-rt-link")
-RUN = os.environ.get("CUDAQ_RT_RUN", "cudaq-rt-run")
-EXAMPLE_APP = os.environ.get("CUDAQ_RT_EXAMPLE_APP", "cudaq_rt_example_app")
-FAULT_APP = os.environ.get("CUDAQ_RT_FAULT_APP", "cudaq_rt_fault_app")
 CLIENT = os.environ.get("CUDAQ_RT_CLIENT", os.path.join(HERE, "../../tools/cudaq-rt-client.py"))
 
-SKIP = 77
 SLOT = 1024  # the udp bridge's default slot_size
 
 _spec = importlib.util.spec_from_file_location("cudaq_rt_client", CLIENT)
 client = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(client)
-
-
-def gpus():
-    """(arch of device 0, number of devices), or (None, 0) where there is no GPU."""
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return None, 0
-    count, dev, major, minor = ctypes.c_int(), ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
-    if (cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0 or
-            count.value < 1 or cuda.cuDeviceGet(ctypes.byref(dev), 0) != 0 or
-            cuda.cuDeviceGetAttribute(ctypes.byref(major), 75, dev) != 0 or
-            cuda.cuDeviceGetAttribute(ctypes.byref(minor), 76, dev) != 0):
-        return None, 0
-    return f"sm_{major.value}{minor.value}", count.value
 
 
 ARCH, GPU_COUNT = gpus() if __name__ == "__main__" else (None, 0)
@@ -110,10 +87,12 @@ class Server:
         return doc
 
 
-class UdpCase(unittest.TestCase):
+class UdpCase(ClassDirCase):
+    dir_prefix = "cudaq-rt-udp-gpu"
+
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix=f"cudaq-rt-udp-gpu.{cls.__name__}.")
+        super().setUpClass()
         cls.env = dict(os.environ, CUDAQ_RT_CACHE_DIR=os.path.join(cls.tmp, "cache"))
         cls.pkg = cls.package(EXAMPLE_APP, "example")
 
@@ -121,18 +100,9 @@ class UdpCase(unittest.TestCase):
     def package(cls, app, name):
         """Packs `app` as NAME.cudaqpkg in the class's directory and links it for this GPU with the
         UDP bridge's hooks; its path."""
-        r = subprocess.run([PACK, app, "--name", name, "-o", cls.tmp],
-                           capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
-        pkg = os.path.join(cls.tmp, name + ".cudaqpkg")
-        r = subprocess.run([LINK, pkg, "--arch", ARCH, "--bridge", "udp"],
-                           capture_output=True, text=True, env=cls.env)
-        assert r.returncode == 0, r.stderr
+        pkg = pack_into(cls.tmp, name, app)
+        link_for(pkg, ARCH, "--bridge", "udp", env=cls.env)
         return pkg
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.tmp, ignore_errors=True)
 
     def serve(self, *args, gpus=1):
         return Server(self, self.pkg, *args, gpus=gpus, env=self.env)
@@ -439,7 +409,4 @@ class TwoGpuTest(UdpCase):
 
 
 if __name__ == "__main__":
-    if ARCH is None:
-        print("no GPU on this machine: skipped", file=sys.stderr)
-        sys.exit(SKIP)
-    unittest.main(verbosity=2)
+    main(ARCH is not None, "no GPU on this machine: skipped", sys.stderr)

@@ -2,8 +2,9 @@
 formats they check (digests, FNV-1a ids, ELF sections, cubin symbols, fatbin entries).
 
 Environment (set by ctest; each variable falls back to a name on PATH or a path in this tree):
-CUDAQ_RT_PACK, CUDAQ_RT_LINK (the tools), NVCC, CUDAQ_RT_INCLUDE (libdispatch's include
-directory), CUDAQ_RT_SCHEMA (schemas/manifest.schema.json).
+CUDAQ_RT_PACK, CUDAQ_RT_LINK, CUDAQ_RT_RUN (the tools), CUDAQ_RT_EXAMPLE_APP (the example
+application's binary), NVCC, CUDAQ_RT_INCLUDE (libdispatch's include directory), CUDAQ_RT_SCHEMA
+(schemas/manifest.schema.json).
 """
 import hashlib
 import os
@@ -17,11 +18,16 @@ import validate_schema  # noqa: E402,F401  (re-exported: the tests validate thro
 
 PACK = os.environ.get("CUDAQ_RT_PACK", "cudaq-rt-pack")
 LINK = os.environ.get("CUDAQ_RT_LINK", "cudaq-rt-link")
+RUN = os.environ.get("CUDAQ_RT_RUN", "cudaq-rt-run")
+EXAMPLE_APP = os.environ.get("CUDAQ_RT_EXAMPLE_APP", "cudaq_rt_example_app")
 NVCC = os.environ.get("NVCC", "nvcc")
 INCLUDE = os.environ.get("CUDAQ_RT_INCLUDE", os.path.join(HERE, "../../libdispatch/include"))
 SCHEMA_PATH = os.environ.get("CUDAQ_RT_SCHEMA",
                              os.path.join(HERE, "../../schemas/manifest.schema.json"))
 HANDLERS = os.path.normpath(os.path.join(HERE, "../../examples/handlers"))
+# Relocatable device code for sm_80 with its LTO-IR, as the example application is built.
+DEVICE_FLAGS = ["-rdc=true", "-gencode", "arch=compute_80,code=[sm_80,lto_80]", "-std=c++17",
+                "-I" + INCLUDE]
 
 CONTAINER_MAGIC = 0xBA55ED50
 KIND_LTOIR = 8
@@ -52,6 +58,17 @@ def sha256_file(path):
 def run(cmd, env=None, **kw):
     """Runs cmd; its stdout and stderr apart, as text; whatever its exit status."""
     return subprocess.run(cmd, capture_output=True, text=True, env=env, **kw)
+
+
+def cache_env(cache_dir, **extra):
+    """os.environ for a tool with a link cache of its own in cache_dir, and then `extra`; without
+    the variables that switch the cache off, bound its size or point at other bridges."""
+    e = dict(os.environ)
+    for k in ("CUDAQ_RT_CACHE_DISABLE", "CUDAQ_RT_CACHE_MAXSIZE", "CUDAQ_RT_BRIDGE_PATH"):
+        e.pop(k, None)
+    e["CUDAQ_RT_CACHE_DIR"] = cache_dir
+    e.update(extra)
+    return e
 
 
 def check(cmd, **kw):

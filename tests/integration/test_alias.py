@@ -16,10 +16,9 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from harness import INCLUDE, LINK, NVCC, PACK, SCHEMA_PATH, check, fnv1a32, run  # noqa: E402
-import validate_schema  # noqa: E402
+from harness import (INCLUDE, LINK, NVCC, PACK, RUN, SCHEMA_PATH, check, fnv1a32, run,  # noqa: E402
+                     validate_schema)
 
-RUN = os.environ.get("CUDAQ_RT_RUN", "cudaq-rt-run")
 ROOT = os.path.normpath(os.path.join(HERE, "../.."))
 FLAGS = ["-rdc=true", "-gencode", "arch=compute_80,code=[sm_80,lto_80]", "-I" + INCLUDE,
          "-std=c++17", "-Xcompiler", "-fPIC"]

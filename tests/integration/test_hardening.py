@@ -20,14 +20,8 @@ import threading
 import time
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PACK = os.environ.get("CUDAQ_RT_PACK", "cudaq-rt-pack")
-LINK = os.environ.get("CUDAQ_RT_LINK", "cudaq-rt-link")
-NVCC = os.environ.get("NVCC", "nvcc")
-INCLUDE = os.environ.get("CUDAQ_RT_INCLUDE", os.path.join(HERE, "../../libdispatch/include"))
-HANDLERS = os.path.normpath(os.path.join(HERE, "../../examples/handlers"))
-DEVICE_FLAGS = ["-rdc=true", "-gencode", "arch=compute_80,code=[sm_80,lto_80]", "-std=c++17",
-                "-I" + INCLUDE]
+from harness import DEVICE_FLAGS, HANDLERS, LINK, NVCC, PACK, cache_env, read
+
 # A tool that blocks is a failure, not a hang of the test.
 QUICK = 30
 LINKING = 300
@@ -42,11 +36,6 @@ def check(cmd, env=None, timeout=LINKING):
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
     return r
-
-
-def read(path):
-    with open(path, "rb") as f:
-        return f.read()
 
 
 def snapshot(root):
@@ -89,7 +78,7 @@ class Hardening(unittest.TestCase):
         # Links that several tests then find in the cache: the two sm_80 cubins the relinking
         # writer alternates between, and the sm_90 one its concurrent readers link.
         cls.cache = os.path.join(cls.tmp, "cache")
-        primes = [subprocess.Popen([LINK, cls.base, "--no-store", *args], env=cls.env(cls.cache),
+        primes = [subprocess.Popen([LINK, cls.base, "--no-store", *args], env=cache_env(cls.cache),
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                   for args in (["--arch", "sm_80", "-O", "0"], ["--arch", "sm_80", "-O", "3"],
                                ["--arch", "sm_90"])]
@@ -101,14 +90,6 @@ class Hardening(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    @classmethod
-    def env(cls, cache_dir):
-        e = dict(os.environ)
-        for k in ("CUDAQ_RT_CACHE_DISABLE", "CUDAQ_RT_CACHE_MAXSIZE", "CUDAQ_RT_BRIDGE_PATH"):
-            e.pop(k, None)
-        e["CUDAQ_RT_CACHE_DIR"] = cache_dir
-        return e
 
     def fresh(self):
         """A directory of the test's own holding a copy of the base package."""
@@ -130,12 +111,12 @@ class Hardening(unittest.TestCase):
         for tool, args in ((PACK, ["--list", pkg]), (LINK, [pkg, "--arch", "sm_80", "--dry-run"]),
                            (LINK, [pkg, "--arch", "sm_80"])):
             self.fails([tool, *args], f"{os.path.basename(tool)}: error: '{manifest}': "
-                       "is a FIFO or pipe, not a regular file", env=self.env(self.cache))
+                       "is a FIFO or pipe, not a regular file", env=cache_env(self.cache))
         os.remove(manifest)
         os.symlink("/dev/zero", manifest)
         for tool, args in ((PACK, ["--list", pkg]), (LINK, [pkg, "--arch", "sm_80", "--dry-run"])):
             self.fails([tool, *args], f"{os.path.basename(tool)}: error: '{manifest}': "
-                       "is a symbolic link, not a regular file", env=self.env(self.cache))
+                       "is a symbolic link, not a regular file", env=cache_env(self.cache))
         # A regular file, but larger than any manifest: read no further than the limit.
         os.remove(manifest)
         with open(manifest, "wb") as f:
@@ -165,7 +146,7 @@ class Hardening(unittest.TestCase):
         # user's that must not be truncated (item 4).
         d, pkg = self.fresh()
         cache = os.path.join(d, "cache")
-        r = check([LINK, pkg, "--arch", "sm_80,sm_90", "--dry-run", "--json"], self.env(cache))
+        r = check([LINK, pkg, "--arch", "sm_80,sm_90", "--dry-run", "--json"], cache_env(cache))
         keys = {a["arch"]: a["cache_key"][len("sha256:"):] for a in json.loads(r.stdout)["archs"]}
         entry = {arch: os.path.join(cache, "v1", k[:2], k) for arch, k in keys.items()}
         for path in entry.values():
@@ -177,14 +158,14 @@ class Hardening(unittest.TestCase):
             f.write("a file of the user's\n")
         stats = os.path.join(cache, "v1", "stats")
         os.symlink(victim, stats)
-        r = check([LINK, pkg, "--arch", "sm_80,sm_90", "--no-store", "--json"], self.env(cache))
+        r = check([LINK, pkg, "--arch", "sm_80,sm_90", "--no-store", "--json"], cache_env(cache))
         self.assertEqual([a["cache_hit"] for a in json.loads(r.stdout)["archs"]], [False, False])
         for path in entry.values():
             self.assertTrue(os.path.isfile(path) and not os.path.islink(path), path)
         self.assertEqual(read(victim), b"a file of the user's\n")
         self.assertTrue(os.path.islink(stats))
         self.fails([LINK, "--cache-stats"], f"cudaq-rt-link: error: '{stats}': is a symbolic "
-                   "link, not a regular file", env=self.env(cache))
+                   "link, not a regular file", env=cache_env(cache))
         self.assertEqual(read(victim), b"a file of the user's\n")
 
     # --- symbolic links and what --force replaces (items 4 and 5) -----------------------------
@@ -200,7 +181,7 @@ class Hardening(unittest.TestCase):
         line = f"error: '{lock}': is a symbolic link, not a regular file"
         self.fails([PACK, "-f", "-o", d, "-n", "app", self.obj], "cudaq-rt-pack: " + line)
         self.fails([LINK, pkg, "--arch", "sm_90"], "cudaq-rt-link: " + line,
-                   env=self.env(self.cache), timeout=LINKING)
+                   env=cache_env(self.cache), timeout=LINKING)
         self.assertFalse(os.path.lexists(target))
         self.assertEqual(snapshot(d), before)
 
@@ -240,7 +221,7 @@ class Hardening(unittest.TestCase):
 
     def test_readers_see_one_whole_package_while_it_is_relinked(self):
         d, pkg = self.fresh()
-        env = self.env(self.cache)
+        env = cache_env(self.cache)
         done = threading.Event()
         writer = {"links": 0, "errors": []}
 
@@ -339,7 +320,7 @@ class Hardening(unittest.TestCase):
                 os.close(fd)
         # cudaq-rt-link storing into a package cleans up the same way.
         os.mkdir(os.path.join(out, ".big.cudaqpkg.tmp-%d-x" % dead_pid()))
-        check([LINK, os.path.join(out, "big.cudaqpkg"), "--arch", "sm_90"], self.env(self.cache))
+        check([LINK, os.path.join(out, "big.cudaqpkg"), "--arch", "sm_90"], cache_env(self.cache))
         self.assertEqual(sorted(os.listdir(out)), sorted(
             [".big.cudaqpkg.lock", ".big.cudaqpkg.tmp-%d-live" % os.getpid(), "big.cudaqpkg"]))
 

@@ -16,14 +16,13 @@ import subprocess
 import tempfile
 import unittest
 
-from harness import (HANDLERS, INCLUDE, LINK, NVCC, PACK, SCHEMA_PATH, check, cubin_info, fnv1a32,
-                     ltoir_entry_offsets, read, run, sha256, snapshot, validate_schema)
+from harness import (DEVICE_FLAGS, HANDLERS, LINK, NVCC, PACK, SCHEMA_PATH, cache_env, check,
+                     cubin_info, fnv1a32, ltoir_entry_offsets, read, run, sha256, snapshot,
+                     validate_schema)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 INPUTS = os.path.join(HERE, "link_inputs")
 
-DEVICE_FLAGS = ["-rdc=true", "-gencode", "arch=compute_80,code=[sm_80,lto_80]", "-std=c++17",
-                "-I" + INCLUDE]
 KERNEL = "cudaq_rt_unified_dispatch"
 EXAMPLE_HANDLERS = ["axpy_f32", "echo", "parity", "sum_i32"]
 HANDLER_SYMBOLS = ["cudaq_rt_handler__" + h for h in EXAMPLE_HANDLERS]
@@ -79,7 +78,7 @@ class LinkTest(unittest.TestCase):
         cls.linked_dir = t("linked")
         os.mkdir(cls.linked_dir)
         cls.linked = shutil.copytree(cls.base, os.path.join(cls.linked_dir, "app.cudaqpkg"))
-        r = run([LINK, cls.linked, "--arch", "sm_80,sm_90", "--json"], cls.env(cls.linked_cache))
+        r = run([LINK, cls.linked, "--arch", "sm_80,sm_90", "--json"], cache_env(cls.linked_cache))
         if r.returncode != 0:
             raise RuntimeError(f"the shared link failed ({r.returncode}):\n{r.stderr}")
         cls.linked_json = json.loads(r.stdout)
@@ -93,15 +92,6 @@ class LinkTest(unittest.TestCase):
     def path(cls, name):
         return os.path.join(cls.tmp, name)
 
-    @classmethod
-    def env(cls, cache_dir, **extra):
-        e = dict(os.environ)
-        for k in ("CUDAQ_RT_CACHE_DISABLE", "CUDAQ_RT_CACHE_MAXSIZE", "CUDAQ_RT_BRIDGE_PATH"):
-            e.pop(k, None)
-        e["CUDAQ_RT_CACHE_DIR"] = cache_dir
-        e.update(extra)
-        return e
-
     def fresh(self, name="app"):
         """A copy of a base package in a directory of its own, and a cache directory of its own."""
         d = tempfile.mkdtemp(dir=self.tmp, prefix="t.")
@@ -110,7 +100,7 @@ class LinkTest(unittest.TestCase):
         return pkg, os.path.join(d, "cache")
 
     def link(self, pkg, *args, cache, status=0, env=None):
-        r = run([LINK, pkg, *args], env or self.env(cache))
+        r = run([LINK, pkg, *args], env or cache_env(cache))
         self.assertEqual(r.returncode, status, f"{args}\n{r.stdout}{r.stderr}")
         return r
 
@@ -138,7 +128,7 @@ class LinkTest(unittest.TestCase):
         lock = "." + os.path.basename(pkg) + ".lock"
         before = (snapshot(pkg), sorted(set(os.listdir(parent)) - {lock}),
                   snapshot(cache, skip={"v1/stats"}, dirs=False))
-        r = run([LINK, pkg, *args], self.env(cache, **(env_extra or {})))
+        r = run([LINK, pkg, *args], cache_env(cache, **(env_extra or {})))
         self.assertEqual(r.returncode, status, f"{args}\n{r.stderr}")
         self.assertEqual(r.stdout, "")
         errors = [l for l in r.stderr.splitlines() if l.startswith("cudaq-rt-link: error: ")]
@@ -333,7 +323,7 @@ class LinkTest(unittest.TestCase):
 
     def test_no_cache_needs_no_cache_settings(self):
         pkg, cache = self.fresh()
-        env = self.env(cache, CUDAQ_RT_CACHE_MAXSIZE="bogus")
+        env = cache_env(cache, CUDAQ_RT_CACHE_MAXSIZE="bogus")
         for k in ("HOME", "XDG_CACHE_HOME", "CUDAQ_RT_CACHE_DIR"):
             env.pop(k, None)
         r = run([LINK, pkg, "--arch", "sm_80", "--no-cache", "--no-store"], env)
@@ -350,12 +340,12 @@ class LinkTest(unittest.TestCase):
         blocker = os.path.join(os.path.dirname(cache), "a-file")
         open(blocker, "w").close()
         r = run([LINK, pkg, "--arch", "sm_80", "--no-store"],
-                self.env(os.path.join(blocker, "cache")))
+                cache_env(os.path.join(blocker, "cache")))
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertRegex(r.stderr, r"^cudaq-rt-link: warning: not using a link cache: '.*/a-file/"
                                    r"cache/v1': cannot create the link cache directory: ")
         # No directory at all for a cache: a link goes on, a dry run needs none and says nothing.
-        env = self.env(cache)
+        env = cache_env(cache)
         for k in ("HOME", "XDG_CACHE_HOME", "CUDAQ_RT_CACHE_DIR"):
             env.pop(k, None)
         r = run([LINK, pkg, "--arch", "sm_80", "--dry-run"], env)
@@ -371,7 +361,7 @@ class LinkTest(unittest.TestCase):
         pkg, _ = self.fresh()
         r = subprocess.run([os.fsencode(LINK), os.fsencode(pkg), b"--arch", b"sm_80",
                             b"-X", b"-Xptxas=-O\xff"], capture_output=True,
-                           env=self.env(os.path.join(self.tmp, "utf8-cache")))
+                           env=cache_env(os.path.join(self.tmp, "utf8-cache")))
         self.assertEqual(r.returncode, 1, r.stderr)
         self.assertEqual(r.stderr.decode().splitlines(),
                          [f"cudaq-rt-link: error: '{pkg}': nvJitLink option '-Xptxas=-O\\xff' "
@@ -531,7 +521,7 @@ class LinkTest(unittest.TestCase):
     def test_concurrent_links_of_one_package(self):
         pkg, cache = self.fresh()
         procs = [subprocess.Popen([LINK, pkg, "--arch", arch], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True, env=self.env(cache))
+                                  stderr=subprocess.PIPE, text=True, env=cache_env(cache))
                  for arch in ("sm_80", "sm_90")]
         for p in procs:
             out, err = p.communicate(timeout=300)
@@ -548,7 +538,7 @@ class LinkTest(unittest.TestCase):
 
     def test_cache_disabled_by_environment(self):
         pkg, cache = self.fresh()
-        env = self.env(cache, CUDAQ_RT_CACHE_DISABLE="1")
+        env = cache_env(cache, CUDAQ_RT_CACHE_DISABLE="1")
         for _ in range(2):
             doc = json.loads(self.link(pkg, "--arch", "sm_80", "--json", cache=cache,
                                        env=env).stdout)
@@ -556,7 +546,7 @@ class LinkTest(unittest.TestCase):
         self.assertFalse(os.path.exists(cache), "a disabled cache wrote to disk")
         self.assertEqual(doc["archs"][0]["cubin"]["digest"],
                          self.cubin_digests(self.linked_json)["sm_80"])
-        bad = self.env(cache, CUDAQ_RT_CACHE_DISABLE="perhaps")
+        bad = cache_env(cache, CUDAQ_RT_CACHE_DISABLE="perhaps")
         r = run([LINK, pkg, "--arch", "sm_80"], bad)
         self.assertEqual(r.returncode, 1)
         self.assertIn("CUDAQ_RT_CACHE_DISABLE", r.stderr)
@@ -793,7 +783,7 @@ class LinkTest(unittest.TestCase):
         pkg, cache = self.fresh()
         whole = self.link_json(pkg, "--arch", "sm_80", "--lto", "whole", "--no-cache",
                                "--no-store", cache=cache)
-        env = self.env(cache, CUDAQ_RT_FORCE_WHOLE_LINK="1")
+        env = cache_env(cache, CUDAQ_RT_FORCE_WHOLE_LINK="1")
         r = self.link(pkg, "--arch", "sm_80", "--lto", "per-tu", "--json", cache=cache, env=env)
         doc = json.loads(r.stdout)
         a = doc["archs"][0]
@@ -823,11 +813,11 @@ class LinkTest(unittest.TestCase):
     def test_lto_mode_from_the_environment(self):
         pkg, cache = self.fresh()
         doc = json.loads(self.link(pkg, "--arch", "sm_80", "--dry-run", "--json", cache=cache,
-                                   env=self.env(cache, CUDAQ_RT_LTO="whole")).stdout)
+                                   env=cache_env(cache, CUDAQ_RT_LTO="whole")).stdout)
         self.assertEqual(doc["lto"], "whole")
         flag = json.loads(self.link(pkg, "--arch", "sm_80", "--dry-run", "--json", "--lto",
                                     "per-tu", cache=cache,
-                                    env=self.env(cache, CUDAQ_RT_LTO="whole")).stdout)
+                                    env=cache_env(cache, CUDAQ_RT_LTO="whole")).stdout)
         self.assertEqual(flag["lto"], "per-tu")
         self.assertNotEqual(flag["archs"][0]["cache_key"], doc["archs"][0]["cache_key"])
         self.link_fails(pkg, ["--arch", "sm_80"], ["CUDAQ_RT_LTO='fast'",
@@ -878,7 +868,7 @@ class LinkTest(unittest.TestCase):
 
     def test_warp_dispatcher_links_concurrent_handlers(self):
         pkg, cache = self.fresh()
-        r = run([LINK, pkg, "--arch", "sm_90", "--dispatcher", "warp"], self.env(cache))
+        r = run([LINK, pkg, "--arch", "sm_90", "--dispatcher", "warp"], cache_env(cache))
         self.assertEqual(r.returncode, 0, r.stderr)
         link, = self.manifest(pkg)["links"]
         self.assertEqual((link["arch"], link["dispatcher"]), ("sm_90", "warp"))

@@ -20,21 +20,10 @@ import threading
 import time
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PACK = os.environ.get("CUDAQ_RT_PACK", "cudaq-rt-pack")
-LINK = os.environ.get("CUDAQ_RT_LINK", "cudaq-rt-link")
-NVCC = os.environ.get("NVCC", "nvcc")
+from harness import DEVICE_FLAGS, HANDLERS, LINK, NVCC, PACK, check, read
+
 NGINX = os.environ.get("NGINX") or shutil.which("nginx") or "/usr/sbin/nginx"
-INCLUDE = os.environ.get("CUDAQ_RT_INCLUDE", os.path.join(HERE, "../../libdispatch/include"))
-HANDLERS = os.path.normpath(os.path.join(HERE, "../../examples/handlers"))
-DEVICE_FLAGS = ["-rdc=true", "-gencode", "arch=compute_80,code=[sm_80,lto_80]", "-std=c++17",
-                "-I" + INCLUDE]
 TOKEN = "s3cr3t-t0ken-4c1d"
-
-
-def read(path):
-    with open(path, "rb") as f:
-        return f.read()
 
 
 def write(path, data):
@@ -52,12 +41,6 @@ def entry_cubin(data, key):
     if len(data) != 128 + m + c or hashlib.sha256(cubin).digest() != data[64:96]:
         return None
     return "sha256:" + hashlib.sha256(cubin).hexdigest()
-
-
-def check(cmd):
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
 
 
 def free_port():

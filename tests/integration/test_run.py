@@ -14,10 +14,7 @@ import subprocess
 import tempfile
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PACK = os.environ.get("CUDAQ_RT_PACK", "cudaq-rt-pack")
-RUN = os.environ.get("CUDAQ_RT_RUN", "cudaq-rt-run")
-EXAMPLE_APP = os.environ.get("CUDAQ_RT_EXAMPLE_APP", "cudaq_rt_example_app")
+from harness import EXAMPLE_APP, PACK, RUN
 
 TOOL = "cudaq-rt-run"
 USAGE_HINT = "Run 'cudaq-rt-run --help' for usage."
