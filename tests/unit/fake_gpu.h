@@ -1,7 +1,8 @@
 // A GPU played with host memory, for the load path's tests that need no real one (test_client,
 // test_capi): any image loads, every handler's pointer global holds an address of its own, and
 // the kernel "runs" until its shutdown flag is set, unless it is told to fault. What was launched
-// and written is kept for the test to look at.
+// and written is kept for the test to look at. And a GPU that only counts its devices
+// (test_serve, test_run_session), for the code that asks how many there are and nothing else.
 #pragma once
 
 #include "cudaq_rt/dispatch.h"
@@ -84,4 +85,45 @@ public:
     return {std::atomic_ref<int>(*const_cast<int *>(params.shutdown_flag)).load() != 0,
             std::nullopt};
   }
+};
+
+// A Gpu that only counts its devices: everything else fails, and is not asked of it.
+class CountingGpu final : public cudaq_rt::Gpu {
+public:
+  explicit CountingGpu(int n) : n_(n) {}
+  cudaq_rt::Expected<int> device_count() override { return n_; }
+  cudaq_rt::Expected<cudaq_rt::GpuDevice> open(int) override {
+    return cudaq_rt::make_error("", "not here");
+  }
+  cudaq_rt::Expected<cudaq_rt::GpuLibrary> load(std::span<const uint8_t>) override { return no(); }
+  void unload(cudaq_rt::GpuLibrary) override {}
+  cudaq_rt::Expected<cudaq_rt::GpuFunction> kernel(cudaq_rt::GpuLibrary,
+                                                   const std::string &) override {
+    return no();
+  }
+  cudaq_rt::Expected<std::optional<cudaq_rt::GpuGlobal>> global(cudaq_rt::GpuLibrary,
+                                                                const std::string &) override {
+    return no();
+  }
+  cudaq_rt::Expected<cudaq_rt::GpuPointer> allocate(size_t) override { return no(); }
+  void release(cudaq_rt::GpuPointer) override {}
+  cudaq_rt::Expected<cudaq_rt::MappedMemory> allocate_mapped(size_t) override { return no(); }
+  void release_mapped(cudaq_rt::MappedMemory) override {}
+  cudaq_rt::Status copy_to_device(cudaq_rt::GpuPointer, std::span<const uint8_t>) override {
+    return no();
+  }
+  cudaq_rt::Status copy_from_device(std::span<uint8_t>, cudaq_rt::GpuPointer) override {
+    return no();
+  }
+  cudaq_rt::Expected<cudaq_rt::GpuStream> create_stream() override { return no(); }
+  void destroy_stream(cudaq_rt::GpuStream) override {}
+  cudaq_rt::Status launch(cudaq_rt::GpuFunction, cudaq_rt::LaunchShape, void **,
+                          cudaq_rt::GpuStream) override {
+    return no();
+  }
+  cudaq_rt::StreamState query(cudaq_rt::GpuStream) override { return {}; }
+
+private:
+  static cudaq_rt::Error no() { return cudaq_rt::make_error("", "no"); }
+  int n_;
 };

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "scratch_dir.h"
+#include "unit_files.h"
 
 #include <algorithm>
 #include <fcntl.h>
@@ -14,21 +15,11 @@
 #include <vector>
 
 using namespace cudaq_rt;
+using unit_files::entries;
+using unit_files::write_file;
 namespace fs = std::filesystem;
 
 namespace {
-
-void write(const fs::path &p, const std::string &text) {
-  std::ofstream(p, std::ios::binary) << text;
-}
-
-std::vector<std::string> entries(const fs::path &dir) {
-  std::vector<std::string> out;
-  for (const auto &e : fs::directory_iterator(dir))
-    out.push_back(e.path().filename().string());
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 // What RegularFile::open says of `path`: its bytes, "missing", or the error.
 std::string open_and_read(const fs::path &path, const OpenRules &rules = {}) {
@@ -54,7 +45,7 @@ pid_t dead_pid() {
 TEST_CASE("RegularFile opens regular files only, without blocking, bounded") {
   ScratchDir s;
   fs::path file = s.path / "file", link = s.path / "link", fifo = s.path / "fifo";
-  write(file, "contents");
+  write_file(file, "contents");
   fs::create_symlink(file, link);
   REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
   auto quoted = [](const fs::path &p) { return "'" + p.string() + "': "; };

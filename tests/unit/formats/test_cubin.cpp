@@ -5,25 +5,19 @@
 
 #include <doctest/doctest.h>
 
+#include "unit_files.h"
+
 #include <cstring>
 #include <fstream>
 #include <iterator>
 
 using namespace cudaq_rt;
+using unit_files::bytes;
+using unit_files::read_file;
 
 namespace {
 
 const std::string inputs = CUDAQ_RT_TEST_UNIT_INPUTS;
-
-std::string read_file(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE(in);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-std::span<const uint8_t> bytes(const std::string &s) {
-  return {reinterpret_cast<const uint8_t *>(s.data()), s.size()};
-}
 
 template <class T> T get(const std::string &b, size_t at) {
   T v;

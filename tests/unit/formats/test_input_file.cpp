@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 
 #include "scratch_dir.h"
+#include "unit_files.h"
 
 #include <cstring>
 #include <fstream>
@@ -18,22 +19,13 @@
 
 namespace fs = std::filesystem;
 using namespace cudaq_rt;
+using unit_files::read_file;
+using unit_files::write_file;
 
 namespace {
 
 const std::string inputs = CUDAQ_RT_TEST_UNIT_INPUTS;
 const std::string example_app = CUDAQ_RT_TEST_EXAMPLE_APP;
-
-std::string read_file(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE(in);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-std::string write_file(const fs::path &path, const std::string &bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-  return path.string();
-}
 
 template <class T> T get(const std::string &b, size_t at) {
   T v;

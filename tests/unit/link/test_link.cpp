@@ -9,12 +9,12 @@
 
 #include "formats/cubin.h"
 #include "link/nvjitlink.h"
-#include "pack/pack.h"
-#include "package/package.h"
 
 #include <doctest/doctest.h>
 
+#include "package_fixture.h"
 #include "scratch_dir.h"
+#include "unit_files.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -23,17 +23,13 @@
 
 namespace fs = std::filesystem;
 using namespace cudaq_rt;
+using namespace package_fixture;
+using unit_files::read_file;
 
 namespace {
 
 const std::string example_app = CUDAQ_RT_TEST_EXAMPLE_APP;
 const std::string loopback = CUDAQ_RT_TEST_LOOPBACK_BRIDGE;
-
-std::string read_file(const fs::path &p) {
-  std::ifstream in(p, std::ios::binary);
-  REQUIRE(in);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 // Every file under a directory and its bytes, to tell that nothing changed.
 std::map<std::string, std::string> snapshot(const fs::path &dir) {
@@ -65,47 +61,19 @@ struct Fixture {
     o.output_dir = dir.path;
     o.name = name;
     o.force = force;
-    auto p = pack(o);
-    REQUIRE_MESSAGE(p, (p ? "" : p.error().str()));
-    return p->dir;
+    return packed(o);
   }
 
   fs::path copy(const fs::path &package, const std::string &name) {
-    const fs::path to = dir.path / (name + package_suffix);
-    fs::copy(package, to, fs::copy_options::recursive);
-    return to;
+    return copy_package(package, dir.path, name);
   }
 
-  LinkCache cache(const std::string &name) const {
-    CacheConfig c;
-    c.dir = dir.path / name;
-    auto opened = LinkCache::open(c);
-    REQUIRE_MESSAGE(opened, (opened ? "" : opened.error().str()));
-    return std::move(*opened);
-  }
+  LinkCache cache(const std::string &name) const { return open_link_cache(dir.path / name); }
 };
 
 Fixture &fixture() {
   static Fixture f;
   return f;
-}
-
-Package open_package(const fs::path &dir) {
-  auto p = Package::open(dir);
-  REQUIRE_MESSAGE(p, (p ? "" : p.error().str()));
-  return std::move(*p);
-}
-
-LinkPlan plan_of(const Package &p, const LinkSettings &settings = {}) {
-  auto plan = plan_link(p, settings);
-  REQUIRE_MESSAGE(plan, (plan ? "" : plan.error().str()));
-  return std::move(*plan);
-}
-
-TargetArch arch(const char *text) {
-  auto a = parse_arch(text);
-  REQUIRE(a);
-  return *a;
 }
 
 std::string error_of(const ArchLink &a) {

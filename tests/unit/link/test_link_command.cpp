@@ -3,11 +3,10 @@
 // and dry run, written into strings. Real links are the integration tests' (test_link.py).
 #include "link/link_command.h"
 
-#include "pack/pack.h"
-
 #include <doctest/doctest.h>
 
 #include "cache/cache_fixtures.h"
+#include "package_fixture.h"
 #include "scratch_dir.h"
 
 #include <nlohmann/json.hpp>
@@ -20,6 +19,8 @@
 
 using namespace cudaq_rt;
 using namespace cache_fixtures;
+using package_fixture::example_options;
+using package_fixture::packed;
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
@@ -344,17 +345,11 @@ TEST_CASE("a dry run prints each arch's key, options and inputs, and opens no ca
   ::setenv("CUDAQ_RT_BRIDGE_PATH", CUDAQ_RT_TEST_ECHO_BRIDGE_DIR, 1);
   ::unsetenv(lto_mode_env);
   ScratchDir tmp;
-  PackOptions po;
-  po.inputs = {{CUDAQ_RT_TEST_EXAMPLE_APP, Role::application, ""},
-               {CUDAQ_RT_TEST_LOOPBACK_BRIDGE, Role::bridge, "echo"}};
-  po.output_dir = tmp.path;
-  po.name = "example";
-  auto packed = pack(po);
-  REQUIRE_MESSAGE(packed, (packed ? "" : packed.error().str()));
+  const fs::path package = packed(example_options(tmp.path, "echo"));
   const fs::path dir = tmp.path / "cache";
 
   LinkArgs a;
-  a.link.package = packed->dir;
+  a.link.package = package;
   a.link.dry_run = true;
   a.archs = {"sm_90,sm_80"};
   a.cache = CacheRequest{.dir = dir};
@@ -394,7 +389,7 @@ TEST_CASE("a dry run prints each arch's key, options and inputs, and opens no ca
   CHECK(r.rc == 0);
   CHECK(r.err == "");
   const json doc = json::parse(r.out);
-  CHECK(doc["package"] == packed->dir.string());
+  CHECK(doc["package"] == package.string());
   CHECK(doc["bridge"] == "echo");
   CHECK(doc["dispatcher"] == "builtin");
   CHECK(doc["lto"] == "per-tu");

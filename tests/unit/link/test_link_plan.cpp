@@ -9,11 +9,10 @@
 
 #include "cudaq_rt/wire.h"
 #include "formats/fatbin.h"
-#include "pack/pack.h"
-#include "package/package.h"
 
 #include <doctest/doctest.h>
 
+#include "package_fixture.h"
 #include "scratch_dir.h"
 
 #include <algorithm>
@@ -24,6 +23,7 @@
 
 namespace fs = std::filesystem;
 using namespace cudaq_rt;
+using namespace package_fixture;
 
 namespace {
 
@@ -47,9 +47,7 @@ struct Fixture {
     o.inputs = std::move(ins);
     o.output_dir = dir.path;
     o.name = name;
-    auto p = pack(o);
-    REQUIRE_MESSAGE(p, (p ? "" : p.error().str()));
-    return p->dir;
+    return packed(o);
   }
 };
 
@@ -60,32 +58,13 @@ Fixture &fixture() {
 
 // The example app with the loopback bridge's hooks packed as bridge `echo`.
 const fs::path &example() {
-  static const fs::path p = fixture().pack_of(
-      "example", {{example_app, Role::application, ""}, {loopback, Role::bridge, "echo"}});
+  static const fs::path p = fixture().pack_of("example", example_inputs("echo"));
   return p;
-}
-
-Package open_package(const fs::path &dir) {
-  auto p = Package::open(dir);
-  REQUIRE_MESSAGE(p, (p ? "" : p.error().str()));
-  return std::move(*p);
-}
-
-LinkPlan plan_of(const Package &p, const LinkSettings &settings = {}) {
-  auto plan = plan_link(p, settings);
-  REQUIRE_MESSAGE(plan, (plan ? "" : plan.error().str()));
-  return std::move(*plan);
 }
 
 std::string error_of(const Package &p, const LinkSettings &settings = {}) {
   auto plan = plan_link(p, settings);
   return plan ? std::string("(planned)") : plan.error().str();
-}
-
-TargetArch arch(const char *text) {
-  auto a = parse_arch(text);
-  REQUIRE(a);
-  return *a;
 }
 
 LinkSettings with_mode(LtoMode mode) {

@@ -9,6 +9,8 @@
 
 #include <doctest/doctest.h>
 
+#include "unit_files.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -17,20 +19,12 @@
 #include <string_view>
 
 using namespace cudaq_rt;
+using unit_files::bytes;
+using unit_files::read_file;
 
 namespace {
 
 const std::string inputs = CUDAQ_RT_TEST_UNIT_INPUTS;
-
-std::string read_file(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE(in);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-std::span<const uint8_t> bytes(const std::string &s) {
-  return {reinterpret_cast<const uint8_t *>(s.data()), s.size()};
-}
 
 // What the ELF header of a cubin says, read here rather than through cubin.cpp.
 struct Header {

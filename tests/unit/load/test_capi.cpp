@@ -13,6 +13,7 @@
 #include <doctest/doctest.h>
 
 #include "fake_gpu.h"
+#include "package_fixture.h"
 #include "scratch_dir.h"
 
 #include <algorithm>
@@ -24,6 +25,8 @@
 
 namespace fs = std::filesystem;
 using namespace cudaq_rt;
+using package_fixture::example_options;
+using package_fixture::packed;
 
 namespace {
 
@@ -38,21 +41,13 @@ struct Fixture {
 
   Fixture() {
     ::setenv("CUDAQ_RT_BRIDGE_PATH", CUDAQ_RT_TEST_ECHO_BRIDGE_DIR, 1);
-    PackOptions o;
-    o.inputs = {{CUDAQ_RT_TEST_EXAMPLE_APP, Role::application, ""},
-                {CUDAQ_RT_TEST_LOOPBACK_BRIDGE, Role::bridge, "echo"}};
-    o.output_dir = dir.path;
-    o.name = "example";
+    PackOptions o = example_options(dir.path, "echo");
     o.aliases = {"add_them=sum_i32"};
-    auto packed = pack(o);
-    REQUIRE_MESSAGE(packed, (packed ? "" : packed.error().str()));
-    package = packed->dir;
+    package = packed(o);
     o.inputs.push_back({CUDAQ_RT_TEST_UNIT_INPUTS "/dispatcher.o", Role::dispatcher, ""});
     o.name = "custom";
     o.aliases.clear();
-    packed = pack(o);
-    REQUIRE_MESSAGE(packed, (packed ? "" : packed.error().str()));
-    with_dispatcher = packed->dir;
+    with_dispatcher = packed(o);
     cache = (dir.path / "cache").string();
   }
 };

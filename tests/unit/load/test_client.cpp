@@ -6,11 +6,10 @@
 // linked at load once (nvJitLink, per TU) and taken from the package after that.
 #include "load/client.h"
 
-#include "pack/pack.h"
-
 #include <doctest/doctest.h>
 
 #include "fake_gpu.h"
+#include "package_fixture.h"
 #include "scratch_dir.h"
 
 #include <chrono>
@@ -19,6 +18,8 @@
 
 namespace fs = std::filesystem;
 using namespace cudaq_rt;
+using package_fixture::example_options;
+using package_fixture::packed;
 
 namespace {
 
@@ -30,14 +31,7 @@ struct Fixture {
 
   Fixture() {
     ::setenv("CUDAQ_RT_BRIDGE_PATH", CUDAQ_RT_TEST_ECHO_BRIDGE_DIR, 1);
-    PackOptions o;
-    o.inputs = {{CUDAQ_RT_TEST_EXAMPLE_APP, Role::application, ""},
-                {CUDAQ_RT_TEST_LOOPBACK_BRIDGE, Role::bridge, "echo"}};
-    o.output_dir = dir.path;
-    o.name = "example";
-    auto packed = pack(o);
-    REQUIRE_MESSAGE(packed, (packed ? "" : packed.error().str()));
-    package = packed->dir;
+    package = packed(example_options(dir.path, "echo"));
     // Linked once, into the package: every later start takes that cubin.
     FakeGpu gpu;
     LoadOptions first = options("");

@@ -1,6 +1,7 @@
 #include "load/request_args.h"
 
 #include "scratch_dir.h"
+#include "unit_files.h"
 
 #include <doctest/doctest.h>
 
@@ -13,6 +14,7 @@
 #include <sys/stat.h>
 
 using namespace cudaq_rt;
+using unit_files::write_file;
 
 namespace {
 
@@ -53,10 +55,6 @@ std::string decode(const std::string &type, const Bytes &result) {
   Expected<std::string> text = decode_result(*t, result);
   REQUIRE_MESSAGE(text, (text ? std::string() : text.error().str()));
   return *text;
-}
-
-void write_file(const std::filesystem::path &path, const std::string &content) {
-  std::ofstream(path, std::ios::binary) << content;
 }
 
 } // namespace

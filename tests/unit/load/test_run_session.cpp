@@ -7,6 +7,8 @@
 
 #include <doctest/doctest.h>
 
+#include "fake_gpu.h"
+
 #include <cstdlib>
 
 using namespace cudaq_rt;
@@ -16,39 +18,6 @@ namespace {
 // What a session wrote, by stream.
 struct StringOutput final : StringToolOutput {
   StringOutput() : StringToolOutput("cudaq-rt-run") {}
-};
-
-// A Gpu that only counts its devices: serving with --device all asks nothing else before it fails.
-class CountingGpu final : public Gpu {
-public:
-  explicit CountingGpu(int n) : n_(n) {}
-  Expected<int> device_count() override { return n_; }
-  Expected<GpuDevice> open(int) override { return make_error("", "not here"); }
-  Expected<GpuLibrary> load(std::span<const uint8_t>) override { return make_error("", "no"); }
-  void unload(GpuLibrary) override {}
-  Expected<GpuFunction> kernel(GpuLibrary, const std::string &) override {
-    return make_error("", "no");
-  }
-  Expected<std::optional<GpuGlobal>> global(GpuLibrary, const std::string &) override {
-    return make_error("", "no");
-  }
-  Expected<GpuPointer> allocate(size_t) override { return make_error("", "no"); }
-  void release(GpuPointer) override {}
-  Expected<MappedMemory> allocate_mapped(size_t) override { return make_error("", "no"); }
-  void release_mapped(MappedMemory) override {}
-  Status copy_to_device(GpuPointer, std::span<const uint8_t>) override {
-    return make_error("", "no");
-  }
-  Status copy_from_device(std::span<uint8_t>, GpuPointer) override { return make_error("", "no"); }
-  Expected<GpuStream> create_stream() override { return make_error("", "no"); }
-  void destroy_stream(GpuStream) override {}
-  Status launch(GpuFunction, LaunchShape, void **, GpuStream) override {
-    return make_error("", "no");
-  }
-  StreamState query(GpuStream) override { return {}; }
-
-private:
-  int n_;
 };
 
 RunArgs call_args(const std::string &handler = "echo") {
@@ -442,7 +411,7 @@ TEST_CASE("a session that cannot start serving: one error line, with --json one 
   a.device = "all";
   auto options = make_run_options(a);
   REQUIRE(options);
-  CountingGpu none(0);
+  CountingGpu none(0); // serving with --device all asks nothing else before it fails
   const std::atomic<bool> stop{false};
   StringOutput text;
   RunOutcome r = run(*options, text, stop, none);

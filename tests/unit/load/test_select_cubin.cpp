@@ -6,11 +6,10 @@
 #include "load/select_cubin.h"
 
 #include "formats/cubin.h"
-#include "pack/pack.h"
-#include "package/package.h"
 
 #include <doctest/doctest.h>
 
+#include "package_fixture.h"
 #include "scratch_dir.h"
 
 #include <cstdlib>
@@ -19,6 +18,7 @@
 
 namespace fs = std::filesystem;
 using namespace cudaq_rt;
+using namespace package_fixture;
 
 namespace {
 
@@ -28,30 +28,13 @@ struct Fixture {
 
   Fixture() {
     ::setenv("CUDAQ_RT_BRIDGE_PATH", CUDAQ_RT_TEST_ECHO_BRIDGE_DIR, 1);
-    PackOptions o;
-    o.inputs = {{CUDAQ_RT_TEST_EXAMPLE_APP, Role::application, ""},
-                {CUDAQ_RT_TEST_LOOPBACK_BRIDGE, Role::bridge, "echo"}};
-    o.output_dir = dir.path;
-    o.name = "example";
-    auto p = pack(o);
-    REQUIRE_MESSAGE(p, (p ? "" : p.error().str()));
-    packed = p->dir;
+    packed = package_fixture::packed(example_options(dir.path, "echo"));
   }
 
   // A copy of the package as packed (no link records), for a test to store into.
-  fs::path fresh(const std::string &name) {
-    const fs::path copy = dir.path / (name + package_suffix);
-    fs::copy(packed, copy, fs::copy_options::recursive);
-    return copy;
-  }
+  fs::path fresh(const std::string &name) { return copy_package(packed, dir.path, name); }
 
-  LinkCache cache(const std::string &name) {
-    CacheConfig c;
-    c.dir = dir.path / name;
-    auto opened = LinkCache::open(c);
-    REQUIRE_MESSAGE(opened, (opened ? "" : opened.error().str()));
-    return std::move(*opened);
-  }
+  LinkCache cache(const std::string &name) { return open_link_cache(dir.path / name); }
 };
 
 Fixture &fixture() {
@@ -65,24 +48,6 @@ LinkCache no_cache() {
   auto opened = LinkCache::open(c);
   REQUIRE(opened);
   return std::move(*opened);
-}
-
-Package open_package(const fs::path &dir) {
-  auto p = Package::open(dir);
-  REQUIRE_MESSAGE(p, (p ? "" : p.error().str()));
-  return std::move(*p);
-}
-
-LinkPlan plan_for(const Package &p, LinkSettings settings = {}) {
-  auto plan = plan_link(p, settings);
-  REQUIRE_MESSAGE(plan, (plan ? "" : plan.error().str()));
-  return std::move(*plan);
-}
-
-TargetArch arch(const char *text) {
-  auto a = parse_arch(text);
-  REQUIRE(a);
-  return *a;
 }
 
 std::string error_of(const Expected<CubinChoice> &c) {
@@ -102,7 +67,7 @@ Linked &linked() {
   static Linked l = [] {
     Linked out;
     const Package p = open_package(fixture().packed);
-    const LinkPlan plan = plan_for(p);
+    const LinkPlan plan = plan_of(p);
     auto c = select_cubin(p, plan, arch("sm_90"), out.cache, {});
     REQUIRE_MESSAGE(c, error_of(c));
     REQUIRE(c->source == CubinSource::link);
@@ -135,7 +100,7 @@ TEST_CASE("nothing in the package or the cache: linked at load, a module for exa
 TEST_CASE("what was linked is next taken from the cache, the same bytes, even with --no-link") {
   Linked &l = linked();
   const Package p = open_package(fixture().packed);
-  const LinkPlan plan = plan_for(p);
+  const LinkPlan plan = plan_of(p);
   auto c = select_cubin(p, plan, arch("sm_90"), l.cache, no_link);
   REQUIRE_MESSAGE(c, error_of(c));
   CHECK(c->source == CubinSource::cache);
@@ -151,7 +116,7 @@ TEST_CASE("--store puts the cubin in the package, whose record then comes first"
   {
     const Package p = open_package(dir);
     auto c =
-        select_cubin(p, plan_for(p), arch("sm_90"), l.cache, {.allow_link = true, .store = true});
+        select_cubin(p, plan_of(p), arch("sm_90"), l.cache, {.allow_link = true, .store = true});
     REQUIRE_MESSAGE(c, error_of(c));
     CHECK(c->source == CubinSource::cache);
   }
@@ -162,7 +127,7 @@ TEST_CASE("--store puts the cubin in the package, whose record then comes first"
   CHECK(r.bridge == "echo");
   CHECK(r.cubin == sha256(l.cubin));
   // Neither a cache nor a link is needed now.
-  auto c = select_cubin(p, plan_for(p), arch("sm_90"), no_cache(), no_link);
+  auto c = select_cubin(p, plan_of(p), arch("sm_90"), no_cache(), no_link);
   REQUIRE_MESSAGE(c, error_of(c));
   CHECK(c->source == CubinSource::package);
   CHECK(c->cubin == l.cubin);
@@ -170,7 +135,7 @@ TEST_CASE("--store puts the cubin in the package, whose record then comes first"
   CHECK(c->warnings.empty());
 
   // The record serves its own arch only: sm_90a is another target.
-  auto other = select_cubin(p, plan_for(p), arch("sm_90a"), no_cache(), no_link);
+  auto other = select_cubin(p, plan_of(p), arch("sm_90a"), no_cache(), no_link);
   CHECK(error_of(other) ==
         "'" + dir.string() +
             "': no cubin for sm_90a (bridge echo, dispatcher builtin) in the package or the link "
@@ -180,21 +145,21 @@ TEST_CASE("--store puts the cubin in the package, whose record then comes first"
   // A mode asked for by name takes only a record linked in it; unasked, either serves.
   LinkSettings whole;
   whole.lto_mode = LtoMode::whole;
-  auto refused = select_cubin(p, plan_for(p, whole), arch("sm_90"), no_cache(), no_link);
+  auto refused = select_cubin(p, plan_of(p, whole), arch("sm_90"), no_cache(), no_link);
   REQUIRE_FALSE(refused);
   CHECK(refused.error().str().find("no cubin for sm_90 (bridge echo, dispatcher builtin) in the "
                                    "package or the link cache, and linking at load is off") !=
         std::string::npos);
   LinkSettings per_tu;
   per_tu.lto_mode = LtoMode::per_tu;
-  auto taken = select_cubin(p, plan_for(p, per_tu), arch("sm_90"), no_cache(), no_link);
+  auto taken = select_cubin(p, plan_of(p, per_tu), arch("sm_90"), no_cache(), no_link);
   REQUIRE_MESSAGE(taken, error_of(taken));
   CHECK(taken->source == CubinSource::package);
 }
 
 TEST_CASE("--no-link with nothing to load is refused, naming what the package has") {
   const Package p = open_package(fixture().packed);
-  auto c = select_cubin(p, plan_for(p), arch("sm_90"), fixture().cache("empty"), no_link);
+  auto c = select_cubin(p, plan_of(p), arch("sm_90"), fixture().cache("empty"), no_link);
   CHECK(error_of(c) == "'" + fixture().packed.string() +
                            "': no cubin for sm_90 (bridge echo, dispatcher builtin) in the package "
                            "or the link cache, and linking at load is off; the package has cubins "
@@ -204,7 +169,7 @@ TEST_CASE("--no-link with nothing to load is refused, naming what the package ha
 TEST_CASE("a GPU older than the package's LTO-IR: said before any lookup or link") {
   const Package p = open_package(fixture().packed);
   const std::string e =
-      error_of(select_cubin(p, plan_for(p), arch("sm_75"), fixture().cache("old"), {}));
+      error_of(select_cubin(p, plan_of(p), arch("sm_75"), fixture().cache("old"), {}));
   CHECK(e.rfind("'" + fixture().packed.string() + "': this GPU is sm_75: cannot link for sm_75: ",
                 0) == 0);
   CHECK(e.find("this package can serve sm_80 and newer") != std::string::npos);
@@ -220,7 +185,7 @@ TEST_CASE("a record linked from other code than this runtime's is stale: not use
   {
     const Package p = open_package(dir);
     REQUIRE(
-        select_cubin(p, plan_for(p), arch("sm_90"), l.cache, {.allow_link = true, .store = true}));
+        select_cubin(p, plan_of(p), arch("sm_90"), l.cache, {.allow_link = true, .store = true}));
   }
   // The record claims other inputs: the first two swapped.
   const fs::path manifest = dir / "manifest.json";
@@ -243,14 +208,14 @@ TEST_CASE("a record linked from other code than this runtime's is stale: not use
   const Package p = open_package(dir);
   REQUIRE(p.manifest().links.at(0).inputs[0] == r.inputs[1]);
   const std::string what = "sm_90 (bridge echo, dispatcher builtin)";
-  auto c = select_cubin(p, plan_for(p), arch("sm_90"), l.cache, no_link);
+  auto c = select_cubin(p, plan_of(p), arch("sm_90"), l.cache, no_link);
   REQUIRE_MESSAGE(c, error_of(c));
   CHECK(c->source == CubinSource::cache);
   CHECK(c->warnings ==
         std::vector<std::string>{"the package's cubin for " + what +
                                  " was linked from other code than this runtime's bridge hooks and "
                                  "dispatcher: not used"});
-  CHECK(error_of(select_cubin(p, plan_for(p), arch("sm_90"), no_cache(), no_link)) ==
+  CHECK(error_of(select_cubin(p, plan_of(p), arch("sm_90"), no_cache(), no_link)) ==
         "'" + dir.string() + "': no cubin for " + what +
             " in the package that matches this runtime or the link cache, and linking at load is "
             "off; the package has cubins for sm_90 (echo, builtin): link it ahead of time for "

@@ -5,46 +5,11 @@
 
 #include <doctest/doctest.h>
 
+#include "fake_gpu.h"
+
 #include <random>
 
 using namespace cudaq_rt;
-
-namespace {
-
-// A Gpu that only counts its devices: nothing else is asked of it here.
-class CountingGpu final : public Gpu {
-public:
-  explicit CountingGpu(int n) : n_(n) {}
-  Expected<int> device_count() override { return n_; }
-  Expected<GpuDevice> open(int) override { return make_error("", "not here"); }
-  Expected<GpuLibrary> load(std::span<const uint8_t>) override { return make_error("", "no"); }
-  void unload(GpuLibrary) override {}
-  Expected<GpuFunction> kernel(GpuLibrary, const std::string &) override {
-    return make_error("", "no");
-  }
-  Expected<std::optional<GpuGlobal>> global(GpuLibrary, const std::string &) override {
-    return make_error("", "no");
-  }
-  Expected<GpuPointer> allocate(size_t) override { return make_error("", "no"); }
-  void release(GpuPointer) override {}
-  Expected<MappedMemory> allocate_mapped(size_t) override { return make_error("", "no"); }
-  void release_mapped(MappedMemory) override {}
-  Status copy_to_device(GpuPointer, std::span<const uint8_t>) override {
-    return make_error("", "no");
-  }
-  Status copy_from_device(std::span<uint8_t>, GpuPointer) override { return make_error("", "no"); }
-  Expected<GpuStream> create_stream() override { return make_error("", "no"); }
-  void destroy_stream(GpuStream) override {}
-  Status launch(GpuFunction, LaunchShape, void **, GpuStream) override {
-    return make_error("", "no");
-  }
-  StreamState query(GpuStream) override { return {}; }
-
-private:
-  int n_;
-};
-
-} // namespace
 
 TEST_CASE("--device: one ordinal, a list, all; exact refusals") {
   CountingGpu three(3), none(0);

@@ -9,8 +9,7 @@
 #include "load/serve.h"
 #include "load/server.h"
 #include "load/wire_frames.h"
-#include "pack/pack.h"
-#include "package/package.h"
+#include "package_fixture.h"
 #include "scratch_dir.h"
 
 #include <doctest/doctest.h>
@@ -25,6 +24,8 @@
 #include <thread>
 
 using namespace cudaq_rt;
+using package_fixture::example_options;
+using package_fixture::packed;
 namespace fs = std::filesystem;
 
 namespace {
@@ -143,21 +144,12 @@ struct Fixture {
 
   Fixture() {
     ::setenv("CUDAQ_RT_BRIDGE_PATH", CUDAQ_RT_TEST_HOST_BRIDGE_DIR, 1);
-    PackOptions o;
-    o.inputs = {{CUDAQ_RT_TEST_EXAMPLE_APP, Role::application, ""},
-                {CUDAQ_RT_TEST_LOOPBACK_BRIDGE, Role::bridge, "host"}};
-    o.output_dir = dir.path;
-    o.name = "example";
-    auto packed = pack(o);
-    REQUIRE_MESSAGE(packed, (packed ? "" : packed.error().str()));
-    package = packed->dir;
+    package = packed(example_options(dir.path, "host"));
   }
 
   // A copy of the package as packed, for a test that writes into it.
   fs::path fresh_copy(const std::string &name) {
-    fs::path copy = dir.path / (name + package_suffix);
-    fs::copy(package, copy, fs::copy_options::recursive);
-    return copy;
+    return package_fixture::copy_package(package, dir.path, name);
   }
 
   LoadOptions options(const fs::path &pkg, const std::string &cache) const {
@@ -464,17 +456,12 @@ TEST_CASE("a GPU that does not exist, and a bridge configuration the bridge refu
 // The C API (cudaq_rt.h) over the same load path: what start() refuses and what it launches.
 TEST_CASE("the C API: lookups, the application's function table and its guards, retries") {
   Fixture &f = fixture();
-  PackOptions po;
-  po.inputs = {{CUDAQ_RT_TEST_EXAMPLE_APP, Role::application, ""},
-               {CUDAQ_RT_TEST_LOOPBACK_BRIDGE, Role::bridge, "host"}};
-  po.output_dir = f.dir.path;
-  po.name = "aliased";
+  PackOptions po = example_options(f.dir.path, "host", "aliased");
   po.aliases = {"add_them=sum_i32"};
-  auto packed = pack(po);
-  REQUIRE_MESSAGE(packed, (packed ? "" : packed.error().str()));
+  const fs::path aliased = packed(po);
 
   cudaq_rt_code *code = nullptr;
-  REQUIRE(cudaq_rt_open_package(packed->dir.c_str(), &code) == CUDAQ_RT_OK);
+  REQUIRE(cudaq_rt_open_package(aliased.c_str(), &code) == CUDAQ_RT_OK);
   std::vector<std::string> names;
   for (size_t i = 0; cudaq_rt_code_handler(code, i); ++i)
     names.push_back(cudaq_rt_code_handler(code, i));
@@ -510,7 +497,7 @@ TEST_CASE("the C API: lookups, the application's function table and its guards, 
   CHECK((echo != 0 && echo != sum && alias == sum));
   CHECK(cudaq_rt_lookup_handler(s, "nope", &echo) == CUDAQ_RT_E_NOT_FOUND);
   CHECK(std::string(cudaq_rt_last_error()) ==
-        "'" + packed->dir.string() +
+        "'" + aliased.string() +
             "': no handler 'nope': the code exports axpy_f32, echo, lut_decode, parity, sum_i32, "
             "add_them");
   CHECK(cudaq_rt_lookup_handler(s, "echo", &echo) == CUDAQ_RT_OK);
@@ -519,8 +506,8 @@ TEST_CASE("the C API: lookups, the application's function table and its guards, 
   REQUIRE(cudaq_rt_set_function(s, 7, echo + 16) == CUDAQ_RT_OK);
   CHECK(cudaq_rt_start(s) == CUDAQ_RT_E_REFUSED);
   CHECK(std::string(cudaq_rt_last_error()) ==
-        "'" + packed->dir.string() + "': function table entry for function_id 0x7: " +
-            hex(echo + 16) + " did not come from cudaq_rt_lookup_handler on this server's load");
+        "'" + aliased.string() + "': function table entry for function_id 0x7: " + hex(echo + 16) +
+            " did not come from cudaq_rt_lookup_handler on this server's load");
   CHECK(gpu.launches == 0);
 
   // An address another server (another GPU's module here) handed out: refused, named.
@@ -536,8 +523,8 @@ TEST_CASE("the C API: lookups, the application's function table and its guards, 
   REQUIRE(cudaq_rt_set_function(s, 7, foreign) == CUDAQ_RT_OK);
   CHECK(cudaq_rt_start(s) == CUDAQ_RT_E_REFUSED);
   CHECK(std::string(cudaq_rt_last_error()) ==
-        "'" + packed->dir.string() + "': function table entry for function_id 0x7: " +
-            hex(foreign) + " was looked up on a server of '" + packed->dir.string() +
+        "'" + aliased.string() + "': function table entry for function_id 0x7: " + hex(foreign) +
+            " was looked up on a server of '" + aliased.string() +
             "': device code from another binary cannot serve here");
   CHECK(gpu.launches == 0);
   cudaq_rt_server_destroy(other);
@@ -577,8 +564,7 @@ TEST_CASE("the C API: lookups, the application's function table and its guards, 
   CHECK(cudaq_rt_stop(s) == CUDAQ_RT_OK);
   CHECK(cudaq_rt_set_global(s, "decoder_table", bytes, 2) == CUDAQ_RT_E_ARGUMENT);
   CHECK(std::string(cudaq_rt_last_error()) ==
-        packed->dir.string() +
-            ": sm_90: global 'decoder_table' is 4 bytes, but 2 bytes were given");
+        aliased.string() + ": sm_90: global 'decoder_table' is 4 bytes, but 2 bytes were given");
   CHECK(cudaq_rt_set_global(s, "decoder_table", bytes, 4) == CUDAQ_RT_OK);
   CHECK(gpu.written[0x20000] == std::vector<uint8_t>{1, 2, 3, 4});
   CHECK(cudaq_rt_set_global(s, "no_table", bytes, 4) == CUDAQ_RT_E_NOT_FOUND);
@@ -610,14 +596,7 @@ struct ServeFixture {
   fs::path package;
   ServeFixture() {
     fixture(); // sets CUDAQ_RT_BRIDGE_PATH
-    PackOptions o;
-    o.inputs = {{CUDAQ_RT_TEST_EXAMPLE_APP, Role::application, ""},
-                {CUDAQ_RT_TEST_LOOPBACK_BRIDGE, Role::bridge, "selffed"}};
-    o.output_dir = dir.path;
-    o.name = "served";
-    auto packed = pack(o);
-    REQUIRE_MESSAGE(packed, (packed ? "" : packed.error().str()));
-    package = packed->dir;
+    package = packed(example_options(dir.path, "selffed", "served"));
   }
   ServeOptions options() const {
     ServeOptions o;

@@ -11,6 +11,7 @@
 #include <doctest/doctest.h>
 
 #include "scratch_dir.h"
+#include "unit_files.h"
 
 #include <algorithm>
 #include <atomic>
@@ -23,6 +24,8 @@
 
 namespace fs = std::filesystem;
 using namespace cudaq_rt;
+using unit_files::entries;
+using unit_files::read_file;
 
 namespace {
 
@@ -31,20 +34,6 @@ const std::string example_app = CUDAQ_RT_TEST_EXAMPLE_APP;
 const std::string loopback = CUDAQ_RT_TEST_LOOPBACK_BRIDGE;
 const std::string in(const std::string &name) {
   return inputs + "/" + name;
-}
-
-std::string read_file(const fs::path &path) {
-  std::ifstream f(path, std::ios::binary);
-  REQUIRE(f);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
-
-std::vector<std::string> entries(const fs::path &dir) {
-  std::vector<std::string> out;
-  for (const auto &e : fs::directory_iterator(dir))
-    out.push_back(e.path().filename().string());
-  std::sort(out.begin(), out.end());
-  return out;
 }
 
 // Every file under `dir` with its bytes' digest, to tell that nothing changed.

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "scratch_dir.h"
+#include "unit_files.h"
 
 #include <algorithm>
 #include <cstring>
@@ -13,20 +14,10 @@
 
 namespace fs = std::filesystem;
 using namespace cudaq_rt;
+using unit_files::entries;
+using unit_files::write_file;
 
 namespace {
-
-std::vector<std::string> entries(const fs::path &dir) {
-  std::vector<std::string> out;
-  for (const auto &e : fs::directory_iterator(dir))
-    out.push_back(e.path().filename().string());
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-void write(const fs::path &p, const std::string &text) {
-  std::ofstream(p, std::ios::binary) << text;
-}
 
 // A fatbin container with no entries: a container blob must be one whole container.
 std::string empty_container(uint16_t version) {
@@ -140,7 +131,7 @@ TEST_CASE("open checks the manifest's blobs") {
   }
   SUBCASE("a symlink, even to the right bytes") {
     fs::path outside = s.path / "outside";
-    write(outside, blob_a);
+    write_file(outside, blob_a);
     fs::remove(a);
     fs::create_symlink(outside, a);
     auto p = Package::open(dir);
@@ -171,7 +162,7 @@ TEST_CASE("open checks the manifest's blobs") {
     CHECK(no_manifest.error().str() == "'" + dir.string() + "': not a package: no manifest.json");
   }
   SUBCASE("a corrupt manifest") {
-    write(dir / "manifest.json", "{\"format_version\": 1");
+    write_file(dir / "manifest.json", "{\"format_version\": 1");
     auto p = Package::open(dir);
     REQUIRE_FALSE(p);
     CHECK(p.error().str() == "'" + (dir / "manifest.json").string() + "': not valid JSON");
@@ -186,7 +177,7 @@ TEST_CASE("a tampered blob is detected on read and is not carried into a new pac
   fs::path a = p->blob_path(sha256(blob_a));
   std::string changed = blob_a;
   changed[5] ^= 1; // same size, one byte changed
-  write(a, changed);
+  write_file(a, changed);
   auto bytes = p->read_blob(sha256(blob_a));
   REQUIRE_FALSE(bytes);
   const std::string tampered = "'" + a.string() + "': blob does not match its digest " +
@@ -259,7 +250,7 @@ TEST_CASE("open reads a manifest only if it is a regular file of a sane size") {
     fails_with("is a directory");
   }
   SUBCASE("larger than the limit") {
-    write(manifest, "");
+    write_file(manifest, "");
     fs::resize_file(manifest, max_manifest_bytes + 1);
     fails_with(
         cat("is ", max_manifest_bytes + 1, " bytes, more than the limit of ", max_manifest_bytes));
@@ -272,7 +263,7 @@ TEST_CASE("a blob of another size than its manifest records is not read") {
   auto p = Package::open(dir);
   REQUIRE(p);
   fs::path a = p->blob_path(sha256(blob_a));
-  write(a, blob_a + std::string(1 << 20, 'x'));
+  write_file(a, blob_a + std::string(1 << 20, 'x'));
   auto bytes = p->read_blob(sha256(blob_a));
   REQUIRE_FALSE(bytes);
   CHECK(bytes.error().str() == cat("'", a.string(), "': blob is ", blob_a.size() + (1 << 20),
@@ -289,12 +280,12 @@ TEST_CASE("only a package is recognised as one") {
   fs::path notes = s.path / "notes.cudaqpkg";
   fs::create_directory(notes);
   CHECK(check_is_package(notes)); // empty, as a build tool makes it for its output
-  write(notes / "thesis.txt", "work");
+  write_file(notes / "thesis.txt", "work");
   Status st = check_is_package(notes);
   REQUIRE_FALSE(st);
   CHECK(st.error().str() == "'" + notes.string() + "': is not a package (no manifest.json" + tail);
   fs::remove_all(notes);
-  write(notes, "a file");
+  write_file(notes, "a file");
   st = check_is_package(notes);
   REQUIRE_FALSE(st);
   CHECK(st.error().str() == "'" + notes.string() + "': is not a package (a regular file" + tail);
