@@ -369,11 +369,16 @@ class PackTest(unittest.TestCase):
         self.assertEqual(len(os.listdir(os.path.join(out, "pkg.cudaqpkg", "blobs", "sha256"))), 3)
 
     def test_missing_output_directory(self):
-        missing = os.path.join(self.tmp, "no-such-dir")
+        # Made as `mkdir -p` would, as cmake -B and nvcc -o users expect ...
+        missing = os.path.join(self.tmp, "no-such-dir", "deeper")
         r = run([PACK, "-o", missing, self.path("arith.o")])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(os.path.isdir(os.path.join(missing, "arith.cudaqpkg")))
+        # ... and taken back when the pack fails.
+        again = os.path.join(self.tmp, "other-dir", "deeper")
+        r = run([PACK, "-o", again, os.path.join(self.tmp, "no-such-input.o")])
         self.assertEqual(r.returncode, 1)
-        self.assertIn(f"'{missing}': output directory does not exist", r.stderr)
-        self.assertFalse(os.path.exists(missing))
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "other-dir")))
 
     # --- --list ---------------------------------------------------------------------------------
 

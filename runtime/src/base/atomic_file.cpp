@@ -382,4 +382,32 @@ void remove_temporaries_on_signals() {
   });
 }
 
+Expected<MadeDirectories> MadeDirectories::make(const fs::path &dir) {
+  MadeDirectories made;
+  std::vector<fs::path> missing;
+  std::error_code ec;
+  for (fs::path p = absolute_normal_path(dir); !p.empty(); p = p.parent_path()) {
+    if (fs::exists(fs::symlink_status(p, ec)))
+      break;
+    missing.push_back(p);
+    if (p == p.root_path())
+      break;
+  }
+  for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+    if (!fs::create_directory(*it, ec) && ec)
+      return make_error(dir.string(), "cannot create the directory: ", ec.message());
+    made.made_.push_back(*it);
+  }
+  if (!fs::is_directory(dir, ec))
+    return make_error(dir.string(), "is not a directory");
+  return made;
+}
+
+MadeDirectories::~MadeDirectories() {
+  std::error_code ec;
+  for (auto it = made_.rbegin(); it != made_.rend(); ++it)
+    if (fs::is_empty(*it, ec) && !ec)
+      fs::remove(*it, ec);
+}
+
 } // namespace cudaq_rt

@@ -26,6 +26,7 @@
 #include <span>
 #include <string>
 #include <sys/types.h>
+#include <vector>
 
 namespace cudaq_rt {
 
@@ -107,6 +108,24 @@ void remove_stale_temporaries(const std::filesystem::path &final_path);
 // thread and taken by a thread of their own (so the removal needs no async-signal-safe code):
 // call it before any other thread starts, so that they all inherit the mask.
 void remove_temporaries_on_signals();
+
+// A directory made with its missing parents (as `mkdir -p`, or `nvcc -o`, does), taken back again,
+// deepest first and only while still empty, unless the command that made it succeeded and kept
+// it: a command that fails leaves no directory of its own behind.
+class MadeDirectories {
+public:
+  static Expected<MadeDirectories> make(const std::filesystem::path &dir);
+  MadeDirectories(MadeDirectories &&other) noexcept : made_(std::move(other.made_)) {
+    other.made_.clear();
+  }
+  MadeDirectories &operator=(MadeDirectories &&) = delete;
+  ~MadeDirectories();
+  void keep() { made_.clear(); }
+
+private:
+  MadeDirectories() = default;
+  std::vector<std::filesystem::path> made_; // outermost first
+};
 
 // Makes `data` durable in a file descriptor-free way: fsyncs the file or directory at `path`.
 Status fsync_path(const std::filesystem::path &path);

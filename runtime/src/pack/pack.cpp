@@ -297,8 +297,9 @@ Expected<PackResult> pack(const PackOptions &options) {
   std::error_code ec;
   if (!options.force && fs::exists(fs::symlink_status(dir, ec)))
     return make_error(dir.string(), "already exists (use --force to replace it)");
-  if (!fs::is_directory(options.output_dir, ec))
-    return make_error(options.output_dir.string(), "output directory does not exist");
+  auto made = MadeDirectories::make(options.output_dir);
+  if (!made)
+    return std::move(made).take_error();
 
   // Replacing a package is a read-modify-write race with cudaq-rt-link storing into it: take the
   // lock link takes. Without --force the final rename cannot clobber anything, so no lock.
@@ -332,6 +333,7 @@ Expected<PackResult> pack(const PackOptions &options) {
       return std::move(st).take_error();
   if (auto st = writer->commit(inspection->manifest, options.force); !st)
     return std::move(st).take_error();
+  made->keep();
   return PackResult{dir, std::move(*inspection)};
 }
 

@@ -96,3 +96,40 @@ TEST_CASE("a temporary directory is locked by its writer and removed when it is 
   std::sort(left.begin(), left.end());
   CHECK(entries(s.path) == left);
 }
+
+TEST_CASE("made directories are taken back unless kept, and only while empty") {
+  ScratchDir s;
+  const fs::path deep = s.path / "a" / "b" / "c";
+  {
+    auto made = MadeDirectories::make(deep);
+    REQUIRE(made);
+    CHECK(fs::is_directory(deep));
+  }
+  CHECK_FALSE(fs::exists(s.path / "a")); // every level it made, none it found
+  CHECK(fs::is_directory(s.path));
+  {
+    auto made = MadeDirectories::make(deep);
+    REQUIRE(made);
+    made->keep();
+  }
+  CHECK(fs::is_directory(deep));
+  // What another writer put there meanwhile stays, and so do the directories holding it.
+  const fs::path other = s.path / "x" / "y";
+  {
+    auto made = MadeDirectories::make(other / "z");
+    REQUIRE(made);
+    write_file(other / "theirs", "kept");
+  }
+  CHECK(fs::exists(other / "theirs"));
+  CHECK_FALSE(fs::exists(other / "z"));
+  // An existing directory is no error; a file in the way is.
+  CHECK(MadeDirectories::make(deep));
+  write_file(s.path / "file", "x");
+  auto refused = MadeDirectories::make(s.path / "file");
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().str() == "'" + (s.path / "file").string() + "': is not a directory");
+  auto under_file = MadeDirectories::make(s.path / "file" / "sub");
+  REQUIRE_FALSE(under_file);
+  CHECK(under_file.error().str().starts_with("'" + (s.path / "file" / "sub").string() +
+                                             "': cannot create the directory: "));
+}

@@ -345,10 +345,20 @@ TEST_CASE("a pack that fails leaves no package and no temporary directory behind
   CHECK(error_of(pack(aliased)) ==
         "alias 'echo=sum_i32': the wire name 'echo' is already the name of a handler export");
   CHECK(entries(out).empty());
-  // An output directory that is not there.
-  CHECK(error_of(pack(options(s.path / "missing", {{example_app, Role::application, ""}}, "e"))) ==
-        "'" + (s.path / "missing").string() + "': output directory does not exist");
+  // An output directory that is not there is made, and taken back when the pack fails.
+  CHECK(error_of(
+            pack(options(s.path / "missing" / "deeper", {{notes, Role::application, ""}}, "e"))) ==
+        "'" + notes.string() + "': not an ELF file, a static archive or a fatbin");
   CHECK_FALSE(fs::exists(s.path / "missing"));
+  auto made =
+      pack(options(s.path / "made" / "deeper", {{example_app, Role::application, ""}}, "e"));
+  REQUIRE_MESSAGE(made, error_of(made));
+  CHECK(made->dir == s.path / "made" / "deeper" / "e.cudaqpkg");
+  CHECK(fs::is_directory(made->dir));
+  // A file where the directory would be is refused.
+  std::ofstream(s.path / "a_file") << "x";
+  CHECK(error_of(pack(options(s.path / "a_file", {{example_app, Role::application, ""}}, "e"))) ==
+        "'" + (s.path / "a_file").string() + "': is not a directory");
 
   // An existing package: refused without force, and left as it was.
   auto first = pack(options(out, {{example_app, Role::application, ""}}, "example"));
