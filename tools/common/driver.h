@@ -2,7 +2,9 @@
 // map CLI11's parse failures to exit status 2.
 #pragma once
 
+#include "cache/link_key.h"
 #include "cudaq_rt/error.h"
+#include "cudaq_rt_revision.h"
 
 #include <CLI/CLI.hpp>
 
@@ -58,6 +60,19 @@ CLI::Option *add_optional(CLI::App &app, const std::string &name, std::optional<
                           const std::string &help) {
   return app.add_option_function<T>(
       name, [&to](const T &value) { to = value; }, help);
+}
+
+// --version: what a bug report and a cache key depend on. "cudaq-rt-link 0.1.0 (source
+// 83b2a2d0c1f4, CUDA 13.0.88, nvJitLink 13.0)": the source revision and the toolkit the tool was
+// built from, and the nvJitLink it loaded (cache keys hash that one).
+inline void add_version_flag(CLI::App &app, const char *tool) {
+  app.set_version_flag("--version", [tool] {
+    auto nvjitlink = loaded_nvjitlink_identity();
+    return cat(tool,
+               " " CUDAQ_RT_VERSION " (source " CUDAQ_RT_SOURCE_REVISION
+               ", CUDA " CUDAQ_RT_CUDA_VERSION ", nvJitLink ",
+               nvjitlink ? nvjitlink->version() : "not loadable: " + nvjitlink.error().str(), ")");
+  });
 }
 
 // --lto, declared once for every tool that links (cudaq-rt-link ahead of time, cudaq-rt-run at

@@ -16,7 +16,10 @@ int main(int argc, char **argv) {
   CLI::App app{"Link a package's dispatch kernel, bridge hooks and handlers into one cubin per GPU "
                "arch with nvJitLink, through a content-addressed link cache.",
                tool};
-  app.set_version_flag("--version", std::string(tool) + " " CUDAQ_RT_VERSION);
+  driver::add_version_flag(app, tool);
+  app.footer("Environment: CUDAQ_RT_CACHE_DIR, CUDAQ_RT_CACHE_DISABLE, CUDAQ_RT_CACHE_MAXSIZE, "
+             "CUDAQ_RT_REMOTE_CACHE, CUDAQ_RT_BRIDGE_PATH, CUDAQ_RT_LTO, "
+             "CUDAQ_RT_FORCE_WHOLE_LINK.\nSee cudaq-rt-link(1).");
 
   LinkArgs args;
   bool no_kernels_used = false;
@@ -31,8 +34,9 @@ int main(int argc, char **argv) {
                  "(default: the package's bridge, else loopback)")
       ->group("Link");
   app.add_option("--dispatcher", args.link.settings.dispatcher,
-                 "Dispatch kernel: 'builtin' or a custom kernel the package exports (default: "
-                 "the package's custom kernel, else builtin)")
+                 "Dispatch kernel: 'builtin' (the unified kernel), 'warp' (the warp-wide one) or "
+                 "a custom kernel the package exports (default: the package's custom kernel, "
+                 "else builtin)")
       ->group("Link");
   app.add_option("-j,--jobs", args.link.jobs,
                  "Archs (and per-TU units) linked at once (default: the number of cores)")

@@ -56,7 +56,8 @@ int main(int argc, char **argv) {
   CLI::App app{"Extract relocatable device code (__nv_relfatbin) from executables, shared "
                "libraries, objects, static archives and fatbins into a package NAME.cudaqpkg/.",
                tool};
-  app.set_version_flag("--version", std::string(tool) + " " CUDAQ_RT_VERSION);
+  driver::add_version_flag(app, tool);
+  app.footer("See cudaq-rt-pack(1) and, for the package format, cudaq-rt-package(5).");
 
   PackOptions opts;
   std::vector<std::string> app_inputs;

@@ -72,7 +72,8 @@ void add_options(CLI::App &app, RunArgs &a) {
   app.add_option("--bridge-arg", a.load.bridge_config, "The bridge's options, KEY=VALUE[,...]")
       ->group("Loading");
   app.add_option("--dispatcher", a.load.link.dispatcher,
-                 "A custom dispatch kernel the package exports, or 'builtin'")
+                 "Dispatch kernel: 'builtin' (the unified kernel), 'warp' (the warp-wide one) "
+                 "or a custom kernel the package exports")
       ->group("Loading");
   driver::add_optional(app, "--grid", a.grid,
                        "Launch shape of a custom dispatch kernel: BLOCKS,THREADS")
@@ -109,7 +110,10 @@ int main(int argc, char **argv) {
   CLI::App app{"Load a package on a GPU and call, benchmark or list its handlers through the "
                "dispatch kernel.",
                tool};
-  app.set_version_flag("--version", std::string(tool) + " " CUDAQ_RT_VERSION);
+  driver::add_version_flag(app, tool);
+  app.footer("Environment: CUDAQ_RT_CACHE_DIR, CUDAQ_RT_CACHE_DISABLE, CUDAQ_RT_CACHE_MAXSIZE, "
+             "CUDAQ_RT_REMOTE_CACHE, CUDAQ_RT_LTO, CUDAQ_RT_FORCE_WHOLE_LINK, "
+             "CUDAQ_RT_BRIDGE_PATH, CUDA_VISIBLE_DEVICES.\nSee cudaq-rt-run(1).");
   RunArgs args;
   add_options(app, args);
   if (int rc = driver::parse(tool, app, argc, argv); rc >= 0)

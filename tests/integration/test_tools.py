@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""What every tool says about itself: --version names the source revision, the CUDA Toolkit it was
+built with and the nvJitLink it loaded; --help ends with the environment variables its man page
+documents and a pointer to that page, and names every built-in dispatcher."""
+import os
+import re
+import subprocess
+import sys
+import unittest
+
+TOOLS = {
+    "cudaq-rt-pack": os.environ["CUDAQ_RT_PACK"],
+    "cudaq-rt-link": os.environ["CUDAQ_RT_LINK"],
+    "cudaq-rt-run": os.environ["CUDAQ_RT_RUN"],
+}
+MAN = os.environ["CUDAQ_RT_MAN"]
+
+
+def run(args):
+    return subprocess.run(args, capture_output=True, text=True, timeout=60)
+
+
+def man_environment(tool):
+    """The variables the man page's ENVIRONMENT section documents, in its order."""
+    names, inside = [], False
+    with open(os.path.join(MAN, tool + ".1")) as f:
+        text = f.read().replace("\\\n", " ")  # mdoc's continued lines
+        for line in text.splitlines(keepends=True):
+            if line.startswith(".Sh "):
+                inside = line.strip() == ".Sh ENVIRONMENT"
+            elif inside and line.startswith(".It Ev "):
+                names += re.findall(r"[A-Z][A-Z0-9_]+", line[len(".It Ev "):])
+    return names
+
+
+class VersionTest(unittest.TestCase):
+    def test_version_names_what_a_bug_report_needs(self):
+        pattern = re.compile(r"^(cudaq-rt-\w+) (\d+\.\d+\.\d+) \(source ([0-9a-f]{7,}(-dirty)?|unknown), "
+                             r"CUDA (\d+\.\d+\.\d+), nvJitLink (\d+\.\d+)\)\n$")
+        seen = set()
+        for tool, path in TOOLS.items():
+            r = run([path, "--version"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            m = pattern.match(r.stdout)
+            self.assertIsNotNone(m, r.stdout)
+            self.assertEqual(m.group(1), tool)
+            # The loaded nvJitLink is the toolkit's major version.
+            self.assertEqual(m.group(5).split(".")[0], m.group(6).split(".")[0])
+            seen.add(r.stdout[len(tool):])
+        self.assertEqual(len(seen), 1, seen)  # one build, one story
+
+
+class HelpTest(unittest.TestCase):
+    def test_help_ends_with_the_environment_and_the_man_page(self):
+        for tool, path in TOOLS.items():
+            r = run([path, "--help"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            footer = r.stdout.rstrip("\n").split("\n\n")[-1]
+            self.assertIn(f"{tool}(1)", footer)
+            documented = man_environment(tool)
+            listed = re.findall(r"[A-Z][A-Z0-9_]{3,}", footer.split("See ")[0])
+            self.assertEqual(sorted(listed), sorted(documented), tool)
+
+    def test_dispatcher_help_names_every_builtin(self):
+        for tool in ("cudaq-rt-link", "cudaq-rt-run"):
+            r = run([TOOLS[tool], "--help"])
+            line = next(l for l in r.stdout.splitlines() if l.strip().startswith("--dispatcher"))
+            self.assertIn("'builtin'", line)
+            self.assertIn("'warp'", line)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2, argv=sys.argv[:1])
