@@ -394,9 +394,11 @@ Expected<MadeDirectories> MadeDirectories::make(const fs::path &dir) {
       break;
   }
   for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
-    if (!fs::create_directory(*it, ec) && ec)
+    const bool created = fs::create_directory(*it, ec);
+    if (ec)
       return make_error(dir.string(), "cannot create the directory: ", ec.message());
-    made.made_.push_back(*it);
+    if (created) // not one another process made meanwhile: that one is not ours to take back
+      made.made_.push_back(*it);
   }
   if (!fs::is_directory(dir, ec))
     return make_error(dir.string(), "is not a directory");
