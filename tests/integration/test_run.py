@@ -194,7 +194,8 @@ class RunWithoutGpuTest(unittest.TestCase):
     def test_version(self):
         r = self.run_tool("--version")
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertRegex(r.stdout, r"^cudaq-rt-run \d+\.\d+\.\d+\n$")
+        self.assertRegex(r.stdout, r"^cudaq-rt-run \d+\.\d+\.\d+ \(source \S+, CUDA \d+\.\d+\.\d+, "
+                                   r"nvJitLink \d+\.\d+\)\n$")
 
     # --- no CUDA driver: every mode that needs the GPU fails in one line --------------------------
 
