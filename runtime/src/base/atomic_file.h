@@ -1,3 +1,6 @@
+// base/: what every stage stands on and that knows nothing of CUDA: SHA-256 digests (digest.h),
+// files that appear whole or not at all (this file) and the tools' output sink (tool_output.h).
+//
 // Files and directories that appear whole or not at all, and files read without trusting what is
 // at a path.
 //

@@ -1,4 +1,9 @@
-// Finding, loading and checking bridge libraries (cudaq_rt/bridge.h).
+// bridge/: bridge libraries found by name on the search path, dlopened and checked
+// (cudaq_rt/bridge.h); below both link (which reads a bridge's device code from its file) and load
+// (which drives its host side). It names no transport: what a bridge needs decided, it says
+// through its ABI (instance_config).
+//
+// Finding, loading and checking bridge libraries.
 #include "cudaq_rt/bridge.h"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// cache/: linked cubins kept by a content-addressed key, locally and on a remote server.
+//
 // The content-addressed cache of linked cubins shared by `cudaq-rt-link` (ahead of time) and the
 // load path's link at load (`cudaq-rt-run`): a local directory and, optionally, a remote server
 // behind it. Its parts, one file each: the key (link_key.h), the entry file (cache_entry.h), the

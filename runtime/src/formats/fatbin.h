@@ -1,3 +1,7 @@
+// formats/: the formats of device code as they come, each parsed with bounds checks and errors
+// that carry offsets: the fatbin container (this file), ELF inputs (input_file.h), export records
+// (export_records.h), cubins (cubin.h), and the target arch and LTO mode (target.h).
+//
 // The fatbin container format: what a `__nv_relfatbin` section holds. See fatbin.cpp for the
 // layout and the facts it rests on.
 #pragma once

@@ -1,3 +1,7 @@
+// link/: from a package to a cubin per arch: the plan (link_plan.cpp), nvJitLink (nvjitlink.h),
+// the built-in dispatchers (builtin_dispatcher.h), the unit of direct calls (direct_calls.h), the
+// links themselves (this file) and cudaq-rt-link's command (link_command.h).
+//
 // Linking a package's dispatch kernel, bridge hooks and handlers into one cubin per GPU arch with
 // nvJitLink, through the link cache, in three steps that cudaq-rt-link and the load path share:
 //

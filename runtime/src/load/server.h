@@ -1,3 +1,7 @@
+// load/: the only stage that talks to the CUDA driver (gpu.h): the cubin for a GPU
+// (select_cubin.h), the load path (this file), clients of a host-fed bridge (client.h), a service
+// over GPUs (serve.h), the C API (capi.cpp) and cudaq-rt-run's session (run_session.h).
+//
 // The load path: a package on a GPU, serving. The one launcher every program uses (cudaq-rt-run,
 // the tests, the benchmarks): open and verify the package, choose a cubin for the GPU's exact
 // arch (select_cubin.h), load it eagerly, build the function table, set host-given globals,

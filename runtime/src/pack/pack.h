@@ -1,3 +1,5 @@
+// pack/: from binaries to a package. It reads formats/ and writes package/; nothing else.
+//
 // cudaq-rt-pack's library: read inputs, split their device code into containers, find exports,
 // and write a package.
 #pragma once

@@ -1,3 +1,7 @@
+// package/: a package as it sits on disk: its manifest (manifest.h), the directory and its
+// verified blobs (this file), and an input's containers as a manifest records them
+// (containers.h). Pack writes packages; link and load read them.
+//
 // A package: a directory NAME.cudaqpkg/ holding manifest.json and content-addressed blobs under
 // blobs/sha256/<hex>, as in the OCI image layout. Blob paths are derived only from validated
 // digests, so nothing a manifest says can point outside the package. Every blob is verified
