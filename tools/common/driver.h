@@ -1,5 +1,6 @@
-// What every cudaq-rt driver does the same way: print errors once, as `tool: error: ...`, and
-// map CLI11's parse failures to exit status 2.
+// What every cudaq-rt driver does the same way: map CLI11's parse failures and its own usage errors
+// to exit status 2, and declare the options every tool shares. Everything else a tool prints goes
+// through a ToolOutput (base/tool_output.h).
 #pragma once
 
 #include "cache/link_key.h"
@@ -15,17 +16,7 @@
 
 namespace cudaq_rt::driver {
 
-constexpr int exit_failure = 1;
 constexpr int exit_usage = 2;
-
-inline int fail(const char *tool, const Error &e) {
-  std::fprintf(stderr, "%s: error: %s\n", tool, e.str().c_str());
-  return exit_failure;
-}
-
-inline void warn(const char *tool, const std::string &message) {
-  std::fprintf(stderr, "%s: warning: %s\n", tool, message.c_str());
-}
 
 // Progress goes to stderr, and only when a person is watching.
 inline bool stderr_is_terminal() {

@@ -3,14 +3,12 @@
 #include "../common/driver.h"
 
 #include "base/atomic_file.h"
+#include "base/tool_output.h"
 #include "pack/pack.h"
 #include "package/package.h"
 
-#include <nlohmann/json.hpp>
-
 #include <cstdio>
 #include <filesystem>
-#include <iostream>
 
 namespace fs = std::filesystem;
 using namespace cudaq_rt;
@@ -18,7 +16,7 @@ using namespace cudaq_rt;
 namespace {
 constexpr const char *tool = "cudaq-rt-pack";
 
-int list(const std::string &path, bool json) {
+int list(const std::string &path, bool json, ToolOutput &output) {
   Manifest m;
   std::vector<std::string> warnings;
   std::string what;
@@ -26,27 +24,24 @@ int list(const std::string &path, bool json) {
   if (fs::is_directory(path, ec)) {
     auto pkg = Package::open(path);
     if (!pkg)
-      return driver::fail(tool, pkg.error());
+      return output.fail(pkg.error());
     for (const Digest &d : pkg->referenced_blobs())
       if (auto blob = pkg->read_blob(d); !blob)
-        return driver::fail(tool, blob.error());
+        return output.fail(blob.error());
     m = pkg->manifest();
     warnings = code_warnings(m);
     what = "package " + m.name;
   } else {
     auto in = inspect({PackInput{path}}, "");
     if (!in)
-      return driver::fail(tool, in.error());
+      return output.fail(in.error());
     m = std::move(in->manifest);
     warnings = std::move(in->warnings);
     what = path;
   }
   for (const std::string &w : warnings)
-    driver::warn(tool, w);
-  if (json)
-    std::cout << m.to_json_text();
-  else
-    std::cout << format_listing(m, what);
+    output.warn(w);
+  output.out(json ? m.to_json_text() : format_listing(m, what));
   return 0;
 }
 } // namespace
@@ -93,6 +88,7 @@ int main(int argc, char **argv) {
 
   if (int rc = driver::parse(tool, app, argc, argv); rc >= 0)
     return rc;
+  StdioToolOutput output(tool);
 
   if (*list_opt) {
     if (!app_inputs.empty() || !bridges.empty() || !dispatchers.empty() || !opts.aliases.empty()) {
@@ -100,7 +96,7 @@ int main(int argc, char **argv) {
           stderr, "%s: error: --list takes one package or binary and no inputs or aliases\n", tool);
       return driver::exit_usage;
     }
-    return list(list_path, json);
+    return list(list_path, json, output);
   }
   if (json) {
     std::fprintf(stderr, "%s: error: --json goes with --list\n", tool);
@@ -120,13 +116,13 @@ int main(int argc, char **argv) {
 
   auto result = pack(opts);
   if (!result)
-    return driver::fail(tool, result.error());
+    return output.fail(result.error());
   for (const std::string &w : result->inspection.warnings)
-    driver::warn(tool, w);
+    output.warn(w);
   if (driver::stderr_is_terminal()) {
     const Manifest &m = result->inspection.manifest;
-    std::fprintf(stderr, "%s: wrote %s: %zu container(s), %zu export(s)\n", tool,
-                 escape(result->dir.string()).c_str(), m.containers.size(), m.exports.size());
+    output.err(cat(tool, ": wrote ", escape(result->dir.string()), ": ", m.containers.size(),
+                   " container(s), ", m.exports.size(), " export(s)\n"));
   }
   return 0;
 }

@@ -1,6 +1,8 @@
 // Tool output (tool_output.h).
 #include "base/tool_output.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cstdio>
 
 namespace cudaq_rt {
@@ -8,6 +10,10 @@ namespace cudaq_rt {
 int ToolOutput::fail(const Error &e) {
   err(cat(tool_, ": error: ", e.str(), "\n"));
   return 1;
+}
+
+void ToolOutput::out_json(const nlohmann::json &document) {
+  out(document.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 }
 
 void ToolOutput::warn(std::string_view message) {

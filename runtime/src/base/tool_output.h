@@ -6,6 +6,8 @@
 
 #include "cudaq_rt/error.h"
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <string>
 #include <string_view>
 
@@ -22,6 +24,8 @@ public:
   virtual void flush() = 0;
 
   const std::string &tool() const { return tool_; }
+  // A --json document on stdout: indented, invalid UTF-8 in names replaced, one newline after.
+  void out_json(const nlohmann::json &document);
   // One line each on stderr; fail returns the failure exit status, 1.
   int fail(const Error &e);
   void warn(std::string_view message);

@@ -139,12 +139,11 @@ StatsFile::StatsFile(const fs::path &path) {
     }
   }
   file_.emplace(std::move(**file));
-  fd_ = file_->fd();
   load();
 }
 
 void StatsFile::save() {
-  if (fd_ < 0)
+  if (!file_)
     return;
   std::string text;
   auto line = [&](const char *name, std::optional<uint64_t> v) {
@@ -155,8 +154,8 @@ void StatsFile::save() {
   for (auto [name, value] : counter_fields(counters))
     line(name, *value);
   line("bytes", counters.bytes);
-  if (::pwrite(fd_, text.data(), text.size(), 0) == static_cast<ssize_t>(text.size()))
-    (void)!::ftruncate(fd_, static_cast<off_t>(text.size()));
+  if (::pwrite(file_->fd(), text.data(), text.size(), 0) == static_cast<ssize_t>(text.size()))
+    (void)!::ftruncate(file_->fd(), static_cast<off_t>(text.size()));
 }
 
 void StatsFile::load() {
@@ -164,7 +163,7 @@ void StatsFile::load() {
   char buf[512];
   off_t off = 0;
   while (text.size() < max_stats_bytes) {
-    ssize_t n = ::pread(fd_, buf, sizeof buf, off);
+    ssize_t n = ::pread(file_->fd(), buf, sizeof buf, off);
     if (n < 0 && errno == EINTR)
       continue;
     if (n <= 0)

@@ -80,7 +80,6 @@ public:
 private:
   void load();
   std::optional<RegularFile> file_; // closing it releases the lock
-  int fd_ = -1;
 };
 
 struct EvictResult {

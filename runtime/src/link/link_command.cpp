@@ -13,10 +13,6 @@ using json = nlohmann::json;
 namespace cudaq_rt {
 namespace {
 
-std::string dump(const json &j) {
-  return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
-}
-
 json arch_json(const ArchLink &a) {
   json j = {{"arch", a.arch},         {"cache_key", a.key.digest.str()},
             {"key", a.key.to_json()}, {"inputs", a.input_names},
@@ -99,7 +95,7 @@ int push_command(const LinkCache &cache, const LinkCommand &c, ToolOutput &outpu
   if (pushed->empty() && !c.json)
     output.warn("'" + package + "': no link records: nothing to push");
   if (c.json)
-    output.out(dump(doc));
+    output.out_json(doc);
   return rc;
 }
 
@@ -210,7 +206,7 @@ int run_link_command(const LinkCommand &c, ToolOutput &output) {
   if (c.link.package.empty()) {
     int rc = cache_command(*cache, c, doc, output);
     if (rc == 0 && c.json)
-      output.out(dump(doc));
+      output.out_json(doc);
     return rc;
   }
 
@@ -230,7 +226,7 @@ int run_link_command(const LinkCommand &c, ToolOutput &output) {
       doc["archs"].push_back(arch_json(a));
     if (int rc = cache_command(*cache, c, doc, output); rc != 0)
       return rc;
-    output.out(dump(doc));
+    output.out_json(doc);
   } else {
     output.out(format_report(c, *report));
     if (int rc = cache_command(*cache, c, doc, output); rc != 0)

@@ -37,10 +37,6 @@ __attribute__((format(printf, 1, 2))) std::string formatted(const char *format, 
   return text;
 }
 
-std::string document(const json &doc) {
-  return doc.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
-}
-
 void write_warnings(ToolOutput &output, const std::vector<std::string> &warnings) {
   for (const std::string &w : warnings)
     output.warn(w);
@@ -49,8 +45,8 @@ void write_warnings(ToolOutput &output, const std::vector<std::string> &warnings
 // With --json, a failure to load is a document too: stdout always holds one.
 int fail_to_load(const RunOptions &options, ToolOutput &output, const Error &e) {
   if (options.json)
-    output.out(document(
-        {{"package", options.load.package.string()}, {"error", e.str()}, {"exit_status", 1}}));
+    output.out_json(
+        {{"package", options.load.package.string()}, {"error", e.str()}, {"exit_status", 1}});
   output.fail(e);
   return run_exit_failure;
 }
@@ -349,7 +345,7 @@ RunOutcome run_requests(const RunOptions &options, ToolOutput &output, Gpu &gpu)
   if (options.verbose)
     output.err(format_verbose(s.report()));
   if (options.json)
-    output.out(document(session_json(options, s, std::move(doc), std::move(calls), outcome)));
+    output.out_json(session_json(options, s, std::move(doc), std::move(calls), outcome));
   return {outcome.status, s.hung()};
 }
 
@@ -359,7 +355,10 @@ int list_package(const RunOptions &options, ToolOutput &output, Gpu &gpu) {
   if (!preview)
     return fail_to_load(options, output, preview.error());
   write_warnings(output, preview->warnings);
-  output.out(options.json ? document(preview_json(*preview)) : format_preview(*preview));
+  if (options.json)
+    output.out_json(preview_json(*preview));
+  else
+    output.out(format_preview(*preview));
   return preview->loadable() ? run_exit_ok : run_exit_failure;
 }
 
@@ -397,7 +396,7 @@ RunOutcome serve(const RunOptions &options, ToolOutput &output, const std::atomi
     doc["package"] = options.load.package.string();
     doc["bridge"] = report.gpus.empty() ? "" : report.gpus.front().report.bridge;
     doc["exit_status"] = status;
-    output.out(document(doc));
+    output.out_json(doc);
   } else {
     output.out(format_serve_report(report, true));
   }
