@@ -2,8 +2,9 @@
 # Copies what the GPU tests and benchmarks need from a build tree into a bundle (stripped of debug
 # info) that can travel to a GPU machine which has no LLVM or toolchain of ours:
 #   gpu-bundle.sh BUILD_DIR OUT_DIR
-# Layout: bin/, lib/cudaq-rt/bridges/, examples/, tests/gpu/, bench/ (as in the build tree), so
-# that bench/loopback_rtt.sh and scripts/gpu-tests.sh take the bundle for a build directory.
+# Layout: bin/, lib/cudaq-rt/bridges/, lib/libcudaq_rt_nvjitlink.so, examples/, tests/gpu/, bench/
+# and bench/jit_start/ (as in the build tree), so that bench/loopback_rtt.sh,
+# bench/jit_start/jit_start.sh and scripts/gpu-tests.sh take the bundle for a build directory.
 set -euo pipefail
 build=${1:?build directory} out=${2:?output directory}
 rm -rf "$out"
@@ -23,5 +24,15 @@ for f in loopback_dispatch_test cudaq_rt_fault_app; do
 done
 for f in loopback_rtt libcudaq_rt_bench_kernels.a udp_echo udp_rtt_client; do
   copy "$build/bench/$f" "$out/bench/$f"
+done
+copy "$build/lib/libcudaq_rt_nvjitlink.so" "$out/lib/libcudaq_rt_nvjitlink.so"
+mkdir -p "$out/bench/jit_start"
+copy "$build/bench/jit_start/jit_start_app" "$out/bench/jit_start/jit_start_app"
+cp "$(dirname "$0")/../bench/jit_start/jit_start.sh" "$out/bench/jit_start/"
+for set in "$build"/bench/jit_start/n*/; do
+  [ -d "$set" ] || continue
+  name=$(basename "$set")
+  mkdir -p "$out/bench/jit_start/$name"
+  for f in "$set"*.fatbin; do copy "$f" "$out/bench/jit_start/$name/${f##*/}"; done
 done
 du -sh "$out"
