@@ -19,6 +19,7 @@ ALLOWED = {
     "cache": {"base", "formats"},
     "link": {"base", "formats", "package", "bridge", "cache"},
     "load": {"base", "formats", "package", "pack", "bridge", "cache", "link"},
+    "interpose": {"base", "formats", "package", "cache"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 

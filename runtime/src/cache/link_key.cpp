@@ -20,11 +20,16 @@
 //    -lto was given (without it a PTX + LTO-IR fatbin links through the PTX);
 //  - the nvJitLink version and the library's identity. The version alone misses patched or
 //    rebuilt libraries; hashing the 98 MB library at every process start would cost about 0.4 s,
-//    more than most links. As ccache's compiler_check=mtime does, the realpath, size and mtime of
-//    the loaded library stand in for its contents;
+//    more than most links. Its ELF build ID (NT_GNU_BUILD_ID, a hash the toolkit's linker made of
+//    its contents, read from the loaded library's notes in memory at no cost) stands in for them:
+//    the same toolkit installed from a .deb, a wheel or a container image at another path or time
+//    has the same build ID, so a fleet shares entries. Only a library without one is known, as
+//    ccache's compiler_check=mtime does, by the realpath, size and mtime of the loaded file;
 //  - the input digests in link order: symbol resolution and the layout of the cubin follow the
 //    order of nvJitLinkAddData calls;
-//  - what the entry holds, when it is not a module linked whole: a module linked per translation
+//  - what the entry holds, when it is not a module linked whole: the output of a link a program
+//    made through the nvJitLink API ("api", the interposer's), with each input's type as the
+//    program passed it; a module linked per translation
 //    unit ("per-tu", with the sizes of the runs of inputs compiled alone, since which inputs are
 //    compiled together decides what is inlined), or one unit's relocatable cubin ("object"). A
 //    whole-program key hashes no mode, so keys made before per-TU mode existed still match. The
@@ -53,6 +58,15 @@ using json = nlohmann::json;
 namespace cudaq_rt {
 namespace {
 
+// The real nvJitLinkVersion: under the interposer, &nvJitLinkVersion is the interposer's.
+void *real_nvjitlink_version() {
+  using Hook = void *(*)(const char *);
+  if (auto hook = reinterpret_cast<Hook>(::dlsym(RTLD_DEFAULT, nvjitlink_real_symbol_hook)))
+    if (void *real = hook("nvJitLinkVersion"))
+      return real;
+  return reinterpret_cast<void *>(&nvJitLinkVersion);
+}
+
 Expected<NvJitLinkIdentity> find_nvjitlink_identity() {
   NvJitLinkIdentity id;
   if (nvJitLinkVersion(&id.major, &id.minor) != NVJITLINK_SUCCESS)
@@ -60,16 +74,22 @@ Expected<NvJitLinkIdentity> find_nvjitlink_identity() {
   // In a PIE, &nvJitLinkVersion is the library's own definition; a non-PIE executable that takes
   // the address gets a canonical PLT entry instead, so fall back to asking the loader by soname.
   std::string loaded;
+  void *version = real_nvjitlink_version();
   Dl_info info{};
-  if (::dladdr(reinterpret_cast<void *>(&nvJitLinkVersion), &info) && info.dli_fname &&
-      fs::path(info.dli_fname).filename().string().find("nvJitLink") != std::string::npos)
+  if (::dladdr(version, &info) && info.dli_fname &&
+      fs::path(info.dli_fname).filename().string().find("nvJitLink") != std::string::npos) {
     loaded = info.dli_fname;
+    id.build_id = loaded_build_id(version);
+  }
   if (loaded.empty()) {
     std::string soname = cat("libnvJitLink.so.", id.major);
     if (void *handle = ::dlopen(soname.c_str(), RTLD_LAZY | RTLD_NOLOAD)) {
       link_map *map = nullptr;
-      if (::dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name)
+      if (::dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name) {
         loaded = map->l_name;
+        if (void *sym = ::dlsym(handle, "nvJitLinkVersion"))
+          id.build_id = loaded_build_id(sym);
+      }
       ::dlclose(handle);
     }
   }
@@ -88,14 +108,80 @@ Expected<NvJitLinkIdentity> find_nvjitlink_identity() {
   return id;
 }
 
+struct BuildIdSearch {
+  uintptr_t address = 0;
+  std::string hex;
+  bool found = false; // the object holding `address`
+};
+
+// The NT_GNU_BUILD_ID note among `size` bytes of notes, as hex, or empty.
+std::string build_id_in_notes(const uint8_t *p, size_t size) {
+  constexpr uint32_t nt_gnu_build_id = 3;
+  auto align4 = [](size_t n) { return (n + 3) & ~size_t{3}; };
+  while (size >= 12) {
+    uint32_t namesz, descsz, type;
+    std::memcpy(&namesz, p, 4);
+    std::memcpy(&descsz, p + 4, 4);
+    std::memcpy(&type, p + 8, 4);
+    size_t total = 12 + align4(namesz) + align4(descsz);
+    if (total > size)
+      break;
+    if (type == nt_gnu_build_id && namesz == 4 && std::memcmp(p + 12, "GNU", 4) == 0) {
+      static constexpr char digits[] = "0123456789abcdef";
+      std::string hex;
+      for (const uint8_t *d = p + 12 + align4(namesz), *e = d + descsz; d != e; ++d) {
+        hex += digits[*d >> 4];
+        hex += digits[*d & 15];
+      }
+      return hex;
+    }
+    p += total;
+    size -= total;
+  }
+  return {};
+}
+
+int find_build_id(dl_phdr_info *info, size_t, void *data) {
+  auto *search = static_cast<BuildIdSearch *>(data);
+  bool holds = false;
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const auto &ph = info->dlpi_phdr[i];
+    uintptr_t start = info->dlpi_addr + ph.p_vaddr;
+    if (ph.p_type == PT_LOAD && search->address >= start && search->address < start + ph.p_memsz)
+      holds = true;
+  }
+  if (!holds)
+    return 0;
+  for (int i = 0; i < info->dlpi_phnum && search->hex.empty(); ++i) {
+    const auto &ph = info->dlpi_phdr[i];
+    if (ph.p_type == PT_NOTE)
+      search->hex = build_id_in_notes(
+          reinterpret_cast<const uint8_t *>(info->dlpi_addr + ph.p_vaddr), ph.p_memsz);
+  }
+  search->found = true;
+  return 1;
+}
+
 } // namespace
+
+std::string loaded_build_id(const void *address) {
+  BuildIdSearch search;
+  search.address = reinterpret_cast<uintptr_t>(address);
+  ::dl_iterate_phdr(find_build_id, &search);
+  return search.hex;
+}
 
 std::string NvJitLinkIdentity::version() const {
   return cat(major, '.', minor);
 }
 
 json NvJitLinkIdentity::to_json() const {
-  return {{"version", version()}, {"path", path}, {"size", size}, {"mtime_ns", mtime_ns}};
+  json j = {{"version", version()}, {"path", path}};
+  if (!build_id.empty())
+    j["build_id"] = build_id;
+  else
+    j.update({{"size", size}, {"mtime_ns", mtime_ns}});
+  return j;
 }
 
 Expected<NvJitLinkIdentity> loaded_nvjitlink_identity() {
@@ -125,12 +211,12 @@ std::vector<std::string> normalize_link_options(std::span<const std::string> opt
 }
 
 std::string_view LinkedForm::text() const {
-  return unit ? "object" : mode == LtoMode::per_tu ? "per-tu" : "";
+  return api ? "api" : unit ? "object" : mode == LtoMode::per_tu ? "per-tu" : "";
 }
 
 std::optional<LinkedForm> LinkedForm::parse(std::string_view text) {
-  for (LinkedForm f :
-       {LinkedForm{}, LinkedForm{LtoMode::per_tu}, LinkedForm{LtoMode::per_tu, true}})
+  for (LinkedForm f : {LinkedForm{}, LinkedForm{LtoMode::per_tu}, LinkedForm{LtoMode::per_tu, true},
+                       LinkedForm{LtoMode::whole, false, true}})
     if (f.text() == text)
       return f;
   return std::nullopt;
@@ -154,9 +240,14 @@ LinkKey LinkKey::make(const TargetArch &arch, std::span<const std::string> optio
   for (const std::string &o : k.options)
     h.field(o);
   h.field(k.nvjitlink.version());
-  h.field(k.nvjitlink.path);
-  h.field(std::to_string(k.nvjitlink.size));
-  h.field(std::to_string(k.nvjitlink.mtime_ns));
+  if (!k.nvjitlink.build_id.empty()) {
+    h.field("build-id");
+    h.field(k.nvjitlink.build_id);
+  } else {
+    h.field(k.nvjitlink.path);
+    h.field(std::to_string(k.nvjitlink.size));
+    h.field(std::to_string(k.nvjitlink.mtime_ns));
+  }
   h.field(std::to_string(k.inputs.size()));
   for (const Digest &d : k.inputs)
     h.field(std::string_view(reinterpret_cast<const char *>(d.bytes.data()), d.bytes.size()));
@@ -182,8 +273,40 @@ json LinkKey::to_json() const {
   for (const Digest &d : inputs)
     j["inputs"].push_back(d.str());
   if (!units.empty())
-    j["units"] = units;
+    j[form.api ? "input_types" : "units"] = units;
   return j;
+}
+
+std::optional<LinkKey> api_link_key(std::span<const std::string> options,
+                                    const NvJitLinkIdentity &nvjitlink,
+                                    std::span<const ApiLinkInput> inputs) {
+  static constexpr std::string_view flag = "-arch=";
+  std::optional<TargetArch> arch;
+  for (const std::string &o : options) {
+    if (!o.starts_with(flag))
+      continue;
+    auto parsed = parse_arch(std::string_view(o).substr(flag.size()));
+    if (arch || !parsed)
+      return std::nullopt; // twice, or not an sm_NN the key can name
+    arch = *parsed;
+  }
+  if (!arch)
+    return std::nullopt;
+  std::vector<Digest> digests;
+  std::vector<uint32_t> types;
+  for (const ApiLinkInput &in : inputs) {
+    digests.push_back(in.digest);
+    types.push_back(in.type);
+  }
+  return LinkKey::make(*arch, options, nvjitlink, std::move(digests),
+                       LinkedForm{LtoMode::whole, false, true}, std::move(types));
+}
+
+std::vector<std::string> with_arch(std::span<const std::string> options, const TargetArch &arch) {
+  std::vector<std::string> out;
+  for (const std::string &o : options)
+    out.push_back(o.starts_with("-arch=") ? "-arch=" + arch.str() : o);
+  return out;
 }
 
 } // namespace cudaq_rt

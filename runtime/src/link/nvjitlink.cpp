@@ -31,6 +31,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <dlfcn.h>
 
 namespace cudaq_rt {
 namespace {
@@ -82,8 +83,32 @@ const char *nvjitlink_result_name(int result) {
   return "UNKNOWN";
 }
 
+namespace {
+
+// Under the nvJitLink interposer (libcudaq_rt_nvjitlink.so), cudaq-rt's own links go straight to
+// the real library: they go through the link cache already, and would be stored twice.
+class InterposerBypass {
+public:
+  InterposerBypass() {
+    if (hook_)
+      hook_(1);
+  }
+  ~InterposerBypass() {
+    if (hook_)
+      hook_(0);
+  }
+
+private:
+  using Hook = void (*)(int);
+  static inline const Hook hook_ =
+      reinterpret_cast<Hook>(::dlsym(RTLD_DEFAULT, "cudaq_rt_nvjitlink_bypass"));
+};
+
+} // namespace
+
 NvJitLinkOutcome nvjitlink_link(std::span<const std::string> options,
                                 std::span<const NvJitLinkInput> inputs) {
+  InterposerBypass bypass;
   NvJitLinkOutcome out;
   auto start = std::chrono::steady_clock::now();
   std::vector<const char *> argv;

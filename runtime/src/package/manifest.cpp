@@ -191,6 +191,21 @@ json Manifest::to_json() const {
                           {"created", l.created},
                           {"link_ms", l.link_ms}});
   }
+  if (recipe) {
+    json inputs = json::array();
+    for (const RecipeInput &in : recipe->inputs)
+      inputs.push_back({{"type", nvjitlink_input_type_name(in.type)},
+                        {"name", in.name},
+                        {"digest", in.digest.str()},
+                        {"size", in.size}});
+    j["recipe"] = {{"options", recipe->options},
+                   {"inputs", inputs},
+                   {"output", recipe->output},
+                   {"arch", recipe->arch},
+                   {"program", recipe->program},
+                   {"nvjitlink_version", recipe->nvjitlink_version},
+                   {"cache_key", recipe->cache_key.str()}};
+  }
   return j;
 }
 
@@ -333,6 +348,36 @@ LinkRecord read_link(const json &jl, const std::string &p) {
   return l;
 }
 
+LinkRecipe read_recipe(const json &jr, const std::string &p) {
+  LinkRecipe r;
+  for (const json &o : array(jr, "options", p)) {
+    if (!o.is_string())
+      throw Bad{cat(p, ".options: expected strings")};
+    r.options.push_back(o.get<std::string>());
+  }
+  const json &inputs = array(jr, "inputs", p);
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    std::string pk = cat(p, ".inputs[", k, "]");
+    RecipeInput in;
+    auto type = parse_nvjitlink_input_type(str(inputs[k], "type", pk));
+    if (!type)
+      throw Bad{cat(pk, ".type: not an nvJitLink input type")};
+    in.type = *type;
+    in.name = str(inputs[k], "name", pk);
+    in.digest = digest(field(inputs[k], "digest", pk), pk + ".digest");
+    in.size = uint(inputs[k], "size", pk);
+    r.inputs.push_back(std::move(in));
+  }
+  r.output = str(jr, "output", p);
+  if (r.output != "cubin" && r.output != "ptx")
+    throw Bad{cat(p, ".output: expected \"cubin\" or \"ptx\"")};
+  r.arch = str(jr, "arch", p);
+  r.program = str(jr, "program", p);
+  r.nvjitlink_version = str(jr, "nvjitlink_version", p);
+  r.cache_key = digest(field(jr, "cache_key", p), p + ".cache_key");
+  return r;
+}
+
 // JSON leaves duplicate keys to the reader (RFC 8259 4); nlohmann keeps the last. A manifest
 // whose "size" says one thing to one reader and another to the next is refused instead.
 Expected<json> parse_without_duplicate_keys(const std::string &text, const std::string &subject) {
@@ -399,12 +444,35 @@ Expected<Manifest> Manifest::parse(const std::string &text, const std::string &s
     const json &links = array(j, "links", "manifest");
     for (size_t i = 0; i < links.size(); ++i)
       m.links.push_back(read_link(links[i], cat("links[", i, "]")));
+    if (j.contains("recipe"))
+      m.recipe = read_recipe(j.at("recipe"), "recipe");
   } catch (const Bad &bad) {
     return make_error(subject, bad.message);
   } catch (const json::exception &e) {
     return make_error(subject, "malformed manifest: ", e.what());
   }
   return m;
+}
+
+namespace {
+// nvJitLinkInputType's values (nvJitLink.h), by name.
+constexpr std::pair<uint32_t, const char *> input_types[] = {
+    {1, "cubin"},  {2, "ptx"},     {3, "ltoir"}, {4, "fatbin"},
+    {5, "object"}, {6, "library"}, {7, "index"}, {10, "any"}};
+} // namespace
+
+const char *nvjitlink_input_type_name(uint32_t type) {
+  for (auto [value, name] : input_types)
+    if (value == type)
+      return name;
+  return "unknown";
+}
+
+std::optional<uint32_t> parse_nvjitlink_input_type(std::string_view name) {
+  for (auto [value, n] : input_types)
+    if (name == n)
+      return value;
+  return std::nullopt;
 }
 
 Status check_alias(const Manifest &m, const AliasEntry &a) {

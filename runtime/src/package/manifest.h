@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace cudaq_rt {
@@ -101,6 +102,30 @@ struct LinkRecord {
   double link_ms = 0;
 };
 
+// A link a program made through the nvJitLink API, as the interposer recorded it
+// (CUDAQ_RT_NVJITLINK_RECORD): its options and inputs in order, each input a blob of the package.
+// cudaq-rt-link links it again for other archs, with only -arch replaced.
+struct RecipeInput {
+  uint32_t type = 0; // nvJitLinkInputType
+  std::string name;  // as the program named it (AddData's name, AddFile's path)
+  Digest digest;
+  uint64_t size = 0;
+};
+
+struct LinkRecipe {
+  std::vector<std::string> options; // as passed to nvJitLinkCreate
+  std::vector<RecipeInput> inputs;
+  std::string output;  // "cubin", or "ptx" for a -ptx link
+  std::string arch;    // the arch it was recorded for
+  std::string program; // the process that made it (for the record only)
+  std::string nvjitlink_version;
+  Digest cache_key; // the interposer's key for it
+};
+
+// nvJitLinkInputType as a manifest names it ("fatbin", "ltoir", ...), and back.
+const char *nvjitlink_input_type_name(uint32_t type);
+std::optional<uint32_t> parse_nvjitlink_input_type(std::string_view name);
+
 struct Manifest {
   int format_version = manifest_format_version;
   std::string name;
@@ -110,6 +135,7 @@ struct Manifest {
   std::vector<ExportEntry> exports;
   std::vector<AliasEntry> aliases; // sorted by name
   std::vector<LinkRecord> links;
+  std::optional<LinkRecipe> recipe; // a recorded link (the interposer's), not a packed program
 
   std::string to_json_text() const; // pretty-printed, ends with a newline
   nlohmann::json to_json() const;

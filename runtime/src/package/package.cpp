@@ -75,6 +75,9 @@ std::set<Digest> Package::referenced_blobs() const {
     out.insert(c.digest);
   for (const LinkRecord &l : manifest_.links)
     out.insert(l.cubin);
+  if (manifest_.recipe)
+    for (const RecipeInput &in : manifest_.recipe->inputs)
+      out.insert(in.digest);
   return out;
 }
 
@@ -115,6 +118,9 @@ Expected<Package> Package::open(const fs::path &dir) {
     }
     for (const LinkRecord &l : p.manifest_.links)
       sizes.emplace(l.cubin, l.cubin_size);
+    if (p.manifest_.recipe)
+      for (const RecipeInput &in : p.manifest_.recipe->inputs)
+        sizes.emplace(in.digest, in.size);
     fs::path blobs = dir / "blobs" / "sha256";
     int err = 0;
     if (int b = open_directory_at(fd, "blobs"); b >= 0) {
@@ -171,6 +177,10 @@ Expected<std::string> Package::read_blob(const Digest &d) const {
   for (const LinkRecord &l : manifest_.links)
     if (l.cubin == d)
       recorded = l.cubin_size;
+  if (manifest_.recipe)
+    for (const RecipeInput &in : manifest_.recipe->inputs)
+      if (in.digest == d)
+        recorded = in.size;
   auto file = blobs_fd_ < 0 ? Expected<std::optional<RegularFile>>(std::optional<RegularFile>())
                             : RegularFile::open_at(blobs_fd_, d.hex(), b, {});
   if (!file)

@@ -1,0 +1,380 @@
+// The interposer's links (api_link.h).
+//
+// A hit must be invisible but for the time it saves, and a miss must be the real library's link,
+// as a compiler cache's must (ccache, sccache):
+//  - every call goes to the real library on the real handle, so its result codes, its checks of
+//    options and inputs and its logs are the program's; only a hit's nvJitLinkComplete does not,
+//    and the calls that read what Complete made (the output, the info log) are then answered from
+//    the entry;
+//  - a link is keyed only when all of its inputs are known: bytes given to AddData, and files
+//    AddFile was given that this library could read too; a link whose options name no single
+//    -arch=sm_NN, or whose input could not be read, goes to the real library uncached;
+//  - a failed link is never stored: its result and logs reach the program as the real library
+//    gave them, every time;
+//  - an entry is used only after the cache has checked it against its key and its digest (and a
+//    remote one is a cubin, where the link made one); anything else is a miss;
+//  - a cache that cannot be opened or written costs one warning on stderr per process, never a
+//    failed link.
+//
+// Measured, CUDA 13.0: on a handle that has not completed, GetLinkedPtxSize answers
+// INVALID_INPUT, as it does after a link that made a cubin, and GetLinkedCubinSize answers
+// INTERNAL, as it does after a -ptx link; so on a hit the output the link did not make is asked
+// of the real handle, which gives the real answer. A second Complete answers INTERNAL.
+#include "interpose/api_link.h"
+
+#include "interpose/link_recording.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+namespace fs = std::filesystem;
+
+namespace cudaq_rt {
+namespace {
+
+thread_local bool bypass = false;
+
+constexpr const char *tool = "cudaq-rt-nvjitlink";
+
+void warn_once(const std::string &line) {
+  static std::atomic<bool> warned{false};
+  if (!warned.exchange(true))
+    std::fprintf(stderr, "%s: warning: %s (this process warns once)\n", tool, line.c_str());
+}
+
+bool env_on(const char *name) {
+  const char *v = std::getenv(name);
+  return v && *v && std::string_view(v) != "0";
+}
+
+std::string program_name() {
+  std::ifstream comm("/proc/self/comm");
+  std::string name;
+  std::getline(comm, name);
+  return name.empty() ? "program" : name;
+}
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+// What the real library logged, without its terminating NUL.
+std::string real_log(const RealNvJitLink &real, nvJitLinkHandle h) {
+  size_t n = 0;
+  if (real.info_log_size(h, &n) != NVJITLINK_SUCCESS || n == 0)
+    return {};
+  std::string s(n, '\0');
+  if (real.info_log(h, s.data()) != NVJITLINK_SUCCESS)
+    return {};
+  s.resize(std::strlen(s.c_str()));
+  return s;
+}
+
+} // namespace
+
+struct ApiLinks::Handle {
+  std::mutex mutex;
+  std::vector<std::string> options;
+  bool ptx = false; // a -ptx link: its output is PTX
+  std::vector<ApiLinkInput> inputs;
+  std::vector<RecipeInput> recipe; // names and sizes, for a recording
+  std::vector<std::string> bytes;  // the inputs' bytes, kept only when recording
+  std::string uncacheable;         // why this link is not keyed, or empty
+  enum class State { open, linked, cached } state = State::open;
+  std::vector<uint8_t> output; // a hit's
+  std::string log;             // a hit's info log
+};
+
+InterposerSettings InterposerSettings::of_process() {
+  InterposerSettings s;
+  if (const char *dir = std::getenv("CUDAQ_RT_NVJITLINK_RECORD"); dir && *dir)
+    s.record_dir = dir;
+  s.verbose = env_on("CUDAQ_RT_NVJITLINK_VERBOSE");
+  return s;
+}
+
+std::string cache_hit_log_line(const LinkKey &key, bool remote) {
+  return cat(tool, ": this output came from the ", remote ? "remote " : "", "link cache (key ",
+             key.digest.short_str(), "); nvJitLink did not link\n");
+}
+
+ApiLinks::ApiLinks(const RealNvJitLink &real, std::shared_ptr<const LinkCache> cache,
+                   InterposerSettings settings)
+    : real_(real), cache_(std::move(cache)), settings_(std::move(settings)) {}
+
+ApiLinks *ApiLinks::process() {
+  // Never destroyed: a program may link from its own static destructors.
+  static ApiLinks *links = []() -> ApiLinks * {
+    auto real = real_nvjitlink();
+    if (!real) {
+      std::fprintf(stderr, "%s: error: %s\n", tool, real.error().str().c_str());
+      return nullptr;
+    }
+    std::vector<std::string> warnings;
+    auto opened = open_link_cache(CacheRequest{}, warnings);
+    for (const std::string &w : warnings)
+      warn_once(w);
+    std::shared_ptr<const LinkCache> cache;
+    if (opened)
+      cache = std::make_shared<const LinkCache>(std::move(*opened));
+    else
+      warn_once("not using a link cache: " + opened.error().str());
+    return new ApiLinks(**real, std::move(cache), InterposerSettings::of_process());
+  }();
+  return links;
+}
+
+void ApiLinks::set_bypass(bool on) {
+  bypass = on;
+}
+
+std::shared_ptr<ApiLinks::Handle> ApiLinks::find(nvJitLinkHandle h) const {
+  std::lock_guard lock(mutex_);
+  auto it = handles_.find(h);
+  return it == handles_.end() ? nullptr : it->second;
+}
+
+void ApiLinks::say(const std::string &line) const {
+  if (settings_.verbose)
+    std::fprintf(stderr, "%s: %s\n", tool, line.c_str());
+}
+
+nvJitLinkResult ApiLinks::create(nvJitLinkHandle *handle, uint32_t count,
+                                 const char *const *options) {
+  nvJitLinkResult r = real_.create(handle, count, options);
+  if (r != NVJITLINK_SUCCESS || !handle || !*handle || bypass)
+    return r;
+  auto state = std::make_shared<Handle>();
+  for (uint32_t i = 0; i < count; ++i) {
+    if (!options[i]) {
+      state->uncacheable = "a NULL option";
+      continue;
+    }
+    state->options.emplace_back(options[i]);
+    if (state->options.back() == "-ptx")
+      state->ptx = true;
+  }
+  std::lock_guard lock(mutex_);
+  handles_[*handle] = std::move(state);
+  return r;
+}
+
+nvJitLinkResult ApiLinks::destroy(nvJitLinkHandle *handle) {
+  if (handle && *handle) {
+    std::lock_guard lock(mutex_);
+    handles_.erase(*handle);
+  }
+  return real_.destroy(handle);
+}
+
+nvJitLinkResult ApiLinks::add_data(nvJitLinkHandle h, nvJitLinkInputType type, const void *data,
+                                   size_t size, const char *name) {
+  nvJitLinkResult r = real_.add_data(h, type, data, size, name);
+  auto state = r == NVJITLINK_SUCCESS ? find(h) : nullptr;
+  if (!state)
+    return r;
+  std::lock_guard lock(state->mutex);
+  if (state->state != Handle::State::open)
+    return r;
+  std::span<const uint8_t> bytes(static_cast<const uint8_t *>(data), size);
+  Digest d = sha256(bytes);
+  state->inputs.push_back({static_cast<uint32_t>(type), d});
+  state->recipe.push_back({static_cast<uint32_t>(type), name ? name : "", d, size});
+  if (!settings_.record_dir.empty())
+    state->bytes.emplace_back(static_cast<const char *>(data), size);
+  return r;
+}
+
+nvJitLinkResult ApiLinks::add_file(nvJitLinkHandle h, nvJitLinkInputType type, const char *path) {
+  nvJitLinkResult r = real_.add_file(h, type, path);
+  auto state = r == NVJITLINK_SUCCESS ? find(h) : nullptr;
+  if (!state)
+    return r;
+  std::lock_guard lock(state->mutex);
+  if (state->state != Handle::State::open)
+    return r;
+  // The key needs the bytes the real library read: read them again.
+  std::ifstream file(path, std::ios::binary);
+  std::string bytes(std::istreambuf_iterator<char>(file), {});
+  if (!file.eof() || file.bad()) {
+    state->uncacheable = cat("cannot read ", quote(path), " again to key it");
+    return r;
+  }
+  Digest d = sha256(as_bytes(bytes));
+  state->inputs.push_back({static_cast<uint32_t>(type), d});
+  state->recipe.push_back({static_cast<uint32_t>(type), path, d, bytes.size()});
+  if (!settings_.record_dir.empty())
+    state->bytes.push_back(std::move(bytes));
+  return r;
+}
+
+nvJitLinkResult ApiLinks::complete(nvJitLinkHandle h) {
+  auto state = find(h);
+  if (!state)
+    return real_.complete(h);
+  std::lock_guard lock(state->mutex);
+  switch (state->state) {
+  case Handle::State::cached:
+    return NVJITLINK_ERROR_INTERNAL; // the real library's answer to a second Complete
+  case Handle::State::linked:
+    return real_.complete(h);
+  case Handle::State::open:
+    break;
+  }
+  return complete_cached(h, *state);
+}
+
+nvJitLinkResult ApiLinks::complete_cached(nvJitLinkHandle h, Handle &s) {
+  std::optional<LinkKey> key;
+  if (s.uncacheable.empty()) {
+    if (auto identity = loaded_nvjitlink_identity(); !identity)
+      s.uncacheable = identity.error().str();
+    else if (key = api_link_key(s.options, *identity, s.inputs); !key)
+      s.uncacheable = "its options name no single -arch=sm_NN";
+  }
+  if (!key) {
+    s.state = Handle::State::linked;
+    say("not cached: " + s.uncacheable);
+    return real_.complete(h);
+  }
+  auto start = std::chrono::steady_clock::now();
+  std::optional<CacheEntry> hit;
+  if (cache_) {
+    hit = cache_->get(*key);
+    if (!hit && cache_->remote()) {
+      LinkCache::RemoteLog log;
+      const bool ptx = s.ptx;
+      hit = cache_->get_remote(
+          *key,
+          [ptx](std::span<const uint8_t> out) -> std::optional<Error> {
+            static constexpr uint8_t elf[4] = {0x7f, 'E', 'L', 'F'};
+            if (!ptx && (out.size() < 4 || !std::equal(elf, elf + 4, out.begin())))
+              return make_error("", "not an ELF file");
+            return std::nullopt;
+          },
+          log);
+      for (const std::string &w : log.warnings)
+        std::fprintf(stderr, "%s: warning: %s\n", tool, w.c_str());
+      for (const std::string &n : log.notes)
+        say(n);
+    }
+  }
+  if (hit && hit->metadata.form.api && !hit->cubin.empty()) {
+    s.state = Handle::State::cached;
+    s.output = std::move(hit->cubin);
+    s.log = hit->metadata.info_log + cache_hit_log_line(*key, hit->remote);
+    say(cat("hit ", key->digest.short_str(), hit->remote ? " (remote)" : "", ": ", s.output.size(),
+            " bytes in ", ms_since(start), " ms (linked in ", hit->metadata.link_time_ms, " ms)"));
+    record(s, *key);
+    return NVJITLINK_SUCCESS;
+  }
+  nvJitLinkResult r = real_.complete(h);
+  double link_ms = ms_since(start);
+  s.state = Handle::State::linked;
+  if (r != NVJITLINK_SUCCESS) {
+    say(cat("miss ", key->digest.short_str(), ": the link failed (", r, "): nothing stored"));
+    return r;
+  }
+  std::vector<uint8_t> out;
+  size_t n = 0;
+  if ((s.ptx ? real_.ptx_size : real_.cubin_size)(h, &n) == NVJITLINK_SUCCESS && n) {
+    out.resize(n);
+    if ((s.ptx ? real_.ptx(h, reinterpret_cast<char *>(out.data())) : real_.cubin(h, out.data())) !=
+        NVJITLINK_SUCCESS)
+      out.clear();
+  }
+  if (cache_ && !out.empty()) {
+    LinkMetadata md = LinkMetadata::from_key(*key);
+    md.info_log = real_log(real_, h);
+    md.link_time_ms = link_ms;
+    if (auto st = cache_->put(*key, out, md); !st)
+      warn_once("not cached: " + st.error().str());
+    LinkCache::RemoteLog log;
+    cache_->put_remote(*key, out, md, log);
+    for (const std::string &w : log.warnings)
+      std::fprintf(stderr, "%s: warning: %s\n", tool, w.c_str());
+    for (const std::string &note : log.notes)
+      say(note);
+  }
+  say(cat("miss ", key->digest.short_str(), ": linked ", out.size(), " bytes in ", link_ms, " ms",
+          cache_ && cache_->config().enabled ? ", stored" : ""));
+  record(s, *key);
+  return r;
+}
+
+void ApiLinks::record(const Handle &s, const LinkKey &key) const {
+  if (settings_.record_dir.empty())
+    return;
+  LinkRecipe recipe;
+  recipe.options = s.options;
+  recipe.inputs = s.recipe;
+  recipe.output = s.ptx ? "ptx" : "cubin";
+  recipe.arch = key.arch.str();
+  recipe.program = program_name();
+  recipe.nvjitlink_version = key.nvjitlink.version();
+  recipe.cache_key = key.digest;
+  if (auto st = write_recording(settings_.record_dir, recipe, s.bytes); !st)
+    warn_once("not recorded: " + st.error().str());
+  else
+    say("recorded under " + settings_.record_dir.string());
+}
+
+nvJitLinkResult ApiLinks::output_size(nvJitLinkHandle h, bool ptx, size_t *size) {
+  if (auto s = find(h)) {
+    std::lock_guard lock(s->mutex);
+    if (s->state == Handle::State::cached && s->ptx == ptx) {
+      if (!size)
+        return NVJITLINK_ERROR_NULL_INPUT;
+      *size = s->output.size();
+      return NVJITLINK_SUCCESS;
+    }
+  }
+  return ptx ? real_.ptx_size(h, size) : real_.cubin_size(h, size);
+}
+
+nvJitLinkResult ApiLinks::output(nvJitLinkHandle h, bool ptx, void *out) {
+  if (auto s = find(h)) {
+    std::lock_guard lock(s->mutex);
+    if (s->state == Handle::State::cached && s->ptx == ptx) {
+      if (!out)
+        return NVJITLINK_ERROR_NULL_INPUT;
+      std::memcpy(out, s->output.data(), s->output.size());
+      return NVJITLINK_SUCCESS;
+    }
+  }
+  return ptx ? real_.ptx(h, static_cast<char *>(out)) : real_.cubin(h, out);
+}
+
+nvJitLinkResult ApiLinks::info_log_size(nvJitLinkHandle h, size_t *size) {
+  if (auto s = find(h)) {
+    std::lock_guard lock(s->mutex);
+    if (s->state == Handle::State::cached) {
+      if (!size)
+        return NVJITLINK_ERROR_NULL_INPUT;
+      *size = s->log.size() + 1;
+      return NVJITLINK_SUCCESS;
+    }
+  }
+  return real_.info_log_size(h, size);
+}
+
+nvJitLinkResult ApiLinks::info_log(nvJitLinkHandle h, char *out) {
+  if (auto s = find(h)) {
+    std::lock_guard lock(s->mutex);
+    if (s->state == Handle::State::cached) {
+      if (!out)
+        return NVJITLINK_ERROR_NULL_INPUT;
+      std::memcpy(out, s->log.c_str(), s->log.size() + 1);
+      return NVJITLINK_SUCCESS;
+    }
+  }
+  return real_.info_log(h, out);
+}
+
+} // namespace cudaq_rt
