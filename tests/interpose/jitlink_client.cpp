@@ -99,9 +99,9 @@ Api unversioned_api() {
 
 bool parse_type(std::string_view s, nvJitLinkInputType &t) {
   static const std::pair<const char *, nvJitLinkInputType> names[] = {
-      {"any", NVJITLINK_INPUT_ANY},       {"cubin", NVJITLINK_INPUT_CUBIN},
-      {"ptx", NVJITLINK_INPUT_PTX},       {"ltoir", NVJITLINK_INPUT_LTOIR},
-      {"fatbin", NVJITLINK_INPUT_FATBIN}, {"object", NVJITLINK_INPUT_OBJECT},
+      {"any", NVJITLINK_INPUT_ANY},        {"cubin", NVJITLINK_INPUT_CUBIN},
+      {"ptx", NVJITLINK_INPUT_PTX},        {"ltoir", NVJITLINK_INPUT_LTOIR},
+      {"fatbin", NVJITLINK_INPUT_FATBIN},  {"object", NVJITLINK_INPUT_OBJECT},
       {"library", NVJITLINK_INPUT_LIBRARY}};
   for (auto [name, type] : names)
     if (s == name) {
@@ -229,7 +229,8 @@ void misuse(const Api &api, const Args &a) {
   std::printf("destroy(NULL) %d\n", api.destroy(nullptr));
   nvJitLinkHandle none = nullptr;
   std::printf("destroy(&NULL) %d\n", api.destroy(&none));
-  std::printf("add_data(NULL handle) %d\n", api.add_data(nullptr, NVJITLINK_INPUT_ANY, buf, 1, "x"));
+  std::printf("add_data(NULL handle) %d\n",
+              api.add_data(nullptr, NVJITLINK_INPUT_ANY, buf, 1, "x"));
   std::printf("complete(NULL) %d\n", api.complete(nullptr));
   std::printf("cubin_size(NULL) %d\n", api.cubin_size(nullptr, &n));
   std::printf("error_log_size(NULL) %d\n", api.error_log_size(nullptr, &n));

@@ -30,7 +30,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <iterator>
 
 namespace fs = std::filesystem;
 
@@ -57,6 +56,19 @@ std::string program_name() {
   std::string name;
   std::getline(comm, name);
   return name.empty() ? "program" : name;
+}
+
+std::optional<std::string> read_whole_file(const char *path) {
+  FILE *f = std::fopen(path, "rb");
+  if (!f)
+    return std::nullopt;
+  std::string out;
+  char buf[1 << 16];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;)
+    out.append(buf, n);
+  bool ok = !std::ferror(f);
+  std::fclose(f);
+  return ok ? std::optional<std::string>(std::move(out)) : std::nullopt;
 }
 
 double ms_since(std::chrono::steady_clock::time_point start) {
@@ -200,12 +212,12 @@ nvJitLinkResult ApiLinks::add_file(nvJitLinkHandle h, nvJitLinkInputType type, c
   if (state->state != Handle::State::open)
     return r;
   // The key needs the bytes the real library read: read them again.
-  std::ifstream file(path, std::ios::binary);
-  std::string bytes(std::istreambuf_iterator<char>(file), {});
-  if (!file.eof() || file.bad()) {
+  std::optional<std::string> read = read_whole_file(path);
+  if (!read) {
     state->uncacheable = cat("cannot read ", quote(path), " again to key it");
     return r;
   }
+  std::string bytes = std::move(*read);
   Digest d = sha256(as_bytes(bytes));
   state->inputs.push_back({static_cast<uint32_t>(type), d});
   state->recipe.push_back({static_cast<uint32_t>(type), path, d, bytes.size()});

@@ -4,6 +4,7 @@
 // A cubin is checked before it is stored or cached: right arch, dispatch kernel defined, every
 // handler global defined. A link that lost an export is an error, not a smaller module.
 #include "link/link.h"
+#include "link/recorded_link.h"
 
 #include "base/atomic_file.h"
 #include "cudaq_rt/exports.h"
@@ -580,6 +581,10 @@ Status store_links(const fs::path &package_path, const LinkPlan &plan,
   for (const LinkRecord &l : next_m.links)
     if (auto st = writer->carry_blob(*current, l.cubin); !st)
       return st;
+  if (next_m.recipe)
+    for (const RecipeInput &in : next_m.recipe->inputs)
+      if (auto st = writer->carry_blob(*current, in.digest); !st)
+        return st;
   std::sort(next_m.links.begin(), next_m.links.end(), [](const LinkRecord &a, const LinkRecord &b) {
     auto sm = [](const LinkRecord &l) {
       auto arch = parse_arch(l.arch);
@@ -604,6 +609,8 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
   auto pkg = Package::open(opt.package);
   if (!pkg)
     return std::move(pkg).take_error();
+  if (pkg->manifest().recipe)
+    return link_recording(*pkg, opt, cache);
   auto plan = plan_link(*pkg, opt.settings);
   if (!plan)
     return std::move(plan).take_error();
@@ -664,6 +671,9 @@ Expected<std::vector<PushedLink>> push_links(const fs::path &package_path, const
     md.nvjitlink_version = l.nvjitlink_version;
     md.inputs = l.inputs;
     md.form = LinkedForm{l.lto.value_or(LtoMode::whole)};
+    // A recording's links are keyed as the interposer keys them (recorded_link.h).
+    if (pkg->manifest().recipe)
+      md.form = LinkedForm{LtoMode::whole, false, true};
     md.link_time_ms = l.link_ms;
     md.created = static_cast<int64_t>(std::time(nullptr));
     std::vector<uint8_t> entry = encode_cache_entry(l.cache_key, as_bytes(*cubin), md);

@@ -107,7 +107,7 @@ private:
 } // namespace
 
 NvJitLinkOutcome nvjitlink_link(std::span<const std::string> options,
-                                std::span<const NvJitLinkInput> inputs) {
+                                std::span<const NvJitLinkInput> inputs, bool ptx) {
   InterposerBypass bypass;
   NvJitLinkOutcome out;
   auto start = std::chrono::steady_clock::now();
@@ -124,7 +124,8 @@ NvJitLinkOutcome nvjitlink_link(std::span<const std::string> options,
   }
   for (const NvJitLinkInput &in : inputs) {
     r = nvJitLinkAddData(h,
-                         in.cubin   ? NVJITLINK_INPUT_CUBIN
+                         in.type    ? static_cast<nvJitLinkInputType>(in.type)
+                         : in.cubin ? NVJITLINK_INPUT_CUBIN
                          : in.ltoir ? NVJITLINK_INPUT_LTOIR
                                     : NVJITLINK_INPUT_FATBIN,
                          in.fatbin.data(), in.fatbin.size(), in.name.c_str());
@@ -141,10 +142,11 @@ NvJitLinkOutcome nvjitlink_link(std::span<const std::string> options,
     return out;
   }
   size_t size = 0;
-  r = nvJitLinkGetLinkedCubinSize(h, &size);
+  r = ptx ? nvJitLinkGetLinkedPtxSize(h, &size) : nvJitLinkGetLinkedCubinSize(h, &size);
   if (r == NVJITLINK_SUCCESS) {
     out.result.cubin.resize(size);
-    r = nvJitLinkGetLinkedCubin(h, out.result.cubin.data());
+    r = ptx ? nvJitLinkGetLinkedPtx(h, reinterpret_cast<char *>(out.result.cubin.data()))
+            : nvJitLinkGetLinkedCubin(h, out.result.cubin.data());
   }
   if (r != NVJITLINK_SUCCESS) {
     out.failure = {r, "get cubin", error_log(h), info_log(h)};

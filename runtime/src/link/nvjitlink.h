@@ -15,6 +15,7 @@ struct NvJitLinkInput {
   std::span<const uint8_t> fatbin;
   bool cubin = false; // the bytes are a relocatable cubin (a per-TU unit), not a fatbin container
   bool ltoir = false; // the bytes are bare LTO-IR (NVRTC's: the unit of direct calls)
+  uint32_t type = 0;  // where nonzero, the nvJitLinkInputType to add it as (a recorded link's)
 };
 
 struct NvJitLinkResult {
@@ -37,8 +38,9 @@ struct NvJitLinkOutcome {
   NvJitLinkResult result;
   NvJitLinkFailure failure;
 };
+// With `ptx`, the result's `cubin` holds the linked PTX (a -ptx link).
 NvJitLinkOutcome nvjitlink_link(std::span<const std::string> options,
-                                std::span<const NvJitLinkInput> inputs);
+                                std::span<const NvJitLinkInput> inputs, bool ptx = false);
 
 // The options that make nvJitLink compile LTO-IR for one translation unit alone into a relocatable
 // cubin (nvjitlink.cpp says why both, and that neither is documented).

@@ -397,6 +397,19 @@ std::string format_listing(const Manifest &m, const std::string &what) {
           << "  cubin " << l.cubin.short_str() << " (" << l.cubin_size << " bytes)  nvJitLink "
           << escape(l.nvjitlink_version) << "\n";
   }
+  if (m.recipe) {
+    const LinkRecipe &r = *m.recipe;
+    out << "recipe: a link " << escape(r.program) << " made through nvJitLink "
+        << escape(r.nvjitlink_version) << " for " << escape(r.arch) << ", output " << r.output
+        << ", key " << r.cache_key.short_str() << "\n  options:";
+    for (const std::string &o : r.options)
+      out << " " << escape(o);
+    out << "\n";
+    for (size_t i = 0; i < r.inputs.size(); ++i)
+      out << "  input [" << i << "] " << nvjitlink_input_type_name(r.inputs[i].type) << " "
+          << escape(r.inputs[i].name) << "  " << r.inputs[i].size << " bytes  "
+          << r.inputs[i].digest.short_str() << "\n";
+  }
   return out.str();
 }
 

@@ -27,8 +27,14 @@ inline TargetArch arch(std::string_view text) {
   return *a;
 }
 
+// A library without a build ID: known by its path, size and mtime.
 inline NvJitLinkIdentity fake_nvjitlink() {
-  return {13, 0, "/opt/cuda/lib/libnvJitLink.so.13.0.88", 98806736, 1700000000000000000};
+  return {13, 0, "", "/opt/cuda/lib/libnvJitLink.so.13.0.88", 98806736, 1700000000000000000};
+}
+
+// The same toolkit's library with its build ID, installed at `path`.
+inline NvJitLinkIdentity fake_nvjitlink_with_build_id(std::string path = "/opt/cuda/lib/x.so") {
+  return {13, 0, "157d67e654e020e4bc581f362fe42f752181ddda", std::move(path), 98806736, 17};
 }
 
 inline Digest input(int i) {

@@ -48,6 +48,73 @@ TEST_CASE("every part of the key changes the key") {
   CHECK(LinkKey::make(arch("sm_90a"), options, moved, {input(1), input(2)}).digest != base.digest);
 }
 
+TEST_CASE("a library with a build ID is known by it, wherever and whenever it was installed") {
+  const std::vector<std::string> options = {"-arch=sm_90", "-lto"};
+  auto key = [&](const NvJitLinkIdentity &id) {
+    return LinkKey::make(arch("sm_90"), options, id, {input(1)}).digest;
+  };
+  const Digest base = key(fake_nvjitlink_with_build_id());
+  NvJitLinkIdentity elsewhere = fake_nvjitlink_with_build_id("/usr/lib/x86_64-linux-gnu/x.so");
+  elsewhere.size += 1;
+  elsewhere.mtime_ns = 99;
+  CHECK(key(elsewhere) == base);
+  NvJitLinkIdentity rebuilt = fake_nvjitlink_with_build_id();
+  rebuilt.build_id[0] = '2';
+  CHECK(key(rebuilt) != base);
+  NvJitLinkIdentity newer = fake_nvjitlink_with_build_id();
+  newer.minor = 1;
+  CHECK(key(newer) != base);
+  CHECK(key(fake_nvjitlink()) != base);
+  CHECK(fake_nvjitlink_with_build_id().to_json().at("build_id") ==
+        "157d67e654e020e4bc581f362fe42f752181ddda");
+  CHECK_FALSE(fake_nvjitlink_with_build_id().to_json().contains("mtime_ns"));
+}
+
+TEST_CASE("this process's nvJitLink is known by its build ID") {
+  auto id = loaded_nvjitlink_identity();
+  REQUIRE(id);
+  CHECK(id->major >= 12);
+  // CUDA 13.0's library has one (readelf -n); 20 bytes, as GNU ld's default sha1 build IDs.
+  CHECK(id->build_id.size() == 40);
+  CHECK(id->path.find("nvJitLink") != std::string::npos);
+}
+
+TEST_CASE("an API link's key: the arch from its options, its inputs' types, -arch replaced") {
+  const NvJitLinkIdentity id = fake_nvjitlink_with_build_id();
+  const std::vector<ApiLinkInput> inputs = {{4, input(1)}, {3, input(2)}};
+  const std::vector<std::string> options = {"-arch=sm_90", "-lto"};
+  auto key = api_link_key(options, id, inputs);
+  REQUIRE(key);
+  CHECK(key->arch.str() == "sm_90");
+  CHECK(key->form.api);
+  CHECK(key->form.text() == "api");
+  CHECK(key->units == std::vector<uint32_t>{4, 3});
+  CHECK(key->to_json().at("input_types") == nlohmann::json({4, 3}));
+  // The same bytes as another type, or in another order, or the module cudaq-rt-link would
+  // key from the same inputs: other keys.
+  CHECK(
+      api_link_key(options, id, std::vector<ApiLinkInput>{{10, input(1)}, {3, input(2)}})->digest !=
+      key->digest);
+  CHECK(
+      api_link_key(options, id, std::vector<ApiLinkInput>{{3, input(2)}, {4, input(1)}})->digest !=
+      key->digest);
+  CHECK(LinkKey::make(arch("sm_90"), options, id, {input(1), input(2)}).digest != key->digest);
+  // -time changes only the log, as for cudaq-rt-link's keys.
+  CHECK(
+      api_link_key(std::vector<std::string>{"-arch=sm_90", "-time", "-lto"}, id, inputs)->digest ==
+      key->digest);
+  // No arch, two, or one the key cannot name: not keyed.
+  CHECK_FALSE(api_link_key(std::vector<std::string>{"-lto"}, id, inputs));
+  CHECK_FALSE(api_link_key(std::vector<std::string>{"-arch=sm_90", "-arch=sm_80"}, id, inputs));
+  CHECK_FALSE(api_link_key(std::vector<std::string>{"-arch=compute_90"}, id, inputs));
+  // A recording linked for sm_100 is keyed as the interposer keys that link on an sm_100 GPU.
+  std::vector<std::string> moved = with_arch(options, arch("sm_100"));
+  CHECK(moved == std::vector<std::string>{"-arch=sm_100", "-lto"});
+  CHECK(api_link_key(moved, id, inputs)->digest ==
+        api_link_key(std::vector<std::string>{"-arch=sm_100", "-lto"}, id, inputs)->digest);
+  CHECK(api_link_key(moved, id, inputs)->digest != key->digest);
+}
+
 TEST_CASE("the mode is part of a key, and a whole-program key is as it was before modes") {
   const std::vector<std::string> options = {"-arch=sm_90", "-lto"};
   const std::vector<Digest> inputs = {input(1), input(2), input(3)};
