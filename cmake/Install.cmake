@@ -76,6 +76,9 @@ install(TARGETS cudaq-rt-pack cudaq-rt-link cudaq-rt-run cudaq_rt_shared cudaq_r
         EXPORT cudaq-rtTargets
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+# The nvJitLink interposer (man/cudaq-rt-nvjitlink.7): preloaded, or put ahead of the real library
+# on the loader's path; nothing links against it.
+install(TARGETS cudaq_rt_nvjitlink LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 # The reference client of the wire format over UDP (cudaq-rt-run --serve).
 install(PROGRAMS tools/cudaq-rt-client.py DESTINATION ${CMAKE_INSTALL_BINDIR}
         RENAME cudaq-rt-client)

@@ -5,11 +5,12 @@ bridge's hooks and the example application's __nv_relfatbin containers, each add
 -arch=sm_90 -lto), run with and without it.
 
 Environment (set by ctest): CUDAQ_RT_INTERPOSER, JITLINK_CLIENT, JITLINK_CLIENT_SANITIZED (may be
-empty), CUDAQ_RT_PACK, CUDAQ_RT_LINK, CUDAQ_RT_EXAMPLE_APP, NVCC, NGINX.
+empty), CUDAQ_RT_PACK, CUDAQ_RT_LINK, CUDAQ_RT_EXAMPLE_APP, CUDAQ_RT_SCHEMA, NVCC, NGINX.
 """
 import concurrent.futures
 import glob
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -28,6 +29,7 @@ PACK = os.environ["CUDAQ_RT_PACK"]
 LINK = os.environ["CUDAQ_RT_LINK"]
 APP = os.environ["CUDAQ_RT_EXAMPLE_APP"]
 NVCC = os.environ.get("NVCC", "nvcc")
+SCHEMA = os.environ["CUDAQ_RT_SCHEMA"]
 HIT_LINE = "cudaq-rt-nvjitlink: this output came from the "
 
 EXTRA_CU = r"""
@@ -300,6 +302,9 @@ class InterposerTest(unittest.TestCase):
         again = check([LINK, recording, "-a", "sm_80,sm_100"], env=env)
         self.assertRegex(again, r"sm_80  cached")
         self.assertIn("links:", check([PACK, "--list", recording]))
+        from validate_schema import validate
+        with open(SCHEMA) as f, open(os.path.join(recording, "manifest.json")) as m:
+            self.assertEqual(validate(json.load(f), json.load(m)), [])
         # The fleet's GPUs then link nothing.
         for arch in ("sm_80", "sm_100"):
             with self.subTest(arch=arch):

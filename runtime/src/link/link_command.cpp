@@ -200,6 +200,10 @@ int run_link_command(const LinkCommand &c, ToolOutput &output) {
     return output.fail(cache.error());
   for (const std::string &w : cache_warnings)
     output.warn(w);
+  if (c.link.settings.verbose)
+    if (auto id = loaded_nvjitlink_identity(); id && id->build_id.empty())
+      output.note(cat(quote(id->path), " has no build ID: cache keys name its path, size and "
+                                       "modification time, so only this installation shares them"));
   if (!c.push.empty())
     return push_command(*cache, c, output);
   json doc = json::object();
