@@ -76,6 +76,10 @@ install(TARGETS cudaq-rt-pack cudaq-rt-link cudaq-rt-run cudaq_rt_shared cudaq_r
         EXPORT cudaq-rtTargets
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+# The built-in dispatchers' units, compiled at build time (tools/CMakeLists.txt), beside the
+# bridges, where links look for them.
+install(DIRECTORY "${CMAKE_BINARY_DIR}/lib/cudaq-rt/units" DESTINATION lib/cudaq-rt
+        PATTERN "stats" EXCLUDE)
 # The nvJitLink interposer (man/cudaq-rt-nvjitlink.7): preloaded, or put ahead of the real library
 # on the loader's path; nothing links against it.
 install(TARGETS cudaq_rt_nvjitlink LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})

@@ -19,7 +19,7 @@ int main(int argc, char **argv) {
   driver::add_version_flag(app, tool);
   app.footer("Environment: CUDAQ_RT_CACHE_DIR, CUDAQ_RT_CACHE_DISABLE, CUDAQ_RT_CACHE_MAXSIZE, "
              "CUDAQ_RT_REMOTE_CACHE, CUDAQ_RT_BRIDGE_PATH, CUDAQ_RT_LTO, "
-             "CUDAQ_RT_FORCE_WHOLE_LINK.\nSee cudaq-rt-link(1).");
+             "CUDAQ_RT_FORCE_WHOLE_LINK, CUDAQ_RT_NO_SHIPPED_UNITS.\nSee cudaq-rt-link(1).");
 
   LinkArgs args;
   bool no_kernels_used = false;

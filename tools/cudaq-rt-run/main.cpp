@@ -111,9 +111,10 @@ int main(int argc, char **argv) {
                "dispatch kernel.",
                tool};
   driver::add_version_flag(app, tool);
-  app.footer("Environment: CUDAQ_RT_CACHE_DIR, CUDAQ_RT_CACHE_DISABLE, CUDAQ_RT_CACHE_MAXSIZE, "
-             "CUDAQ_RT_REMOTE_CACHE, CUDAQ_RT_LTO, CUDAQ_RT_FORCE_WHOLE_LINK, "
-             "CUDAQ_RT_BRIDGE_PATH, CUDA_VISIBLE_DEVICES.\nSee cudaq-rt-run(1).");
+  app.footer(
+      "Environment: CUDAQ_RT_CACHE_DIR, CUDAQ_RT_CACHE_DISABLE, CUDAQ_RT_CACHE_MAXSIZE, "
+      "CUDAQ_RT_REMOTE_CACHE, CUDAQ_RT_LTO, CUDAQ_RT_FORCE_WHOLE_LINK, CUDAQ_RT_NO_SHIPPED_UNITS, "
+      "CUDAQ_RT_BRIDGE_PATH, CUDA_VISIBLE_DEVICES.\nSee cudaq-rt-run(1).");
   RunArgs args;
   add_options(app, args);
   if (int rc = driver::parse(tool, app, argc, argv); rc >= 0)

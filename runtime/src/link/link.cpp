@@ -7,6 +7,7 @@
 #include "link/recorded_link.h"
 
 #include "base/atomic_file.h"
+#include "cudaq_rt/bridge.h"
 #include "cudaq_rt/exports.h"
 #include "formats/cubin.h"
 #include "link/nvjitlink.h"
@@ -365,6 +366,31 @@ struct UnitOutcome {
   std::string warning;
 };
 
+// The units the build compiled ahead of time (tools/CMakeLists.txt): the built-in dispatchers
+// with the installed bridges' hooks, for the common archs, in a link cache directory `units/`
+// beside the bridges (lib/cudaq-rt/units). Read when the caller's cache misses, never written;
+// an entry is verified as any cache entry is, and then as a unit. CUDAQ_RT_NO_SHIPPED_UNITS=1
+// ignores them (to measure a link without them).
+const LinkCache *shipped_units() {
+  static const std::optional<LinkCache> store = []() -> std::optional<LinkCache> {
+    if (const char *off = std::getenv("CUDAQ_RT_NO_SHIPPED_UNITS"); off && *off && *off != '0')
+      return std::nullopt;
+    for (const fs::path &bridges : bridge_search_path()) {
+      fs::path dir = (bridges / ".." / "units").lexically_normal();
+      std::error_code ec;
+      if (!fs::is_directory(dir / "v1", ec))
+        continue;
+      CacheConfig config;
+      config.dir = dir;
+      config.max_bytes = 0;
+      if (auto cache = LinkCache::open(config))
+        return std::move(*cache);
+    }
+    return std::nullopt;
+  }();
+  return store ? &*store : nullptr;
+}
+
 UnitOutcome compile_unit(const LinkPlan &plan, const TargetArch &arch, const LinkUnit &u,
                          const LinkCache &cache) {
   const auto t0 = Clock::now();
@@ -374,8 +400,19 @@ UnitOutcome compile_unit(const LinkPlan &plan, const TargetArch &arch, const Lin
     return o;
   LinkKey key = plan.unit_key(arch, u);
   o.link.key = key.digest;
-  if (std::optional<CacheEntry> hit = cache.get(key);
-      hit && !verify_unit(plan, arch, u, hit->cubin)) {
+  std::optional<CacheEntry> hit = cache.get(key);
+  if (hit && verify_unit(plan, arch, u, hit->cubin))
+    hit.reset();
+  if (const LinkCache *shipped = u.dispatcher && !hit ? shipped_units() : nullptr) {
+    hit = shipped->get(key);
+    if (hit && verify_unit(plan, arch, u, hit->cubin))
+      hit.reset();
+    o.link.shipped = hit.has_value();
+    if (hit)
+      if (auto st = cache.put(key, hit->cubin, hit->metadata); !st)
+        o.warning = cat("not cached: ", u.name, ": ", st.error().str());
+  }
+  if (hit) {
     o.link.cache_hit = true;
     o.object = std::move(hit->cubin);
     o.info_log = hit->metadata.info_log;

@@ -172,6 +172,7 @@ struct UnitLink {
   std::string name;
   Digest key;
   bool cache_hit = false;
+  bool shipped = false;  // the hit came from the units the build shipped (lib/cudaq-rt/units)
   bool compiled = false; // false with cache_hit false: not compiled (no LTO-IR), or failed
   double time_ms = 0;    // this run: the compile, or the lookup
   uint64_t size = 0;

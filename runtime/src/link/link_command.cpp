@@ -41,9 +41,10 @@ json arch_json(const ArchLink &a) {
     j["units"] = json::array();
     for (const UnitLink &u : a.units) {
       json ju = {{"name", u.name},
-                 {"source", u.cache_hit  ? "cache"
-                            : u.compiled ? "compiled"
-                                         : "fatbin"}};
+                 {"source", u.shipped     ? "shipped"
+                            : u.cache_hit ? "cache"
+                            : u.compiled  ? "compiled"
+                                          : "fatbin"}};
       if (u.cache_hit || u.compiled)
         ju.update({{"key", u.key.str()}, {"size", u.size}, {"time_ms", u.time_ms}});
       j["units"].push_back(ju);
@@ -112,9 +113,10 @@ void print_diagnostics(const LinkCommand &c, const LinkReport &report, ToolOutpu
       for (const UnitLink &u : a.units) {
         char ms[32];
         std::snprintf(ms, sizeof ms, "%.1f ms", u.time_ms);
-        std::string what = u.cache_hit  ? cat("cached  ", u.size, " bytes  ", ms)
-                           : u.compiled ? cat("compiled  ", u.size, " bytes  ", ms)
-                                        : std::string("no LTO-IR: linked as it is");
+        std::string what = u.shipped     ? cat("shipped  ", u.size, " bytes  ", ms)
+                           : u.cache_hit ? cat("cached  ", u.size, " bytes  ", ms)
+                           : u.compiled  ? cat("compiled  ", u.size, " bytes  ", ms)
+                                         : std::string("no LTO-IR: linked as it is");
         output.err(cat(output.tool(), ": ", a.arch, ": unit ", u.name, ": ", what, "\n"));
       }
     if (verbose)

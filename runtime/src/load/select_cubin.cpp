@@ -92,13 +92,15 @@ Expected<CubinChoice> select_cubin(const Package &package, const LinkPlan &plan,
     if (!a.fallback.empty())
       c.warnings.push_back(a.fallback);
     if (!a.units.empty()) {
-      size_t cached = 0, compiled = 0;
+      size_t cached = 0, shipped = 0, compiled = 0;
       for (const UnitLink &u : a.units) {
-        cached += u.cache_hit;
+        cached += u.cache_hit && !u.shipped;
+        shipped += u.shipped;
         compiled += u.compiled;
       }
       c.notes.push_back(cat("linked per TU: ", cached, " of ", a.units.size(),
-                            " units from the cache, ", compiled, " compiled"));
+                            " units from the cache, ", shipped, " shipped with cudaq-rt, ",
+                            compiled, " compiled"));
     }
     if (a.error)
       return std::move(*a.error);
