@@ -16,6 +16,8 @@ copy() { # SRC DST: stripped when it is an ELF file, skipped when it was not bui
 }
 for f in "$build"/bin/*; do copy "$f" "$out/bin/${f##*/}"; done
 for f in "$build"/lib/cudaq-rt/bridges/*.so; do copy "$f" "$out/lib/cudaq-rt/bridges/${f##*/}"; done
+# The dispatchers' units the build ships (a link cache directory beside the bridges).
+[ -d "$build/lib/cudaq-rt/units" ] && cp -r "$build/lib/cudaq-rt/units" "$out/lib/cudaq-rt/units"
 copy "$build/examples/cudaq_rt_example_app" "$out/examples/cudaq_rt_example_app"
 for f in "$build"/examples/*.a; do copy "$f" "$out/examples/${f##*/}"; done
 copy "$build/tests/capi/capi_test" "$out/tests/capi/capi_test"
