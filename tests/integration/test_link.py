@@ -622,9 +622,10 @@ class LinkTest(unittest.TestCase):
             self.assertNotEqual(records["whole"][arch]["cubin"], records["per-tu"][arch]["cubin"])
             self.assertIn("-Xptxas=-c", records["per-tu"][arch]["options"])
             self.assertNotIn("-Xptxas=-c", records["whole"][arch]["options"])
-        # Per-TU: the dispatcher with the bridge's hooks, then one unit per application container.
+        # Per-TU: the dispatcher with the bridge's hooks (the unit the build ships, for sm_80),
+        # then one unit per application container.
         units = docs["per-tu"]["archs"][0]["units"]
-        self.assertEqual([u["source"] for u in units], ["compiled"] * 4)
+        self.assertEqual([u["source"] for u in units], ["shipped"] + ["compiled"] * 3)
         self.assertTrue(units[0]["name"].startswith("dispatcher builtin + bridge loopback"))
         self.assertEqual([u["name"] for u in units[1:]], ["arith.o#0", "decode.o#0", "bits.o#0"])
         # Each mode finds its own module in the cache.
