@@ -282,6 +282,28 @@ class InterposerTest(unittest.TestCase):
         finally:
             server.stop()
 
+    @unittest.skipUnless(nginx_has_dav(), "no nginx with the dav module")
+    def test_a_recording_linked_and_pushed_is_a_remote_hit_for_the_fleet(self):
+        server = Nginx(self.fresh("nginx"))
+        try:
+            url = server.url("cache/fleet")
+            record = self.fresh("record")
+            self.client(None, env_extra={"CUDAQ_RT_NVJITLINK_RECORD": record})
+            [recording] = glob.glob(os.path.join(record, "*.cudaqpkg"))
+            env = dict(os.environ, CUDAQ_RT_CACHE_DIR=self.fresh(), no_proxy="127.0.0.1")
+            env.pop("CUDAQ_RT_REMOTE_CACHE", None)
+            check([LINK, recording, "-a", "sm_100"], env=env)
+            pushed = check([LINK, "--cache-push", recording, "--remote-cache", url], env=env)
+            self.assertRegex(pushed, r"sm_100  pushed")
+            node = self.client(self.fresh(), arch="sm_100",
+                               env_extra={"CUDAQ_RT_REMOTE_CACHE": url})
+            self.assertTrue(node.hit)
+            self.assertIn("(remote)", node.stderr)
+            self.assertEqual(node.output,
+                             self.client(None, arch="sm_100", interposed=False).output)
+        finally:
+            server.stop()
+
     def test_recording_then_ahead_of_time_links_for_other_archs(self):
         record = self.fresh("record")
         cache = self.fresh()
