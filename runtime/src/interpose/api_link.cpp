@@ -101,6 +101,9 @@ struct ApiLinks::Handle {
   enum class State { open, linked, cached } state = State::open;
   std::vector<uint8_t> output; // a hit's
   std::string log;             // a hit's info log
+
+  // Records an input the real library accepted; its bytes too with `keep` (recording).
+  void add(nvJitLinkInputType type, std::string name, std::string_view data, bool keep);
 };
 
 InterposerSettings InterposerSettings::of_process() {
@@ -185,44 +188,44 @@ nvJitLinkResult ApiLinks::destroy(nvJitLinkHandle *handle) {
   return real_.destroy(handle);
 }
 
+ApiLinks::OpenRecord ApiLinks::open_record(nvJitLinkResult r, nvJitLinkHandle h) const {
+  OpenRecord out;
+  if (r != NVJITLINK_SUCCESS || !(out.state = find(h)))
+    return out;
+  out.lock = std::unique_lock(out.state->mutex);
+  if (out.state->state != Handle::State::open)
+    out.state.reset();
+  return out;
+}
+
+void ApiLinks::Handle::add(nvJitLinkInputType type, std::string name, std::string_view data,
+                           bool keep) {
+  Digest d = sha256(as_bytes(data));
+  inputs.push_back({static_cast<uint32_t>(type), d});
+  recipe.push_back({static_cast<uint32_t>(type), std::move(name), d, data.size()});
+  if (keep)
+    bytes.emplace_back(data);
+}
+
 nvJitLinkResult ApiLinks::add_data(nvJitLinkHandle h, nvJitLinkInputType type, const void *data,
                                    size_t size, const char *name) {
   nvJitLinkResult r = real_.add_data(h, type, data, size, name);
-  auto state = r == NVJITLINK_SUCCESS ? find(h) : nullptr;
-  if (!state)
-    return r;
-  std::lock_guard lock(state->mutex);
-  if (state->state != Handle::State::open)
-    return r;
-  std::span<const uint8_t> bytes(static_cast<const uint8_t *>(data), size);
-  Digest d = sha256(bytes);
-  state->inputs.push_back({static_cast<uint32_t>(type), d});
-  state->recipe.push_back({static_cast<uint32_t>(type), name ? name : "", d, size});
-  if (!settings_.record_dir.empty())
-    state->bytes.emplace_back(static_cast<const char *>(data), size);
+  if (OpenRecord rec = open_record(r, h); rec.state)
+    rec.state->add(type, name ? name : "", std::string_view(static_cast<const char *>(data), size),
+                   !settings_.record_dir.empty());
   return r;
 }
 
 nvJitLinkResult ApiLinks::add_file(nvJitLinkHandle h, nvJitLinkInputType type, const char *path) {
   nvJitLinkResult r = real_.add_file(h, type, path);
-  auto state = r == NVJITLINK_SUCCESS ? find(h) : nullptr;
-  if (!state)
-    return r;
-  std::lock_guard lock(state->mutex);
-  if (state->state != Handle::State::open)
+  OpenRecord rec = open_record(r, h);
+  if (!rec.state)
     return r;
   // The key needs the bytes the real library read: read them again.
-  std::optional<std::string> read = read_whole_file(path);
-  if (!read) {
-    state->uncacheable = cat("cannot read ", quote(path), " again to key it");
-    return r;
-  }
-  std::string bytes = std::move(*read);
-  Digest d = sha256(as_bytes(bytes));
-  state->inputs.push_back({static_cast<uint32_t>(type), d});
-  state->recipe.push_back({static_cast<uint32_t>(type), path, d, bytes.size()});
-  if (!settings_.record_dir.empty())
-    state->bytes.push_back(std::move(bytes));
+  if (std::optional<std::string> bytes = read_whole_file(path))
+    rec.state->add(type, path, *bytes, !settings_.record_dir.empty());
+  else
+    rec.state->uncacheable = cat("cannot read ", quote(path), " again to key it");
   return r;
 }
 

@@ -57,6 +57,13 @@ public:
 private:
   struct Handle;
   std::shared_ptr<Handle> find(nvJitLinkHandle h) const;
+  // The record of a handle the real library has just accepted an input for (`r`), locked, while
+  // its link is still open; else no state.
+  struct OpenRecord {
+    std::shared_ptr<Handle> state;
+    std::unique_lock<std::mutex> lock;
+  };
+  OpenRecord open_record(nvJitLinkResult r, nvJitLinkHandle h) const;
   // Complete on a handle whose inputs are all known.
   nvJitLinkResult complete_cached(nvJitLinkHandle h, Handle &state);
   void record(const Handle &state, const LinkKey &key) const;
