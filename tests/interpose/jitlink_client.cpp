@@ -252,7 +252,8 @@ void misuse(const Api &api, const Args &a) {
   std::printf("cubin(NULL) %d\n", api.cubin(h, nullptr));
   std::printf("ptx_size %d\n", api.ptx_size(h, &n));
   n = 0;
-  std::printf("cubin_size %d %s\n", api.cubin_size(h, &n), n ? "nonzero" : "zero");
+  r = api.cubin_size(h, &n);
+  std::printf("cubin_size %d %s\n", r, n ? "nonzero" : "zero");
   std::printf("info_log_size(NULL size) %d\n", api.info_log_size(h, nullptr));
   std::printf("add_data after complete %d\n",
               a.inputs.empty() || a.inputs[0].by_file
