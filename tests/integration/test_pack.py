@@ -343,6 +343,19 @@ class PackTest(unittest.TestCase):
                         ["not a valid package name"])
         self.pack_fails([self.path("app"), "-n", "a/b"], "a/b", ["not a valid package name"])
 
+    def test_verbose_says_what_each_input_gave(self):
+        quiet = run([PACK, "-o", self.fresh_dir(), self.path("app")])
+        self.assertEqual((quiet.returncode, quiet.stderr), (0, ""))  # stderr is not a terminal
+        out = self.fresh_dir()
+        r = run([PACK, "-v", "-o", out, self.path("app"), self.path("arith.o")])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stderr.splitlines()
+        self.assertEqual(len(lines), 3, r.stderr)
+        self.assertRegex(lines[0], r"^cudaq-rt-pack: note: .*/app: executable, \d+ bytes: "
+                                   r"[1-9]\d* container\(s\) \(\d+ bytes\), [1-9]\d* export\(s\)$")
+        self.assertRegex(lines[1], r"^cudaq-rt-pack: note: .*/arith.o: ")
+        self.assertRegex(lines[2], r"^cudaq-rt-pack: wrote .*\.cudaqpkg: \d+ container\(s\)")
+
     def test_existing_output_and_force(self):
         out = self.fresh_dir()
         r = run([PACK, "-o", out, "-n", "pkg", self.path("arith.o")])

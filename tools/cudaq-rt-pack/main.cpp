@@ -7,6 +7,7 @@
 #include "pack/pack.h"
 #include "package/package.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -44,6 +45,27 @@ int list(const std::string &path, bool json, ToolOutput &output) {
   output.out(json ? m.to_json_text() : format_listing(m, what));
   return 0;
 }
+// -v: one line per source, what it contributed.
+std::vector<std::string> describe_inputs(const Manifest &m) {
+  std::vector<std::string> lines;
+  for (size_t i = 0; i < m.sources.size(); ++i) {
+    size_t containers = 0, exports = 0;
+    uint64_t bytes = 0;
+    for (const ContainerRecord &c : m.containers)
+      for (const Origin &o : c.origins)
+        if (o.source == i) {
+          ++containers;
+          bytes += c.size;
+        }
+    for (const ExportEntry &e : m.exports)
+      exports += std::count(e.sources.begin(), e.sources.end(), i);
+    const Source &s = m.sources[i];
+    lines.push_back(cat(escape(s.path), ": ", escape(s.kind), ", ", s.size, " bytes: ", containers,
+                        " container(s) (", bytes, " bytes), ", exports, " export(s)"));
+  }
+  return lines;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -79,6 +101,10 @@ int main(int argc, char **argv) {
                  "Package name (default: the first input's file name up to its first '.')")
       ->group("Output");
   app.add_flag("-f,--force", opts.force, "Replace an existing package")->group("Output");
+  bool verbose = false;
+  app.add_flag("-v,--verbose", verbose,
+               "Say what each input contributed, and where the package went")
+      ->group("Output");
   auto *list_opt = app.add_option("--list", list_path,
                                   "List a package's or a binary's device code, exports and "
                                   "links instead of packing")
@@ -119,7 +145,10 @@ int main(int argc, char **argv) {
     return output.fail(result.error());
   for (const std::string &w : result->inspection.warnings)
     output.warn(w);
-  if (driver::stderr_is_terminal()) {
+  if (verbose)
+    for (const std::string &line : describe_inputs(result->inspection.manifest))
+      output.note(line);
+  if (verbose || driver::stderr_is_terminal()) {
     const Manifest &m = result->inspection.manifest;
     output.err(cat(tool, ": wrote ", escape(result->dir.string()), ": ", m.containers.size(),
                    " container(s), ", m.exports.size(), " export(s)\n"));
