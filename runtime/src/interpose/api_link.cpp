@@ -22,6 +22,7 @@
 // of the real handle, which gives the real answer. A second Complete answers INTERNAL.
 #include "interpose/api_link.h"
 
+#include "base/clock.h"
 #include "interpose/link_recording.h"
 
 #include <atomic>
@@ -69,11 +70,6 @@ std::optional<std::string> read_whole_file(const char *path) {
   bool ok = !std::ferror(f);
   std::fclose(f);
   return ok ? std::optional<std::string>(std::move(out)) : std::nullopt;
-}
-
-double ms_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-      .count();
 }
 
 // What the real library logged, without its terminating NUL.
@@ -158,6 +154,13 @@ std::shared_ptr<ApiLinks::Handle> ApiLinks::find(nvJitLinkHandle h) const {
 void ApiLinks::say(const std::string &line) const {
   if (settings_.verbose)
     std::fprintf(stderr, "%s: %s\n", tool, line.c_str());
+}
+
+void ApiLinks::report(const LinkCache::RemoteLog &log) const {
+  for (const std::string &w : log.warnings)
+    std::fprintf(stderr, "%s: warning: %s\n", tool, w.c_str());
+  for (const std::string &note : log.notes)
+    say(note);
 }
 
 nvJitLinkResult ApiLinks::create(nvJitLinkHandle *handle, uint32_t count,
@@ -258,7 +261,7 @@ nvJitLinkResult ApiLinks::complete_cached(nvJitLinkHandle h, Handle &s) {
     say("not cached: " + s.uncacheable);
     return real_.complete(h);
   }
-  auto start = std::chrono::steady_clock::now();
+  auto start = Clock::now();
   std::optional<CacheEntry> hit;
   if (cache_) {
     hit = cache_->get(*key);
@@ -274,10 +277,7 @@ nvJitLinkResult ApiLinks::complete_cached(nvJitLinkHandle h, Handle &s) {
             return std::nullopt;
           },
           log);
-      for (const std::string &w : log.warnings)
-        std::fprintf(stderr, "%s: warning: %s\n", tool, w.c_str());
-      for (const std::string &n : log.notes)
-        say(n);
+      report(log);
     }
   }
   if (hit && hit->metadata.form.api && !hit->cubin.empty()) {
@@ -312,10 +312,7 @@ nvJitLinkResult ApiLinks::complete_cached(nvJitLinkHandle h, Handle &s) {
       warn_once("not cached: " + st.error().str());
     LinkCache::RemoteLog log;
     cache_->put_remote(*key, out, md, log);
-    for (const std::string &w : log.warnings)
-      std::fprintf(stderr, "%s: warning: %s\n", tool, w.c_str());
-    for (const std::string &note : log.notes)
-      say(note);
+    report(log);
   }
   say(cat("miss ", key->digest.short_str(), ": linked ", out.size(), " bytes in ", link_ms, " ms",
           cache_ && cache_->config().enabled ? ", stored" : ""));

@@ -68,6 +68,8 @@ private:
   nvJitLinkResult complete_cached(nvJitLinkHandle h, Handle &state);
   void record(const Handle &state, const LinkKey &key) const;
   void say(const std::string &line) const;
+  // What the remote cache did: its warnings always (it warns once itself), its notes as say().
+  void report(const LinkCache::RemoteLog &log) const;
 
   const RealNvJitLink &real_;
   std::shared_ptr<const LinkCache> cache_;

@@ -18,14 +18,18 @@ bool is_ours(void *p) {
   return ::dladdr(&anchor, &mine) && ::dladdr(p, &theirs) && mine.dli_fbase == theirs.dli_fbase;
 }
 
-template <class F> bool find(void *from, F &f, const char *name, bool versioned = true) {
-  void *p = versioned ? ::dlvsym(from, name, nvjitlink_version_node) : nullptr;
+// `name` in `from`, under the real library's version node or unversioned; never this library's.
+void *lookup(void *from, const char *name) {
+  void *p = ::dlvsym(from, name, nvjitlink_version_node);
   if (!p)
     p = ::dlsym(from, name);
-  if (!p || is_ours(p))
-    return false;
+  return p && !is_ours(p) ? p : nullptr;
+}
+
+template <class F> bool find(void *from, F &f, const char *name) {
+  void *p = lookup(from, name);
   f = reinterpret_cast<F>(p);
-  return true;
+  return p != nullptr;
 }
 
 bool find_all(void *from, RealNvJitLink &r) {
@@ -66,10 +70,7 @@ Expected<RealNvJitLink> find_real() {
 } // namespace
 
 void *RealNvJitLink::symbol(const char *name) const {
-  void *p = ::dlvsym(library ? library : RTLD_NEXT, name, nvjitlink_version_node);
-  if (!p)
-    p = ::dlsym(library ? library : RTLD_NEXT, name);
-  return p && !is_ours(p) ? p : nullptr;
+  return lookup(library ? library : RTLD_NEXT, name);
 }
 
 Expected<const RealNvJitLink *> real_nvjitlink() {

@@ -7,6 +7,7 @@
 #include "link/recorded_link.h"
 
 #include "base/atomic_file.h"
+#include "base/clock.h"
 #include "cudaq_rt/bridge.h"
 #include "cudaq_rt/exports.h"
 #include "formats/cubin.h"
@@ -30,15 +31,6 @@ namespace {
 
 // The unit of direct calls in nvJitLink's log and messages.
 constexpr const char *direct_calls_input_name = "direct calls (generated)";
-
-std::string now_utc() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 Error explain_failure(const std::string &subject, const std::string &arch,
                       const NvJitLinkFailure &f, std::string &details,
@@ -192,12 +184,6 @@ ArchLink link_arch(const LinkPlan &plan, const TargetArch &arch, const LinkCache
 }
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
 
 // Runs work(i) for every i < n on up to `jobs` threads (0: one per core), in order of i.
 void parallel_for(size_t n, unsigned jobs, const std::function<void(size_t)> &work) {

@@ -1,5 +1,6 @@
 #include "link/recorded_link.h"
 
+#include "base/clock.h"
 #include "link/nvjitlink.h"
 #include "package/package.h"
 
@@ -10,17 +11,6 @@
 namespace cudaq_rt {
 namespace {
 
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-std::string now_utc() {
-  std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
-
 struct Recording {
   const LinkRecipe &recipe;
   std::vector<std::string> blobs; // the inputs' bytes, verified
@@ -30,7 +20,7 @@ struct Recording {
 
 ArchLink link_one(const Recording &r, const TargetArch &arch, const LinkCache &cache,
                   bool dry_run) {
-  auto t0 = std::chrono::steady_clock::now();
+  auto t0 = Clock::now();
   ArchLink a;
   a.arch = arch.str();
   a.options = with_arch(r.recipe.options, arch);

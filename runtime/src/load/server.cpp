@@ -23,6 +23,7 @@
 // within the timeout is hung; its memory is then never freed, since freeing it would wait for it.
 #include "load/server.h"
 
+#include "base/clock.h"
 #include "cudaq_rt/wire.h"
 #include "link/builtin_dispatcher.h"
 #include "package/package.h"
@@ -36,12 +37,6 @@
 
 namespace cudaq_rt {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
 
 // The control block in mapped memory: the shutdown flag, then the counters on a line of their
 // own (the host writes one, the GPU the other).
