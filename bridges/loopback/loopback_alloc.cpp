@@ -28,15 +28,21 @@ void release_ring(cudaq_rt_bridge *b) {
 }
 
 bool allocate_ring(cudaq_rt_bridge *b, uint32_t slots, uint32_t slot_size, uint32_t layout,
-                   std::string &error) {
+                   uint32_t bulk_min, std::string &error) {
   b->num_slots = slots;
   b->slot_size = slot_size;
   b->layout = layout;
+  b->bulk_min = bulk_min;
   b->tail_cells = cudaq_rt_loopback_tail_cells(slot_size);
   const size_t heads_bytes = CUDAQ_RT_LOOPBACK_HEADS_BYTES(slots);
-  const size_t ring_bytes =
-      heads_bytes + size_t(slots) * b->tail_cells * CUDAQ_RT_LOOPBACK_CELL_SIZE;
   const size_t frames_bytes = size_t(slots) * slot_size;
+  // Heads, tails, then the bulk area (loopback_ring.h), on a line of its own: the bulk copy
+  // engine needs 16-byte alignment, and a slot's bytes start a 128-byte line where slot_size is a
+  // multiple of 128.
+  const size_t bulk_at =
+      (heads_bytes + size_t(slots) * b->tail_cells * CUDAQ_RT_LOOPBACK_CELL_SIZE + 127) &
+      ~size_t(127);
+  const size_t ring_bytes = bulk_at + frames_bytes;
   // The ctx, rounded up to keep the staging frames 256-aligned. (It was a fixed 256 bytes while
   // the ctx grew to 328 with the warp form's positions: a request staged in slot 0's device frame
   // overwrote warp_resume_lap[14..31].)
@@ -62,6 +68,8 @@ bool allocate_ring(cudaq_rt_bridge *b, uint32_t slots, uint32_t slot_size, uint3
   b->request_tails = b->request_heads + heads_bytes / 8;
   b->response_heads = static_cast<uint64_t *>(b->response_block);
   b->response_tails = b->response_heads + heads_bytes / 8;
+  b->request_bulk = static_cast<unsigned char *>(b->request_block) + bulk_at;
+  b->response_bulk = static_cast<unsigned char *>(b->response_block) + bulk_at;
 
   void *device_requests = nullptr, *device_responses = nullptr;
   if (!cuda_ok(cudaHostGetDevicePointer(&device_requests, b->request_block, 0),
@@ -82,6 +90,9 @@ bool allocate_ring(cudaq_rt_bridge *b, uint32_t slots, uint32_t slot_size, uint3
   ctx.request_tails = static_cast<char *>(device_requests) + heads_bytes;
   ctx.response_heads = device_responses;
   ctx.response_tails = static_cast<char *>(device_responses) + heads_bytes;
+  ctx.bulk_min = bulk_min;
+  ctx.request_bulk = static_cast<char *>(device_requests) + bulk_at;
+  ctx.response_bulk = static_cast<char *>(device_responses) + bulk_at;
   ctx.request_frames = device + ctx_bytes;
   ctx.response_frames = device + ctx_bytes + frames_bytes;
   ctx.resume_slot = 0; // the first kernel starts where send() does: request 0, slot 0

@@ -13,10 +13,11 @@
 namespace cudaq_rt::loopback {
 
 // Allocates the rings (mapped pinned host memory) and the device context and staging frames
-// (device memory) of `b` for that shape (check_ring_shape, loopback_host.h, said yes), in the current CUDA context. On failure, says why in
-// `error` and leaves nothing allocated.
+// (device memory) of `b` for that shape (check_ring_shape, loopback_host.h, said yes), in the
+// current CUDA context; frames of at least bulk_min bytes travel in bulk (0: never). On failure,
+// says why in `error` and leaves nothing allocated.
 bool allocate_ring(cudaq_rt_bridge *b, uint32_t slots, uint32_t slot_size, uint32_t layout,
-                   std::string &error);
+                   uint32_t bulk_min, std::string &error);
 
 // Frees what allocate_ring allocated (the dispatch kernel must have stopped).
 void release_ring(cudaq_rt_bridge *b);

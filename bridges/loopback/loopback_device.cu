@@ -30,6 +30,8 @@ struct Session {
   volatile uint4 *response_tails;
   unsigned char *request_frames;
   unsigned char *response_frames;
+  const unsigned char *request_bulk; // mapped host memory: the bulk areas (loopback_ring.h)
+  unsigned char *response_bulk;
   volatile int *shutdown_flag;
   cudaq_rt_loopback_device_ctx *ctx; // where the position is left for the next kernel
   uint32_t num_slots;
@@ -54,6 +56,10 @@ struct Session {
   uint32_t warp_shared;  // the warp form: requests staged in warp_request_staging
   uint32_t busy;         // the last probe found every slot it loaded ready (CUDAQ_RT_LOOPBACK_PUSH)
   uint32_t shared_ok;    // batches may be staged in shared memory (see kShared below)
+  uint32_t batch_frames; // frames of a batch staged in shared memory (at most kW)
+  uint32_t bulk_min;     // responses of at least this many bytes go in bulk (0: never)
+  uint32_t bulk_engine;  // this session may use the bulk copy engine (bulk_barrier is its own)
+  uint32_t bulk_phase;   // the parity bulk_barrier completes next
   cudaq_rt_loopback_warp_probe warp;  // the warp form: which lanes probe (warp_poll); the same in
                                       // every lane's session
   const unsigned char *last_response; // and its response frame
@@ -99,21 +105,39 @@ constexpr uint32_t kW = CUDAQ_RT_LOOPBACK_PROBE_SLOTS;
 // Staging in shared memory. The serving thread reads back every byte it staged: the request's
 // header (validation, lookup), its payload (the handler), the response (tx_publish). From device
 // memory each such read-back is an L2 round trip, about 300 cycles on the H200 even right after
-// the store (stores do not fill L1); from shared memory about 40 (bench/loopback_rtt.md). So a
-// batch of up to kW frames, requests and responses, is staged here when
+// the store (stores do not fill L1); from shared memory about 40 (bench/loopback_rtt.md). And the
+// bulk copy engine moves bulk frames between mapped host memory and shared memory only. So a
+// batch of up to batch_frames frames (kW where 2 * kW frames fit, else as many as fit, at least
+// one), requests and responses, is staged here when
 //   - the block has one thread: these bytes are the block's, and a second serving thread in the
 //     block (with its own bridge instance) would share them;
-//   - 2 * kW frames of slot_size bytes fit;
+//   - a request and a response frame of slot_size bytes fit (a 16 KB payload does);
 //   - no frame of an earlier batch is still held (handed out, not yet published): a kernel may
 //     poll again before it publishes (cudaq_rt/dispatch.h), and its frames must stay put.
 // Otherwise the per-slot staging frames in device memory (the ctx's) are used, as before.
 // Position i of a batch (the frame i slots after batch_first) has request frame i and response
-// frame kW + i.
+// frame batch_frames + i. 34 KB: with the unified kernel's 8 KB table, under the 48 KB of static
+// shared memory a block may have.
 #ifndef CUDAQ_RT_LOOPBACK_SHARED_STAGING
 #define CUDAQ_RT_LOOPBACK_SHARED_STAGING 1
 #endif
-constexpr uint32_t kSharedBytes = 16384;
-__shared__ __align__(16) unsigned char shared_staging[kSharedBytes];
+constexpr uint32_t kSharedBytes = 34816;
+__shared__ __align__(128) unsigned char shared_staging[kSharedBytes];
+
+// The bulk copy engine (cp.async.bulk, sm_90 and later; this file is built for sm_90 too, and
+// nvJitLink takes that build for those GPUs): one instruction moves a whole bulk frame between
+// mapped host memory and shared memory, the request's completion counted on this mbarrier.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define CUDAQ_RT_LOOPBACK_HAS_BULK_COPY 1
+#else
+#define CUDAQ_RT_LOOPBACK_HAS_BULK_COPY 0
+#endif
+/* 1: bulk frames staged in shared memory use the bulk copy engine where there is one; 0: loads
+ * and stores only (the bench compares them). */
+#ifndef CUDAQ_RT_LOOPBACK_BULK_COPY
+#define CUDAQ_RT_LOOPBACK_BULK_COPY 1
+#endif
+__shared__ __align__(8) unsigned long long bulk_barrier;
 
 // The warp form stages each lane's request (not its response: the handler may write up to a whole
 // slot) in shared memory, lane l at l * slot_size, when the block is that one warp and 32 slots
@@ -219,14 +243,130 @@ __device__ __forceinline__ void warm_lines(Session *s, const unsigned char *fram
 #endif
 }
 
+// Bulk frames (loopback_ring.h, "Bulk frames"): the frame's plain bytes, rounded up to 16 (slot
+// areas and staging frames are slot_size bytes, a multiple of 16), between the slot's bulk area
+// and the staging frame.
+
+#if CUDAQ_RT_LOOPBACK_HAS_BULK_COPY
+__device__ __forceinline__ uint32_t shared_address(const void *p) {
+  return (uint32_t)__cvta_generic_to_shared(p);
+}
+#endif
+
+// The bulk copy engine's half: `bytes` from mapped host memory into shared memory, waited for on
+// bulk_barrier. The proxy fence orders this thread's earlier accesses (the control cell's load;
+// the last handler's reads of the staging frame) before the engine's.
+__device__ __forceinline__ void bulk_copy_in(Session *s, void *to, const void *from,
+                                             uint32_t bytes) {
+#if CUDAQ_RT_LOOPBACK_HAS_BULK_COPY
+  const uint32_t bar = shared_address(&bulk_barrier);
+  asm volatile("fence.proxy.async;" ::: "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
+               "[%3];" ::"r"(shared_address(to)),
+               "l"(from), "r"(bytes), "r"(bar)
+               : "memory");
+  uint32_t done = 0;
+  do
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
+                 "selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done)
+                 : "r"(bar), "r"(s->bulk_phase)
+                 : "memory");
+  while (!done);
+  s->bulk_phase ^= 1u;
+#else
+  (void)s, (void)to, (void)from, (void)bytes;
+#endif
+}
+
+// The other half: `bytes` from shared memory out to mapped host memory, waited for until written.
+__device__ __forceinline__ void bulk_copy_out(void *to, const void *from, uint32_t bytes) {
+#if CUDAQ_RT_LOOPBACK_HAS_BULK_COPY
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); // the handler's stores, to the engine
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(to),
+               "r"(shared_address(from)), "r"(bytes)
+               : "memory");
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+#else
+  (void)to, (void)from, (void)bytes;
+#endif
+}
+
+__device__ __forceinline__ bool use_bulk_engine(const Session *s, const void *staging) {
+  return CUDAQ_RT_LOOPBACK_HAS_BULK_COPY && CUDAQ_RT_LOOPBACK_BULK_COPY && s->bulk_engine &&
+         __isShared(staging);
+}
+
+// Without the engine: 16-byte loads of the bulk area, kLines at a time, each on a line of its own
+// (loads of one line from one thread do not overlap: loopback_ring.h), so a batch is one round
+// trip and a group of kLines lines takes 8.
+__device__ __forceinline__ void load_lines(uint4 *to, const volatile uint4 *from, uint32_t cells) {
+  constexpr uint32_t kLines = 16, kPerLine = kLine / 16;
+  for (uint32_t group = 0; group < cells; group += kLines * kPerLine)
+    for (uint32_t k = 0; k < kPerLine; ++k) {
+      uint4 v[kLines];
+#pragma unroll
+      for (uint32_t l = 0; l < kLines; ++l) {
+        const uint32_t c = group + l * kPerLine + k;
+        if (c < cells)
+          v[l] = load_cell(from + c);
+      }
+#pragma unroll
+      for (uint32_t l = 0; l < kLines; ++l) {
+        const uint32_t c = group + l * kPerLine + k;
+        if (c < cells)
+          to[c] = v[l];
+      }
+    }
+}
+
+// Stores are posted: 8 loads of the staged response, then their 8 stores.
+__device__ __forceinline__ void store_cells(volatile uint4 *to, const uint4 *from, uint32_t cells) {
+  for (uint32_t c = 0; c < cells; c += 8) {
+    uint4 v[8];
+#pragma unroll
+    for (uint32_t b = 0; b < 8; ++b)
+      if (c + b < cells)
+        v[b] = from[c + b];
+#pragma unroll
+    for (uint32_t b = 0; b < 8; ++b)
+      if (c + b < cells)
+        store_cell(to + c + b, v[b]);
+  }
+}
+
+// A bulk request of `claimed` bytes (its control cell's) in `slot`, into the staging frame. Out of
+// line: the small frames' path (unpack's, inlined into every probe) stays as it was.
+__device__ __noinline__ uint32_t unpack_bulk(Session *s, uint32_t slot, uint2 *frame,
+                                             uint32_t claimed) {
+  const uint32_t len = claimed < s->slot_size ? claimed : s->slot_size;
+  const uint32_t bytes = (len + 15u) & ~15u;
+  const unsigned char *from = s->request_bulk + cudaq_rt_loopback_bulk_offset(slot, s->slot_size);
+  if (bytes != 0u) {
+    if (use_bulk_engine(s, frame))
+      bulk_copy_in(s, frame, from, bytes);
+    else
+      load_lines(reinterpret_cast<uint4 *>(frame), reinterpret_cast<const volatile uint4 *>(from),
+                 bytes / 16u);
+  }
+  if (!cudaq_rt_loopback_request_whole(len, len >= 12u ? frame[1].x : 0xFFFFFFFFu))
+    mark_truncated(frame, len);
+  return len;
+}
+
 // Unpacks one ready frame: the cells already probed come from registers, the rest is loaded 8
 // cells per round trip; any half the host has not stamped yet (torn, or still being written) is
 // reloaded. A frame shorter than its header claims is staged marked (mark_truncated).
 template <uint32_t P>
-__device__ __forceinline__ uint32_t unpack(const Session *s, uint32_t L, uint32_t slot,
-                                           uint2 *frame, uint32_t lap, const uint4 (&probe)[P]) {
+__device__ __forceinline__ uint32_t unpack(Session *s, uint32_t L, uint32_t slot, uint2 *frame,
+                                           uint32_t lap, const uint4 (&probe)[P]) {
   static_assert(P >= 3, "the probe holds the header's arg_len (frame cell 2)");
   static_assert((P - 1) * 8 <= CUDAQ_RT_LOOPBACK_MIN_SLOT_SIZE, "the probe's words fit a frame");
+  if (probe[0].w == CUDAQ_RT_LOOPBACK_KIND_BULK) // the control cell's second half: stamped too
+    return unpack_bulk(s, slot, frame, probe[0].y);
   const uint32_t len = probe[0].y < s->slot_size ? probe[0].y : s->slot_size;
   const uint32_t cells = frame_cells(len);
   // A small frame, all in the probe and all stamped (the common case): straight-line code, since
@@ -298,8 +438,9 @@ __device__ bool fetch_one(Session *s, uint32_t L) {
   const bool shared = s->shared_ok && s->outstanding == 0;
   unsigned char *const request =
       shared ? shared_staging : s->request_frames + (size_t)slot * s->slot_size;
-  unsigned char *const response = shared ? shared_staging + (size_t)kW * s->slot_size
-                                         : s->response_frames + (size_t)slot * s->slot_size;
+  unsigned char *const response = shared
+                                       ? shared_staging + (size_t)s->batch_frames * s->slot_size
+                                       : s->response_frames + (size_t)slot * s->slot_size;
   uint2 *frame = reinterpret_cast<uint2 *>(request);
   uint32_t next = slot, next_lap = lap;
   next_slot(next, next_lap, s->num_slots);
@@ -427,14 +568,20 @@ __device__ bool fetch(Session *s) {
     return fetch_one(s, L);
 #endif
   }
+  // Requests are coming: probe twice as many slots next time, up to W (or what a shared batch
+  // holds, where that is fewer).
+  const uint32_t most = s->shared_ok && s->batch_frames < W ? s->batch_frames : W;
 #if CUDAQ_RT_LOOPBACK_ADAPTIVE_PROBE
-  // Requests are coming: probe twice as many slots next time, up to W.
-  s->width = 2 * ready < W ? 2 * ready : W;
+  s->width = 2 * ready < most ? 2 * ready : most;
 #else
-  s->width = W;
+  s->width = most;
 #endif
 
   s->shared_batch = s->shared_ok && s->outstanding == 0;
+  // A shared batch holds batch_frames requests: the rest of what the probe found is found again by
+  // the next one (in order: ready counts slots from the first).
+  if (s->shared_batch && ready > s->batch_frames)
+    ready = s->batch_frames;
   // Only a batch staged in shared memory moves batch_first: a frame of the last shared batch that
   // is still held (which is why this batch is not shared) finds its slot from it at publish.
   if (s->shared_batch)
@@ -473,6 +620,22 @@ __device__ __forceinline__ bool push_wanted(const Session *s) {
 // `lap`: the header and the first payload bytes in one batch of loads; result_len is header
 // word 2. A frame that fits the head cells (the small ones, whose latency matters) takes the
 // short way: four loads, its head cells, done.
+// A bulk response of len bytes from the staged `response`: the bytes to the slot's bulk area,
+// written for certain (the engine's wait, or the fence) before the control cell says they are
+// there. Out of line, as unpack_bulk.
+__device__ __noinline__ void publish_bulk(Session *s, volatile uint4 *control, uint32_t slot,
+                                          uint32_t lap, const void *response, uint32_t len) {
+  const uint32_t bytes = (len + 15u) & ~15u;
+  unsigned char *to = s->response_bulk + cudaq_rt_loopback_bulk_offset(slot, s->slot_size);
+  if (use_bulk_engine(s, response))
+    bulk_copy_out(to, response, bytes);
+  else
+    store_cells(reinterpret_cast<volatile uint4 *>(to), static_cast<const uint4 *>(response),
+                bytes / 16u);
+  __threadfence_system();
+  store_cell(control, make_uint4(lap, len, lap, CUDAQ_RT_LOOPBACK_KIND_BULK));
+}
+
 template <uint32_t L>
 __device__ __forceinline__ void publish_frame(Session *s, uint32_t slot, uint32_t lap,
                                               const void *response) {
@@ -489,6 +652,10 @@ __device__ __forceinline__ void publish_frame(Session *s, uint32_t slot, uint32_
   const uint32_t len = CUDAQ_RT_HEADER_SIZE + (result_len < max_result ? result_len : max_result);
   const uint32_t cells = frame_cells(len);
   volatile uint4 *head = s->response_heads + cudaq_rt_loopback_head_cell(L, slot, 0);
+  if (cudaq_rt_loopback_is_bulk(len, s->bulk_min)) {
+    publish_bulk(s, head, slot, lap, response, len);
+    return;
+  }
   const uint32_t stride = cudaq_rt_loopback_head_stride(L);
   // Posted stores, in any order: each half carries its own stamp, so no fence is needed. (The
   // addresses from the slot's first head and tail cells: c is a constant after unrolling.)
@@ -562,8 +729,22 @@ extern "C" __device__ void *cudaq_dev_enter_kernel(void *storage, void *ctx,
   s->handout_request = nullptr;
   s->handout_response = nullptr;
   s->handout_lap = 0;
-  s->shared_ok = CUDAQ_RT_LOOPBACK_SHARED_STAGING && 2u * kW * s->slot_size <= kSharedBytes &&
-                 one_thread_block();
+  const uint32_t fit = kSharedBytes / (2u * s->slot_size);
+  s->batch_frames = fit < kW ? fit : kW;
+  s->shared_ok = CUDAQ_RT_LOOPBACK_SHARED_STAGING && s->batch_frames > 0 && one_thread_block();
+  s->request_bulk = static_cast<const unsigned char *>(c->request_bulk);
+  s->response_bulk = static_cast<unsigned char *>(c->response_bulk);
+  s->bulk_min = c->bulk_min;
+  s->bulk_phase = 0;
+  // The engine's barrier is the block's: only a one-thread block's session uses it.
+  s->bulk_engine = CUDAQ_RT_LOOPBACK_HAS_BULK_COPY && one_thread_block();
+#if CUDAQ_RT_LOOPBACK_HAS_BULK_COPY
+  if (s->bulk_engine) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(&bulk_barrier))
+                 : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); // to the engine
+  }
+#endif
   return s;
 }
 
@@ -594,7 +775,7 @@ extern "C" __device__ int cudaq_dev_rx_poll(void *session, void **request, void 
       if (s->head_slot < s->batch_first)
         pos += s->num_slots;
       *request = shared_staging + (size_t)pos * s->slot_size;
-      *response = shared_staging + (size_t)(kW + pos) * s->slot_size;
+      *response = shared_staging + (size_t)(s->batch_frames + pos) * s->slot_size;
     } else {
       const size_t offset = (size_t)s->head_slot * s->slot_size;
       *request = s->request_frames + offset;
@@ -621,8 +802,9 @@ extern "C" __device__ void cudaq_dev_tx_publish(void *session, void *response) {
     lap = s->last_lap;
   } else {
     if (__isShared(response)) {
-      // Response frame kW + pos of the batch in shared memory: the slot pos after batch_first.
-      slot = (uint32_t)(at - shared_staging) / s->slot_size - kW + s->batch_first;
+      // Response frame batch_frames + pos of the batch in shared memory: the slot pos after
+      // batch_first.
+      slot = (uint32_t)(at - shared_staging) / s->slot_size - s->batch_frames + s->batch_first;
       if (slot >= s->num_slots)
         slot -= s->num_slots;
     } else {

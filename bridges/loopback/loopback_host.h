@@ -37,6 +37,9 @@ struct cudaq_rt_bridge {
   uint64_t *request_tails = nullptr;
   uint64_t *response_heads = nullptr;
   uint64_t *response_tails = nullptr;
+  unsigned char *request_bulk = nullptr; // host view of the bulk areas (loopback_ring.h)
+  unsigned char *response_bulk = nullptr;
+  uint32_t bulk_min = CUDAQ_RT_LOOPBACK_DEFAULT_BULK_MIN; // frames this long travel in bulk
   void *request_block = nullptr;  // cudaHostAlloc: the request ring
   void *response_block = nullptr; // cudaHostAlloc: the response ring
   void *device_block = nullptr;   // cudaMalloc: device ctx + staging frames
@@ -223,6 +226,18 @@ inline cudaq_rt_bridge_result write_request_unfenced(cudaq_rt_bridge *b, const v
   const uint32_t lap = at.lap;
   const SlotCells cell = slot_cells(b, b->request_heads, b->request_tails, at.slot);
   const auto *bytes = static_cast<const unsigned char *>(frame);
+  uint64_t *control = cell(0);
+  if (cudaq_rt_loopback_is_bulk(uint32_t(size), b->bulk_min)) {
+    // Plain bytes, then the control cell: the GPU reads the bytes only after it has seen it
+    // (loopback_ring.h, "Bulk frames"). The fence orders a memcpy that used streaming stores.
+    std::memcpy(b->request_bulk + cudaq_rt_loopback_bulk_offset(at.slot, b->slot_size), bytes,
+                size);
+    flush_stores();
+    store_half(control + 1, lap, CUDAQ_RT_LOOPBACK_KIND_BULK);
+    store_half(control, lap, uint32_t(size));
+    ++b->sent;
+    return CUDAQ_RT_BRIDGE_OK;
+  }
   // Frame bytes 8c..8c+7 are cell 1 + c: the first four in its first half, the rest in its
   // second; past the frame's end, zeroes (both halves stamped, so the GPU sees the cell whole).
   const size_t full = size / 8;
@@ -237,8 +252,7 @@ inline cudaq_rt_bridge_result write_request_unfenced(cudaq_rt_bridge *b, const v
     store_cell(cell(uint32_t(1 + full)), lap, d);
   }
   // Control last, so a poll that sees it usually finds the whole frame already there.
-  uint64_t *control = cell(0);
-  store_half(control + 1, lap, 0);
+  store_half(control + 1, lap, CUDAQ_RT_LOOPBACK_KIND_CELLS);
   store_half(control, lap, uint32_t(size));
   ++b->sent;
   return CUDAQ_RT_BRIDGE_OK;
@@ -308,6 +322,16 @@ inline cudaq_rt_bridge_result receive_response(cudaq_rt_bridge *b, void *buffer,
     return CUDAQ_RT_BRIDGE_ERROR;
   }
   auto *out = static_cast<unsigned char *>(buffer);
+  const uint64_t kind = load_half(cell(0) + 1);
+  if (stamp_of(kind) != lap) // the control cell's second half is still on its way
+    return CUDAQ_RT_BRIDGE_AGAIN;
+  if (data_of(kind) == CUDAQ_RT_LOOPBACK_KIND_BULK) {
+    // The GPU wrote the bytes and fenced before it stored the control cell (loopback_ring.h).
+    std::memcpy(out, b->response_bulk + cudaq_rt_loopback_bulk_offset(at.slot, b->slot_size), len);
+    *size = len;
+    ++b->received;
+    return CUDAQ_RT_BRIDGE_OK;
+  }
   for (uint32_t c = 0; 8 * size_t(c) < len; ++c) {
     const uint64_t *h = cell(1 + c);
     uint64_t first = load_half(h), second = load_half(h + 1);

@@ -74,7 +74,27 @@
  *
  * So a request costs the GPU one read round trip (plus one per 8 further cells of a large payload,
  * in flight together) and posted writes; with several requests queued, one probe picks up to
- * CUDAQ_RT_LOOPBACK_PROBE_SLOTS of them at once. */
+ * CUDAQ_RT_LOOPBACK_PROBE_SLOTS of them at once.
+ *
+ * Bulk frames
+ * -----------
+ * Cells cost a large frame dearly: one thread loads 8 cells (64 frame bytes) per round trip, so a
+ * 16 KB request took about 400 us to come in and 200 us to go out (issue 27's measurements). A frame of
+ * at least bulk_min bytes (the bridge option bulk=BYTES; 0: never) therefore travels as plain bytes
+ * in its slot's bulk area (slot_size bytes per slot, after the ring's tails), and its control cell
+ * says so: { stamp, frame_len, stamp, CUDAQ_RT_LOOPBACK_KIND_BULK }. The head cells are not written.
+ *   request: the host copies the frame into the bulk area, fences its stores, then writes the
+ *     control cell. The GPU, having seen the control cell stamped, copies the bulk area into the
+ *     staging frame: by the Hopper bulk copy engine (cp.async.bulk into shared memory, one
+ *     instruction for the whole frame) where the GPU has one and the frame is staged in shared
+ *     memory, else by loads on distinct lines. One dependent round trip after the probe, and the
+ *     bytes at the link's rate instead of 64 per round trip.
+ *   response: tx_publish copies the staged response into the slot's response bulk area (a bulk
+ *     store from shared memory, or 16-byte stores), waits for those writes, fences, and then
+ *     stores the control cell. The host, having seen it, copies the bytes out.
+ * The order (bytes, then control) is what makes the plain bytes safe, where cells needed stamps:
+ * x86 stores become visible in program order, a GPU load issued after the control cell's came
+ * back sees them, and the GPU's fence.sc.sys orders its bulk writes before its control store. */
 #ifndef CUDAQ_RT_LOOPBACK_RING_H
 #define CUDAQ_RT_LOOPBACK_RING_H
 
@@ -109,6 +129,14 @@
 #ifndef CUDAQ_RT_LOOPBACK_REQUEST_WC
 #define CUDAQ_RT_LOOPBACK_REQUEST_WC 0
 #endif
+
+/* The control cell's fourth word: how the frame's bytes travel (see "Bulk frames" above). Zeroed
+ * memory and every frame before bulk frames existed read as cells. */
+#define CUDAQ_RT_LOOPBACK_KIND_CELLS 0u
+#define CUDAQ_RT_LOOPBACK_KIND_BULK 1u
+/* Frames of at least this many bytes travel in bulk unless the bridge's bulk= option says
+ * otherwise: every frame that does not fit the head cells (24 header bytes + 8 payload bytes). */
+#define CUDAQ_RT_LOOPBACK_DEFAULT_BULK_MIN 33u
 
 #define CUDAQ_RT_LOOPBACK_DEFAULT_SLOTS 64u
 #define CUDAQ_RT_LOOPBACK_DEFAULT_SLOT_SIZE 1024u
@@ -185,6 +213,19 @@ static inline CUDAQ_RT_LOOPBACK_HD uint64_t cudaq_rt_loopback_tail_cell(uint32_t
   return (uint64_t)slot * tail_cells + (t & ~(CUDAQ_RT_LOOPBACK_TAIL_BLOCK - 1u)) +
          (t % CUDAQ_RT_LOOPBACK_LINE_CELLS) * CUDAQ_RT_LOOPBACK_LINE_CELLS +
          (t % CUDAQ_RT_LOOPBACK_TAIL_BLOCK) / CUDAQ_RT_LOOPBACK_LINE_CELLS;
+}
+
+/* Byte offset, from the ring's bulk area, of `slot`'s plain frame bytes (slot_size is a multiple
+ * of 16, so every slot's area is 16-byte aligned, as the bulk copy engine needs). */
+static inline CUDAQ_RT_LOOPBACK_HD uint64_t cudaq_rt_loopback_bulk_offset(uint32_t slot,
+                                                                         uint32_t slot_size) {
+  return (uint64_t)slot * slot_size;
+}
+
+/* The frame of frame_len bytes travels in bulk (bulk_min 0: never). */
+static inline CUDAQ_RT_LOOPBACK_HD int cudaq_rt_loopback_is_bulk(uint32_t frame_len,
+                                                                 uint32_t bulk_min) {
+  return (bulk_min != 0u) & (frame_len >= bulk_min);
 }
 
 /* Bytes of one ring's heads (enough for either layout: the lanes layout needs an eighth). */
@@ -320,6 +361,9 @@ typedef struct cudaq_rt_loopback_device_ctx {
   uint32_t warp_resume_slot[32];
   uint32_t warp_resume_lap[32];
   uint32_t layout; /* CUDAQ_RT_LOOPBACK_LAYOUT_*: where the head cells are */
+  uint32_t bulk_min;   /* responses of at least this many bytes go in bulk (0: never) */
+  void *request_bulk;  /* mapped host memory: num_slots * slot_size bytes, plain frames */
+  void *response_bulk; /* the same for responses */
 } cudaq_rt_loopback_device_ctx;
 
 #endif /* CUDAQ_RT_LOOPBACK_RING_H */

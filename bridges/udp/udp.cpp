@@ -66,7 +66,7 @@ cudaq_rt_bridge_result create(const char *config, cudaq_rt_bridge **out) {
   if (!udp::open_socket(u->config, u->socket, create_error))
     return CUDAQ_RT_BRIDGE_ERROR;
   if (!loopback::allocate_ring(&u->ring, u->config.slots, u->config.slot_size, u->config.layout,
-                               create_error)) {
+                               u->config.bulk_min, create_error)) {
     ::close(u->socket.fd);
     return CUDAQ_RT_BRIDGE_ERROR;
   }

@@ -78,8 +78,11 @@ std::string parse_config(std::string_view text, Config &out) {
     } else if (key == "layout") {
       if (!loopback::parse_layout(value, out.layout))
         return "option 'layout' is slots or lanes, got '" + value + "'";
-    } else if (key == "port" || key == "slots" || key == "slot_size") {
-      uint32_t *target = key == "port" ? &out.port : key == "slots" ? &out.slots : &out.slot_size;
+    } else if (key == "port" || key == "slots" || key == "slot_size" || key == "bulk") {
+      uint32_t *target = key == "port"        ? &out.port
+                         : key == "slots"     ? &out.slots
+                         : key == "slot_size" ? &out.slot_size
+                                              : &out.bulk_min;
       if (!loopback::parse_u32(value, *target))
         return "option '" + key + "' needs a number, got '" + value + "'";
       if (key == "port" && out.port > 65535)
@@ -87,7 +90,7 @@ std::string parse_config(std::string_view text, Config &out) {
     } else {
       return "unknown option '" + key +
              "' (known: bind=ADDR, port=N, slots=N, slot_size=BYTES, wait=spin|block, "
-             "layout=slots|lanes)";
+             "layout=slots|lanes, bulk=BYTES)";
     }
   }
   return {};

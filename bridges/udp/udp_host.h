@@ -55,10 +55,11 @@ struct Config {
   uint32_t slots = CUDAQ_RT_LOOPBACK_DEFAULT_SLOTS;
   uint32_t layout = CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS; // of the ring's heads (loopback_ring.h)
   uint32_t slot_size = CUDAQ_RT_LOOPBACK_DEFAULT_SLOT_SIZE;
+  uint32_t bulk_min = CUDAQ_RT_LOOPBACK_DEFAULT_BULK_MIN; // frames this long go in bulk (0: never)
   bool spin = true; // wait=spin: threads poll without sleeping; wait=block: they sleep when idle
 };
 
-// Parses "bind=ADDR,port=N,slots=N,slot_size=BYTES,wait=spin|block,layout=slots|lanes" into
+// Parses "bind=ADDR,port=N,slots=N,slot_size=BYTES,wait=spin|block,layout=slots|lanes,bulk=BYTES" into
 // `out`; returns why it cannot, or empty.
 std::string parse_config(std::string_view text, Config &out);
 

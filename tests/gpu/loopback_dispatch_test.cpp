@@ -146,6 +146,7 @@ struct TestOptions {
   cudaq_rt::LoadOptions load;
   int latency_requests = 20000;
   uint64_t many = 0;
+  uint64_t mixed = 0; // echoes of mixed sizes, 8 bytes to the slot's payload
 };
 
 [[noreturn]] void usage_error(const std::string &message) {
@@ -158,7 +159,8 @@ TestOptions parse_options(int argc, char **argv) {
   options.load.link.bridge = "loopback";
   options.load.bridge_config = "slots=64,slot_size=1024";
   options.load.policy.allow_link = false;
-  std::string layout;
+  std::string layout, slots = "64", slot_size = "1024", bulk;
+  bool shaped = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -175,9 +177,15 @@ TestOptions parse_options(int argc, char **argv) {
     else if (a == "--dispatcher")
       options.load.link.dispatcher = value();
     else if (a == "--slots")
-      options.load.bridge_config = "slots=" + value() + ",slot_size=1024";
+      slots = value(), shaped = true;
+    else if (a == "--slot-size")
+      slot_size = value(), shaped = true;
+    else if (a == "--bulk") // the ring's bulk= option (loopback_ring.h): 0 sends every frame as cells
+      bulk = value();
     else if (a == "--many")
       options.many = std::stoull(value());
+    else if (a == "--mixed")
+      options.mixed = std::stoull(value());
     else if (a == "--layout")
       layout = value();
     else
@@ -185,8 +193,15 @@ TestOptions parse_options(int argc, char **argv) {
   }
   if (options.load.package.empty())
     usage_error("give --package");
+  std::vector<std::string> config;
+  if (shaped)
+    config.push_back("slots=" + slots + ",slot_size=" + slot_size);
+  if (!bulk.empty())
+    config.push_back("bulk=" + bulk);
   if (!layout.empty())
-    options.load.bridge_config += ",layout=" + layout;
+    config.push_back("layout=" + layout);
+  for (const std::string &item : config)
+    options.load.bridge_config += (options.load.bridge_config.empty() ? "" : ",") + item;
   return options;
 }
 
@@ -458,6 +473,74 @@ void check_batched_echoes(Session &s, uint64_t many) {
               r->requests_per_s / 1e6);
 }
 
+// `count` echoes whose payloads run from 8 bytes to the slot's whole payload (a third of them 8
+// to 64 bytes, a third up to 1 KB, a third up to the slot; laid out so that every slot sees its
+// frames grow and shrink, cells and bulk in turn), the ring kept full, every response checked
+// byte for byte: the bulk frames' and the cells' paths, and the switch between them in one slot.
+void check_mixed_echoes(Session &s, uint64_t count) {
+  const uint32_t max_payload = s.slot_size - CUDAQ_RT_HEADER_SIZE;
+  const uint32_t window = s.bridge.num_slots();
+  uint64_t lcg = 0x9E3779B97F4A7C15ull;
+  auto next_len = [&]() -> uint32_t {
+    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+    const uint32_t r = uint32_t(lcg >> 33);
+    const uint32_t cap = r % 3 == 0 ? 64u : r % 3 == 1 ? 1024u : max_payload;
+    const uint32_t top = std::min(cap, max_payload);
+    return 8 + (r / 3) % (top - 8 + 1);
+  };
+  // Each payload is its request_id's bytes, then a pattern from it: checked without keeping it.
+  auto fill = [](Bytes &p, uint32_t rid) {
+    for (size_t i = 0; i < p.size(); ++i)
+      p[i] = uint8_t((rid >> (8 * (i % 4))) + i * 13);
+  };
+  std::vector<std::pair<uint32_t, uint32_t>> in_flight; // request_id, payload length (a ring)
+  in_flight.resize(window);
+  uint64_t sent = 0, received = 0, wrong = 0, bytes = 0;
+  Bytes payload(max_payload), frame;
+  const auto started = Clock::now();
+  while (received < count) {
+    while (sent < count && sent - received < window) {
+      const uint32_t len = next_len(), rid = s.id + uint32_t(sent);
+      payload.resize(len);
+      fill(payload, rid);
+      frame = request(cudaq_rt_function_id("echo"), payload.data(), len, rid);
+      auto ok = s.loaded.send(frame);
+      if (!ok)
+        fail("mixed echoes: send: " + ok.error().str());
+      if (!*ok)
+        break;
+      in_flight[sent % window] = {rid, len};
+      ++sent;
+      bytes += len;
+    }
+    const auto [rid, len] = in_flight[received % window];
+    const Bytes r = s.client.receive();
+    payload.resize(len);
+    fill(payload, rid);
+    cudaq_rt_response_header h{};
+    bool right = r.size() == sizeof h + len;
+    if (right) {
+      std::memcpy(&h, r.data(), sizeof h);
+      right = h.magic == CUDAQ_RT_RESPONSE_MAGIC && h.status == 0 && h.request_id == rid &&
+              h.result_len == len && std::equal(payload.begin(), payload.end(), r.begin() + 24);
+    }
+    if (!right && wrong++ < 5)
+      std::fprintf(stderr, "mixed echoes: request %u of %u payload bytes answered wrong\n", rid,
+                   len);
+    ++received;
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  s.id += uint32_t(count);
+  s.expected.requests += count;
+  s.expected.ok += count;
+  expect(wrong == 0, std::to_string(wrong) + " of " + std::to_string(count) +
+                         " mixed-size echoes wrong (status, request_id, length or payload)");
+  std::printf("mixed: %llu echoes of 8..%u B, %u in flight, none lost, %llu wrong: %.2f GB/s of "
+              "payload each way\n",
+              (unsigned long long)count, max_payload, window, (unsigned long long)wrong,
+              double(bytes) / seconds / 1e9);
+}
+
 // Echo `count` distinct payloads, all sent before anything is received; returns the frames.
 std::vector<std::pair<uint32_t, Bytes>> send_batch(Session &s, uint32_t count, const char *what) {
   std::vector<std::pair<uint32_t, Bytes>> batch;
@@ -567,6 +650,8 @@ int main(int argc, char **argv) {
   measure_throughput(s);
   if (options.many > 0)
     check_batched_echoes(s, options.many);
+  if (options.mixed > 0)
+    check_mixed_echoes(s, options.mixed);
 
   check_shutdown_drains(s);
   check_relaunch(s);

@@ -9,14 +9,23 @@
 #include <cstdint>
 #include <vector>
 
+// Frames travel as cells unless bulk_min says otherwise (the bridge's default sends every frame
+// over 32 bytes in bulk: loopback_ring.h).
 struct MemoryRing {
   std::vector<uint64_t> request_ring, response_ring;
+  std::vector<unsigned char> request_bulk, response_bulk;
   cudaq_rt_bridge b;
 
-  MemoryRing(uint32_t slots, uint32_t slot_size, uint32_t layout = CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS) {
+  MemoryRing(uint32_t slots, uint32_t slot_size, uint32_t layout = CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS,
+             uint32_t bulk_min = 0) {
     b.num_slots = slots;
     b.slot_size = slot_size;
     b.layout = layout;
+    b.bulk_min = bulk_min;
+    request_bulk.assign(size_t(slots) * slot_size, 0);
+    response_bulk.assign(size_t(slots) * slot_size, 0);
+    b.request_bulk = request_bulk.data();
+    b.response_bulk = response_bulk.data();
     b.tail_cells = cudaq_rt_loopback_tail_cells(slot_size);
     const size_t heads = CUDAQ_RT_LOOPBACK_HEADS_BYTES(slots) / 8;
     const size_t halves = heads + size_t(slots) * b.tail_cells * 2;

@@ -38,6 +38,8 @@ Bytes request(uint32_t payload_len, uint32_t seed, uint32_t claimed = UINT32_MAX
 // `lap` in both halves, then the frame's cells, each only when both halves carry `lap` (the device
 // reloads the others; here that is "not ready yet"). The staging frame keeps what earlier frames
 // left past this one's end, as device memory does. Returns the frame's length.
+// A bulk frame (the control cell's second half says so) comes from the slot's bulk area instead,
+// rounded up to 16 bytes as the device copies it.
 std::optional<uint32_t> device_unpack(TestBridge &t, uint32_t slot, uint32_t lap, Bytes &staging) {
   const uint64_t *control = t.request_half(slot, 0);
   if (!cudaq_rt_loopback_stamped(stamp_of(control[0]), stamp_of(control[1]), lap))
@@ -46,7 +48,15 @@ std::optional<uint32_t> device_unpack(TestBridge &t, uint32_t slot, uint32_t lap
   const uint32_t cells = cudaq_rt_loopback_frame_cells(len);
   Bytes frame = staging;
   uint32_t arg_len = 0xFFFFFFFFu;
-  for (uint32_t c = 1; c < cells; ++c) {
+  const bool bulk = data_of(control[1]) == CUDAQ_RT_LOOPBACK_KIND_BULK;
+  if (bulk) {
+    const uint32_t bytes = (len + 15) / 16 * 16;
+    std::memcpy(frame.data(),
+                t.b.request_bulk + cudaq_rt_loopback_bulk_offset(slot, t.b.slot_size), bytes);
+    if (len >= 12)
+      std::memcpy(&arg_len, frame.data() + 8, 4);
+  }
+  for (uint32_t c = 1; !bulk && c < cells; ++c) {
     const uint64_t *h = t.request_half(slot, c);
     if (!cudaq_rt_loopback_stamped(stamp_of(h[0]), stamp_of(h[1]), lap))
       return std::nullopt;
@@ -65,9 +75,17 @@ std::optional<uint32_t> device_unpack(TestBridge &t, uint32_t slot, uint32_t lap
   return len;
 }
 
-// What tx_publish() stores: the frame's cells, then its control cell, each half stamped.
+// What tx_publish() stores: the frame's cells, then its control cell, each half stamped; or, for a
+// frame of at least bulk_min bytes, its bytes in the slot's bulk area, then the control cell.
 void device_publish(TestBridge &t, uint32_t slot, uint32_t lap, const Bytes &response) {
   const uint32_t len = uint32_t(response.size());
+  if (cudaq_rt_loopback_is_bulk(len, t.b.bulk_min)) {
+    std::memcpy(t.b.response_bulk + cudaq_rt_loopback_bulk_offset(slot, t.b.slot_size),
+                response.data(), len);
+    store_half(t.response_half(slot, 0) + 1, lap, CUDAQ_RT_LOOPBACK_KIND_BULK);
+    store_half(t.response_half(slot, 0), lap, len);
+    return;
+  }
   Bytes padded(response);
   padded.resize((len + 7) / 8 * 8, 0);
   for (uint32_t c = 1; c < cudaq_rt_loopback_frame_cells(len); ++c) {
@@ -103,14 +121,17 @@ Bytes receive(TestBridge &t, uint64_t max_polls = 16) {
 } // namespace
 
 TEST_CASE("every frame length from 24 to slot_size goes through the ring and back") {
+  // As cells only (bulk=0), in bulk beyond the head cells (the default), from 200 bytes on.
+  for (uint32_t bulk_min : {0u, CUDAQ_RT_LOOPBACK_DEFAULT_BULK_MIN, 200u})
   for (uint32_t layout : {CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS, CUDAQ_RT_LOOPBACK_LAYOUT_LANES})
     for (uint32_t slot_size : {32u, 48u, 528u, 1024u, 2064u}) {
+      CAPTURE(bulk_min);
       CAPTURE(layout);
       CAPTURE(slot_size);
       // Slots are reused and laps go up: 3 slots, or the one group of the lanes layout.
       const uint32_t slots =
           layout == CUDAQ_RT_LOOPBACK_LAYOUT_LANES ? CUDAQ_RT_LOOPBACK_LANES : 3u;
-      TestBridge t(slots, slot_size, layout);
+      TestBridge t(slots, slot_size, layout, bulk_min);
       Position dev;
       std::vector<Bytes> staging(slots, Bytes(slot_size, 0xEE));
       for (uint32_t len = CUDAQ_RT_HEADER_SIZE; len <= slot_size; ++len) {
@@ -134,6 +155,86 @@ TEST_CASE("every frame length from 24 to slot_size goes through the ring and bac
         dev.next(t.b.num_slots);
       }
     }
+}
+
+TEST_CASE("a bulk frame: plain bytes, then a control cell that says so, accepted only whole") {
+  TestBridge t(2, 1024, CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS, CUDAQ_RT_LOOPBACK_DEFAULT_BULK_MIN);
+  Bytes staging(1024, 0xEE);
+  const Bytes frame = request(500, 3);
+  REQUIRE(send_request(&t.b, frame.data(), frame.size()) == CUDAQ_RT_BRIDGE_OK);
+  // The bytes are in slot 0's bulk area, the head cells untouched, the control cell says bulk.
+  CHECK(Bytes(t.request_bulk.begin(), t.request_bulk.begin() + frame.size()) == frame);
+  for (uint32_t c = 1; c < CUDAQ_RT_LOOPBACK_HEAD_CELLS; ++c)
+    CHECK(t.request_half(0, c)[0] == 0u);
+  CHECK(data_of(t.request_half(0, 0)[0]) == frame.size());
+  CHECK(data_of(t.request_half(0, 0)[1]) == CUDAQ_RT_LOOPBACK_KIND_BULK);
+
+  SUBCASE("a control cell whose second half has not landed is not accepted") {
+    uint64_t *second = t.request_half(0, 0) + 1;
+    const uint64_t whole = *second;
+    store_half(second, 0, CUDAQ_RT_LOOPBACK_KIND_BULK); // the lap before: zeroed memory
+    CHECK_FALSE(device_unpack(t, 0, 1, staging));
+    *second = whole;
+  }
+  REQUIRE(device_unpack(t, 0, 1, staging) == frame.size());
+  CHECK(Bytes(staging.begin(), staging.begin() + frame.size()) == frame);
+
+  SUBCASE("the host waits for both halves of a bulk response's control cell") {
+    const Bytes response = request(700, 4);
+    std::memcpy(t.response_bulk.data(), response.data(), response.size());
+    store_half(t.response_half(0, 0), 1, uint32_t(response.size())); // the first half only
+    Bytes buffer(1024);
+    size_t size = 0;
+    CHECK(receive_response(&t.b, buffer.data(), buffer.size(), &size) == CUDAQ_RT_BRIDGE_AGAIN);
+    store_half(t.response_half(0, 0) + 1, 1, CUDAQ_RT_LOOPBACK_KIND_BULK);
+    CHECK(receive(t) == response);
+  }
+  SUBCASE("a bulk response of any size up to the slot") {
+    for (uint32_t len : {33u, 48u, 1000u, 1024u}) {
+      CAPTURE(len);
+      Bytes response = request(len - CUDAQ_RT_HEADER_SIZE, len);
+      device_publish(t, uint32_t(t.b.received % 2), cudaq_rt_loopback_lap(t.b.received, 2),
+                     response);
+      CHECK(receive(t) == response);
+      const Bytes next = request(len - CUDAQ_RT_HEADER_SIZE, len + 1);
+      REQUIRE(send_request(&t.b, next.data(), next.size()) == CUDAQ_RT_BRIDGE_OK);
+    }
+  }
+}
+
+TEST_CASE("cells and bulk frames share a slot: each lap's bytes are its own") {
+  // One slot, so that every frame reuses it; lengths that switch between the two ways and back,
+  // longer and shorter, so that stale bytes of either kind are there to be mistaken.
+  TestBridge t(1, 2064, CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS, 64);
+  Bytes staging(2064, 0xEE);
+  uint32_t lap = 1;
+  for (uint32_t len : {2064u, 24u, 63u, 64u, 2000u, 32u, 65u, 40u, 2064u, 24u}) {
+    CAPTURE(len);
+    const Bytes frame = request(len - CUDAQ_RT_HEADER_SIZE, len);
+    REQUIRE(send_request(&t.b, frame.data(), frame.size()) == CUDAQ_RT_BRIDGE_OK);
+    CHECK(data_of(t.request_half(0, 0)[1]) ==
+          (len >= 64 ? CUDAQ_RT_LOOPBACK_KIND_BULK : CUDAQ_RT_LOOPBACK_KIND_CELLS));
+    REQUIRE(device_unpack(t, 0, lap, staging) == len);
+    CHECK(Bytes(staging.begin(), staging.begin() + len) == frame);
+    Bytes response = frame;
+    response[5] ^= 0x5A;
+    device_publish(t, 0, lap, response);
+    CHECK(receive(t) == response);
+    lap = cudaq_rt_loopback_next_lap(lap);
+  }
+}
+
+TEST_CASE("a bulk frame shorter than its header claims is staged as truncated") {
+  TestBridge t(1, 256, CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS, 33);
+  Bytes staging(256, 0xEE);
+  const Bytes short_one = request(40, 12, 100); // 64 bytes, claims 100 payload bytes
+  REQUIRE(write_request(&t.b, short_one.data(), short_one.size()) == CUDAQ_RT_BRIDGE_OK);
+  REQUIRE(data_of(t.request_half(0, 0)[1]) == CUDAQ_RT_LOOPBACK_KIND_BULK);
+  REQUIRE(device_unpack(t, 0, 1, staging));
+  cudaq_rt_request_header h;
+  std::memcpy(&h, staging.data(), sizeof h);
+  CHECK(h.magic == CUDAQ_RT_TRUNCATED_MAGIC);
+  CHECK(h.request_id == 12u);
 }
 
 TEST_CASE("the cell layout is a bijection, and each batch of loads is on distinct lines") {

@@ -82,8 +82,12 @@ private:
       if (!wait_stamped(b.request_heads, b.request_tails, slot, 0, lap, c0, c1))
         return;
       const uint32_t len = data_of(c0);
+      const bool bulk_in = data_of(c1) == CUDAQ_RT_LOOPBACK_KIND_BULK;
       Bytes in(size_t(cudaq_rt_loopback_frame_cells(len) - 1) * 8);
-      for (uint32_t c = 1; c < cudaq_rt_loopback_frame_cells(len); ++c) {
+      if (bulk_in) // a bulk frame's bytes (loopback_ring.h): in the slot's bulk area, plain
+        std::memcpy(in.data(), b.request_bulk + cudaq_rt_loopback_bulk_offset(slot, b.slot_size),
+                    len);
+      for (uint32_t c = 1; !bulk_in && c < cudaq_rt_loopback_frame_cells(len); ++c) {
         uint64_t h0, h1;
         if (!wait_stamped(b.request_heads, b.request_tails, slot, c, lap, h0, h1))
           return;
@@ -101,8 +105,12 @@ private:
       if (echo)
         out.insert(out.end(), in.begin() + 24, in.begin() + 24 + rq.arg_len);
       const uint32_t out_len = uint32_t(out.size());
+      const bool bulk_out = cudaq_rt_loopback_is_bulk(out_len, b.bulk_min);
+      if (bulk_out)
+        std::memcpy(b.response_bulk + cudaq_rt_loopback_bulk_offset(slot, b.slot_size), out.data(),
+                    out_len);
       out.resize((out.size() + 7) / 8 * 8, 0);
-      for (uint32_t c = 1; c < cudaq_rt_loopback_frame_cells(out_len); ++c) {
+      for (uint32_t c = 1; !bulk_out && c < cudaq_rt_loopback_frame_cells(out_len); ++c) {
         uint32_t d[2];
         std::memcpy(d, out.data() + 8 * (c - 1), 8);
         uint64_t *p =
@@ -112,7 +120,8 @@ private:
       }
       uint64_t *control =
           cell_half(b.response_heads, b.response_tails, b.tail_cells, b.layout, slot, 0);
-      store_half(control + 1, lap, 0);
+      store_half(control + 1, lap,
+                 bulk_out ? CUDAQ_RT_LOOPBACK_KIND_BULK : CUDAQ_RT_LOOPBACK_KIND_CELLS);
       store_half(control, lap, out_len);
       ++served_;
       if (++slot == b.num_slots) {
@@ -183,13 +192,17 @@ TEST_CASE("configuration: defaults, every key, and exact refusals") {
   CHECK(c.slot_size == 256);
   CHECK(!c.spin);
   CHECK(c.layout == CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS);
+  CHECK(c.bulk_min == CUDAQ_RT_LOOPBACK_DEFAULT_BULK_MIN);
+  CHECK(udp::parse_config("bulk=0", c).empty());
+  CHECK(c.bulk_min == 0);
+  CHECK(udp::parse_config("bulk=x", c) == "option 'bulk' needs a number, got 'x'");
   CHECK(udp::parse_config("layout=lanes", c).empty());
   CHECK(c.layout == CUDAQ_RT_LOOPBACK_LAYOUT_LANES);
   CHECK(udp::parse_config("layout=diagonal", c) ==
         "option 'layout' is slots or lanes, got 'diagonal'");
   CHECK(udp::parse_config("bogus=1", c) ==
         "unknown option 'bogus' (known: bind=ADDR, port=N, slots=N, slot_size=BYTES, "
-        "wait=spin|block, layout=slots|lanes)");
+        "wait=spin|block, layout=slots|lanes, bulk=BYTES)");
   CHECK(udp::parse_config("port=65536", c) == "port=65536 is out of range 0..65535");
   CHECK(udp::parse_config("port=x", c) == "option 'port' needs a number, got 'x'");
   CHECK(udp::parse_config("wait=sometimes", c) ==
@@ -260,7 +273,13 @@ TEST_CASE("every malformed datagram kind is classified, and answered with its st
 }
 
 TEST_CASE("many clients at once, same request_ids: each gets exactly its own answers") {
-  Ring ring(8, 128); // fewer slots than requests in flight: slots are reused, the RX thread waits
+  // Fewer slots than requests in flight: slots are reused, the RX thread waits. Frames as cells,
+  // and frames over 32 bytes in bulk (the bridge's default).
+  uint32_t bulk_min = 0;
+  SUBCASE("as cells") {}
+  SUBCASE("in bulk") { bulk_min = CUDAQ_RT_LOOPBACK_DEFAULT_BULK_MIN; }
+  CAPTURE(bulk_min);
+  Ring ring(8, 128, CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS, bulk_min);
   DeviceModel device(ring);
   udp::Config config;
   config.spin = false;
@@ -411,7 +430,7 @@ TEST_CASE("the plugin refuses an unknown option and a port in use before touchin
   CHECK(bogus.error().str() ==
         "'" + std::string(CUDAQ_RT_TEST_UDP_BRIDGE) +
             "': bridge 'udp': unknown option 'bogus' (known: bind=ADDR, port=N, slots=N, "
-            "slot_size=BYTES, wait=spin|block, layout=slots|lanes)");
+            "slot_size=BYTES, wait=spin|block, layout=slots|lanes, bulk=BYTES)");
   // A port some other socket holds.
   udp::Config config;
   udp::Socket taken;

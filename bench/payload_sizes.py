@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""The request path at every payload size, on a GPU: the example's echo through cudaq-rt-run's
+--bench (the runtime's load path), per payload size, next to the transport floor and the copy
+engine's round trip measured in the same run.
+
+    payload_sizes.py BUILD_OR_BUNDLE [--floor FLOOR_BIN] [--copy COPY_RTT_BIN] [--quick]
+
+BUILD_OR_BUNDLE is a build tree or a bundle from scripts/gpu-bundle.sh. FLOOR_BIN is
+../shared/probe/floor.cu built (its line A: one 16-byte word each way), COPY_RTT_BIN
+bench/probe/copy_rtt.cu built. Rows, each a cudaq-rt-run process of its own:
+  unified, bulk   the unified kernel, the ring's default (frames over 32 bytes in bulk)
+  unified, cells  the same with bulk=0 (every frame as stamped cells: the ring before bulk frames)
+  warp, bulk      the warp dispatcher (layout=lanes, 256 slots)
+then throughput at 32 in flight (1 KB and 16 KB) and the warp dispatcher's 8-byte echo at 256 in
+flight. The goal column is issue 27's: the floor's p50 plus the payload's time each way at the
+copy probe's rate for that size, times two. It prints; it asserts nothing."""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+SIZES = [8, 64, 256, 1024, 4096, 16384]
+SLOT_SIZE = 16448  # 16 KB of payload + the header, rounded to 16
+
+
+def requests_for(size, quick):
+    n = 20000 if size <= 1024 else 10000 if size <= 4096 else 5000
+    return max(1000, n // 5) if quick else n
+
+
+def run_bench(build, package, size, args, bridge_arg, requests, inflight, tmp):
+    payload = os.path.join(tmp, f"payload_{size}")
+    with open(payload, "wb") as f:
+        f.write(bytes((i * 131 + 7) & 0xFF for i in range(size)))
+    cmd = [os.path.join(build, "bin", "cudaq-rt-run"), package, "--call", "echo", "--arg",
+           "@" + payload, "--bench", str(requests), "--inflight", str(inflight), "--json",
+           "--bridge-arg", bridge_arg] + args
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        return None, (p.stderr or p.stdout).strip().splitlines()[-1:]
+    doc = json.loads(p.stdout)
+    return doc, None
+
+
+def floor_p50(floor_bin):
+    if not floor_bin:
+        return None, None
+    out = subprocess.run([floor_bin, "100000"], capture_output=True, text=True, timeout=120).stdout
+    for line in out.splitlines():
+        if line.startswith("A"):
+            m50, m99 = re.search(r"p50=([\d.]+)", line), re.search(r"p99=([\d.]+)", line)
+            print("floor.cu " + line.strip())
+            return float(m50.group(1)), float(m99.group(1))
+    return None, None
+
+
+def copy_rates(copy_bin):
+    rates = {}
+    if not copy_bin:
+        return rates
+    out = subprocess.run([copy_bin, "5000"] + [str(s) for s in SIZES], capture_output=True,
+                         text=True, timeout=300).stdout
+    for line in out.splitlines():
+        print("copy_rtt " + line.strip())
+        m = re.match(r"copy (\d+) p50 ([\d.]+) us p99 ([\d.]+) us rate ([\d.]+) GB/s", line)
+        if m:
+            rates[int(m.group(1))] = (float(m.group(2)), float(m.group(4)))
+    return rates
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("build")
+    ap.add_argument("--floor")
+    ap.add_argument("--copy")
+    ap.add_argument("--package", help="a linked example package (default: link one here)")
+    ap.add_argument("--quick", action="store_true", help="a fifth of the requests")
+    a = ap.parse_args()
+    build = os.path.abspath(a.build)
+    here = os.path.dirname(os.path.abspath(__file__))
+    env_bridges = os.path.join(build, "lib", "cudaq-rt", "bridges")
+    os.environ.setdefault("CUDAQ_RT_BRIDGE_PATH", env_bridges)
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ.setdefault("CUDAQ_RT_CACHE_DIR", os.path.join(tmp, "cache"))
+        package = a.package
+        if not package:
+            subprocess.run(["bash", os.path.join(here, "..", "tests", "gpu", "link_example.sh"),
+                            os.path.join(build, "bin", "cudaq-rt-pack"),
+                            os.path.join(build, "bin", "cudaq-rt-link"),
+                            os.path.join(build, "examples", "cudaq_rt_example_app"),
+                            os.path.join(tmp, "example")], check=True, stdout=subprocess.DEVNULL)
+            package = os.path.join(tmp, "example", "example.cudaqpkg")
+        f50, _ = floor_p50(a.floor)
+        rates = copy_rates(a.copy)
+        rows = [("unified, bulk", [], f"slots=64,slot_size={SLOT_SIZE}"),
+                ("unified, cells", [], f"slots=64,slot_size={SLOT_SIZE},bulk=0"),
+                ("warp, bulk", ["--dispatcher", "warp"], f"slots=256,slot_size={SLOT_SIZE}")]
+        print(f"\n1 in flight, p50 / p99 us (slot_size={SLOT_SIZE}; goal: 2 x (floor p50 + "
+              "the payload each way at the copy rate))")
+        header = "| payload | " + " | ".join(r[0] for r in rows) + " | goal |"
+        print(header)
+        print("|" + " --- |" * (len(rows) + 2))
+        for size in SIZES:
+            cells = []
+            for _, args, bridge_arg in rows:
+                doc, err = run_bench(build, package, size, args, bridge_arg,
+                                     requests_for(size, a.quick), 1, tmp)
+                if doc is None:
+                    cells.append(f"failed: {err}")
+                    continue
+                lat = doc["latency_us"]
+                wrong = f", {doc['wrong']} wrong" if doc["wrong"] else ""
+                cells.append(f"{lat['p50']:.2f} / {lat['p99']:.2f}{wrong}")
+            goal = "-"
+            if f50 is not None and size in rates:
+                goal = f"{2 * (f50 + 2 * size / (rates[size][1] * 1e3)):.2f}"
+            print(f"| {size} B | " + " | ".join(cells) + f" | {goal} |")
+            sys.stdout.flush()
+        print("\nthroughput")
+        for label, args, bridge_arg, size, inflight in [
+                ("unified, bulk", [], f"slots=64,slot_size={SLOT_SIZE}", 1024, 32),
+                ("unified, bulk", [], f"slots=64,slot_size={SLOT_SIZE}", 16384, 32),
+                ("unified, cells", [], f"slots=64,slot_size={SLOT_SIZE},bulk=0", 1024, 32),
+                ("unified, cells", [], f"slots=64,slot_size={SLOT_SIZE},bulk=0", 16384, 32),
+                ("warp, bulk", ["--dispatcher", "warp"], "slots=256", 8, 256),
+                ("warp, bulk", ["--dispatcher", "warp"], f"slots=256,slot_size={SLOT_SIZE}",
+                 1024, 256)]:
+            n = 200000 if size <= 8 else 20000
+            doc, err = run_bench(build, package, size, args, bridge_arg,
+                                 n // 5 if a.quick else n, inflight, tmp)
+            if doc is None:
+                print(f"{label}, {size} B, {inflight} in flight: failed: {err}")
+                continue
+            rps = doc["requests_per_s"]
+            print(f"{label}, {size} B, {inflight} in flight: {rps / 1e6:.3f} M requests/s, "
+                  f"{rps * size / 1e9:.3f} GB/s of payload each way, p50 "
+                  f"{doc['latency_us']['p50']:.2f} us, {doc['wrong']} wrong")
+            sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
