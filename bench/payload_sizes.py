@@ -24,6 +24,7 @@ import tempfile
 
 SIZES = [8, 64, 256, 1024, 4096, 16384]
 SLOT_SIZE = 16448  # 16 KB of payload + the header, rounded to 16
+HANDLER = "echo"
 
 
 def requests_for(size, quick):
@@ -35,14 +36,13 @@ def run_bench(build, package, size, args, bridge_arg, requests, inflight, tmp):
     payload = os.path.join(tmp, f"payload_{size}")
     with open(payload, "wb") as f:
         f.write(bytes((i * 131 + 7) & 0xFF for i in range(size)))
-    cmd = [os.path.join(build, "bin", "cudaq-rt-run"), package, "--call", "echo", "--arg",
+    cmd = [os.path.join(build, "bin", "cudaq-rt-run"), package, "--call", HANDLER, "--arg",
            "@" + payload, "--bench", str(requests), "--inflight", str(inflight), "--json",
            "--bridge-arg", bridge_arg] + args
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if p.returncode != 0:
         return None, (p.stderr or p.stdout).strip().splitlines()[-1:]
-    doc = json.loads(p.stdout)
-    return doc, None
+    return json.loads(p.stdout)["bench"], None
 
 
 def floor_p50(floor_bin):
@@ -78,6 +78,12 @@ def main():
     ap.add_argument("--copy")
     ap.add_argument("--package", help="a linked example package (default: link one here)")
     ap.add_argument("--quick", action="store_true", help="a fifth of the requests")
+    ap.add_argument("--before", help="another loopback bridge library (an earlier build) for a "
+                    "row of its own, linked at load")
+    ap.add_argument("--bridge-row", action="append", default=[],
+                    help="a bridge (name or library) for a row of its own: a bench variant")
+    ap.add_argument("--handler", default="echo", help="the handler (default echo; sum_i32 reads "
+                    "the payload and answers 8 bytes)")
     a = ap.parse_args()
     build = os.path.abspath(a.build)
     here = os.path.dirname(os.path.abspath(__file__))
@@ -98,6 +104,14 @@ def main():
         rows = [("unified, bulk", [], f"slots=64,slot_size={SLOT_SIZE}"),
                 ("unified, cells", [], f"slots=64,slot_size={SLOT_SIZE},bulk=0"),
                 ("warp, bulk", ["--dispatcher", "warp"], f"slots=256,slot_size={SLOT_SIZE}")]
+        if a.before:
+            rows.append(("unified, --before", ["--bridge", os.path.abspath(a.before)],
+                         f"slots=64,slot_size={SLOT_SIZE}"))
+        for bridge in a.bridge_row:
+            rows.append((f"unified, {os.path.basename(bridge)}", ["--bridge", bridge],
+                         f"slots=64,slot_size={SLOT_SIZE}"))
+        global HANDLER
+        HANDLER = a.handler
         print(f"\n1 in flight, p50 / p99 us (slot_size={SLOT_SIZE}; goal: 2 x (floor p50 + "
               "the payload each way at the copy rate))")
         header = "| payload | " + " | ".join(r[0] for r in rows) + " | goal |"

@@ -365,7 +365,7 @@ __device__ __forceinline__ uint32_t unpack(Session *s, uint32_t L, uint32_t slot
                                            uint32_t lap, const uint4 (&probe)[P]) {
   static_assert(P >= 3, "the probe holds the header's arg_len (frame cell 2)");
   static_assert((P - 1) * 8 <= CUDAQ_RT_LOOPBACK_MIN_SLOT_SIZE, "the probe's words fit a frame");
-  if (probe[0].w == CUDAQ_RT_LOOPBACK_KIND_BULK) // the control cell's second half: stamped too
+  if (CUDAQ_RT_LOOPBACK_BULK && probe[0].w == CUDAQ_RT_LOOPBACK_KIND_BULK) // stamped too
     return unpack_bulk(s, slot, frame, probe[0].y);
   const uint32_t len = probe[0].y < s->slot_size ? probe[0].y : s->slot_size;
   const uint32_t cells = frame_cells(len);
@@ -652,7 +652,7 @@ __device__ __forceinline__ void publish_frame(Session *s, uint32_t slot, uint32_
   const uint32_t len = CUDAQ_RT_HEADER_SIZE + (result_len < max_result ? result_len : max_result);
   const uint32_t cells = frame_cells(len);
   volatile uint4 *head = s->response_heads + cudaq_rt_loopback_head_cell(L, slot, 0);
-  if (cudaq_rt_loopback_is_bulk(len, s->bulk_min)) {
+  if (CUDAQ_RT_LOOPBACK_BULK && cudaq_rt_loopback_is_bulk(len, s->bulk_min)) {
     publish_bulk(s, head, slot, lap, response, len);
     return;
   }

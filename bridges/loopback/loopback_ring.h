@@ -136,7 +136,12 @@
 #define CUDAQ_RT_LOOPBACK_KIND_BULK 1u
 /* Frames of at least this many bytes travel in bulk unless the bridge's bulk= option says
  * otherwise: every frame that does not fit the head cells (24 header bytes + 8 payload bytes). */
-#define CUDAQ_RT_LOOPBACK_DEFAULT_BULK_MIN 33u
+/* 0 builds the ring without bulk frames, host and device (a bench variant: what the bulk path's
+ * branches cost small frames). */
+#ifndef CUDAQ_RT_LOOPBACK_BULK
+#define CUDAQ_RT_LOOPBACK_BULK 1
+#endif
+#define CUDAQ_RT_LOOPBACK_DEFAULT_BULK_MIN (CUDAQ_RT_LOOPBACK_BULK ? 33u : 0u)
 
 #define CUDAQ_RT_LOOPBACK_DEFAULT_SLOTS 64u
 #define CUDAQ_RT_LOOPBACK_DEFAULT_SLOT_SIZE 1024u

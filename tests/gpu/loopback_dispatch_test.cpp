@@ -157,10 +157,8 @@ struct TestOptions {
 TestOptions parse_options(int argc, char **argv) {
   TestOptions options;
   options.load.link.bridge = "loopback";
-  options.load.bridge_config = "slots=64,slot_size=1024";
   options.load.policy.allow_link = false;
   std::string layout, slots = "64", slot_size = "1024", bulk;
-  bool shaped = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -177,9 +175,9 @@ TestOptions parse_options(int argc, char **argv) {
     else if (a == "--dispatcher")
       options.load.link.dispatcher = value();
     else if (a == "--slots")
-      slots = value(), shaped = true;
+      slots = value();
     else if (a == "--slot-size")
-      slot_size = value(), shaped = true;
+      slot_size = value();
     else if (a == "--bulk") // the ring's bulk= option (loopback_ring.h): 0 sends every frame as cells
       bulk = value();
     else if (a == "--many")
@@ -193,9 +191,7 @@ TestOptions parse_options(int argc, char **argv) {
   }
   if (options.load.package.empty())
     usage_error("give --package");
-  std::vector<std::string> config;
-  if (shaped)
-    config.push_back("slots=" + slots + ",slot_size=" + slot_size);
+  std::vector<std::string> config = {"slots=" + slots + ",slot_size=" + slot_size};
   if (!bulk.empty())
     config.push_back("bulk=" + bulk);
   if (!layout.empty())
