@@ -303,11 +303,14 @@ __device__ __forceinline__ bool use_bulk_engine(const Session *s, const void *st
          __isShared(staging);
 }
 
+#ifndef CUDAQ_RT_LOOPBACK_BULK_LINES
+#define CUDAQ_RT_LOOPBACK_BULK_LINES 4
+#endif
 // Without the engine: 16-byte loads of the bulk area, kLines at a time, each on a line of its own
 // (loads of one line from one thread do not overlap: loopback_ring.h), so a batch is one round
 // trip and a group of kLines lines takes 8.
 __device__ __forceinline__ void load_lines(uint4 *to, const volatile uint4 *from, uint32_t cells) {
-  constexpr uint32_t kLines = 16, kPerLine = kLine / 16;
+  constexpr uint32_t kLines = CUDAQ_RT_LOOPBACK_BULK_LINES, kPerLine = kLine / 16;
   for (uint32_t group = 0; group < cells; group += kLines * kPerLine)
     for (uint32_t k = 0; k < kPerLine; ++k) {
       uint4 v[kLines];
@@ -328,14 +331,14 @@ __device__ __forceinline__ void load_lines(uint4 *to, const volatile uint4 *from
 
 // Stores are posted: 8 loads of the staged response, then their 8 stores.
 __device__ __forceinline__ void store_cells(volatile uint4 *to, const uint4 *from, uint32_t cells) {
-  for (uint32_t c = 0; c < cells; c += 8) {
-    uint4 v[8];
+  for (uint32_t c = 0; c < cells; c += 4) {
+    uint4 v[4];
 #pragma unroll
-    for (uint32_t b = 0; b < 8; ++b)
+    for (uint32_t b = 0; b < 4; ++b)
       if (c + b < cells)
         v[b] = from[c + b];
 #pragma unroll
-    for (uint32_t b = 0; b < 8; ++b)
+    for (uint32_t b = 0; b < 4; ++b)
       if (c + b < cells)
         store_cell(to + c + b, v[b]);
   }
@@ -344,7 +347,7 @@ __device__ __forceinline__ void store_cells(volatile uint4 *to, const uint4 *fro
 // A bulk request of `claimed` bytes (its control cell's) in `slot`, into the staging frame; what
 // rx_poll returns (READY). Out of line, and called last (a tail call): the small frames' path keeps
 // no call of its own.
-__device__ __noinline__ int stage_bulk(Session *s, uint32_t slot, void *staging) {
+__device__ __forceinline__ int stage_bulk(Session *s, uint32_t slot, void *staging) {
   uint2 *frame = static_cast<uint2 *>(staging);
   const uint32_t claimed = frame[0].y; // unpack left it there
   const uint32_t len = claimed < s->slot_size ? claimed : s->slot_size;
@@ -637,7 +640,7 @@ __device__ __forceinline__ bool push_wanted(const Session *s) {
 // A bulk response of len bytes from the staged `response`: the bytes to the slot's bulk area,
 // written for certain (the engine's wait, or the fence) before the control cell says they are
 // there. Out of line and a tail call, as stage_bulk; `push` as tx_publish's.
-__device__ __noinline__ void publish_bulk(Session *s, uint32_t slot, uint32_t lap,
+__device__ __forceinline__ void publish_bulk(Session *s, uint32_t slot, uint32_t lap,
                                           const void *response, uint32_t len, bool push) {
   const uint32_t bytes = (len + 15u) & ~15u;
   volatile uint4 *control =
