@@ -287,7 +287,8 @@ __device__ __forceinline__ void bulk_copy_in(Session *s, void *to, const void *f
 // The other half: `bytes` from shared memory out to mapped host memory, waited for until written.
 __device__ __forceinline__ void bulk_copy_out(void *to, const void *from, uint32_t bytes) {
 #if CUDAQ_RT_LOOPBACK_HAS_BULK_COPY
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); // the handler's stores, to the engine
+  asm volatile("fence.proxy.async.shared::cta;" ::
+                   : "memory"); // the handler's stores, to the engine
   asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(to),
                "r"(shared_address(from)), "r"(bytes)
                : "memory");
@@ -303,6 +304,8 @@ __device__ __forceinline__ bool use_bulk_engine(const Session *s, const void *st
          __isShared(staging);
 }
 
+// 4 lines a batch: at 16 the inlined bulk path took the unified kernel to 255 registers and
+// spills (bench/payload_sizes.md).
 #ifndef CUDAQ_RT_LOOPBACK_BULK_LINES
 #define CUDAQ_RT_LOOPBACK_BULK_LINES 4
 #endif
@@ -344,9 +347,11 @@ __device__ __forceinline__ void store_cells(volatile uint4 *to, const uint4 *fro
   }
 }
 
-// A bulk request of `claimed` bytes (its control cell's) in `slot`, into the staging frame; what
-// rx_poll returns (READY). Out of line, and called last (a tail call): the small frames' path keeps
-// no call of its own.
+// A bulk request of the bytes its control cell claimed (unpack left them in the staging frame's
+// second word) in `slot`, into the staging frame; what rx_poll returns (READY). Inlined, as
+// publish_bulk: a call anywhere in the dispatch kernel made ptxas give it a 272-byte stack frame
+// and 245 local-memory loads in its loop (+0.3 to 0.45 us for an 8-byte echo on the H200,
+// bench/payload_sizes.md).
 __device__ __forceinline__ int stage_bulk(Session *s, uint32_t slot, void *staging) {
   uint2 *frame = static_cast<uint2 *>(staging);
   const uint32_t claimed = frame[0].y; // unpack left it there
@@ -369,9 +374,8 @@ __device__ __forceinline__ int stage_bulk(Session *s, uint32_t slot, void *stagi
 // cells per round trip; any half the host has not stamped yet (torn, or still being written) is
 // reloaded. A frame shorter than its header claims is staged marked (mark_truncated).
 // A bulk frame (its control cell's second half, stamped too, says so) is only noted here, as
-// frame `pos` of the batch: rx_poll stages it when it hands it out (stage_bulk), so that the probe's
-// functions make no call (a call there made them save and restore registers around every probe:
-// +0.45 us for an 8-byte echo on the H200, bench/payload_sizes.py).
+// frame `pos` of the batch: rx_poll stages it when it hands it out (stage_bulk), outside the
+// probe's code, which is inlined for every probed slot.
 template <uint32_t P>
 __device__ __forceinline__ uint32_t unpack(Session *s, uint32_t L, uint32_t slot, uint2 *frame,
                                            uint32_t lap, const uint4 (&probe)[P], uint32_t pos) {
@@ -453,9 +457,8 @@ __device__ bool fetch_one(Session *s, uint32_t L) {
   const bool shared = s->shared_ok && s->outstanding == 0;
   unsigned char *const request =
       shared ? shared_staging : s->request_frames + (size_t)slot * s->slot_size;
-  unsigned char *const response = shared
-                                       ? shared_staging + (size_t)s->batch_frames * s->slot_size
-                                       : s->response_frames + (size_t)slot * s->slot_size;
+  unsigned char *const response = shared ? shared_staging + (size_t)s->batch_frames * s->slot_size
+                                         : s->response_frames + (size_t)slot * s->slot_size;
   uint2 *frame = reinterpret_cast<uint2 *>(request);
   uint32_t next = slot, next_lap = lap;
   next_slot(next, next_lap, s->num_slots);
@@ -639,15 +642,15 @@ __device__ __forceinline__ bool push_wanted(const Session *s) {
 // short way: four loads, its head cells, done.
 // A bulk response of len bytes from the staged `response`: the bytes to the slot's bulk area,
 // written for certain (the engine's wait, or the fence) before the control cell says they are
-// there. Out of line and a tail call, as stage_bulk; `push` as tx_publish's.
+// there. Inlined, as stage_bulk; `push` as tx_publish's.
 __device__ __forceinline__ void publish_bulk(Session *s, uint32_t slot, uint32_t lap,
-                                          const void *response, uint32_t len, bool push) {
+                                             const void *response, uint32_t len, bool push) {
   const uint32_t bytes = (len + 15u) & ~15u;
   volatile uint4 *control =
-      s->response_heads +
-      cudaq_rt_loopback_head_cell(s->lanes_layout ? CUDAQ_RT_LOOPBACK_LAYOUT_LANES
-                                                  : CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS,
-                                  slot, 0);
+      s->response_heads + cudaq_rt_loopback_head_cell(s->lanes_layout
+                                                          ? CUDAQ_RT_LOOPBACK_LAYOUT_LANES
+                                                          : CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS,
+                                                      slot, 0);
   unsigned char *to = s->response_bulk + cudaq_rt_loopback_bulk_offset(slot, s->slot_size);
   if (use_bulk_engine(s, response))
     bulk_copy_out(to, response, bytes);

@@ -40,9 +40,9 @@ struct cudaq_rt_bridge {
   unsigned char *request_bulk = nullptr; // host view of the bulk areas (loopback_ring.h)
   unsigned char *response_bulk = nullptr;
   uint32_t bulk_min = CUDAQ_RT_LOOPBACK_DEFAULT_BULK_MIN; // frames this long travel in bulk
-  void *request_block = nullptr;  // cudaHostAlloc: the request ring
-  void *response_block = nullptr; // cudaHostAlloc: the response ring
-  void *device_block = nullptr;   // cudaMalloc: device ctx + staging frames
+  void *request_block = nullptr;                          // cudaHostAlloc: the request ring
+  void *response_block = nullptr;                         // cudaHostAlloc: the response ring
+  void *device_block = nullptr;                           // cudaMalloc: device ctx + staging frames
   cudaq_rt_loopback_device_ctx *device_ctx = nullptr;
   // Sequence numbers of the next request to write and the next response to take. They go on
   // across kernel launches: the device ctx keeps the device's side of the same position.
@@ -109,9 +109,16 @@ inline std::string check_ring_shape(uint32_t slots, uint32_t slot_size,
 // the 32 lanes of the warp form load a head cell of their slots as 4 requests in the lanes layout,
 // as 32 in the slots one (loopback_ring.h), so a warp-form kernel gets layout=lanes unless the
 // options name a layout themselves; any other kernel keeps the default.
+// The warp form also gets bulk=0 unless the options say otherwise: its lanes have no bulk copy
+// engine of their own (the unified form's is the block's), and a bulk frame moved by one lane's
+// loads took longer than as cells (1 KB: 45 us against 37 on the H200, bench/payload_sizes.md).
 inline void lay_out_for(const cudaq_rt_bridge_launch &launch, BridgeOptions &options) {
-  if (launch.polling_lanes == CUDAQ_RT_LOOPBACK_LANES && !options.find("layout"))
+  if (launch.polling_lanes != CUDAQ_RT_LOOPBACK_LANES)
+    return;
+  if (!options.find("layout"))
     options.set("layout", "lanes");
+  if (!options.find("bulk"))
+    options.set("bulk", "0");
 }
 
 // A response that has started to arrive completes within microseconds; a half missing for this

@@ -92,6 +92,8 @@
  *   response: tx_publish copies the staged response into the slot's response bulk area (a bulk
  *     store from shared memory, or 16-byte stores), waits for those writes, fences, and then
  *     stores the control cell. The host, having seen it, copies the bytes out.
+ * The warp form has no engine of its own (the mbarrier is the block's), and one lane's loads move
+ * a bulk frame slower than cells, so a ring made for it defaults to bulk=0 (lay_out_for).
  * The order (bytes, then control) is what makes the plain bytes safe, where cells needed stamps:
  * x86 stores become visible in program order, a GPU load issued after the control cell's came
  * back sees them, and the GPU's fence.sc.sys orders its bulk writes before its control store. */
@@ -223,7 +225,7 @@ static inline CUDAQ_RT_LOOPBACK_HD uint64_t cudaq_rt_loopback_tail_cell(uint32_t
 /* Byte offset, from the ring's bulk area, of `slot`'s plain frame bytes (slot_size is a multiple
  * of 16, so every slot's area is 16-byte aligned, as the bulk copy engine needs). */
 static inline CUDAQ_RT_LOOPBACK_HD uint64_t cudaq_rt_loopback_bulk_offset(uint32_t slot,
-                                                                         uint32_t slot_size) {
+                                                                          uint32_t slot_size) {
   return (uint64_t)slot * slot_size;
 }
 
@@ -365,7 +367,7 @@ typedef struct cudaq_rt_loopback_device_ctx {
    * slot l and lap 1; a ring whose slots are not a multiple of 32 has no warp form. */
   uint32_t warp_resume_slot[32];
   uint32_t warp_resume_lap[32];
-  uint32_t layout; /* CUDAQ_RT_LOOPBACK_LAYOUT_*: where the head cells are */
+  uint32_t layout;     /* CUDAQ_RT_LOOPBACK_LAYOUT_*: where the head cells are */
   uint32_t bulk_min;   /* responses of at least this many bytes go in bulk (0: never) */
   void *request_bulk;  /* mapped host memory: num_slots * slot_size bytes, plain frames */
   void *response_bulk; /* the same for responses */

@@ -118,16 +118,16 @@ TEST_CASE("loopback rejects a bad configuration with a clear message") {
                                "32..1048576");
 }
 
-TEST_CASE("loopback lays its ring out for the warp form, unless the configuration names a layout") {
+TEST_CASE("loopback lays its ring out for the warp form, unless the configuration names it") {
   auto lib = BridgeLibrary::open("loopback");
   REQUIRE(lib);
   auto config = [&](uint32_t polling_lanes, const std::string &given) {
     auto c = lib->instance_config({polling_lanes, 0}, given);
     return c ? *c : "error: " + c.error().str();
   };
-  CHECK(config(CUDAQ_RT_WARP_LANES, "slots=256") == "slots=256,layout=lanes");
-  CHECK(config(CUDAQ_RT_WARP_LANES, "") == "layout=lanes");
-  CHECK(config(CUDAQ_RT_WARP_LANES, "layout=slots") == "layout=slots");
+  CHECK(config(CUDAQ_RT_WARP_LANES, "slots=256") == "slots=256,layout=lanes,bulk=0");
+  CHECK(config(CUDAQ_RT_WARP_LANES, "") == "layout=lanes,bulk=0");
+  CHECK(config(CUDAQ_RT_WARP_LANES, "layout=slots,bulk=64") == "layout=slots,bulk=64");
   CHECK(config(1, "slots=256") == "slots=256");
   CHECK(config(0, "slots=256") == "slots=256");
   CHECK(config(1, "slots=8,slots=16") ==
@@ -145,7 +145,7 @@ TEST_CASE("instance_config's protocol: the size it needs, then the text in a buf
   REQUIRE(ops.struct_size >= offsetof(cudaq_rt_bridge_ops, instance_config) + sizeof(void *));
   REQUIRE(bool(ops.instance_config));
   const cudaq_rt_bridge_launch launch{sizeof launch, CUDAQ_RT_WARP_LANES, 0};
-  const std::string expected = "slots=64,layout=lanes";
+  const std::string expected = "slots=64,layout=lanes,bulk=0";
   size_t needed = 0;
   CHECK(ops.instance_config(&launch, "slots=64", nullptr, 0, &needed) == CUDAQ_RT_BRIDGE_AGAIN);
   CHECK(needed == expected.size() + 1);

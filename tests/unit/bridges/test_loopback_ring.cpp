@@ -51,8 +51,8 @@ std::optional<uint32_t> device_unpack(TestBridge &t, uint32_t slot, uint32_t lap
   const bool bulk = data_of(control[1]) == CUDAQ_RT_LOOPBACK_KIND_BULK;
   if (bulk) {
     const uint32_t bytes = (len + 15) / 16 * 16;
-    std::memcpy(frame.data(),
-                t.b.request_bulk + cudaq_rt_loopback_bulk_offset(slot, t.b.slot_size), bytes);
+    std::memcpy(frame.data(), t.b.request_bulk + cudaq_rt_loopback_bulk_offset(slot, t.b.slot_size),
+                bytes);
     if (len >= 12)
       std::memcpy(&arg_len, frame.data() + 8, 4);
   }
@@ -123,38 +123,39 @@ Bytes receive(TestBridge &t, uint64_t max_polls = 16) {
 TEST_CASE("every frame length from 24 to slot_size goes through the ring and back") {
   // As cells only (bulk=0), in bulk beyond the head cells (the default), from 200 bytes on.
   for (uint32_t bulk_min : {0u, CUDAQ_RT_LOOPBACK_DEFAULT_BULK_MIN, 200u})
-  for (uint32_t layout : {CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS, CUDAQ_RT_LOOPBACK_LAYOUT_LANES})
-    for (uint32_t slot_size : {32u, 48u, 528u, 1024u, 2064u}) {
-      CAPTURE(bulk_min);
-      CAPTURE(layout);
-      CAPTURE(slot_size);
-      // Slots are reused and laps go up: 3 slots, or the one group of the lanes layout.
-      const uint32_t slots =
-          layout == CUDAQ_RT_LOOPBACK_LAYOUT_LANES ? CUDAQ_RT_LOOPBACK_LANES : 3u;
-      TestBridge t(slots, slot_size, layout, bulk_min);
-      Position dev;
-      std::vector<Bytes> staging(slots, Bytes(slot_size, 0xEE));
-      for (uint32_t len = CUDAQ_RT_HEADER_SIZE; len <= slot_size; ++len) {
-        CAPTURE(len);
-        const Bytes frame = request(len - CUDAQ_RT_HEADER_SIZE, len);
-        // Before send(), the device sees nothing in the slot (an old lap, or zeroed memory).
-        CHECK_FALSE(device_unpack(t, dev.slot, dev.lap, staging[dev.slot]));
-        REQUIRE(send_request(&t.b, frame.data(), frame.size()) == CUDAQ_RT_BRIDGE_OK);
-        const auto got = device_unpack(t, dev.slot, dev.lap, staging[dev.slot]);
-        REQUIRE(got);
-        CHECK(*got == len);
-        CHECK(Bytes(staging[dev.slot].begin(), staging[dev.slot].begin() + len) == frame);
-        // The host has nothing before the device publishes, then exactly what was published.
-        Bytes buffer(slot_size);
-        size_t size = 0;
-        CHECK(receive_response(&t.b, buffer.data(), buffer.size(), &size) == CUDAQ_RT_BRIDGE_AGAIN);
-        Bytes response = frame;
-        response[0] ^= 1; // any bytes: the ring does not look inside
-        device_publish(t, dev.slot, dev.lap, response);
-        CHECK(receive(t) == response);
-        dev.next(t.b.num_slots);
+    for (uint32_t layout : {CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS, CUDAQ_RT_LOOPBACK_LAYOUT_LANES})
+      for (uint32_t slot_size : {32u, 48u, 528u, 1024u, 2064u}) {
+        CAPTURE(bulk_min);
+        CAPTURE(layout);
+        CAPTURE(slot_size);
+        // Slots are reused and laps go up: 3 slots, or the one group of the lanes layout.
+        const uint32_t slots =
+            layout == CUDAQ_RT_LOOPBACK_LAYOUT_LANES ? CUDAQ_RT_LOOPBACK_LANES : 3u;
+        TestBridge t(slots, slot_size, layout, bulk_min);
+        Position dev;
+        std::vector<Bytes> staging(slots, Bytes(slot_size, 0xEE));
+        for (uint32_t len = CUDAQ_RT_HEADER_SIZE; len <= slot_size; ++len) {
+          CAPTURE(len);
+          const Bytes frame = request(len - CUDAQ_RT_HEADER_SIZE, len);
+          // Before send(), the device sees nothing in the slot (an old lap, or zeroed memory).
+          CHECK_FALSE(device_unpack(t, dev.slot, dev.lap, staging[dev.slot]));
+          REQUIRE(send_request(&t.b, frame.data(), frame.size()) == CUDAQ_RT_BRIDGE_OK);
+          const auto got = device_unpack(t, dev.slot, dev.lap, staging[dev.slot]);
+          REQUIRE(got);
+          CHECK(*got == len);
+          CHECK(Bytes(staging[dev.slot].begin(), staging[dev.slot].begin() + len) == frame);
+          // The host has nothing before the device publishes, then exactly what was published.
+          Bytes buffer(slot_size);
+          size_t size = 0;
+          CHECK(receive_response(&t.b, buffer.data(), buffer.size(), &size) ==
+                CUDAQ_RT_BRIDGE_AGAIN);
+          Bytes response = frame;
+          response[0] ^= 1; // any bytes: the ring does not look inside
+          device_publish(t, dev.slot, dev.lap, response);
+          CHECK(receive(t) == response);
+          dev.next(t.b.num_slots);
+        }
       }
-    }
 }
 
 TEST_CASE("a bulk frame: plain bytes, then a control cell that says so, accepted only whole") {
@@ -329,17 +330,17 @@ TEST_CASE("a ring's shape: slots, slot size, and the lanes layout's groups of 32
   CHECK_FALSE(parse_layout("Lanes", layout));
 }
 
-TEST_CASE("the ring is laid out in lanes for the warp form's 32 lanes, unless a layout is named") {
+TEST_CASE("the warp form's ring: lanes and no bulk frames, unless the options name them") {
   auto laid_out = [](uint32_t polling_lanes, const char *config) {
     cudaq_rt::BridgeOptions options;
     REQUIRE(options.parse(config).empty());
     lay_out_for({sizeof(cudaq_rt_bridge_launch), polling_lanes, 0}, options);
     return options.text();
   };
-  CHECK(laid_out(32, "") == "layout=lanes");
-  CHECK(laid_out(32, "slots=64") == "slots=64,layout=lanes");
-  CHECK(laid_out(32, "layout=slots,slots=64") == "layout=slots,slots=64");
-  CHECK(laid_out(32, "slots=64,layout=lanes") == "slots=64,layout=lanes");
+  CHECK(laid_out(32, "") == "layout=lanes,bulk=0");
+  CHECK(laid_out(32, "slots=64") == "slots=64,layout=lanes,bulk=0");
+  CHECK(laid_out(32, "layout=slots,slots=64") == "layout=slots,slots=64,bulk=0");
+  CHECK(laid_out(32, "slots=64,layout=lanes,bulk=100") == "slots=64,layout=lanes,bulk=100");
   CHECK(laid_out(1, "slots=64") == "slots=64"); // the unified kernel: one thread
   CHECK(laid_out(0, "slots=64") == "slots=64"); // a custom kernel: nothing known
 }

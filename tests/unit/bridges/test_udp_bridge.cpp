@@ -210,7 +210,7 @@ TEST_CASE("configuration: defaults, every key, and exact refusals") {
   CHECK(udp::parse_config("bind=", c) == "option 'bind' needs an address");
 }
 
-TEST_CASE("each instance's configuration: port=N becomes N+i, the warp form gets layout=lanes") {
+TEST_CASE("each instance's configuration: port=N becomes N+i, the warp form gets lanes, no bulk") {
   auto config = [](uint32_t polling_lanes, uint32_t instance, const char *given) {
     std::string out = "(unset)";
     const std::string why =
@@ -226,8 +226,8 @@ TEST_CASE("each instance's configuration: port=N becomes N+i, the warp form gets
   CHECK(config(1, 1, "port=65535") ==
         "error: --bridge-arg port=65535: GPU number 2 would need port 65536, beyond 65535");
   CHECK(config(1, 0, "port=65535") == "port=65535");
-  CHECK(config(32, 1, "port=5000,slots=64") == "port=5001,slots=64,layout=lanes");
-  CHECK(config(32, 0, "layout=slots") == "layout=slots");
+  CHECK(config(32, 1, "port=5000,slots=64") == "port=5001,slots=64,layout=lanes,bulk=0");
+  CHECK(config(32, 0, "layout=slots") == "layout=slots,bulk=0");
   CHECK(config(0, 0, "") == ""); // a custom kernel: the default layout
   CHECK(config(32, 1, "port=5000,port=5001") == "error: option 'port' is given twice");
 }
@@ -277,7 +277,9 @@ TEST_CASE("many clients at once, same request_ids: each gets exactly its own ans
   // and frames over 32 bytes in bulk (the bridge's default).
   uint32_t bulk_min = 0;
   SUBCASE("as cells") {}
-  SUBCASE("in bulk") { bulk_min = CUDAQ_RT_LOOPBACK_DEFAULT_BULK_MIN; }
+  SUBCASE("in bulk") {
+    bulk_min = CUDAQ_RT_LOOPBACK_DEFAULT_BULK_MIN;
+  }
   CAPTURE(bulk_min);
   Ring ring(8, 128, CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS, bulk_min);
   DeviceModel device(ring);
@@ -455,7 +457,7 @@ TEST_CASE("the plugin configures each instance for its kernel and GPU, through t
   REQUIRE_MESSAGE(lib, lib.error().str());
   auto warp = lib->instance_config({CUDAQ_RT_WARP_LANES, 1}, "port=5000,slots=64");
   REQUIRE_MESSAGE(warp, warp.error().str());
-  CHECK(*warp == "port=5001,slots=64,layout=lanes");
+  CHECK(*warp == "port=5001,slots=64,layout=lanes,bulk=0");
   auto unified = lib->instance_config({1, 0}, "port=5000");
   REQUIRE(unified);
   CHECK(*unified == "port=5000");
