@@ -178,7 +178,7 @@ TestOptions parse_options(int argc, char **argv) {
       slots = value();
     else if (a == "--slot-size")
       slot_size = value();
-    else if (a == "--bulk") // the ring's bulk= option (loopback_ring.h): 0 sends every frame as cells
+    else if (a == "--bulk") // the ring's bulk= option (loopback_ring.h): 0, every frame as cells
       bulk = value();
     else if (a == "--many")
       options.many = std::stoull(value());
