@@ -407,3 +407,22 @@ TEST_CASE("push_links needs a remote cache; LinkReport::ok is every arch without
   r.archs[1].error = make_error("x", "failed");
   CHECK_FALSE(r.ok());
 }
+
+TEST_CASE("the example handlers fit a block of 1024 threads: they link with block_dispatch") {
+  // block_dispatch (examples/dispatch) is __launch_bounds__(1024): 64 registers a thread, and
+  // every handler it may call must fit them. An echo that kept 4 or more 16-byte loads in flight
+  // took 69 to 165 and failed this link ("regcount of ..."); the GPU tests were the first to say.
+  const fs::path block =
+      fixture().pack_of("block", {{example_app, Role::application, ""},
+                                  {CUDAQ_RT_TEST_BLOCK_DISPATCH, Role::dispatcher, ""}});
+  const Package p = open_package(block);
+  LinkSettings s;
+  s.dispatcher = "block_dispatch";
+  const LinkPlan plan = plan_of(p, s);
+  LinkCache cache = fixture().cache("block");
+  for (const char *sm : {"sm_80", "sm_90"}) {
+    CAPTURE(sm);
+    const ArchLink a = link_arch(plan, arch(sm), cache);
+    CHECK_MESSAGE(a.record, error_of(a));
+  }
+}
