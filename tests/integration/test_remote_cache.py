@@ -276,6 +276,51 @@ class RemoteCacheTest(unittest.TestCase):
                 self.assertEqual(entry_cubin(read(self.server.entry("cache/corrupt", key80)), key80),
                                  entry_cubin(good, key80))
 
+    def test_a_body_larger_than_an_entry_can_be_is_refused_at_its_headers(self):
+        # A hostile server: nginx serving a 2 GiB (sparse) file under the entry's URL, declared in
+        # Content-Length. The client buffered it up to the local cache's limit (598 MB of RSS by
+        # default, 2.17 GB with CUDAQ_RT_CACHE_MAXSIZE=0) and overran max-time (issue 28); it now
+        # refuses it at the headers: a miss, the link goes on, no memory spent on it.
+        url = self.server.url("cache/huge")
+        first = self.link(self.machine(), url)
+        key = first.doc["archs"][0]["cache_key"]
+        entry = self.server.entry("cache/huge", key)
+
+        def measured(env_extra):
+            probe = ("import json, resource, subprocess, sys, time\n"
+                     "t = time.perf_counter()\n"
+                     "r = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+                     "print(json.dumps({'rc': r.returncode, 'out': r.stdout, 'err': r.stderr,\n"
+                     "  'wall': time.perf_counter() - t,\n"
+                     "  'rss_kb': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))\n")
+            env = dict(os.environ, CUDAQ_RT_CACHE_DIR=self.machine(), no_proxy="127.0.0.1")
+            env.pop("CUDAQ_RT_REMOTE_CACHE", None)
+            env.update(env_extra)
+            cmd = [sys.executable, "-c", probe, LINK, self.pkg, "--json", "-a", "sm_80",
+                   "--no-store", "--remote-cache", url + "#max-time=3s"]
+            r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+            return json.loads(r.stdout)
+
+        for extra in ({}, {"CUDAQ_RT_CACHE_MAXSIZE": "0"}):
+            with self.subTest(env=extra):
+                with open(entry, "r+b") as f:  # the link's PUT replaced it with the real entry
+                    f.truncate(2 << 30)
+                r = measured(extra)
+                self.assertEqual(r["rc"], 0, r["err"])
+                arch = json.loads(r["out"])["archs"][0]
+                self.assertEqual(arch["source"], "link")
+                self.assertRegex(arch["remote_cache"][0],
+                                 r"^remote cache: miss: GET sha256:[0-9a-f]{12}: the body "
+                                 r"\(2147483648 bytes\) is larger than an entry can be "
+                                 r"\(67108864 bytes\)")
+                self.assertEqual([l for l in r["err"].splitlines() if ": warning: " in l], [])
+                # What a link alone takes here, plus far less than the body: it was never read.
+                self.assertLess(r["rss_kb"], 400 * 1024, r)
+                print(f"\nhuge body {extra}: wall {r['wall']:.3f} s, max RSS "
+                      f"{r['rss_kb'] / 1024:.0f} MB, link {arch['cubin']['link_ms']:.0f} ms",
+                      file=sys.stderr)
+                self.assertLess(r["wall"] - arch["cubin"]["link_ms"] / 1e3, 3.0)
+
     def test_server_down(self):
         port = free_port()  # nothing listens there
         r = self.link(self.machine(), f"http://127.0.0.1:{port}/cache", "-a", "sm_90")

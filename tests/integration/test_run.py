@@ -226,6 +226,27 @@ class RunWithoutGpuTest(unittest.TestCase):
     def test_no_driver_calls_stdin(self):
         self.no_driver([self.pkg, "--calls", "-"], stdin="echo hex:01\nparity hex:0703\n")
 
+    def test_the_toolkits_stub_libcuda_is_no_driver(self):
+        # NVIDIA's stubs/libcuda.so (for linking) first on the loader's path: every call answers
+        # CUDA_ERROR_STUB_LIBRARY. It was reported as a driver too old for this build.
+        cuda = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+        stub = next((p for p in (os.path.join(cuda, d, "stubs", "libcuda.so")
+                                 for d in ("lib64", "lib", "targets/x86_64-linux/lib"))
+                     if os.path.exists(p)), None)
+        self.assertIsNotNone(stub, f"no stubs/libcuda.so under {cuda}")
+        lib = os.path.join(self.tmp, "stub-driver")
+        os.makedirs(lib, exist_ok=True)
+        link = os.path.join(lib, "libcuda.so.1")
+        if not os.path.lexists(link):
+            os.symlink(stub, link)
+        env = dict(os.environ, LD_LIBRARY_PATH=lib, CUDAQ_RT_CACHE_DIR=os.path.join(self.tmp, "c"))
+        r = subprocess.run([RUN, self.pkg, "--list"], capture_output=True, text=True, env=env,
+                           timeout=60)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(r.stderr, f"cudaq-rt-run: error: no CUDA driver on this machine: '{link}' "
+                                   "is the CUDA Toolkit's stub library (for linking only), not a "
+                                   "driver\n")
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

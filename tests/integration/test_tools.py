@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """What every tool says about itself: --version names the source revision, the CUDA Toolkit it was
 built with and the nvJitLink it loaded; --help ends with the environment variables its man page
-documents and a pointer to that page, and names every built-in dispatcher."""
+documents and a pointer to that page, and names every built-in dispatcher; and output that cannot
+be written is an error."""
 import os
 import re
 import subprocess
 import sys
+import tempfile
 import unittest
 
 TOOLS = {
@@ -67,6 +69,38 @@ class HelpTest(unittest.TestCase):
             line = next(l for l in r.stdout.splitlines() if l.strip().startswith("--dispatcher"))
             self.assertIn("'builtin'", line)
             self.assertIn("'warp'", line)
+
+
+class UnwritableOutputTest(unittest.TestCase):
+    """stdout on /dev/full: each tool says it could not write, in one line, and exits 1."""
+
+    def test_a_failed_write_to_stdout_is_an_error(self):
+        pack, link, run_tool = TOOLS["cudaq-rt-pack"], TOOLS["cudaq-rt-link"], TOOLS["cudaq-rt-run"]
+        with tempfile.TemporaryDirectory() as tmp:
+            env = dict(os.environ, CUDAQ_RT_CACHE_DIR=os.path.join(tmp, "cache"))
+            r = subprocess.run([pack, os.environ["CUDAQ_RT_EXAMPLE_APP"], "--name", "ex", "-o", tmp],
+                               capture_output=True, text=True, timeout=60, env=env)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            pkg = os.path.join(tmp, "ex.cudaqpkg")
+            cases = [[pack, "--help"], [link, "--help"], [run_tool, "--help"],
+                     [link, "--version"], [pack, "--list", pkg, "--json"],
+                     [pack, "--list", pkg], [link, pkg, "--arch", "sm_90", "--dry-run", "--json"],
+                     [link, "--cache-stats", "--json"]]
+            for args in cases:
+                with self.subTest(args=args[1:]):
+                    # The same command with stdout readable first: it writes something.
+                    ok = subprocess.run(args, capture_output=True, text=True, timeout=60, env=env)
+                    self.assertEqual(ok.returncode, 0, ok.stderr)
+                    self.assertTrue(ok.stdout)
+                    with open("/dev/full", "w") as full:
+                        r = subprocess.run(args, stdout=full, stderr=subprocess.PIPE, text=True,
+                                           timeout=60, env=env)
+                    self.assertEqual(r.returncode, 1, r.stderr)
+                    tool = os.path.basename(args[0])
+                    # The reason where the failed write left one (CLI11's --version write does
+                    # not, by the time the tool looks).
+                    self.assertRegex(r.stderr, f"^{tool}: error: cannot write to standard output"
+                                               "(: No space left on device)?\n$")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <iostream>
 #include <optional>
 #include <string>
 #include <unistd.h>
@@ -36,6 +39,24 @@ inline int parse(const char *tool, CLI::App &app, int argc, char **argv) {
     return exit_usage;
   }
   return -1;
+}
+
+// The exit status once what the tool wrote to stdout is flushed: output that could not be written
+// (a full disk, /dev/full) is an error, exit status 1 and one line on stderr, never a silent 0.
+inline int flushed(const char *tool, int status) {
+  errno = 0;
+  std::cout.flush(); // CLI11's --help and --version
+  int why = errno;
+  const bool streams_ok = bool(std::cout);
+  errno = 0;
+  const bool flushed_ok = std::fflush(stdout) == 0;
+  if (!why)
+    why = errno;
+  if (flushed_ok && streams_ok && !std::ferror(stdout))
+    return status;
+  std::fprintf(stderr, "%s: error: cannot write to standard output%s%s\n", tool, why ? ": " : "",
+               why ? std::strerror(why) : "");
+  return status == 0 ? 1 : status;
 }
 
 // A usage error found after parsing, in the form parse() prints CLI11's: exit status 2.

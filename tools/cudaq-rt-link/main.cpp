@@ -9,9 +9,8 @@ using namespace cudaq_rt;
 
 namespace {
 constexpr const char *tool = "cudaq-rt-link";
-} // namespace
-
-int main(int argc, char **argv) {
+// The tool; main() adds the check that its output was written.
+int tool_main(int argc, char **argv) {
   remove_temporaries_on_signals();
   CLI::App app{"Link a package's dispatch kernel, bridge hooks and handlers into one cubin per GPU "
                "arch with nvJitLink, through a content-addressed link cache.",
@@ -103,4 +102,10 @@ int main(int argc, char **argv) {
     return driver::usage(tool, command.error().message);
   StdioToolOutput output(tool);
   return run_link_command(*command, output);
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  return driver::flushed(tool, tool_main(argc, argv));
 }

@@ -66,9 +66,8 @@ std::vector<std::string> describe_inputs(const Manifest &m) {
   return lines;
 }
 
-} // namespace
-
-int main(int argc, char **argv) {
+// The tool; main() adds the check that its output was written.
+int tool_main(int argc, char **argv) {
   remove_temporaries_on_signals();
   CLI::App app{"Extract relocatable device code (__nv_relfatbin) from executables, shared "
                "libraries, objects, static archives and fatbins into a package NAME.cudaqpkg/.",
@@ -154,4 +153,10 @@ int main(int argc, char **argv) {
                    " container(s), ", m.exports.size(), " export(s)\n"));
   }
   return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  return driver::flushed(tool, tool_main(argc, argv));
 }

@@ -104,9 +104,8 @@ void add_options(CLI::App &app, RunArgs &a) {
   serve_opt->excludes(call_opt)->excludes(calls_opt)->excludes(bench_opt)->excludes(list_opt);
 }
 
-} // namespace
-
-int main(int argc, char **argv) {
+// The tool; main() adds the check that its output was written.
+int tool_main(int argc, char **argv) {
   CLI::App app{"Load a package on a GPU and call, benchmark or list its handlers through the "
                "dispatch kernel.",
                tool};
@@ -128,8 +127,13 @@ int main(int argc, char **argv) {
   const RunOutcome outcome = run(*options, output, stop_requested);
   if (outcome.exit_at_once) {
     // A kernel may still run: returning would run exit-time cleanup that waits for it.
-    output.flush();
-    std::_Exit(outcome.status);
+    std::_Exit(driver::flushed(tool, outcome.status));
   }
   return outcome.status;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  return driver::flushed(tool, tool_main(argc, argv));
 }

@@ -115,7 +115,9 @@ const char *cudaq_rt_code_handler(const cudaq_rt_code *code, size_t index);
  * else CUDAQ_RT_E_NOT_FOUND with the names it does export. */
 int cudaq_rt_find_dispatch_kernel(const cudaq_rt_code *code, const char *name);
 
-/* A server over `code`, which must outlive it. Copies the config and its strings. No GPU work. */
+/* A server over `code`, which must outlive it. Copies the config and its strings; a NULL config
+ * is the one cudaq_rt_config_init makes (the loopback bridge, the unified kernel, the cache's
+ * defaults). No GPU work. */
 int cudaq_rt_server_create(cudaq_rt_code *code, const cudaq_rt_config *config,
                            cudaq_rt_server **server);
 /* Replaces the config while the server is not running; the next load uses it (a loaded module
@@ -138,7 +140,9 @@ int cudaq_rt_set_function(cudaq_rt_server *server, uint32_t function_id, cudaq_r
 int cudaq_rt_clear_functions(cudaq_rt_server *server);
 /* Writes `size` bytes into the __device__ global `name` (exported with CUDAQ_RT_EXPORT_GLOBAL;
  * exactly its size): now when loaded, else at the load; kept for later loads. Not while
- * running. */
+ * running. A size over CUDAQ_RT_MAX_GLOBAL_SIZE is CUDAQ_RT_E_ARGUMENT, before anything is
+ * copied. */
+#define CUDAQ_RT_MAX_GLOBAL_SIZE ((size_t)1 << 30)
 int cudaq_rt_set_global(cudaq_rt_server *server, const char *name, const void *data, size_t size);
 
 /* Launches the dispatch kernel, loading first if needed. On an error nothing runs. After

@@ -46,6 +46,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <charconv>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -98,7 +99,28 @@ struct Body {
   std::string *out;
   uint64_t max;
   bool too_large = false;
+  std::optional<uint64_t> declared; // the response's Content-Length
 };
+
+// Notes the Content-Length of the response (the last one, after redirects or a 100 Continue).
+size_t read_header(char *data, size_t size, size_t n, void *user) {
+  auto *b = static_cast<Body *>(user);
+  const std::string_view line(data, size * n);
+  constexpr std::string_view name = "content-length:";
+  if (line.size() > name.size() &&
+      std::equal(name.begin(), name.end(), line.begin(),
+                 [](char a, char c) { return a == std::tolower(static_cast<unsigned char>(c)); })) {
+    uint64_t v = 0;
+    size_t i = name.size();
+    while (i < line.size() && (line[i] == ' ' || line[i] == '\t'))
+      ++i;
+    const char *end = line.data() + line.size();
+    auto [p, ec] = std::from_chars(line.data() + i, end, v);
+    if (ec == std::errc() && p != line.data() + i)
+      b->declared = v;
+  }
+  return size * n;
+}
 
 size_t write_body(char *data, size_t size, size_t n, void *user) {
   auto *b = static_cast<Body *>(user);
@@ -336,14 +358,21 @@ RemoteFetch RemoteCache::fetch(const Digest &key, uint64_t max_bytes) const {
     return f;
   }
   Request req(config_, secret_, config_.entry_url(key));
-  Body body{&f.bytes, max_bytes};
+  const uint64_t bound = std::min(max_bytes, max_entry_bytes);
+  Body body{&f.bytes, bound};
   curl_easy_setopt(req.handle(), CURLOPT_HTTPGET, 1L);
   curl_easy_setopt(req.handle(), CURLOPT_WRITEFUNCTION, write_body);
   curl_easy_setopt(req.handle(), CURLOPT_WRITEDATA, &body);
+  curl_easy_setopt(req.handle(), CURLOPT_HEADERFUNCTION, read_header);
+  curl_easy_setopt(req.handle(), CURLOPT_HEADERDATA, &body);
+  // A Content-Length over the bound fails the request at the headers, before any of the body.
+  curl_easy_setopt(req.handle(), CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(bound));
   CURLcode rc = req.perform();
-  if (body.too_large) {
+  if (body.too_large || rc == CURLE_FILESIZE_EXCEEDED) {
     f.outcome = RemoteFetch::Outcome::miss;
-    f.why = cat("GET ", key.short_str(), ": the body is larger than an entry can be");
+    f.why = cat("GET ", key.short_str(), ": the body",
+                body.declared ? cat(" (", *body.declared, " bytes)") : "",
+                " is larger than an entry can be (", bound, " bytes)");
     f.bytes.clear();
     return f;
   }

@@ -71,7 +71,11 @@ public:
   static Expected<std::shared_ptr<RemoteCache>> open(RemoteConfig config, const Getenv &getenv);
 
   const RemoteConfig &config() const { return config_; }
-  // A GET of the entry for `key`, whose body is at most `max_bytes`.
+  // The largest entry a GET takes from a server, whatever the local cache's limit: a body declared
+  // larger is refused before it is read, and one that grows larger is cut off there (a hostile
+  // server's Content-Length: 2147483648 had the client buffer up to the local limit).
+  static constexpr uint64_t max_entry_bytes = uint64_t{64} << 20;
+  // A GET of the entry for `key`, whose body is at most min(`max_bytes`, max_entry_bytes).
   RemoteFetch fetch(const Digest &key, uint64_t max_bytes) const;
   // A PUT of an entry (not attempted when the cache is read-only: then `refused`).
   RemoteStore store(const Digest &key, std::span<const uint8_t> entry) const;

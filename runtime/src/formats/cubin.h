@@ -7,6 +7,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace cudaq_rt {
 
@@ -19,5 +20,10 @@ struct CubinInfo {
 
 // Reads a cubin's ELF header and symbol table (libObject). Not an NVIDIA CUDA ELF is an error.
 Expected<CubinInfo> read_cubin(std::span<const uint8_t> cubin, const std::string &subject);
+
+// The symbols a relocatable cubin defines with global, non-weak binding (functions and objects):
+// what no two units of one link may both define.
+Expected<std::vector<std::string>> strong_definitions(std::span<const uint8_t> cubin,
+                                                      const std::string &subject);
 
 } // namespace cudaq_rt

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <ctime>
 #include <functional>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -431,9 +432,37 @@ UnitOutcome compile_unit(const LinkPlan &plan, const TargetArch &arch, const Lin
   return o;
 }
 
+// Why the compiled units cannot be linked together: a symbol two of them define (strong, global),
+// named with both units; nothing when none is. nvJitLink 13.0 dies with SIGSEGV on such a link
+// (a link at load would take the host program with it), so it never sees one.
+std::optional<Error> clashing_definitions(const LinkPlan &plan, const ArchLinkJob &j) {
+  std::map<std::string, size_t> owner;
+  for (size_t u = 0; u < plan.units.size(); ++u) {
+    if (!plan.units[u].compile)
+      continue;
+    auto defined = strong_definitions(j.objects[u], cat(plan.subject, ": ", plan.units[u].name));
+    if (!defined)
+      return std::move(defined).take_error();
+    for (std::string &symbol : *defined) {
+      auto [at, first] = owner.emplace(std::move(symbol), u);
+      if (!first)
+        return make_error(plan.subject, j.link.arch, ": the device symbol '", at->first,
+                          "' is defined by two translation units, ", plan.units[at->second].name,
+                          " and ", plan.units[u].name,
+                          " (one program may define it once: make one static, or rename it)");
+    }
+  }
+  return std::nullopt;
+}
+
 // Per-TU mode: the final link of the units' cubins (and the fatbins of units without LTO-IR).
 void link_units(const LinkPlan &plan, const TargetArch &arch, const LinkCache &cache,
                 ArchLinkJob &j, Clock::time_point units_t0) {
+  if ((j.link.error = clashing_definitions(plan, j))) {
+    j.objects.clear();
+    j.done = true;
+    return;
+  }
   std::vector<NvJitLinkInput> inputs;
   for (size_t u = 0; u < plan.units.size(); ++u) {
     const LinkUnit &unit = plan.units[u];

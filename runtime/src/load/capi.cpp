@@ -235,6 +235,11 @@ Expected<std::unique_ptr<cudaq_rt_code>> code_from(const fs::path &package, std:
   auto pkg = Package::open(package);
   if (!pkg)
     return std::move(pkg).take_error();
+  // Every blob the manifest names is read and checked against its digest now, as the header
+  // promises and cudaq-rt-pack --list does: a corrupt package is refused at the open.
+  for (const Digest &d : pkg->referenced_blobs())
+    if (auto blob = pkg->read_blob(d); !blob)
+      return std::move(blob).take_error();
   auto code = std::make_unique<cudaq_rt_code>();
   code->package = package;
   code->label = std::move(label);
@@ -596,6 +601,11 @@ int cudaq_rt_set_global(cudaq_rt_server *s, const char *name, const void *data, 
     if (s->running())
       return fail(CUDAQ_RT_E_STATE, cat(subject_of(*s), ": global ", quote(name),
                                         " cannot be written while the dispatch kernel runs"));
+    if (size > CUDAQ_RT_MAX_GLOBAL_SIZE)
+      return fail(CUDAQ_RT_E_ARGUMENT,
+                  cat(subject_of(*s), ": global ", quote(name), ": a value of ", size,
+                      " bytes is over the limit of ", CUDAQ_RT_MAX_GLOBAL_SIZE,
+                      " (CUDAQ_RT_MAX_GLOBAL_SIZE)"));
     const auto *bytes = static_cast<const uint8_t *>(data);
     GlobalValue v{name, std::vector<uint8_t>(bytes, bytes + size)};
     if (s->server)

@@ -68,11 +68,13 @@ const Expected<DriverApi> &driver_api() {
                             "(CUDA 12.0 or newer is needed)");
     DriverApi a;
     std::string missing;
+    bool stub = false;
     auto resolve = [&](auto &fn, const char *name) {
       void *p = nullptr;
       CUdriverProcAddressQueryResult found{};
-      if (get_proc(name, &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &found) != CUDA_SUCCESS ||
-          found != CU_GET_PROC_ADDRESS_SUCCESS || !p)
+      const CUresult rc = get_proc(name, &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &found);
+      stub = stub || rc == CUDA_ERROR_STUB_LIBRARY;
+      if (rc != CUDA_SUCCESS || found != CU_GET_PROC_ADDRESS_SUCCESS || !p)
         missing += cat(missing.empty() ? "" : ", ", name);
       fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
     };
@@ -103,6 +105,16 @@ const Expected<DriverApi> &driver_api() {
     resolve(a.streamDestroy, "cuStreamDestroy");
     resolve(a.streamQuery, "cuStreamQuery");
     resolve(a.launchKernel, "cuLaunchKernel");
+    if (stub) {
+      // The CUDA Toolkit's stubs/libcuda.so (for linking, not a driver) on the loader's path:
+      // every call answers CUDA_ERROR_STUB_LIBRARY. Not "too old": no driver at all.
+      Dl_info where{};
+      const char *file = ::dladdr(reinterpret_cast<void *>(get_proc), &where) && where.dli_fname
+                             ? where.dli_fname
+                             : "libcuda.so.1";
+      return make_error("", "no CUDA driver on this machine: ", quote(file),
+                        " is the CUDA Toolkit's stub library (for linking only), not a driver");
+    }
     if (!missing.empty()) {
       int version = 0;
       if (a.driverGetVersion)

@@ -426,3 +426,31 @@ TEST_CASE("the example handlers fit a block of 1024 threads: they link with bloc
     CHECK_MESSAGE(a.record, error_of(a));
   }
 }
+
+TEST_CASE("two translation units that define one device symbol: refused before nvJitLink") {
+  // nvJitLink 13.0 died with SIGSEGV on this per-TU link (issue 28): the units' symbol tables
+  // are read first, and the link stops with the symbol and both units named.
+  const fs::path dup =
+      fixture().pack_of("dup", {{CUDAQ_RT_TEST_UNIT_INPUTS "/dup_a.o", Role::application, ""},
+                                {CUDAQ_RT_TEST_UNIT_INPUTS "/dup_b.o", Role::application, ""}});
+  const Package p = open_package(dup);
+  const LinkPlan plan = plan_of(p);
+  std::vector<std::string> units;
+  for (const LinkUnit &u : plan.units)
+    if (u.name.find("dup_") != std::string::npos)
+      units.push_back(u.name);
+  REQUIRE(units.size() == 2);
+  LinkCache cache = fixture().cache("dup");
+  const ArchLink a = link_arch(plan, arch("sm_80"), cache);
+  CHECK_FALSE(a.record);
+  CHECK(error_of(a) == "'" + dup.string() +
+                           "': sm_80: the device symbol 'dup_helper' is defined by two translation "
+                           "units, " +
+                           units[0] + " and " + units[1] +
+                           " (one program may define it once: make one static, or rename it)");
+  // One of them alone links.
+  const fs::path one =
+      fixture().pack_of("dup_one", {{CUDAQ_RT_TEST_UNIT_INPUTS "/dup_a.o", Role::application, ""}});
+  const ArchLink b = link_arch(plan_of(open_package(one)), arch("sm_80"), cache);
+  CHECK_MESSAGE(b.record, error_of(b));
+}

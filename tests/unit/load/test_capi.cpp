@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <thread>
 
@@ -229,6 +230,35 @@ TEST_CASE("opening code: no such package, not a package, its handlers and aliase
                             "('builtin' is the unified kernel, 'warp' the warp-wide one)");
 }
 
+TEST_CASE("cudaq_rt_open_package verifies every blob: one flipped byte is refused at the open") {
+  // The header promised it and cudaq-rt-pack --list did it, but the open read the manifest only
+  // (issue 28): whatever blob a later load took from the package was trusted.
+  ScratchDir s;
+  const fs::path copy = package_fixture::copy_package(fixture().package, s.path, "flipped");
+  fs::path victim;
+  for (const auto &e : fs::directory_iterator(copy / "blobs" / "sha256"))
+    victim = e.path();
+  REQUIRE(!victim.empty());
+  {
+    Code whole(copy); // untouched, it opens
+  }
+  fs::permissions(victim, fs::perms::owner_write, fs::perm_options::add);
+  std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(100);
+  char c = 0;
+  f.read(&c, 1);
+  c = char(c ^ 0x01);
+  f.seekp(100);
+  f.write(&c, 1);
+  f.close();
+  cudaq_rt_code *code = reinterpret_cast<cudaq_rt_code *>(0x1);
+  CHECK(cudaq_rt_open_package(copy.c_str(), &code) == CUDAQ_RT_E_FAILED);
+  CHECK(code == nullptr);
+  CHECK(last_error() == "'" + victim.string() + "': blob does not match its digest sha256:" +
+                            victim.filename().string() +
+                            " (the package is corrupt or was modified)");
+}
+
 TEST_CASE("cudaq_rt_open_self in a program without device code: refused, nothing left behind") {
   // This test program has no __nv_relfatbin: packing it fails, and the private package's
   // temporary directory goes with the failure.
@@ -342,6 +372,13 @@ TEST_CASE("an unloaded server: what needs a module or a running kernel says so")
   CHECK(cudaq_rt_set_global(s, "1table", buffer, 4) == CUDAQ_RT_E_ARGUMENT);
   CHECK(last_error() == who + "global '1table' is not a C identifier");
   CHECK(cudaq_rt_set_global(s, "table", nullptr, 4) == CUDAQ_RT_E_ARGUMENT);
+  // A size no global can have is refused before anything is copied (it was E_FAILED, "internal
+  // error: cannot create std::vector larger than max_size()").
+  CHECK(cudaq_rt_set_global(s, "table", buffer, SIZE_MAX) == CUDAQ_RT_E_ARGUMENT);
+  CHECK(last_error() == who + "global 'table': a value of " + std::to_string(SIZE_MAX) +
+                            " bytes is over the limit of 1073741824 (CUDAQ_RT_MAX_GLOBAL_SIZE)");
+  CHECK(cudaq_rt_set_global(s, "table", buffer, CUDAQ_RT_MAX_GLOBAL_SIZE + 1) ==
+        CUDAQ_RT_E_ARGUMENT);
   // What can be done before a load: kept for it.
   CHECK(cudaq_rt_set_global(s, "cudaq_rt_example_lut", buffer, 4) == CUDAQ_RT_OK);
   CHECK(cudaq_rt_clear_functions(s) == CUDAQ_RT_OK);

@@ -326,6 +326,21 @@ TEST_CASE("globals: NAME=SPEC") {
   CHECK(parse_global("=u8:1", 8).error().str() == "global '=u8:1': '' is not a C identifier");
   CHECK(parse_global("x=i8:300", 8).error().str() ==
         "global 'x=i8:300': 300 is out of range for i8 (-128..127)");
+  // What the user typed is escaped: a newline or a control character keeps the message one line,
+  // and a quote in it cannot end the quoting (issue 28: `--global $'x\nq=hex:00'` printed three).
+  CHECK(parse_global("x\nq=hex:00", 8).error().str() ==
+        "global 'x\\nq=hex:00': 'x\\nq' is not a C identifier");
+  CHECK(parse_global("x=i8:1\x1b[2J", 8).error().str() ==
+        "global 'x=i8:1\\x1b[2J': '1\\x1b[2J' is not an integer (decimal or 0x hex)");
+  CHECK(parse_global("it's", 8).error().str() ==
+        "global 'it\\'s': expected NAME=TYPE:VALUE or NAME=@FILE");
+  std::vector<uint8_t> out;
+  CHECK(append_arg("hex:4\r1", out, 16).error().str() ==
+        "argument 'hex:4\\r1': odd number of hex digits (3)");
+  CHECK(append_arg("bogus\t:1", out, 16)
+            .error()
+            .str()
+            .starts_with("argument 'bogus\\t:1': unknown type 'bogus\\t' (expected"));
 }
 
 TEST_CASE("--calls lines: name, arguments, quotes, --result") {
