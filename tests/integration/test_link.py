@@ -115,6 +115,52 @@ class LinkTest(unittest.TestCase):
     def blob(self, pkg, digest):
         return read(os.path.join(pkg, "blobs", "sha256", digest[len("sha256:"):]))
 
+    def required_paths(self, schema, node, instance, path=()):
+        """Every key the schema marks required that `instance` holds, as a path of keys and list
+        indexes (the first element of each array), resolving #/$defs references."""
+        while isinstance(node, dict) and "$ref" in node:
+            node = schema["$defs"][node["$ref"].split("/")[-1]]
+        if not isinstance(node, dict):
+            return
+        if isinstance(instance, dict):
+            for key in node.get("required", []):
+                if key in instance:
+                    yield path + (key,)
+            for key, sub in node.get("properties", {}).items():
+                if key in instance:
+                    yield from self.required_paths(schema, sub, instance[key], path + (key,))
+        elif isinstance(instance, list) and instance and "items" in node:
+            yield from self.required_paths(schema, node["items"], instance[0], path + (0,))
+
+    def test_a_manifest_without_any_required_key_is_refused(self):
+        # Each key the schema requires, removed alone from a linked package's manifest: the
+        # package no longer opens (cudaq-rt-pack --list, which reads it as every tool does). A key
+        # the code took as optional (containers[].role, in a mutation run) passed no test before.
+        schema = json.loads(read(SCHEMA_PATH))
+        paths = list(self.required_paths(schema, schema, self.linked_manifest))
+        for must in (("containers", 0, "role"), ("links", 0, "cubin"), ("format_version",),
+                     ("exports", 0, "name")):
+            self.assertIn(must, paths)
+        for path in paths:
+            with self.subTest(path="/".join(map(str, path))):
+                pkg, _ = self.fresh()
+                shutil.rmtree(pkg)
+                shutil.copytree(self.linked, pkg)
+                m = json.loads(read(os.path.join(pkg, "manifest.json")))
+                at = m
+                for k in path[:-1]:
+                    at = at[k]
+                del at[path[-1]]
+                mpath = os.path.join(pkg, "manifest.json")
+                os.chmod(mpath, 0o644)
+                with open(mpath, "w") as f:
+                    json.dump(m, f)
+                r = run([PACK, "--list", pkg], cache_env(self.path("unused-cache")))
+                self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+                self.assertEqual(r.stdout, "")
+                self.assertEqual(len(r.stderr.splitlines()), 1, r.stderr)
+                self.assertIn("manifest", r.stderr)
+
     def cubin_digests(self, doc):
         return {a["arch"]: a["cubin"]["digest"] for a in doc["archs"]}
 

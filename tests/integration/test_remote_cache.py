@@ -43,6 +43,16 @@ def entry_cubin(data, key):
     return "sha256:" + hashlib.sha256(cubin).hexdigest()
 
 
+def reencoded(data, key):
+    """The entry file `data` (of any key) made over for `key`: the same metadata and cubin, every
+    field and digest consistent, as a writer who knows the format would make it."""
+    m, c = int.from_bytes(data[48:56], "little"), int.from_bytes(data[56:64], "little")
+    metadata, cubin = data[128:128 + m], data[128 + m:128 + m + c]
+    head = (b"CQRTLNK\0" + data[8:16] + bytes.fromhex(key.split(":")[-1]) + data[48:64] +
+            hashlib.sha256(cubin).digest())
+    return head + hashlib.sha256(head + metadata).digest() + metadata + cubin
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -320,6 +330,28 @@ class RemoteCacheTest(unittest.TestCase):
                       f"{r['rss_kb'] / 1024:.0f} MB, link {arch['cubin']['link_ms']:.0f} ms",
                       file=sys.stderr)
                 self.assertLess(r["wall"] - arch["cubin"]["link_ms"] / 1e3, 3.0)
+
+    def test_a_valid_entry_whose_cubin_fails_the_checks_is_a_corrupt_miss(self):
+        # The sm_90 module, in an entry made over for the sm_80 key: it decodes under the right
+        # key, so only the link's checks of the cubin (its arch here) stand between it and the
+        # load. It is a miss, counted corrupt, never copied into the local cache, and replaced.
+        url = self.server.url("cache/wrongarch")
+        first = self.link(self.machine(), url, "-a", "sm_90")
+        key80, key90 = [x["cache_key"] for x in first.doc["archs"]]
+        good80 = read(self.server.entry("cache/wrongarch", key80))
+        forged = reencoded(read(self.server.entry("cache/wrongarch", key90)), key80)
+        self.assertIsNotNone(entry_cubin(forged, key80))  # a whole entry for this key
+        write(self.server.entry("cache/wrongarch", key80), forged)
+        b = self.machine()
+        r = self.link(b, url)
+        arch = r.doc["archs"][0]
+        self.assertEqual(arch["source"], "link")
+        self.assertRegex(arch["remote_cache"][0],
+                         r"^remote cache: miss: GET sha256:[0-9a-f]{12}: \d+ bytes that hold a "
+                         r"cubin that fails the link's checks: ")
+        self.assertEqual(entry_cubin(read(self.local_entry(b, key80)), key80),
+                         entry_cubin(good80, key80))
+        self.assertEqual(self.stats(b, url)["corrupt"], 1)
 
     def test_server_down(self):
         port = free_port()  # nothing listens there

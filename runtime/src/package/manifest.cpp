@@ -416,6 +416,10 @@ Expected<Manifest> Manifest::parse(const std::string &text, const std::string &s
     if (version != manifest_format_version)
       throw Bad{cat("format_version ", version, " is not supported (this cudaq-rt reads ",
                     manifest_format_version, ")")};
+    // What the file says it is: the schema requires it, and a manifest of another format that
+    // happened to share the fields must not be read as this one.
+    if (const std::string media = str(j, "media_type", "manifest"); media != manifest_media_type)
+      throw Bad{cat("manifest.media_type: ", quote(media), " is not ", manifest_media_type)};
     m.name = str(j, "name", "manifest");
     if (!valid_package_name(m.name))
       throw Bad{cat("name ", quote(m.name), " is not a valid package name")};

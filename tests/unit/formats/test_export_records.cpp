@@ -186,6 +186,13 @@ TEST_CASE("malformed records get exact messages") {
     std::memset(unterminated.name, 'n', CUDAQ_RT_EXPORT_NAME_CAPACITY);
     unterminated.name_size = 7;
     CHECK(error_of(section({unterminated})) == at0 + " has a malformed name");
+    // A name that fills all 112 bytes, no NUL, and says so: a bound of `> CAPACITY` instead of
+    // `>= CAPACITY` reads the byte past the record's name (the asan preset says so; elsewhere a 0
+    // there would have it accepted).
+    auto full = good;
+    std::memset(full.name, 'n', CUDAQ_RT_EXPORT_NAME_CAPACITY);
+    full.name_size = CUDAQ_RT_EXPORT_NAME_CAPACITY;
+    CHECK(error_of(section({full})) == at0 + " has a malformed name");
     auto short_size = good; // "add_one" is 7 bytes, the record says 3
     short_size.name_size = 3;
     CHECK(error_of(section({short_size})) == at0 + " has a malformed name");

@@ -224,6 +224,17 @@ TEST_CASE("a container that claims more bytes than remain is an error with its o
   append(section, second);
   CHECK(split_error(section) == "'f': section __nv_relfatbin: container 1 at offset 0x58 claims "
                                 "9000 bytes but 512 remain");
+  // Claims that fit the bytes left only when the 16-byte header is forgotten: one byte more than
+  // follows the header, and all that follows the container's start.
+  for (uint64_t claim : {513u, 528u}) {
+    CAPTURE(claim);
+    Bytes s2 = container_bytes({EntrySpec{}});
+    Bytes c = second;
+    put<uint64_t>(c, 8, claim);
+    append(s2, c);
+    CHECK(split_error(s2) == "'f': section __nv_relfatbin: container 1 at offset 0x58 claims " +
+                                 std::to_string(claim) + " bytes but 512 remain");
+  }
 }
 
 TEST_CASE("malformed container headers") {

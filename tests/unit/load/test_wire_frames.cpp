@@ -144,3 +144,20 @@ TEST_CASE("status names") {
   CHECK(std::string(wire_status_name(-7)) == "unknown protocol error");
   CHECK(std::string(wire_status_name(INT32_MIN)) == "unknown protocol error");
 }
+
+TEST_CASE("the magics on the wire, byte by byte: 'RQUC' and 'SQUC' (CUQR, CUQS little-endian)") {
+  // CUDA-Q's contract: u32 0x43555152 and 0x43555153, little-endian. A byte-swapped constant
+  // would still round-trip through our own encoder and decoder; only the bytes tell.
+  CHECK(CUDAQ_RT_REQUEST_MAGIC == 0x43555152u);
+  CHECK(CUDAQ_RT_RESPONSE_MAGIC == 0x43555153u);
+  const uint8_t payload[1] = {7};
+  Expected<Bytes> frame = build_request_frame("echo", payload, 1, 2);
+  REQUIRE(frame);
+  CHECK(Bytes(frame->begin(), frame->begin() + 4) == Bytes{0x52, 0x51, 0x55, 0x43});
+  // And a response whose first bytes are 'S','Q','U','C' is one.
+  Bytes response(24, 0);
+  const uint8_t magic[4] = {0x53, 0x51, 0x55, 0x43};
+  std::memcpy(response.data(), magic, 4);
+  auto r = parse_response_frame(response);
+  CHECK_MESSAGE(r, (r ? "" : r.error().str()));
+}

@@ -187,6 +187,11 @@ TEST_CASE("parse errors name the field") {
         "'m.json': manifest.format_version: expected a non-negative integer");
   CHECK(error_after([](json &j) { j["format_version"] = -1; }) ==
         "'m.json': manifest.format_version: expected a non-negative integer");
+  CHECK(error_after([](json &j) { j.erase("media_type"); }) ==
+        "'m.json': manifest: missing \"media_type\"");
+  CHECK(error_after([](json &j) { j["media_type"] = "application/json"; }) ==
+        "'m.json': manifest.media_type: 'application/json' is not "
+        "application/vnd.cudaq-rt.manifest.v1+json");
   CHECK(error_after([](json &j) { j["name"] = "../evil"; }) ==
         "'m.json': name '../evil' is not a valid package name");
   CHECK(error_after([](json &j) { j["name"] = 5; }) ==
