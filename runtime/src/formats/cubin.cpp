@@ -27,16 +27,19 @@ Expected<ObjectPtr> open_cuda_elf(std::span<const uint8_t> cubin, const std::str
   return std::move(*obj);
 }
 
-} // namespace
+// One defined symbol of a cubin's table (undefined ones are skipped).
+struct DefinedSymbol {
+  llvm::StringRef name;
+  uint8_t type;   // STT_*
+  uint32_t flags; // llvm::object::BasicSymbolRef::SF_*
+};
 
-Expected<std::vector<std::string>> strong_definitions(std::span<const uint8_t> cubin,
-                                                      const std::string &subject) {
-  auto obj = open_cuda_elf(cubin, subject);
-  if (!obj)
-    return std::move(obj).take_error();
-  auto *elf = llvm::cast<llvm::object::ELF64LEObjectFile>(obj->get());
-  std::vector<std::string> out;
-  for (const llvm::object::ELFSymbolRef &sym : elf->symbols()) {
+// Calls `each` for every defined symbol of `elf`; a symbol whose name, flags or section cannot be
+// read makes the table malformed.
+template <class F>
+Status for_each_defined_symbol(const llvm::object::ELF64LEObjectFile &elf,
+                               const std::string &subject, F each) {
+  for (const llvm::object::ELFSymbolRef &sym : elf.symbols()) {
     auto name = sym.getName();
     auto flags = sym.getFlags();
     auto section = sym.getSection();
@@ -47,15 +50,34 @@ Expected<std::vector<std::string>> strong_definitions(std::span<const uint8_t> c
         llvm::consumeError(flags.takeError());
       if (!section)
         llvm::consumeError(section.takeError());
-      return make_error(subject, "malformed symbol table");
+      return make_error(subject, "linked output has a malformed symbol table");
     }
-    using llvm::object::BasicSymbolRef;
-    const bool strong = (*flags & BasicSymbolRef::SF_Global) && !(*flags & BasicSymbolRef::SF_Weak);
-    const uint8_t type = sym.getELFType();
-    if (strong && *section != elf->section_end() && !name->empty() &&
-        (type == llvm::ELF::STT_FUNC || type == llvm::ELF::STT_OBJECT))
-      out.push_back(name->str());
+    if (*section != elf.section_end())
+      each(DefinedSymbol{*name, sym.getELFType(), *flags});
   }
+  return Status::ok();
+}
+
+} // namespace
+
+Expected<std::vector<std::string>> strong_definitions(std::span<const uint8_t> cubin,
+                                                      const std::string &subject) {
+  auto obj = open_cuda_elf(cubin, subject);
+  if (!obj)
+    return std::move(obj).take_error();
+  std::vector<std::string> out;
+  using llvm::object::BasicSymbolRef;
+  Status st = for_each_defined_symbol(
+      *llvm::cast<llvm::object::ELF64LEObjectFile>(obj->get()), subject,
+      [&](const DefinedSymbol &s) {
+        const bool strong =
+            (s.flags & BasicSymbolRef::SF_Global) && !(s.flags & BasicSymbolRef::SF_Weak);
+        if (strong && !s.name.empty() &&
+            (s.type == llvm::ELF::STT_FUNC || s.type == llvm::ELF::STT_OBJECT))
+          out.push_back(s.name.str());
+      });
+  if (!st)
+    return st.error();
   return out;
 }
 
@@ -68,26 +90,14 @@ Expected<CubinInfo> read_cubin(std::span<const uint8_t> cubin, const std::string
   CubinInfo info;
   info.arch = (header.e_flags >> 8) & 0xff;
   info.relocatable = header.e_type == llvm::ELF::ET_REL;
-  for (const llvm::object::ELFSymbolRef &sym : elf->symbols()) {
-    auto name = sym.getName();
-    auto type = sym.getType();
-    auto section = sym.getSection();
-    if (!name || !type || !section) {
-      if (!name)
-        llvm::consumeError(name.takeError());
-      if (!type)
-        llvm::consumeError(type.takeError());
-      if (!section)
-        llvm::consumeError(section.takeError());
-      return make_error(subject, "linked output has a malformed symbol table");
-    }
-    if (*section == elf->section_end()) // undefined
-      continue;
-    if (*type == llvm::object::SymbolRef::ST_Function)
-      info.functions.insert(name->str());
-    else if (*type == llvm::object::SymbolRef::ST_Data)
-      info.variables.insert(name->str());
-  }
+  Status st = for_each_defined_symbol(*elf, subject, [&](const DefinedSymbol &s) {
+    if (s.type == llvm::ELF::STT_FUNC)
+      info.functions.insert(s.name.str());
+    else if (s.type == llvm::ELF::STT_OBJECT || s.type == llvm::ELF::STT_COMMON)
+      info.variables.insert(s.name.str());
+  });
+  if (!st)
+    return st.error();
   return info;
 }
 
