@@ -45,11 +45,18 @@ Error explain_failure(const std::string &subject, const std::string &arch,
     details +=
         cat("  ", in.name, "  ", in.digest.short_str(), "  (", describe_entries(in.entries), ")\n");
   std::string why;
+  const bool unresolved = f.error_log.find("Unresolved extern") != std::string::npos ||
+                          f.error_log.find("ndefined reference") != std::string::npos;
   // The unit of direct calls names each direct handler's cudaq_rt_handler_call__<name>: code whose
   // export record says version 2 without the macros that define it (a hand-written export) ends
-  // here.
+  // here (ptxas: "Cannot take address of function ..."). The log names those functions for other
+  // reasons too: a register count over the kernel's bounds is said first, as what it is.
   const size_t call = f.error_log.find(CUDAQ_RT_HANDLER_CALL_PREFIX);
-  if (call != std::string::npos) {
+  if (f.error_log.find("with max regcount of") != std::string::npos) {
+    why = "a function the dispatch kernel calls needs more registers than the kernel's launch "
+          "bounds leave a thread (make the function use fewer, or give the kernel fewer "
+          "threads): ";
+  } else if (call != std::string::npos) {
     const size_t start = call + std::strlen(CUDAQ_RT_HANDLER_CALL_PREFIX);
     size_t end = start;
     while (end < f.error_log.size() &&
@@ -60,8 +67,7 @@ Error explain_failure(const std::string &subject, const std::string &arch,
               CUDAQ_RT_HANDLER_CALL_PREFIX,
               "<name> that a whole-program link calls, but its code "
               "does not define it (export it with CUDAQ_RT_EXPORT_HANDLER, or link per TU): ");
-  } else if (f.error_log.find("Unresolved extern") != std::string::npos ||
-             f.error_log.find("ndefined reference") != std::string::npos)
+  } else if (unresolved)
     why = "unresolved symbol: ";
   else if (f.result == 13)
     why = "an input's LTO-IR is for a newer arch: ";

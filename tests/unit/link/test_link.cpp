@@ -454,3 +454,22 @@ TEST_CASE("two translation units that define one device symbol: refused before n
   const ArchLink b = link_arch(plan_of(open_package(one)), arch("sm_80"), cache);
   CHECK_MESSAGE(b.record, error_of(b));
 }
+
+TEST_CASE("a handler over the dispatch kernel's register bounds: the link says so in words") {
+  // nvJitLink's log ("entry function ... with max regcount of 64 calls function ... with regcount
+  // of N") was explained as a missing direct-call function, which it is not.
+  const fs::path heavy =
+      fixture().pack_of("heavy", {{CUDAQ_RT_TEST_UNIT_INPUTS "/heavy.o", Role::application, ""},
+                                  {CUDAQ_RT_TEST_BLOCK_DISPATCH, Role::dispatcher, ""}});
+  LinkSettings s;
+  s.dispatcher = "block_dispatch";
+  const LinkPlan plan = plan_of(open_package(heavy), s);
+  LinkCache cache = fixture().cache("heavy");
+  const ArchLink a = link_arch(plan, arch("sm_90"), cache);
+  REQUIRE_FALSE(a.record);
+  const std::string e = error_of(a);
+  CHECK(e.find("a function the dispatch kernel calls needs more registers than the kernel's "
+               "launch bounds leave a thread") != std::string::npos);
+  CHECK(e.find("with max regcount of 64") != std::string::npos);
+  CHECK(e.find("export record") == std::string::npos);
+}
