@@ -332,7 +332,7 @@ __device__ __forceinline__ void load_lines(uint4 *to, const volatile uint4 *from
     }
 }
 
-// Stores are posted: 8 loads of the staged response, then their 8 stores.
+// Stores are posted: 4 loads of the staged response, then their 4 stores.
 __device__ __forceinline__ void store_cells(volatile uint4 *to, const uint4 *from, uint32_t cells) {
   for (uint32_t c = 0; c < cells; c += 4) {
     uint4 v[4];
@@ -663,11 +663,10 @@ __device__ __forceinline__ void publish_bulk(Session *s, uint32_t slot, uint32_t
     __threadfence_system();
 }
 
-// The response's frame length as publish_frame works it out: header + result_len, at most the
-// slot.
-__device__ __forceinline__ uint32_t response_len(const Session *s, const void *response) {
+// A response's frame length from its header's result_len (header word 2): header + result_len,
+// at most the slot. publish_frame and the hooks' bulk test work it out the same way.
+__device__ __forceinline__ uint32_t response_len(const Session *s, uint32_t result_len) {
   const uint32_t max_result = s->slot_size - CUDAQ_RT_HEADER_SIZE;
-  const uint32_t result_len = static_cast<const uint2 *>(response)[1].x;
   return CUDAQ_RT_HEADER_SIZE + (result_len < max_result ? result_len : max_result);
 }
 
@@ -682,9 +681,7 @@ __device__ __forceinline__ void publish_frame(Session *s, uint32_t slot, uint32_
 #pragma unroll
   for (uint32_t i = 0; i < kHead - 1; ++i)
     first[i] = frame[i];
-  const uint32_t max_result = s->slot_size - CUDAQ_RT_HEADER_SIZE;
-  const uint32_t result_len = first[1].x;
-  const uint32_t len = CUDAQ_RT_HEADER_SIZE + (result_len < max_result ? result_len : max_result);
+  const uint32_t len = response_len(s, first[1].x);
   const uint32_t cells = frame_cells(len);
   volatile uint4 *head = s->response_heads + cudaq_rt_loopback_head_cell(L, slot, 0);
   const uint32_t stride = cudaq_rt_loopback_head_stride(L);
@@ -853,7 +850,7 @@ extern "C" __device__ void cudaq_dev_tx_publish(void *session, void *response) {
   --s->outstanding;
 
   if (CUDAQ_RT_LOOPBACK_BULK) {
-    const uint32_t len = response_len(s, response);
+    const uint32_t len = response_len(s, static_cast<const uint2 *>(response)[1].x);
     if (cudaq_rt_loopback_is_bulk(len, s->bulk_min))
       return publish_bulk(s, slot, lap, response, len, s->pending == 0 && push_wanted(s));
   }
@@ -1004,7 +1001,7 @@ extern "C" __device__ int cudaq_dev_warp_rx_poll(void *session, void **request, 
 extern "C" __device__ void cudaq_dev_warp_tx_publish(void *session, void *response) {
   Session *s = static_cast<Session *>(session);
   if (CUDAQ_RT_LOOPBACK_BULK) {
-    const uint32_t len = response_len(s, response);
+    const uint32_t len = response_len(s, static_cast<const uint2 *>(response)[1].x);
     if (cudaq_rt_loopback_is_bulk(len, s->bulk_min))
       return publish_bulk(s, s->last_slot, s->last_lap, response, len, push_wanted(s));
   }
