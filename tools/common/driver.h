@@ -3,6 +3,7 @@
 // through a ToolOutput (base/tool_output.h).
 #pragma once
 
+#include "base/signing.h"
 #include "cache/link_key.h"
 #include "cudaq_rt/error.h"
 #include "cudaq_rt_revision.h"
@@ -97,6 +98,21 @@ inline CLI::Option *add_lto_option(CLI::App &app, std::string &mode, const std::
                   "link)")
       ->check(CLI::IsMember({"per-tu", "whole"}))
       ->group(group);
+}
+
+// --sign KEY and --trust PUB, declared once for the tools that sign or verify (signing.h).
+inline void add_sign_option(CLI::App &app, TrustRequest &trust, const std::string &what) {
+  app.add_option("--sign", trust.sign_key,
+                 "Sign " + what +
+                     " with this Ed25519 private key, PEM (default $CUDAQ_RT_SIGN_KEY; make one "
+                     "with openssl genpkey -algorithm ed25519)")
+      ->group("Trust");
+}
+inline void add_trust_option(CLI::App &app, TrustRequest &trust, const std::string &what) {
+  app.add_option("--trust", trust.trust,
+                 "Public key file or directory of them (*.pem, *.pub): " + what +
+                     " (repeatable; default $CUDAQ_RT_TRUST, paths separated by ':')")
+      ->group("Trust");
 }
 
 } // namespace cudaq_rt::driver

@@ -18,7 +18,8 @@ int tool_main(int argc, char **argv) {
   driver::add_version_flag(app, tool);
   app.footer("Environment: CUDAQ_RT_CACHE_DIR, CUDAQ_RT_CACHE_DISABLE, CUDAQ_RT_CACHE_MAXSIZE, "
              "CUDAQ_RT_REMOTE_CACHE, CUDAQ_RT_BRIDGE_PATH, CUDAQ_RT_LTO, "
-             "CUDAQ_RT_FORCE_WHOLE_LINK, CUDAQ_RT_NO_SHIPPED_UNITS.\nSee cudaq-rt-link(1).");
+             "CUDAQ_RT_FORCE_WHOLE_LINK, CUDAQ_RT_NO_SHIPPED_UNITS, CUDAQ_RT_SIGN_KEY, "
+             "CUDAQ_RT_TRUST.\nSee cudaq-rt-link(1).");
 
   LinkArgs args;
   bool no_kernels_used = false;
@@ -81,6 +82,12 @@ int tool_main(int argc, char **argv) {
   app.add_option("--cache-push", args.push,
                  "Upload the cubins of PKG's link records to the remote cache")
       ->group("Cache");
+  driver::add_sign_option(app, args.cache.trust,
+                          "the package after linking (alone, without --arch: as it is) and the "
+                          "cache entries this link stores");
+  driver::add_trust_option(app, args.cache.trust,
+                           "link only a package one of these keys signed, and use only cache "
+                           "entries one of them signed");
   auto *prune_opt = app.add_option("--cache-prune", prune_text,
                                    "Evict least recently used entries down to SIZE bytes "
                                    "(K/M/G suffixes; 0 clears the cache)")

@@ -6,10 +6,13 @@
 #include "base/tool_output.h"
 #include "pack/pack.h"
 #include "package/package.h"
+#include "package/signatures.h"
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <optional>
 
 namespace fs = std::filesystem;
 using namespace cudaq_rt;
@@ -17,21 +20,39 @@ using namespace cudaq_rt;
 namespace {
 constexpr const char *tool = "cudaq-rt-pack";
 
-int list(const std::string &path, bool json, ToolOutput &output) {
+int list(const std::string &path, bool json, const std::vector<std::string> &verify,
+         ToolOutput &output) {
   Manifest m;
   std::vector<std::string> warnings;
   std::string what;
   std::error_code ec;
+  std::optional<TrustedKeys> trusted;
+  if (!verify.empty()) {
+    auto keys = TrustedKeys::load({verify.begin(), verify.end()});
+    if (!keys)
+      return output.fail(make_error("", "--verify: ", keys.error().str()));
+    trusted = std::move(*keys);
+  }
+  std::string signed_by;
   if (fs::is_directory(path, ec)) {
     auto pkg = Package::open(path);
     if (!pkg)
       return output.fail(pkg.error());
+    if (trusted) {
+      auto key = verify_package(*pkg, *trusted);
+      if (!key)
+        return output.fail(key.error());
+      signed_by = key->short_str();
+    }
     for (const Digest &d : pkg->referenced_blobs())
       if (auto blob = pkg->read_blob(d); !blob)
         return output.fail(blob.error());
     m = pkg->manifest();
     warnings = code_warnings(m);
     what = "package " + m.name;
+  } else if (trusted) {
+    return output.fail(make_error(path, "--verify checks a package's signatures: this is not a "
+                                        "package directory"));
   } else {
     auto in = inspect({PackInput{path}}, "");
     if (!in)
@@ -43,6 +64,8 @@ int list(const std::string &path, bool json, ToolOutput &output) {
   for (const std::string &w : warnings)
     output.warn(w);
   output.out(json ? m.to_json_text() : format_listing(m, what));
+  if (!signed_by.empty() && !json)
+    output.out(cat("verified: signed by trusted key ", signed_by, "\n"));
   return 0;
 }
 // -v: one line per source, what it contributed.
@@ -73,7 +96,8 @@ int tool_main(int argc, char **argv) {
                "libraries, objects, static archives and fatbins into a package NAME.cudaqpkg/.",
                tool};
   driver::add_version_flag(app, tool);
-  app.footer("See cudaq-rt-pack(1) and, for the package format, cudaq-rt-package(5).");
+  app.footer("Environment: CUDAQ_RT_SIGN_KEY.\nSee cudaq-rt-pack(1) and, for the package format, "
+             "cudaq-rt-package(5).");
 
   PackOptions opts;
   std::vector<std::string> app_inputs;
@@ -110,6 +134,13 @@ int tool_main(int argc, char **argv) {
                        ->group("Inspection");
   app.add_flag("--json", json, "With --list: print the manifest as JSON on stdout")
       ->group("Inspection");
+  std::vector<std::string> verify;
+  app.add_option("--verify", verify,
+                 "With --list: refuse the package unless one of these public keys (files or "
+                 "directories of *.pem, *.pub) signed it")
+      ->group("Inspection");
+  TrustRequest trust;
+  driver::add_sign_option(app, trust, "the package");
 
   if (int rc = driver::parse(tool, app, argc, argv); rc >= 0)
     return rc;
@@ -121,10 +152,14 @@ int tool_main(int argc, char **argv) {
           stderr, "%s: error: --list takes one package or binary and no inputs or aliases\n", tool);
       return driver::exit_usage;
     }
-    return list(list_path, json, output);
+    if (!trust.sign_key.empty()) {
+      std::fprintf(stderr, "%s: error: --sign packs: it does not go with --list\n", tool);
+      return driver::exit_usage;
+    }
+    return list(list_path, json, verify, output);
   }
-  if (json) {
-    std::fprintf(stderr, "%s: error: --json goes with --list\n", tool);
+  if (json || !verify.empty()) {
+    std::fprintf(stderr, "%s: error: %s goes with --list\n", tool, json ? "--json" : "--verify");
     return driver::exit_usage;
   }
   for (const std::string &p : app_inputs)
@@ -138,6 +173,11 @@ int tool_main(int argc, char **argv) {
     return driver::exit_usage;
   }
   opts.output_dir = output_dir;
+  auto signer = resolve_signer(trust.sign_key,
+                               [](const char *var) -> const char * { return std::getenv(var); });
+  if (!signer)
+    return output.fail(signer.error());
+  opts.signer = std::move(*signer);
 
   auto result = pack(opts);
   if (!result)
@@ -150,7 +190,8 @@ int tool_main(int argc, char **argv) {
   if (verbose || driver::stderr_is_terminal()) {
     const Manifest &m = result->inspection.manifest;
     output.err(cat(tool, ": wrote ", escape(result->dir.string()), ": ", m.containers.size(),
-                   " container(s), ", m.exports.size(), " export(s)\n"));
+                   " container(s), ", m.exports.size(), " export(s)",
+                   opts.signer ? ", signed by key " + opts.signer->id().short_str() : "", "\n"));
   }
   return 0;
 }

@@ -90,6 +90,10 @@ void add_options(CLI::App &app, RunArgs &a) {
                  "Remote link cache: URL[#options] of an HTTP server that stores on PUT "
                  "(default $CUDAQ_RT_REMOTE_CACHE)")
       ->group("Loading");
+  driver::add_trust_option(app, a.load.cache.trust,
+                           "load only a package one of these keys signed, and use only cache "
+                           "entries one of them signed");
+  driver::add_sign_option(app, a.load.cache.trust, "the cache entries a link at load stores");
   app.add_option("--stop-timeout", a.load.stop_timeout_s,
                  "Seconds to wait for the kernel to stop (default 5)")
       ->group("Loading");
@@ -113,7 +117,8 @@ int tool_main(int argc, char **argv) {
   app.footer(
       "Environment: CUDAQ_RT_CACHE_DIR, CUDAQ_RT_CACHE_DISABLE, CUDAQ_RT_CACHE_MAXSIZE, "
       "CUDAQ_RT_REMOTE_CACHE, CUDAQ_RT_LTO, CUDAQ_RT_FORCE_WHOLE_LINK, CUDAQ_RT_NO_SHIPPED_UNITS, "
-      "CUDAQ_RT_BRIDGE_PATH, CUDA_VISIBLE_DEVICES.\nSee cudaq-rt-run(1).");
+      "CUDAQ_RT_BRIDGE_PATH, CUDAQ_RT_SIGN_KEY, CUDAQ_RT_TRUST, CUDA_VISIBLE_DEVICES.\nSee "
+      "cudaq-rt-run(1).");
   RunArgs args;
   add_options(app, args);
   if (int rc = driver::parse(tool, app, argc, argv); rc >= 0)

@@ -91,6 +91,12 @@ typedef struct cudaq_rt_config {
   const char *const *link_options;    /* extra nvJitLink options of a link at load */
   size_t num_link_options;
   double stop_timeout_s; /* how long cudaq_rt_stop waits for the kernel (5) */
+  /* Public keys (PEM files, or directories of *.pem and *.pub), ':'-separated. NULL: those of
+   * CUDAQ_RT_TRUST, if set. With any, cudaq_rt_load refuses a package that none of them signed
+   * (CUDAQ_RT_E_REFUSED, the reason in cudaq_rt_last_error) before the GPU is touched, and uses
+   * only link cache entries one of them signed. cudaq_rt_open_self's code is the program's own
+   * and needs no signature. */
+  const char *trust;
 } cudaq_rt_config;
 
 /* Fills *config with the defaults above. */

@@ -11,9 +11,9 @@
 
 namespace cudaq_rt {
 
-std::string Digest::hex() const {
+std::string to_hex(std::span<const uint8_t> bytes) {
   static constexpr char digits[] = "0123456789abcdef";
-  std::string out(64, '0');
+  std::string out(2 * bytes.size(), '0');
   for (size_t i = 0; i < bytes.size(); ++i) {
     out[2 * i] = digits[bytes[i] >> 4];
     out[2 * i + 1] = digits[bytes[i] & 15];
@@ -21,11 +21,9 @@ std::string Digest::hex() const {
   return out;
 }
 
-std::optional<Digest> Digest::parse(std::string_view text) {
-  constexpr std::string_view prefix = "sha256:";
-  if (text.size() != prefix.size() + 64 || text.substr(0, prefix.size()) != prefix)
-    return std::nullopt;
-  text.remove_prefix(prefix.size());
+bool from_hex(std::string_view text, std::span<uint8_t> out) {
+  if (text.size() != 2 * out.size())
+    return false;
   auto nibble = [](char c) -> int {
     if (c >= '0' && c <= '9')
       return c - '0';
@@ -33,13 +31,26 @@ std::optional<Digest> Digest::parse(std::string_view text) {
       return c - 'a' + 10;
     return -1;
   };
-  Digest d;
-  for (size_t i = 0; i < 32; ++i) {
+  for (size_t i = 0; i < out.size(); ++i) {
     int hi = nibble(text[2 * i]), lo = nibble(text[2 * i + 1]);
     if (hi < 0 || lo < 0)
-      return std::nullopt;
-    d.bytes[i] = static_cast<uint8_t>(hi << 4 | lo);
+      return false;
+    out[i] = static_cast<uint8_t>(hi << 4 | lo);
   }
+  return true;
+}
+
+std::string Digest::hex() const {
+  return to_hex(bytes);
+}
+
+std::optional<Digest> Digest::parse(std::string_view text) {
+  constexpr std::string_view prefix = "sha256:";
+  if (!text.starts_with(prefix))
+    return std::nullopt;
+  Digest d;
+  if (!from_hex(text.substr(prefix.size()), d.bytes))
+    return std::nullopt;
   return d;
 }
 

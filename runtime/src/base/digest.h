@@ -46,6 +46,11 @@ private:
   std::unique_ptr<Impl> impl_;
 };
 
+// Bytes as lowercase hex, and back: false unless `text` is exactly 2 * out.size() lowercase hex
+// digits.
+std::string to_hex(std::span<const uint8_t> bytes);
+bool from_hex(std::string_view text, std::span<uint8_t> out);
+
 inline std::span<const uint8_t> as_bytes(std::string_view s) {
   return {reinterpret_cast<const uint8_t *>(s.data()), s.size()};
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "base/digest.h"
+#include "base/signing.h"
 #include "cache/link_key.h"
 
 #include <nlohmann/json.hpp>
@@ -33,16 +34,34 @@ struct LinkMetadata {
   static std::optional<LinkMetadata> from_json(const nlohmann::json &j);
 };
 
+// A signature over an entry: its key's id and an Ed25519 signature over
+// cache_entry_signature_message(entry key, cubin digest). It vouches that the key's holder
+// stored this cubin as the link of this key (which hashes the link's inputs and options).
+struct EntrySignature {
+  KeyId key;
+  Signature signature{};
+};
+
 struct CacheEntry {
   std::vector<uint8_t> cubin;
   LinkMetadata metadata;
   bool remote = false; // fetched from the remote cache (and copied into the local one)
+  Digest cubin_digest;
+  std::vector<EntrySignature> signatures; // as stored, not yet checked against any key
+
+  // Whether a key in `trusted` signed this entry for `key`.
+  bool signed_by(const TrustedKeys &trusted, const Digest &key) const;
 };
 
-// The bytes of an entry file, local or remote (the format is in cache_entry.cpp), and back: a
-// decoded entry has passed every check the format has, against `key`.
+// "cudaq-rt cache entry signature v1" NUL, the entry's key (32 bytes), its cubin's digest (32).
+std::string cache_entry_signature_message(const Digest &key, const Digest &cubin);
+
+// The bytes of an entry file, local or remote (the format is in cache_entry.cpp), signed by
+// `signer` when there is one, and back: a decoded entry has passed every check the format has,
+// against `key`; its signatures are checked by whoever trusts keys (CacheEntry::signed_by).
 std::vector<uint8_t> encode_cache_entry(const Digest &key, std::span<const uint8_t> cubin,
-                                        const LinkMetadata &metadata);
+                                        const LinkMetadata &metadata,
+                                        const SigningKey *signer = nullptr);
 std::optional<CacheEntry> decode_cache_entry(std::string_view file, const Digest &key);
 
 } // namespace cudaq_rt

@@ -1,9 +1,8 @@
 // The link cache's counters and size bound.
 //
 // <dir>/v1/stats holds counters (hits, misses, stores, evictions, corrupt entries, per-TU units'
-// hits and misses, and the remote cache's: hits, misses, corrupt entries, stores, errors, bytes in
-// and out) and the
-// approximate total size of the entries, as fixed-width text lines rewritten in place under
+// hits and misses, entries refused under --trust, and the remote cache's: hits, misses, corrupt
+// and refused entries, stores, errors, bytes in and out) and the approximate total size of the entries, as fixed-width text lines rewritten in place under
 // flock(2), in the manner of ccache's stats files. Fixed width means that a rewrite never leaves a
 // stale tail behind, whatever the numbers. The counters are advisory: a stats file that cannot be
 // read or written never fails a get or a put.
@@ -41,7 +40,7 @@ namespace cudaq_rt {
 namespace {
 
 constexpr int64_t stale_temp_seconds = 3600;
-// Fifteen fixed-width lines; anything past this is not ours to read.
+// Seventeen fixed-width lines; anything past this is not ours to read.
 constexpr size_t max_stats_bytes = 4096;
 
 bool is_hex(std::string_view s) {
@@ -64,7 +63,9 @@ template <class C> auto counter_fields(C &c) {
                     std::pair{"r_bytes_in", &c.remote_bytes_in},
                     std::pair{"r_bytes_out", &c.remote_bytes_out},
                     std::pair{"unit_hits", &c.unit_hits},
-                    std::pair{"unit_misses", &c.unit_misses}};
+                    std::pair{"unit_misses", &c.unit_misses},
+                    std::pair{"untrusted", &c.untrusted},
+                    std::pair{"r_untrusted", &c.remote_untrusted}};
 }
 
 struct ScannedEntry {
@@ -242,12 +243,13 @@ json CacheStats::to_json() const {
   json j = {{"dir", dir.string()}, {"enabled", enabled}, {"max_bytes", max_bytes},
             {"entries", entries},  {"bytes", bytes},     {"hits", hits},
             {"misses", misses},    {"stores", stores},   {"evictions", evictions},
-            {"corrupt", corrupt}};
+            {"corrupt", corrupt},  {"untrusted", untrusted}};
   j["units"] = {{"hits", unit_hits}, {"misses", unit_misses}};
   j["remote"] = {{"url", remote_url.empty() ? json(nullptr) : json(remote_url)},
                  {"hits", remote_hits},
                  {"misses", remote_misses},
                  {"corrupt", remote_corrupt},
+                 {"untrusted", remote_untrusted},
                  {"stores", remote_stores},
                  {"errors", remote_errors},
                  {"bytes_in", remote_bytes_in},
@@ -261,10 +263,12 @@ std::string format_cache_stats(const CacheStats &s) {
       "\nentries          ", s.entries, "\nsize             ", s.bytes, " bytes (max ", s.max_bytes,
       ")", "\nhits             ", s.hits, "\nmisses           ", s.misses, "\nstores           ",
       s.stores, "\nevictions        ", s.evictions, "\ncorrupt entries  ", s.corrupt,
-      "\nunit hits        ", s.unit_hits, "\nunit misses      ", s.unit_misses, "\n");
+      "\nunit hits        ", s.unit_hits, "\nunit misses      ", s.unit_misses,
+      "\nuntrusted        ", s.untrusted, "\n");
   if (!s.remote_url.empty())
     out += cat("remote cache     ", s.remote_url, "\nremote hits      ", s.remote_hits,
-               "\nremote misses    ", s.remote_misses, " (", s.remote_corrupt, " corrupt)",
+               "\nremote misses    ", s.remote_misses, " (", s.remote_corrupt, " corrupt, ",
+               s.remote_untrusted, " untrusted)",
                "\nremote stores    ", s.remote_stores, "\nremote errors    ", s.remote_errors,
                "\nremote bytes     ", s.remote_bytes_in, " in, ", s.remote_bytes_out, " out\n");
   return out;

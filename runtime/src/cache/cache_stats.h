@@ -30,12 +30,15 @@ struct CacheStats {
   // Per-TU mode's units (relocatable cubins), counted apart from the modules above.
   uint64_t unit_hits = 0;
   uint64_t unit_misses = 0;
+  // Entries that were whole but not signed by a trusted key, under --trust: misses, kept.
+  uint64_t untrusted = 0;
 
   // The remote cache (empty url: none), and its counters, kept in the same file.
   std::string remote_url; // with its options, never a secret
   uint64_t remote_hits = 0;
   uint64_t remote_misses = 0;  // corrupt entries included
   uint64_t remote_corrupt = 0; // entries that failed verification
+  uint64_t remote_untrusted = 0; // whole entries no trusted key signed, under --trust
   uint64_t remote_stores = 0;
   uint64_t remote_errors = 0; // failed requests: no answer, timeouts, HTTP errors
   uint64_t remote_bytes_in = 0;
@@ -55,10 +58,10 @@ std::string format_cache_stats(const CacheStats &stats);
 // The counters as the stats file holds them.
 struct CacheCounters {
   uint64_t hits = 0, misses = 0, stores = 0, evictions = 0, corrupt = 0, unit_hits = 0,
-           unit_misses = 0;
+           unit_misses = 0, untrusted = 0;
   std::optional<uint64_t> bytes; // unknown until a scan has counted them
   uint64_t remote_hits = 0, remote_misses = 0, remote_corrupt = 0, remote_stores = 0,
-           remote_errors = 0, remote_bytes_in = 0, remote_bytes_out = 0;
+           remote_errors = 0, remote_bytes_in = 0, remote_bytes_out = 0, remote_untrusted = 0;
 };
 
 // <dir>/v1/stats, locked for as long as this object lives. Created with mode 0666 less the umask,

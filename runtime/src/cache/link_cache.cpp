@@ -64,6 +64,10 @@ void remote_failure(const RemoteCache &remote, const std::string &why, LinkCache
 
 Expected<LinkCache> open_link_cache(const CacheRequest &request,
                                     std::vector<std::string> &warnings) {
+  auto trust =
+      resolve_trust(request.trust, [](const char *var) -> const char * { return std::getenv(var); });
+  if (!trust)
+    return std::move(trust).take_error();
   auto settings = resolve_cache_settings(request, CacheEnvironment::of_process());
   if (!settings)
     return std::move(settings).take_error();
@@ -86,6 +90,8 @@ Expected<LinkCache> open_link_cache(const CacheRequest &request,
   }
   if (cache && remote)
     cache->set_remote(std::move(remote));
+  if (cache)
+    cache->set_trust(std::move(*trust));
   return cache;
 }
 
@@ -144,6 +150,9 @@ std::optional<CacheEntry> LinkCache::get(const LinkKey &key) const {
   if (bytes)
     entry = decode_cache_entry(*bytes, key.digest);
   bool corrupt = bytes && !entry;
+  const bool untrusted = entry && !trusted(*entry, key.digest);
+  if (untrusted)
+    entry.reset();
   if (!file) {
     struct stat st;
     corrupt = ::fstatat(shard, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
@@ -162,6 +171,8 @@ std::optional<CacheEntry> LinkCache::get(const LinkKey &key) const {
     ++(key.object() ? stats.counters.unit_hits : stats.counters.hits);
   } else {
     ++(key.object() ? stats.counters.unit_misses : stats.counters.misses);
+    if (untrusted)
+      ++stats.counters.untrusted;
     if (corrupt) {
       ++stats.counters.corrupt;
       if (stats.counters.bytes && bytes)
@@ -176,7 +187,16 @@ Status LinkCache::put(const LinkKey &key, std::span<const uint8_t> cubin,
                       const LinkMetadata &metadata) const {
   if (!config_.enabled)
     return Status::ok();
-  return put_encoded(key.digest, encode_cache_entry(key.digest, cubin, metadata));
+  return put_encoded(key.digest, encode(key.digest, cubin, metadata));
+}
+
+std::vector<uint8_t> LinkCache::encode(const Digest &key, std::span<const uint8_t> cubin,
+                                       const LinkMetadata &metadata) const {
+  return encode_cache_entry(key, cubin, metadata, trust_.signer.get());
+}
+
+bool LinkCache::trusted(const CacheEntry &entry, const Digest &key) const {
+  return !trust_.trusted || entry.signed_by(*trust_.trusted, key);
 }
 
 Status LinkCache::put_encoded(const Digest &key, std::span<const uint8_t> bytes) const {
@@ -237,6 +257,8 @@ Expected<CacheStats> LinkCache::stats() const {
   s.remote_hits = locked.counters.remote_hits;
   s.remote_misses = locked.counters.remote_misses;
   s.remote_corrupt = locked.counters.remote_corrupt;
+  s.remote_untrusted = locked.counters.remote_untrusted;
+  s.untrusted = locked.counters.untrusted;
   s.remote_stores = locked.counters.remote_stores;
   s.remote_errors = locked.counters.remote_errors;
   s.remote_bytes_in = locked.counters.remote_bytes_in;
@@ -256,7 +278,8 @@ Expected<PruneResult> LinkCache::prune(uint64_t target_bytes) const {
 }
 
 struct LinkCache::RemoteCounts {
-  uint64_t hits = 0, misses = 0, corrupt = 0, stores = 0, errors = 0, bytes_in = 0, bytes_out = 0;
+  uint64_t hits = 0, misses = 0, corrupt = 0, untrusted = 0, stores = 0, errors = 0, bytes_in = 0,
+           bytes_out = 0;
 };
 
 void LinkCache::count_remote(const RemoteCounts &add) const {
@@ -266,6 +289,7 @@ void LinkCache::count_remote(const RemoteCounts &add) const {
   stats.counters.remote_hits += add.hits;
   stats.counters.remote_misses += add.misses;
   stats.counters.remote_corrupt += add.corrupt;
+  stats.counters.remote_untrusted += add.untrusted;
   stats.counters.remote_stores += add.stores;
   stats.counters.remote_errors += add.errors;
   stats.counters.remote_bytes_in += add.bytes_in;
@@ -294,6 +318,15 @@ std::optional<CacheEntry> LinkCache::get_remote(const LinkKey &key, const CubinC
   case RemoteFetch::Outcome::hit: {
     n.bytes_in = f.bytes.size();
     entry = decode_cache_entry(f.bytes, key.digest);
+    if (entry && !trusted(*entry, key.digest)) {
+      // Whole, but nobody this process trusts vouches for it: a server (or whoever can write to
+      // it) must not choose the code. Not copied locally.
+      entry.reset();
+      n.misses = n.untrusted = 1;
+      log.notes.push_back(cat("remote cache: miss: GET ", key.digest.short_str(), ": ",
+                              f.bytes.size(), " bytes of an entry no trusted key signed"));
+      break;
+    }
     std::optional<Error> bad;
     if (entry)
       bad = check(entry->cubin);
@@ -324,7 +357,7 @@ void LinkCache::put_remote(const LinkKey &key, std::span<const uint8_t> cubin,
                            const LinkMetadata &metadata, RemoteLog &log) const {
   if (!remote_ || remote_->config().read_only || remote_->down())
     return;
-  std::vector<uint8_t> bytes = encode_cache_entry(key.digest, cubin, metadata);
+  std::vector<uint8_t> bytes = encode(key.digest, cubin, metadata);
   RemoteStore s = remote_->store(key.digest, bytes);
   RemoteCounts n;
   if (s.ok) {

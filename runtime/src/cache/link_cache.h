@@ -28,9 +28,11 @@
 namespace cudaq_rt {
 
 class LinkCache;
-// Opens the cache a tool asked for, with the process's environment (cache_config.h). A setting
-// that cannot be understood is an error; a cache that has no directory, or whose directory cannot
-// be created, is a warning and no cache: a link works without one.
+// Opens the cache a tool asked for, with the process's environment (cache_config.h), and the
+// trust it asked for (request.trust over CUDAQ_RT_SIGN_KEY and CUDAQ_RT_TRUST, read even when
+// the cache is off: they govern packages too). A setting that cannot be understood, or a key that
+// cannot be loaded, is an error; a cache that has no directory, or whose directory cannot be
+// created, is a warning and no cache: a link works without one.
 Expected<LinkCache> open_link_cache(const CacheRequest &request,
                                     std::vector<std::string> &warnings);
 
@@ -42,6 +44,12 @@ public:
   const CacheConfig &config() const { return config_; }
   std::filesystem::path entry_path(const Digest &key) const;
 
+  // The keys this process signs with and trusts (signing.h). With trusted keys, an entry that no
+  // trusted key signed is a miss wherever it comes from, and is left in place (it is whole: it
+  // may be good for another user); the link that follows replaces it.
+  const TrustPolicy &trust() const { return trust_; }
+  void set_trust(TrustPolicy trust) { trust_ = std::move(trust); }
+
   // A verified entry, or nothing: a missing, unreadable or corrupt entry is a miss, and a corrupt
   // one is removed. A hit makes the entry the most recently used. A unit's entry (key.object())
   // counts as a unit hit or miss.
@@ -50,6 +58,9 @@ public:
   // entries if the cache has grown past its limit.
   Status put(const LinkKey &key, std::span<const uint8_t> cubin,
              const LinkMetadata &metadata) const;
+  // An entry file's bytes, signed with the process's signing key when it has one.
+  std::vector<uint8_t> encode(const Digest &key, std::span<const uint8_t> cubin,
+                              const LinkMetadata &metadata) const;
 
   // The remote tier, or null. get() and put() never touch it: link_arch asks it on a local miss
   // and stores into it after a link, so that a remote entry is checked before it is used.
@@ -89,8 +100,12 @@ private:
   struct RemoteCounts;
   void count_remote(const RemoteCounts &add) const;
 
+  // Whether the trust policy lets this process use the entry (always, without trusted keys).
+  bool trusted(const CacheEntry &entry, const Digest &key) const;
+
   CacheConfig config_;
   std::shared_ptr<const RemoteCache> remote_;
+  TrustPolicy trust_;
 };
 
 } // namespace cudaq_rt

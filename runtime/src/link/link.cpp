@@ -13,6 +13,7 @@
 #include "formats/cubin.h"
 #include "link/nvjitlink.h"
 #include "package/package.h"
+#include "package/signatures.h"
 
 #include <algorithm>
 #include <atomic>
@@ -588,7 +589,7 @@ std::vector<ArchLink> link_archs(const LinkPlan &plan, std::span<const TargetArc
 }
 
 Status store_links(const fs::path &package_path, const LinkPlan &plan,
-                   std::span<const ArchLink> links) {
+                   std::span<const ArchLink> links, const SigningKey *signer) {
   const fs::path package = absolute_normal_path(package_path);
   auto lock = PackageLock::acquire(package);
   if (!lock)
@@ -651,7 +652,12 @@ Status store_links(const fs::path &package_path, const LinkPlan &plan,
     return std::tuple(sm(a), a.arch, a.bridge, a.dispatcher) <
            std::tuple(sm(b), b.arch, b.bridge, b.dispatcher);
   });
-  return writer->commit(next_m, /*replace=*/true);
+  if (auto st = writer->carry_signatures(*current); !st)
+    return st;
+  std::vector<const SigningKey *> signers;
+  if (signer)
+    signers.push_back(signer);
+  return writer->commit(next_m, /*replace=*/true, signers);
 }
 
 Status check_link_options(const LinkOptions &opt) {
@@ -667,8 +673,20 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
   auto pkg = Package::open(opt.package);
   if (!pkg)
     return std::move(pkg).take_error();
-  if (pkg->manifest().recipe)
-    return link_recording(*pkg, opt, cache);
+  // Under --trust, nothing links from a package no trusted key signed.
+  std::optional<KeyId> verified_by;
+  if (const TrustedKeys *trusted = cache.trust().trusted.get()) {
+    auto key = verify_package(*pkg, *trusted);
+    if (!key)
+      return std::move(key).take_error();
+    verified_by = *key;
+  }
+  if (pkg->manifest().recipe) {
+    auto report = link_recording(*pkg, opt, cache);
+    if (report)
+      report->verified_by = verified_by;
+    return report;
+  }
   auto plan = plan_link(*pkg, opt.settings);
   if (!plan)
     return std::move(plan).take_error();
@@ -679,6 +697,7 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
 
   LinkReport report;
   report.package = opt.package;
+  report.verified_by = verified_by;
   report.bridge = plan->bridge;
   report.dispatcher = plan->dispatcher;
   report.mode = plan->mode;
@@ -698,8 +717,11 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
         return std::move(st).take_error();
   if (!report.ok() || !opt.store_in_package)
     return report;
-  if (auto st = store_links(opt.package, *plan, report.archs); !st)
+  const SigningKey *signer = cache.trust().signer.get();
+  if (auto st = store_links(opt.package, *plan, report.archs, signer); !st)
     return std::move(st).take_error();
+  if (signer)
+    report.signed_by = signer->id();
   return report;
 }
 
@@ -734,7 +756,7 @@ Expected<std::vector<PushedLink>> push_links(const fs::path &package_path, const
       md.form = LinkedForm{LtoMode::whole, false, true};
     md.link_time_ms = l.link_ms;
     md.created = static_cast<int64_t>(std::time(nullptr));
-    std::vector<uint8_t> entry = encode_cache_entry(l.cache_key, as_bytes(*cubin), md);
+    std::vector<uint8_t> entry = cache.encode(l.cache_key, as_bytes(*cubin), md);
     p.bytes = entry.size();
     if (auto st = cache.push_remote(l.cache_key, entry); !st)
       p.error = make_error(package_path.string(), l.arch, ": ", st.error().message);

@@ -225,8 +225,10 @@ std::vector<ArchLink> link_archs(const LinkPlan &plan, std::span<const TargetArc
 // Stores the cubins and link records of `links` (all successful) in the package, under the lock
 // every writer of the package takes, into the package as it is then: records other links stored
 // meanwhile stay, and ours replace older ones for the same (arch, bridge, dispatcher).
+// The package's signatures are carried over (they no longer match the new manifest, and say so
+// when verified), and `signer`, when given, signs the new manifest, replacing its own.
 Status store_links(const std::filesystem::path &package, const LinkPlan &plan,
-                   std::span<const ArchLink> links);
+                   std::span<const ArchLink> links, const SigningKey *signer = nullptr);
 
 struct LinkOptions {
   std::filesystem::path package;
@@ -244,6 +246,8 @@ struct LinkReport {
   std::string dispatcher;
   LtoMode mode = LtoMode::whole; // the plan's (an arch may have fallen back: ArchLink::mode)
   std::vector<ArchLink> archs;
+  std::optional<KeyId> verified_by; // under --trust: the trusted key whose signature vouched
+  std::optional<KeyId> signed_by;   // with a signing key: the key that signed the new manifest
   bool ok() const;
 };
 

@@ -2,6 +2,8 @@
 #include "link/link_command.h"
 
 #include "cache/link_cache.h"
+#include "package/package.h"
+#include "package/signatures.h"
 
 #include <nlohmann/json.hpp>
 
@@ -160,6 +162,25 @@ std::string format_report(const LinkCommand &c, const LinkReport &report) {
   return out;
 }
 
+// --sign with no --arch: the package signed as it is, after the --trust check.
+int sign_command(const LinkCache &cache, const LinkCommand &c, ToolOutput &output) {
+  const SigningKey *signer = cache.trust().signer.get();
+  if (const TrustedKeys *trusted = cache.trust().trusted.get()) {
+    auto pkg = Package::open(c.link.package);
+    if (!pkg)
+      return output.fail(pkg.error());
+    if (auto key = verify_package(*pkg, *trusted); !key)
+      return output.fail(key.error());
+  }
+  if (auto st = sign_package(c.link.package, *signer); !st)
+    return output.fail(st.error());
+  if (c.json)
+    output.out_json({{"package", c.link.package.string()}, {"signed_by", signer->id().hex()}});
+  else
+    output.out(cat("signed  key ", signer->id().short_str(), "\n"));
+  return 0;
+}
+
 } // namespace
 
 Expected<LinkCommand> make_link_command(LinkArgs args) {
@@ -183,6 +204,12 @@ Expected<LinkCommand> make_link_command(LinkArgs args) {
     if (c.cache_stats || c.prune)
       return c;
     return make_error("", "no package given");
+  }
+  if (args.archs.empty() && !c.cache.trust.sign_key.empty()) {
+    if (c.link.dry_run || c.cache_stats || c.prune)
+      return make_error("", "--sign without --arch signs the package and does nothing else");
+    c.sign_only = true;
+    return c;
   }
   auto archs = parse_arch_list(args.archs);
   if (!archs)
@@ -208,6 +235,8 @@ int run_link_command(const LinkCommand &c, ToolOutput &output) {
                                        "modification time, so only this installation shares them"));
   if (!c.push.empty())
     return push_command(*cache, c, output);
+  if (c.sign_only)
+    return sign_command(*cache, c, output);
   json doc = json::object();
   if (c.link.package.empty()) {
     int rc = cache_command(*cache, c, doc, output);
@@ -220,6 +249,9 @@ int run_link_command(const LinkCommand &c, ToolOutput &output) {
   if (!report)
     return output.fail(report.error());
   print_diagnostics(c, *report, output);
+  if (report->verified_by && c.link.settings.verbose)
+    output.note(cat(escape(c.link.package.string()), ": signed by trusted key ",
+                    report->verified_by->short_str()));
   if (c.json) {
     doc = {{"package", report->package.string()},
            {"bridge", report->bridge},
@@ -228,6 +260,10 @@ int run_link_command(const LinkCommand &c, ToolOutput &output) {
            {"dry_run", c.link.dry_run},
            {"ok", report->ok()},
            {"archs", json::array()}};
+    if (report->verified_by)
+      doc["verified_by"] = report->verified_by->hex();
+    if (report->signed_by)
+      doc["signed_by"] = report->signed_by->hex();
     for (const ArchLink &a : report->archs)
       doc["archs"].push_back(arch_json(a));
     if (int rc = cache_command(*cache, c, doc, output); rc != 0)
@@ -235,6 +271,8 @@ int run_link_command(const LinkCommand &c, ToolOutput &output) {
     output.out_json(doc);
   } else {
     output.out(format_report(c, *report));
+    if (report->signed_by)
+      output.out(cat("signed  key ", report->signed_by->short_str(), "\n"));
     if (int rc = cache_command(*cache, c, doc, output); rc != 0)
       return rc;
   }

@@ -32,6 +32,7 @@ struct LinkCommand {
   std::optional<uint64_t> prune;
   std::filesystem::path push;
   bool json = false;
+  bool sign_only = false; // --sign and no --arch: sign the package as it is
 };
 
 // The first refusal is the error; its message is the whole usage line ("no package given",

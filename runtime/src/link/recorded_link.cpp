@@ -128,8 +128,11 @@ Expected<LinkReport> link_recording(const Package &pkg, const LinkOptions &opt,
   LinkPlan plan;
   plan.subject = opt.package.string();
   plan.packed = packed_code(pkg.manifest());
-  if (auto st = store_links(opt.package, plan, report.archs); !st)
+  const SigningKey *signer = cache.trust().signer.get();
+  if (auto st = store_links(opt.package, plan, report.archs, signer); !st)
     return std::move(st).take_error();
+  if (signer)
+    report.signed_by = signer->id();
   return report;
 }
 

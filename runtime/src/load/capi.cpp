@@ -92,6 +92,7 @@ std::map<uint64_t, std::pair<const cudaq_rt_server *, std::string>> issued_by;
 struct OwnedConfig {
   int device = 0;
   std::string bridge, bridge_config, dispatcher, cache_dir;
+  std::vector<std::string> trust;
   unsigned blocks = 0, threads = 0;
   bool allow_link = true, use_cache = true;
   std::vector<std::string> link_options;
@@ -119,6 +120,13 @@ Expected<OwnedConfig> own(const cudaq_rt_config &c) {
   o.bridge_config = str(c.bridge_config);
   o.dispatcher = str(c.dispatcher);
   o.cache_dir = str(c.cache_dir);
+  // "PATH[:PATH...]", as CUDAQ_RT_TRUST; an empty string trusts nothing more than NULL does.
+  for (std::string_view list = c.trust ? c.trust : ""; !list.empty();) {
+    size_t colon = std::min(list.find(':'), list.size());
+    if (colon != 0)
+      o.trust.emplace_back(list.substr(0, colon));
+    list.remove_prefix(std::min(colon + 1, list.size()));
+  }
   o.blocks = c.grid_blocks;
   o.threads = c.grid_threads;
   o.allow_link = c.allow_link != 0;
@@ -301,7 +309,11 @@ struct cudaq_rt_server {
     o.link.extra_options = config.link_options;
     o.bridge_config = config.bridge_config;
     o.policy.allow_link = config.allow_link;
-    o.cache = {.dir = config.cache_dir, .remote = "", .disable = !config.use_cache};
+    o.cache = {.dir = config.cache_dir,
+               .remote = "",
+               .disable = !config.use_cache,
+               .trust = {.sign_key = "", .trust = config.trust}};
+    o.own_code = !code->temporary.empty();
     o.globals = globals;
     if (config.blocks)
       o.shape = LaunchShape{config.blocks, config.threads};
@@ -351,6 +363,8 @@ int load(cudaq_rt_server &s) {
                                       ": cudaq_rt_load: the dispatch kernel is running (stop it "
                                       "first)"));
   s.unload();
+  if (auto st = check_package_trust(s.load_options()); !st)
+    return fail(CUDAQ_RT_E_REFUSED, st.error());
   if (s.gpu == &driver_gpu())
     if (auto why = no_gpu_reason())
       return fail(CUDAQ_RT_E_NO_GPU, *why);

@@ -27,6 +27,7 @@
 #include "cudaq_rt/wire.h"
 #include "link/builtin_dispatcher.h"
 #include "package/package.h"
+#include "package/signatures.h"
 
 #include <algorithm>
 #include <atomic>
@@ -56,14 +57,32 @@ struct LoadPlan {
   double open_ms = 0;
 };
 
+// Under --trust, the package must carry a valid signature by a trusted key.
+Status check_trusted(const Package &package, const LinkCache &cache, const LoadOptions &opt) {
+  const TrustedKeys *trusted = cache.trust().trusted.get();
+  if (!trusted || opt.own_code)
+    return Status::ok();
+  if (auto key = verify_package(package, *trusted); !key)
+    return std::move(key).take_error();
+  return Status::ok();
+}
+
 Expected<LoadPlan> prepare(const LoadOptions &opt, Gpu &gpu) {
   // The package and its plan come before the GPU: what is wrong with them (no package, a
   // dispatch kernel or bridge it lacks) is said the same on any machine, without waiting for a
   // context.
+  // Under --trust, a package no trusted key signed is refused here, before anything of it is
+  // used and before the GPU is touched.
   auto t = Clock::now();
+  std::vector<std::string> warnings;
+  auto cache = open_link_cache(opt.cache, warnings);
+  if (!cache)
+    return std::move(cache).take_error();
   auto package = Package::open(opt.package);
   if (!package)
     return std::move(package).take_error();
+  if (auto st = check_trusted(*package, *cache, opt); !st)
+    return std::move(st).take_error();
   auto plan = plan_link(*package, opt.link);
   if (!plan)
     return std::move(plan).take_error();
@@ -73,10 +92,6 @@ Expected<LoadPlan> prepare(const LoadOptions &opt, Gpu &gpu) {
   if (!device)
     return std::move(device).take_error();
   const double context_ms = ms_since(t);
-  std::vector<std::string> warnings;
-  auto cache = open_link_cache(opt.cache, warnings);
-  if (!cache)
-    return std::move(cache).take_error();
   auto arch = parse_arch(device->arch());
   if (!arch)
     return make_error("", "GPU ", device->ordinal, " (", device->name, ") reports sm_", device->sm,
@@ -318,6 +333,19 @@ Status Server::set_global(const std::string &name, std::span<const uint8_t> byte
   if (auto st = gpu_.copy_to_device(g->address, bytes); !st)
     return on_this_gpu(std::move(st).take_error());
   return Status::ok();
+}
+
+Status check_package_trust(const LoadOptions &opt) {
+  std::vector<std::string> warnings;
+  auto cache = open_link_cache(opt.cache, warnings);
+  if (!cache)
+    return std::move(cache).take_error();
+  if (!cache->trust().trusted || opt.own_code)
+    return Status::ok();
+  auto package = Package::open(opt.package);
+  if (!package)
+    return std::move(package).take_error();
+  return check_trusted(*package, *cache, opt);
 }
 
 Expected<LoadPreview> preview_load(const LoadOptions &opt, Gpu &gpu) {

@@ -35,7 +35,10 @@ struct LoadOptions {
   std::string bridge_config;    // the bridge instance's "key=value,..."
   uint32_t bridge_instance = 0; // its place among a service's instances, one per GPU (serve.h)
   CubinPolicy policy;
-  CacheRequest cache;
+  CacheRequest cache; // and the trust: --sign, --trust (its trusted keys vet the package too)
+  // The package is the running process's own device code (cudaq_rt_open_self), vouched for by
+  // the files the process runs: --trust does not ask it for a signature (cache entries still do).
+  bool own_code = false;
   std::vector<GlobalValue> globals; // written before launch; each exactly its global's size
   std::optional<LaunchShape> shape; // default 1 block of 1 thread
   double stop_timeout_s = 5;
@@ -86,6 +89,11 @@ struct LoadPreview {
   bool loadable() const { return source.has_value(); }
 };
 Expected<LoadPreview> preview_load(const LoadOptions &options, Gpu &gpu = driver_gpu());
+
+// What the load path checks first under --trust, alone and without a GPU: the package opened and
+// its signatures checked against the trusted keys (none configured: nothing to check). The C API
+// asks this before it looks for a GPU, so that a refusal is the same on any machine.
+Status check_package_trust(const LoadOptions &options);
 std::string format_preview(const LoadPreview &preview);
 nlohmann::json preview_json(const LoadPreview &preview);
 

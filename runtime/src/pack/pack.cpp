@@ -331,7 +331,10 @@ Expected<PackResult> pack(const PackOptions &options) {
                                    inspection->container_bytes[i]);
         !st)
       return std::move(st).take_error();
-  if (auto st = writer->commit(inspection->manifest, options.force); !st)
+  std::vector<const SigningKey *> signers;
+  if (options.signer)
+    signers.push_back(options.signer.get());
+  if (auto st = writer->commit(inspection->manifest, options.force, signers); !st)
     return std::move(st).take_error();
   made->keep();
   return PackResult{dir, std::move(*inspection)};

@@ -4,11 +4,13 @@
 // and write a package.
 #pragma once
 
+#include "base/signing.h"
 #include "formats/fatbin.h"
 #include "formats/input_file.h"
 #include "package/manifest.h"
 
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -27,6 +29,8 @@ struct PackOptions {
   bool force = false;
   // Wire names for handler exports, each "NAME=HANDLER" (cudaq-rt-pack --alias).
   std::vector<std::string> aliases;
+  // Signs the package's manifest (--sign): the signature is in the package when it appears.
+  std::shared_ptr<const SigningKey> signer;
 };
 
 // What a set of inputs would become, without writing anything: the manifest of the package

@@ -1,9 +1,12 @@
 #include "package/package.h"
 
 #include "formats/fatbin.h"
+#include "package/signatures.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <dirent.h>
 #include <fcntl.h>
 #include <optional>
 #include <sys/file.h>
@@ -35,8 +38,14 @@ int open_directory_at(int at, const char *name) {
   return ::openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 }
 
-// The manifest of the package directory open as `fd`; nullopt if it has none.
-Expected<std::optional<Manifest>> read_manifest(int fd, const fs::path &dir) {
+// A package's signature files are small; a larger one, or more of them, is not a signature.
+constexpr uint64_t max_signature_bytes = 16 << 10;
+constexpr size_t max_signature_files = 256;
+
+// The manifest of the package directory open as `fd`, and the digest of the bytes it was parsed
+// from; nullopt if it has none.
+Expected<std::optional<Manifest>> read_manifest(int fd, const fs::path &dir,
+                                                Digest *digest = nullptr) {
   fs::path path = dir / "manifest.json";
   auto file = RegularFile::open_at(fd, "manifest.json", path, {.max_bytes = max_manifest_bytes});
   if (!file)
@@ -49,6 +58,8 @@ Expected<std::optional<Manifest>> read_manifest(int fd, const fs::path &dir) {
   auto m = Manifest::parse(*text, path.string());
   if (!m)
     return std::move(m).take_error();
+  if (digest)
+    *digest = sha256(*text);
   return std::optional<Manifest>(std::move(*m));
 }
 
@@ -102,7 +113,7 @@ Expected<Package> Package::open(const fs::path &dir) {
     }
     if (!still_at(fd, dir))
       continue;
-    auto m = read_manifest(fd, dir);
+    auto m = read_manifest(fd, dir, &p.manifest_digest_);
     if (!m)
       return std::move(m).take_error();
     if (!*m)
@@ -151,7 +162,8 @@ Expected<Package> Package::open(const fs::path &dir) {
 }
 
 Package::Package(Package &&o) noexcept
-    : dir_(std::move(o.dir_)), manifest_(std::move(o.manifest_)), dir_fd_(o.dir_fd_),
+    : dir_(std::move(o.dir_)), manifest_(std::move(o.manifest_)),
+      manifest_digest_(o.manifest_digest_), dir_fd_(o.dir_fd_),
       blobs_fd_(o.blobs_fd_), container_at_(std::move(o.container_at_)),
       verified_(std::move(o.verified_)) {
   o.dir_fd_ = o.blobs_fd_ = -1;
@@ -219,6 +231,44 @@ Expected<std::string> Package::read_blob(const Digest &d) const {
   }
   verified_.insert(d);
   return bytes;
+}
+
+Expected<std::vector<std::pair<std::string, std::string>>> Package::signature_files() const {
+  const fs::path shown = dir_ / signatures_dir;
+  int fd = open_directory_at(dir_fd_, signatures_dir);
+  if (fd < 0 && errno == ENOENT)
+    return std::vector<std::pair<std::string, std::string>>();
+  DIR *d = fd < 0 ? nullptr : ::fdopendir(fd); // owns fd from here
+  if (!d) {
+    int err = errno;
+    if (fd >= 0)
+      ::close(fd);
+    return make_error(shown.string(), "cannot read: ",
+                      err == ELOOP ? "a symbolic link" : std::strerror(err));
+  }
+  std::unique_ptr<DIR, int (*)(DIR *)> closing(d, ::closedir);
+  std::vector<std::string> names;
+  while (dirent *e = ::readdir(d))
+    if (is_signature_file_name(e->d_name))
+      names.emplace_back(e->d_name);
+  if (names.size() > max_signature_files)
+    return make_error(shown.string(), "holds ", names.size(), " signatures, more than the ",
+                      max_signature_files, " a package may have");
+  std::sort(names.begin(), names.end());
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const std::string &name : names) {
+    auto file =
+        RegularFile::open_at(::dirfd(d), name, shown / name, {.max_bytes = max_signature_bytes});
+    if (!file)
+      return std::move(file).take_error();
+    if (!*file) // removed meanwhile
+      continue;
+    auto text = (*file)->read();
+    if (!text)
+      return std::move(text).take_error();
+    out.emplace_back(name, std::move(*text));
+  }
+  return out;
 }
 
 Status check_is_package(const fs::path &dir) {
@@ -320,10 +370,35 @@ Status PackageWriter::carry_blob(const Package &from, const Digest &d) {
   return add_blob(d, as_bytes(*bytes));
 }
 
-Status PackageWriter::commit(const Manifest &m, bool replace) {
+Status PackageWriter::carry_signatures(const Package &from) {
+  auto files = from.signature_files();
+  if (!files)
+    return std::move(files).take_error();
+  for (const auto &[name, text] : *files)
+    if (auto st = add_file(fs::path(signatures_dir) / name, text); !st)
+      return st;
+  return Status::ok();
+}
+
+Status PackageWriter::add_file(const fs::path &relative, std::string_view bytes) {
+  fs::path p = tmp_.path() / relative;
+  std::error_code ec;
+  fs::create_directories(p.parent_path(), ec);
+  if (ec)
+    return make_error(p.parent_path().string(), "cannot create: ", ec.message());
+  return write_file_atomic(p, as_bytes(bytes));
+}
+
+Status PackageWriter::commit(const Manifest &m, bool replace,
+                             const std::vector<const SigningKey *> &signers) {
   std::string text = m.to_json_text();
   if (auto st = write_file_atomic(tmp_.path() / "manifest.json", as_bytes(text)); !st)
     return st;
+  for (const SigningKey *key : signers) {
+    PackageSignature sig = sign_manifest(*key, m.name, sha256(text));
+    if (auto st = add_file(fs::path(signatures_dir) / sig.file_name(), sig.to_json_text()); !st)
+      return st;
+  }
   // Every blob's bytes reach the disk before the package appears under its name.
   const fs::path blobs = tmp_.path() / "blobs" / "sha256";
   int fd = ::open(blobs.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -5,10 +5,12 @@
 // A package: a directory NAME.cudaqpkg/ holding manifest.json and content-addressed blobs under
 // blobs/sha256/<hex>, as in the OCI image layout. Blob paths are derived only from validated
 // digests, so nothing a manifest says can point outside the package. Every blob is verified
-// against its digest when read. man/cudaq-rt-package.5 documents the format.
+// against its digest when read; signatures over the manifest sit in signatures/ (signatures.h).
+// man/cudaq-rt-package.5 documents the format.
 #pragma once
 
 #include "base/atomic_file.h"
+#include "base/signing.h"
 #include "package/manifest.h"
 
 #include <filesystem>
@@ -41,6 +43,11 @@ public:
 
   const std::filesystem::path &dir() const { return dir_; }
   const Manifest &manifest() const { return manifest_; }
+  // The digest of manifest.json's bytes as they were read and parsed: what a signature signs.
+  const Digest &manifest_digest() const { return manifest_digest_; }
+  // The signature files in signatures/ (each named <key id>.json; other names are not
+  // signatures and are ignored): name and text, read through the package's directory.
+  Expected<std::vector<std::pair<std::string, std::string>>> signature_files() const;
   std::filesystem::path blob_path(const Digest &d) const;
   // Reads a blob and checks its digest: a mismatch is an error naming the blob.
   Expected<std::string> read_blob(const Digest &d) const;
@@ -56,6 +63,7 @@ private:
   Package() = default;
   std::filesystem::path dir_;
   Manifest manifest_;
+  Digest manifest_digest_;
   int dir_fd_ = -1;
   int blobs_fd_ = -1;
   std::map<Digest, size_t> container_at_; // digest -> index in manifest_.containers
@@ -92,11 +100,15 @@ public:
   // Carries a blob over from an existing package: a hard link where possible, after verifying
   // the blob unless read_blob already did in this process.
   Status carry_blob(const Package &from, const Digest &d);
-  // Writes manifest.json and renames the directory to its final path. Without `replace`, an
-  // existing package there is an error.
-  Status commit(const Manifest &m, bool replace);
+  // Carries `from`'s signatures over; commit() replaces those of the keys it signs with.
+  Status carry_signatures(const Package &from);
+  // Writes manifest.json, a signature over it by each of `signers`, and renames the directory to
+  // its final path. Without `replace`, an existing package there is an error.
+  Status commit(const Manifest &m, bool replace, const std::vector<const SigningKey *> &signers = {});
 
 private:
+  // A file other than a blob (a signature), by its path inside the package.
+  Status add_file(const std::filesystem::path &relative, std::string_view bytes);
   PackageWriter(std::filesystem::path final_dir, TempDir tmp)
       : final_dir_(std::move(final_dir)), tmp_(std::move(tmp)) {}
   std::filesystem::path final_dir_;

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "cache_fixtures.h"
+#include "signing_keys.h"
 #include "scratch_dir.h"
 
 #include <cstring>
@@ -38,7 +39,7 @@ TEST_CASE("an entry's header is laid out as cache_entry.cpp says") {
   REQUIRE(b.size() == 128 + metadata.size() + cubin.size());
   CHECK(std::string(b.begin(), b.begin() + 8) == std::string("CQRTLNK\0", 8));
   CHECK(le_at(b, 8, 4) == 1);  // entry format version
-  CHECK(le_at(b, 12, 4) == 0); // reserved
+  CHECK(le_at(b, 12, 4) == 0); // no signatures
   CHECK(std::memcmp(b.data() + 16, key.bytes.data(), 32) == 0);
   CHECK(le_at(b, 48, 8) == metadata.size());
   CHECK(le_at(b, 56, 8) == cubin.size());
@@ -190,4 +191,66 @@ TEST_CASE("an entry on the server is the local entry codec's bytes") {
   CHECK_FALSE(decode_cache_entry(file, sha256(std::string_view("other key"))));
   CHECK_FALSE(decode_cache_entry(file.substr(0, file.size() - 1), key));
   CHECK_FALSE(decode_cache_entry("<html>It works</html>", key));
+}
+
+TEST_CASE("a signed entry carries its signer's id and a signature over key and cubin digest") {
+  auto signer = SigningKey::from_pem(test_keys::rfc8032_1_private, "k1");
+  auto other = SigningKey::from_pem(test_keys::rfc8032_2_private, "k2");
+  REQUIRE(signer);
+  REQUIRE(other);
+  Digest key = sha256(std::string_view("key"));
+  LinkMetadata md;
+  md.arch = "sm_90";
+  md.nvjitlink_version = "13.0";
+  std::vector<uint8_t> cubin = {1, 2, 3, 4};
+  std::vector<uint8_t> unsigned_bytes = encode_cache_entry(key, cubin, md);
+  std::vector<uint8_t> b = encode_cache_entry(key, cubin, md, &*signer);
+  REQUIRE(b.size() == unsigned_bytes.size() + 96);
+  CHECK(le_at(b, 12, 4) == 96);
+  const uint8_t *sig = b.data() + b.size() - 96;
+  CHECK(std::memcmp(sig, signer->id().digest.bytes.data(), 32) == 0);
+  std::string message = std::string("cudaq-rt cache entry signature v1") + '\0' +
+                        std::string(key.bytes.begin(), key.bytes.end()) +
+                        std::string(reinterpret_cast<const char *>(sha256(cubin).bytes.data()), 32);
+  CHECK(cache_entry_signature_message(key, sha256(cubin)) == message);
+  Signature s{};
+  std::memcpy(s.data(), sig + 32, 64);
+  CHECK(signer->public_key().verify(as_bytes(message), s));
+
+  TrustedKeys mine, theirs;
+  mine.add(signer->public_key());
+  theirs.add(other->public_key());
+  std::string file(b.begin(), b.end());
+  auto back = decode_cache_entry(file, key);
+  REQUIRE(back);
+  CHECK(back->cubin == cubin);
+  REQUIRE(back->signatures.size() == 1);
+  CHECK(back->signed_by(mine, key));
+  CHECK_FALSE(back->signed_by(theirs, key));
+  // Checked for the key the entry is used under: the same signature says nothing of another.
+  CHECK_FALSE(back->signed_by(mine, sha256(std::string_view("other key"))));
+
+  // An unsigned entry decodes as before and is signed by nobody.
+  auto plain = decode_cache_entry(std::string(unsigned_bytes.begin(), unsigned_bytes.end()), key);
+  REQUIRE(plain);
+  CHECK(plain->signatures.empty());
+  CHECK_FALSE(plain->signed_by(mine, key));
+
+  // A flipped bit in the signature: still a whole entry, but no longer signed by the key.
+  std::string flipped = file;
+  flipped[flipped.size() - 10] ^= 0x04;
+  auto forged = decode_cache_entry(flipped, key);
+  REQUIRE(forged);
+  CHECK_FALSE(forged->signed_by(mine, key));
+
+  // The signatures' length must fit the file and be whole records.
+  auto with_length = [&](uint32_t n) {
+    std::string f = file;
+    for (int i = 0; i < 4; ++i)
+      f[12 + i] = static_cast<char>(n >> (8 * i));
+    return f;
+  };
+  CHECK_FALSE(decode_cache_entry(with_length(95), key));
+  CHECK_FALSE(decode_cache_entry(with_length(192), key));
+  CHECK_FALSE(decode_cache_entry(file.substr(0, file.size() - 1), key));
 }

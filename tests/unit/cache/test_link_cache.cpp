@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "cache_fixtures.h"
+#include "signing_keys.h"
 #include "scratch_dir.h"
 
 #include <filesystem>
@@ -241,4 +242,41 @@ TEST_CASE("a cache whose directories anyone can write, or whose v1 is a link, is
   REQUIRE(warnings.size() == 1);
   CHECK(warnings[0].rfind("not using a link cache: '" + open_to_all.string() + "': is writable",
                           0) == 0);
+}
+
+TEST_CASE("under trust, only an entry a trusted key signed is a hit; others stay and miss") {
+  ScratchDir tmp;
+  auto k1 = SigningKey::from_pem(test_keys::rfc8032_1_private, "k1");
+  auto k2 = SigningKey::from_pem(test_keys::rfc8032_2_private, "k2");
+  REQUIRE(k1);
+  REQUIRE(k2);
+  auto trusts_k1 = std::make_shared<TrustedKeys>();
+  trusts_k1->add(k1->public_key());
+  const LinkKey key = key_for(7);
+
+  LinkCache plain = open_cache(tmp.path);
+  LinkCache by_k2 = open_cache(tmp.path);
+  by_k2.set_trust({std::make_shared<const SigningKey>(*k2), nullptr});
+  LinkCache by_k1 = open_cache(tmp.path);
+  by_k1.set_trust({std::make_shared<const SigningKey>(*k1), nullptr});
+  LinkCache strict = open_cache(tmp.path);
+  strict.set_trust({nullptr, trusts_k1});
+
+  SUBCASE("unsigned") { put_ok(plain, 7); }
+  SUBCASE("signed by a key that is not trusted") {
+    REQUIRE(by_k2.put(key, cubin_for(7), metadata_for(key)));
+  }
+  CHECK(plain.get(key)); // whole: anyone who does not ask for a signature uses it
+  CHECK_FALSE(strict.get(key));
+  CacheStats s = stats_of(strict);
+  CHECK(s.untrusted == 1);
+  CHECK(s.corrupt == 0);
+  CHECK(fs::exists(strict.entry_path(key.digest))); // kept, not removed as corrupt
+
+  // The link that follows stores a signed entry over it, and that one hits.
+  REQUIRE(by_k1.put(key, cubin_for(7), metadata_for(key)));
+  auto hit = strict.get(key);
+  REQUIRE(hit);
+  CHECK(hit->cubin == cubin_for(7));
+  CHECK(stats_of(strict).untrusted == 1);
 }
