@@ -37,8 +37,9 @@ def entry_cubin(data, key):
     if len(data) < 128 or data[:8] != b"CQRTLNK\0" or data[16:48].hex() != key.split(":")[-1]:
         return None
     m, c = int.from_bytes(data[48:56], "little"), int.from_bytes(data[56:64], "little")
-    cubin = data[128 + m:]
-    if len(data) != 128 + m + c or hashlib.sha256(cubin).digest() != data[64:96]:
+    signatures = int.from_bytes(data[12:16], "little")  # 96 bytes each, after the cubin
+    cubin = data[128 + m:128 + m + c]
+    if len(data) != 128 + m + c + signatures or hashlib.sha256(cubin).digest() != data[64:96]:
         return None
     return "sha256:" + hashlib.sha256(cubin).hexdigest()
 
@@ -198,7 +199,7 @@ class RemoteCacheTest(unittest.TestCase):
         type(self).machines += 1
         return self.path(f"machine{self.machines}")
 
-    def link(self, cache, remote, *args, env_extra=None, expect=0):
+    def link(self, cache, remote, *args, env_extra=None, expect=0, pkg=None):
         env = dict(os.environ)
         env.pop("CUDAQ_RT_REMOTE_CACHE", None)
         env.pop("CUDAQ_RT_CACHE_DISABLE", None)
@@ -207,7 +208,7 @@ class RemoteCacheTest(unittest.TestCase):
         env.update(env_extra or {})
         store = "--store" in args
         args = [a for a in args if a != "--store"]
-        cmd = [LINK, self.pkg, "--json", "-a", "sm_80", *args] + ([] if store else ["--no-store"])
+        cmd = [LINK, pkg or self.pkg, "--json", "-a", "sm_80", *args] + ([] if store else ["--no-store"])
         if remote:
             cmd += ["--remote-cache", remote]
         start = time.perf_counter()
@@ -352,6 +353,43 @@ class RemoteCacheTest(unittest.TestCase):
         self.assertEqual(entry_cubin(read(self.local_entry(b, key80)), key80),
                          entry_cubin(good80, key80))
         self.assertEqual(self.stats(b, url)["corrupt"], 1)
+
+    def test_under_trust_an_entry_another_key_signed_is_a_miss(self):
+        # A server that serves a valid entry, signed, but by a key this machine does not trust
+        # (another tenant's, or the server's own): a miss, never copied, and the link here gives
+        # the right cubin. Once a trusted key signed the entry, it is a remote hit.
+        keys = self.path("keys")
+        os.makedirs(keys)
+        for k in ("mine", "theirs"):
+            check(["openssl", "genpkey", "-algorithm", "ed25519", "-out", f"{keys}/{k}.pem"])
+            check(["openssl", "pkey", "-in", f"{keys}/{k}.pem", "-pubout", "-out", f"{keys}/{k}.pub"])
+        pkg = self.path("signed", "app.cudaqpkg")
+        shutil.copytree(self.pkg, pkg)
+        check([LINK, pkg, "--sign", f"{keys}/mine.pem"])
+        url = self.server.url("cache/trust")
+        theirs = self.link(self.machine(), url, "--sign", f"{keys}/theirs.pem", pkg=pkg)
+        key = theirs.doc["archs"][0]["cache_key"]
+        digest = theirs.doc["archs"][0]["cubin"]["digest"]
+        served = read(self.server.entry("cache/trust", key))
+        self.assertIsNotNone(entry_cubin(served, key))  # whole, and signed
+        self.assertEqual(int.from_bytes(served[12:16], "little"), 96)
+        b = self.machine()
+        r = self.link(b, url, "--trust", f"{keys}/mine.pub", pkg=pkg)
+        arch = r.doc["archs"][0]
+        self.assertEqual(arch["source"], "link")
+        self.assertRegex(arch["remote_cache"][0],
+                         r"^remote cache: miss: GET sha256:[0-9a-f]{12}: \d+ bytes of an entry no "
+                         r"trusted key signed$")
+        self.assertEqual(arch["cubin"]["digest"], digest)
+        s = self.stats(b, url)
+        self.assertEqual((s["untrusted"], s["corrupt"], s["hits"]), (1, 0, 0))
+        # Signed by a trusted key as it is stored: the next machine that trusts it hits.
+        self.link(self.machine(), url, "--trust", f"{keys}/mine.pub", "--sign",
+                  f"{keys}/mine.pem", pkg=pkg)
+        c = self.machine()
+        r = self.link(c, url, "--trust", f"{keys}/mine.pub", pkg=pkg)
+        self.assertEqual(r.doc["archs"][0]["source"], "remote")
+        self.assertEqual(r.doc["archs"][0]["cubin"]["digest"], digest)
 
     def test_server_down(self):
         port = free_port()  # nothing listens there

@@ -23,9 +23,11 @@ public:
   std::map<std::string, size_t> device_globals; // beyond the handlers' pointers
   std::map<GpuPointer, std::vector<uint8_t>> written;
   int launches = 0;
+  int opens = 0;
   cudaq_rt_dispatch_params params{};
 
   cudaq_rt::Expected<cudaq_rt::GpuDevice> open(int ordinal) override {
+    ++opens;
     if (ordinal != 0)
       return cudaq_rt::make_error("", "no GPU ", ordinal, ": this machine has 1 GPU (0)");
     return cudaq_rt::GpuDevice{0, "Fake GPU", sm, 13000};

@@ -54,10 +54,14 @@ Expected<Pkey> read_pem(std::string_view pem, PemKind kind, const std::string &w
     return make_error(what, "is not a PEM ", want_private ? "private" : "public",
                       " key (make one with: openssl genpkey -algorithm ed25519 -out KEY",
                       want_private ? "" : "; then openssl pkey -in KEY -pubout -out KEY.pub", ")");
-  if (EVP_PKEY_id(key.get()) != EVP_PKEY_ED25519)
-    return make_error(what, "is a ", OBJ_nid2sn(EVP_PKEY_id(key.get())),
+  if (EVP_PKEY_id(key.get()) != EVP_PKEY_ED25519) {
+    const char *type = EVP_PKEY_get0_type_name(key.get());
+    const std::string name = type ? type : "unknown";
+    const bool vowel = std::string_view("AEFHILMNORSX").find(name[0]) != std::string_view::npos;
+    return make_error(what, vowel ? "is an " : "is a ", name,
                       " key: cudaq-rt signs and verifies with Ed25519 only (openssl genpkey "
                       "-algorithm ed25519)");
+  }
   return key;
 }
 

@@ -84,7 +84,7 @@ TEST_CASE("what is not an Ed25519 key of the kind asked for is refused, saying w
         "KEY; then openssl pkey -in KEY -pubout -out KEY.pub)");
   auto x25519 = PublicKey::from_pem(test_keys::x25519_public, "x.pub");
   REQUIRE_FALSE(x25519);
-  CHECK(x25519.error().str().find("is a X25519 key: cudaq-rt signs and verifies with Ed25519") !=
+  CHECK(x25519.error().str().find("is an X25519 key: cudaq-rt signs and verifies with Ed25519") !=
         std::string::npos);
   auto encrypted = SigningKey::from_pem(
       "-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIGb\n-----END ENCRYPTED PRIVATE KEY-----\n", "e");

@@ -15,6 +15,8 @@
 #include "fake_gpu.h"
 #include "package_fixture.h"
 #include "scratch_dir.h"
+#include "signing_keys.h"
+#include "unit_files.h"
 
 #include <algorithm>
 #include <cmath>
@@ -544,4 +546,40 @@ TEST_CASE("cudaq_rt_call's codes: a handler's status, a timeout, someone else's 
     CHECK(cudaq_rt_call(s, 1, arg, 4, result, 8, &result_len, &status, 1.0) == CUDAQ_RT_E_FAILED);
     CHECK(last_error() == who + "the response is request 1001's, not request 1's");
   }
+}
+
+TEST_CASE("config.trust: a package no trusted key signed is refused before the GPU; one signed "
+          "loads") {
+  ScratchDir keys;
+  const std::string k1 = unit_files::write_file(keys.path / "k1.pub", test_keys::rfc8032_1_public),
+                    k2 = unit_files::write_file(keys.path / "k2.pub", test_keys::rfc8032_2_public);
+  auto signer = SigningKey::from_pem(test_keys::rfc8032_1_private, "k1");
+  REQUIRE(signer);
+  PackOptions o = example_options(keys.path, "echo");
+  o.name = "signed";
+  o.signer = std::make_shared<const SigningKey>(*signer);
+  const fs::path signed_package = packed(o);
+  const std::string k1_id = signer->id().short_str();
+
+  Code plain(fixture().package), signed_code(signed_package);
+  auto load_with = [&](Code &code, const std::string &trust, FakeGpu &gpu) {
+    cudaq_rt_config cfg = config();
+    cfg.trust = trust.c_str();
+    Server server;
+    REQUIRE(create_server(code.code, &cfg, gpu, &server.s) == CUDAQ_RT_OK);
+    return cudaq_rt_load(server.s);
+  };
+  FakeGpu gpu;
+  CHECK(load_with(plain, k1, gpu) == CUDAQ_RT_E_REFUSED);
+  CHECK(last_error() == "'" + fixture().package.string() +
+                            "': not signed: no signature in signatures/ (cudaq-rt-pack or "
+                            "cudaq-rt-link --sign KEY signs a package)");
+  CHECK(load_with(signed_code, k2, gpu) == CUDAQ_RT_E_REFUSED);
+  CHECK(last_error().find("signed only by keys that are not trusted: " + k1_id) !=
+        std::string::npos);
+  CHECK(gpu.opens == 0);
+  CHECK(load_with(signed_code, k2 + ":" + k1, gpu) == CUDAQ_RT_OK);
+  CHECK(gpu.opens == 1);
+  // No trust configured (NULL, and "" is the same): the unsigned package loads as before.
+  CHECK(load_with(plain, "", gpu) == CUDAQ_RT_OK);
 }
