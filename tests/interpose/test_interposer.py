@@ -154,6 +154,35 @@ class InterposerTest(unittest.TestCase):
         self.assertEqual(r.output, self.expected)
         self.assertTrue(self.client(cache).hit)
 
+    def test_under_trust_only_a_signed_entry_hits(self):
+        # The interposer reads CUDAQ_RT_TRUST and CUDAQ_RT_SIGN_KEY as the tools do: an entry that
+        # no trusted key signed is a miss (the real link runs), one stored signed then hits.
+        keys = self.fresh("keys")
+        os.makedirs(keys)
+        for k in ("ci", "other"):
+            check(["openssl", "genpkey", "-algorithm", "ed25519", "-out", f"{keys}/{k}.pem"])
+            check(["openssl", "pkey", "-in", f"{keys}/{k}.pem", "-pubout", "-out", f"{keys}/{k}.pub"])
+        cache = self.fresh()
+        trust = {"CUDAQ_RT_TRUST": f"{keys}/ci.pub"}
+        self.assertIn("stored", self.client(cache).stderr)  # unsigned
+        self.assertTrue(self.client(cache).hit)
+        r = self.client(cache, env_extra=trust)
+        self.assertFalse(r.hit)
+        self.assertEqual(r.output, self.expected)
+        r = self.client(cache, env_extra={"CUDAQ_RT_SIGN_KEY": f"{keys}/other.pem"})
+        self.assertTrue(r.hit)  # no trust asked for: the unsigned entry is used, not re-signed
+        self.client(cache, env_extra=dict(trust, CUDAQ_RT_SIGN_KEY=f"{keys}/other.pem"))
+        self.assertFalse(self.client(cache, env_extra=trust).hit)  # signed, by the wrong key
+        self.client(cache, env_extra=dict(trust, CUDAQ_RT_SIGN_KEY=f"{keys}/ci.pem"))
+        r = self.client(cache, env_extra=trust)
+        self.assertTrue(r.hit)
+        self.assertEqual(r.output, self.expected)
+        # A trust setting that cannot be loaded costs the cache, never the link.
+        r = self.client(cache, env_extra={"CUDAQ_RT_TRUST": f"{keys}/missing.pub"})
+        self.assertFalse(r.hit)
+        self.assertEqual(r.output, self.expected)
+        self.assertIn("not using a link cache: CUDAQ_RT_TRUST: ", r.stderr)
+
     def test_eight_processes_on_one_cold_cache(self):
         cache = self.fresh()
         with concurrent.futures.ThreadPoolExecutor(max_workers=8) as ex:

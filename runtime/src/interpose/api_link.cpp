@@ -331,7 +331,8 @@ void ApiLinks::record(const Handle &s, const LinkKey &key) const {
   recipe.program = program_name();
   recipe.nvjitlink_version = key.nvjitlink.version();
   recipe.cache_key = key.digest;
-  if (auto st = write_recording(settings_.record_dir, recipe, s.bytes); !st)
+  const SigningKey *signer = cache_ ? cache_->trust().signer.get() : nullptr;
+  if (auto st = write_recording(settings_.record_dir, recipe, s.bytes, signer); !st)
     warn_once("not recorded: " + st.error().str());
   else
     say("recorded under " + settings_.record_dir.string());

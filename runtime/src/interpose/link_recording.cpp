@@ -21,7 +21,7 @@ std::string recording_name(std::string_view program, const Digest &key) {
 }
 
 Status write_recording(const fs::path &dir, const LinkRecipe &recipe,
-                       std::span<const std::string> blobs) {
+                       std::span<const std::string> blobs, const SigningKey *signer) {
   fs::path program = recipe.program;
   std::string name = recording_name(program.filename().string(), recipe.cache_key);
   fs::path final_dir = dir / (name + package_suffix);
@@ -41,7 +41,10 @@ Status write_recording(const fs::path &dir, const LinkRecipe &recipe,
   for (size_t i = 0; i < recipe.inputs.size() && i < blobs.size(); ++i)
     if (auto st = writer->add_blob(recipe.inputs[i].digest, as_bytes(blobs[i])); !st)
       return st;
-  Status st = writer->commit(m, /*replace=*/false);
+  std::vector<const SigningKey *> signers;
+  if (signer)
+    signers.push_back(signer);
+  Status st = writer->commit(m, /*replace=*/false, signers);
   // Another process that made the same link may have committed first: its recording is ours.
   if (!st && fs::exists(final_dir, ec))
     return Status::ok();

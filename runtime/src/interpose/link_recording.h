@@ -3,6 +3,7 @@
 // other archs, ahead of time (link/recorded_link.h).
 #pragma once
 
+#include "base/signing.h"
 #include "cudaq_rt/error.h"
 #include "package/manifest.h"
 
@@ -17,8 +18,8 @@ std::string recording_name(std::string_view program, const Digest &key);
 
 // Writes the recording under `dir` (created where missing), atomically; `blobs[i]` is the bytes
 // of `recipe.inputs[i]`. A recording of the same key already there is left as it is: one per
-// distinct link.
+// distinct link. With a signer (CUDAQ_RT_SIGN_KEY), the recording is signed as it is written.
 Status write_recording(const std::filesystem::path &dir, const LinkRecipe &recipe,
-                       std::span<const std::string> blobs);
+                       std::span<const std::string> blobs, const SigningKey *signer = nullptr);
 
 } // namespace cudaq_rt
