@@ -71,6 +71,18 @@ def cache_env(cache_dir, **extra):
     return e
 
 
+def make_ed25519_keys(directory, *names):
+    """Ed25519 key pairs made by OpenSSL's own tool: {name: (private PEM, public PEM)}."""
+    os.makedirs(directory, exist_ok=True)
+    keys = {}
+    for name in names:
+        priv, pub = os.path.join(directory, name + ".pem"), os.path.join(directory, name + ".pub")
+        check(["openssl", "genpkey", "-algorithm", "ed25519", "-out", priv])
+        check(["openssl", "pkey", "-in", priv, "-pubout", "-out", pub])
+        keys[name] = (priv, pub)
+    return keys
+
+
 def check(cmd, **kw):
     """Runs cmd, which must succeed; returns its stdout and stderr together, as text."""
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)

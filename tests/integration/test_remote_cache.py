@@ -20,7 +20,7 @@ import threading
 import time
 import unittest
 
-from harness import DEVICE_FLAGS, HANDLERS, LINK, NVCC, PACK, check, read
+from harness import DEVICE_FLAGS, HANDLERS, LINK, NVCC, PACK, check, make_ed25519_keys, read
 
 NGINX = os.environ.get("NGINX") or shutil.which("nginx") or "/usr/sbin/nginx"
 TOKEN = "s3cr3t-t0ken-4c1d"
@@ -359,10 +359,7 @@ class RemoteCacheTest(unittest.TestCase):
         # (another tenant's, or the server's own): a miss, never copied, and the link here gives
         # the right cubin. Once a trusted key signed the entry, it is a remote hit.
         keys = self.path("keys")
-        os.makedirs(keys)
-        for k in ("mine", "theirs"):
-            check(["openssl", "genpkey", "-algorithm", "ed25519", "-out", f"{keys}/{k}.pem"])
-            check(["openssl", "pkey", "-in", f"{keys}/{k}.pem", "-pubout", "-out", f"{keys}/{k}.pub"])
+        make_ed25519_keys(keys, "mine", "theirs")
         pkg = self.path("signed", "app.cudaqpkg")
         shutil.copytree(self.pkg, pkg)
         check([LINK, pkg, "--sign", f"{keys}/mine.pem"])

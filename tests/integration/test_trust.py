@@ -11,11 +11,11 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import unittest
 
-from harness import EXAMPLE_APP, LINK, PACK, RUN, cache_env, check, read, run, validate_schema
+from harness import (EXAMPLE_APP, LINK, PACK, RUN, cache_env, check, make_ed25519_keys, read, run,
+                     validate_schema)
 
 OPENSSL = shutil.which("openssl") or "/usr/bin/openssl"
 SIGNATURE_SCHEMA = os.environ.get(
@@ -43,12 +43,8 @@ class TrustTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="cudaq-rt-trust-test.")
-        cls.keys = {}
-        for name in ("ci", "release", "stranger"):
-            priv, pub = cls.path(name + ".pem"), cls.path(name + ".pub")
-            check([OPENSSL, "genpkey", "-algorithm", "ed25519", "-out", priv])
-            check([OPENSSL, "pkey", "-in", priv, "-pubout", "-out", pub])
-            cls.keys[name] = (priv, pub, key_id(pub))
+        cls.keys = {name: (priv, pub, key_id(pub)) for name, (priv, pub) in
+                    make_ed25519_keys(cls.tmp, "ci", "release", "stranger").items()}
         cls.cache = cls.path("cache")
         os.mkdir(cls.path("base"))
         # One package linked once, signed by ci; each test works on a copy.

@@ -19,7 +19,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "integration"))
-from harness import check, read  # noqa: E402
+from harness import check, make_ed25519_keys, read  # noqa: E402
 from test_remote_cache import Nginx, nginx_has_dav  # noqa: E402
 
 INTERPOSER = os.environ["CUDAQ_RT_INTERPOSER"]
@@ -158,10 +158,7 @@ class InterposerTest(unittest.TestCase):
         # The interposer reads CUDAQ_RT_TRUST and CUDAQ_RT_SIGN_KEY as the tools do: an entry that
         # no trusted key signed is a miss (the real link runs), one stored signed then hits.
         keys = self.fresh("keys")
-        os.makedirs(keys)
-        for k in ("ci", "other"):
-            check(["openssl", "genpkey", "-algorithm", "ed25519", "-out", f"{keys}/{k}.pem"])
-            check(["openssl", "pkey", "-in", f"{keys}/{k}.pem", "-pubout", "-out", f"{keys}/{k}.pub"])
+        make_ed25519_keys(keys, "ci", "other")
         cache = self.fresh()
         trust = {"CUDAQ_RT_TRUST": f"{keys}/ci.pub"}
         self.assertIn("stored", self.client(cache).stderr)  # unsigned

@@ -227,12 +227,8 @@ resolve_trusted(const std::vector<std::string> &flags,
   if (flags.empty()) {
     from = "CUDAQ_RT_TRUST";
     const char *v = getenv("CUDAQ_RT_TRUST");
-    for (std::string_view list = v ? v : ""; !list.empty();) {
-      size_t colon = std::min(list.find(':'), list.size());
-      if (colon != 0)
-        paths.emplace_back(std::string(list.substr(0, colon)));
-      list.remove_prefix(std::min(colon + 1, list.size()));
-    }
+    for (const std::string &p : split_path_list(v ? v : ""))
+      paths.emplace_back(p);
   }
   if (paths.empty())
     return std::shared_ptr<const TrustedKeys>();
@@ -240,6 +236,17 @@ resolve_trusted(const std::vector<std::string> &flags,
   if (!keys)
     return make_error("", from, ": ", keys.error().str());
   return std::make_shared<const TrustedKeys>(std::move(*keys));
+}
+
+std::vector<std::string> split_path_list(std::string_view list) {
+  std::vector<std::string> out;
+  while (!list.empty()) {
+    size_t colon = std::min(list.find(':'), list.size());
+    if (colon != 0)
+      out.emplace_back(list.substr(0, colon));
+    list.remove_prefix(std::min(colon + 1, list.size()));
+  }
+  return out;
 }
 
 Expected<TrustPolicy> resolve_trust(const TrustRequest &request,

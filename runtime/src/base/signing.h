@@ -90,6 +90,9 @@ struct TrustRequest {
   std::vector<std::string> trust;
 };
 
+// "A:B::C" as CUDAQ_RT_TRUST writes a list of paths: {"A", "B", "C"} (empty entries dropped).
+std::vector<std::string> split_path_list(std::string_view list);
+
 // The keys loaded: a signer signs what the process writes (packages, cache entries); with trusted
 // keys, what it reads must carry a signature by one of them.
 struct TrustPolicy {

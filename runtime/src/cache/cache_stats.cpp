@@ -240,9 +240,9 @@ EvictResult evict_locked(const fs::path &root, CacheCounters &c, std::optional<u
 }
 
 json CacheStats::to_json() const {
-  json j = {{"dir", dir.string()}, {"enabled", enabled}, {"max_bytes", max_bytes},
-            {"entries", entries},  {"bytes", bytes},     {"hits", hits},
-            {"misses", misses},    {"stores", stores},   {"evictions", evictions},
+  json j = {{"dir", dir.string()}, {"enabled", enabled},    {"max_bytes", max_bytes},
+            {"entries", entries},  {"bytes", bytes},        {"hits", hits},
+            {"misses", misses},    {"stores", stores},      {"evictions", evictions},
             {"corrupt", corrupt},  {"untrusted", untrusted}};
   j["units"] = {{"hits", unit_hits}, {"misses", unit_misses}};
   j["remote"] = {{"url", remote_url.empty() ? json(nullptr) : json(remote_url)},
@@ -258,19 +258,19 @@ json CacheStats::to_json() const {
 }
 
 std::string format_cache_stats(const CacheStats &s) {
-  std::string out = cat(
-      "cache directory  ", s.dir.string(), "\nenabled          ", s.enabled ? "yes" : "no",
-      "\nentries          ", s.entries, "\nsize             ", s.bytes, " bytes (max ", s.max_bytes,
-      ")", "\nhits             ", s.hits, "\nmisses           ", s.misses, "\nstores           ",
-      s.stores, "\nevictions        ", s.evictions, "\ncorrupt entries  ", s.corrupt,
-      "\nunit hits        ", s.unit_hits, "\nunit misses      ", s.unit_misses,
-      "\nuntrusted        ", s.untrusted, "\n");
+  std::string out =
+      cat("cache directory  ", s.dir.string(), "\nenabled          ", s.enabled ? "yes" : "no",
+          "\nentries          ", s.entries, "\nsize             ", s.bytes, " bytes (max ",
+          s.max_bytes, ")", "\nhits             ", s.hits, "\nmisses           ", s.misses,
+          "\nstores           ", s.stores, "\nevictions        ", s.evictions,
+          "\ncorrupt entries  ", s.corrupt, "\nunit hits        ", s.unit_hits,
+          "\nunit misses      ", s.unit_misses, "\nuntrusted        ", s.untrusted, "\n");
   if (!s.remote_url.empty())
     out += cat("remote cache     ", s.remote_url, "\nremote hits      ", s.remote_hits,
                "\nremote misses    ", s.remote_misses, " (", s.remote_corrupt, " corrupt, ",
-               s.remote_untrusted, " untrusted)",
-               "\nremote stores    ", s.remote_stores, "\nremote errors    ", s.remote_errors,
-               "\nremote bytes     ", s.remote_bytes_in, " in, ", s.remote_bytes_out, " out\n");
+               s.remote_untrusted, " untrusted)", "\nremote stores    ", s.remote_stores,
+               "\nremote errors    ", s.remote_errors, "\nremote bytes     ", s.remote_bytes_in,
+               " in, ", s.remote_bytes_out, " out\n");
   return out;
 }
 

@@ -36,8 +36,8 @@ struct CacheStats {
   // The remote cache (empty url: none), and its counters, kept in the same file.
   std::string remote_url; // with its options, never a secret
   uint64_t remote_hits = 0;
-  uint64_t remote_misses = 0;  // corrupt entries included
-  uint64_t remote_corrupt = 0; // entries that failed verification
+  uint64_t remote_misses = 0;    // corrupt entries included
+  uint64_t remote_corrupt = 0;   // entries that failed verification
   uint64_t remote_untrusted = 0; // whole entries no trusted key signed, under --trust
   uint64_t remote_stores = 0;
   uint64_t remote_errors = 0; // failed requests: no answer, timeouts, HTTP errors

@@ -64,8 +64,8 @@ void remote_failure(const RemoteCache &remote, const std::string &why, LinkCache
 
 Expected<LinkCache> open_link_cache(const CacheRequest &request,
                                     std::vector<std::string> &warnings) {
-  auto trust =
-      resolve_trust(request.trust, [](const char *var) -> const char * { return std::getenv(var); });
+  auto trust = resolve_trust(request.trust,
+                             [](const char *var) -> const char * { return std::getenv(var); });
   if (!trust)
     return std::move(trust).take_error();
   auto settings = resolve_cache_settings(request, CacheEnvironment::of_process());

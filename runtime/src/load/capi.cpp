@@ -120,13 +120,8 @@ Expected<OwnedConfig> own(const cudaq_rt_config &c) {
   o.bridge_config = str(c.bridge_config);
   o.dispatcher = str(c.dispatcher);
   o.cache_dir = str(c.cache_dir);
-  // "PATH[:PATH...]", as CUDAQ_RT_TRUST; an empty string trusts nothing more than NULL does.
-  for (std::string_view list = c.trust ? c.trust : ""; !list.empty();) {
-    size_t colon = std::min(list.find(':'), list.size());
-    if (colon != 0)
-      o.trust.emplace_back(list.substr(0, colon));
-    list.remove_prefix(std::min(colon + 1, list.size()));
-  }
+  // "PATH[:PATH...]", as CUDAQ_RT_TRUST; an empty string is NULL.
+  o.trust = split_path_list(c.trust ? c.trust : "");
   o.blocks = c.grid_blocks;
   o.threads = c.grid_threads;
   o.allow_link = c.allow_link != 0;

@@ -163,9 +163,8 @@ Expected<Package> Package::open(const fs::path &dir) {
 
 Package::Package(Package &&o) noexcept
     : dir_(std::move(o.dir_)), manifest_(std::move(o.manifest_)),
-      manifest_digest_(o.manifest_digest_), dir_fd_(o.dir_fd_),
-      blobs_fd_(o.blobs_fd_), container_at_(std::move(o.container_at_)),
-      verified_(std::move(o.verified_)) {
+      manifest_digest_(o.manifest_digest_), dir_fd_(o.dir_fd_), blobs_fd_(o.blobs_fd_),
+      container_at_(std::move(o.container_at_)), verified_(std::move(o.verified_)) {
   o.dir_fd_ = o.blobs_fd_ = -1;
 }
 
@@ -243,8 +242,8 @@ Expected<std::vector<std::pair<std::string, std::string>>> Package::signature_fi
     int err = errno;
     if (fd >= 0)
       ::close(fd);
-    return make_error(shown.string(), "cannot read: ",
-                      err == ELOOP ? "a symbolic link" : std::strerror(err));
+    return make_error(shown.string(),
+                      "cannot read: ", err == ELOOP ? "a symbolic link" : std::strerror(err));
   }
   std::unique_ptr<DIR, int (*)(DIR *)> closing(d, ::closedir);
   std::vector<std::string> names;

@@ -104,7 +104,8 @@ public:
   Status carry_signatures(const Package &from);
   // Writes manifest.json, a signature over it by each of `signers`, and renames the directory to
   // its final path. Without `replace`, an existing package there is an error.
-  Status commit(const Manifest &m, bool replace, const std::vector<const SigningKey *> &signers = {});
+  Status commit(const Manifest &m, bool replace,
+                const std::vector<const SigningKey *> &signers = {});
 
 private:
   // A file other than a blob (a signature), by its path inside the package.

@@ -89,8 +89,7 @@ Expected<PackageSignature> PackageSignature::parse(std::string_view text, const 
   if (!from_hex(*key, s.key.digest.bytes))
     return bad("key is not 64 hex digits");
   if (signature->size() % 2 != 0 || signature->size() / 2 != s.signature.size())
-    return bad(cat("the signature is ", signature->size() / 2, " bytes, not ",
-                   s.signature.size()));
+    return bad(cat("the signature is ", signature->size() / 2, " bytes, not ", s.signature.size()));
   if (!from_hex(*signature, s.signature))
     return bad("the signature is not hex");
   return s;

@@ -144,7 +144,8 @@ TEST_CASE("resolve_trust: a flag over the environment, each error naming where i
   CHECK_FALSE(none->trusted);
 
   env["CUDAQ_RT_SIGN_KEY"] = (tmp.path / "sign.pem").string();
-  env["CUDAQ_RT_TRUST"] = ":" + (tmp.path / "a.pub").string() + "::" + (tmp.path / "b.pub").string();
+  env["CUDAQ_RT_TRUST"] =
+      ":" + (tmp.path / "a.pub").string() + "::" + (tmp.path / "b.pub").string();
   auto from_env = resolve_trust({}, getenv);
   REQUIRE(from_env);
   REQUIRE(from_env->signer);
@@ -161,13 +162,13 @@ TEST_CASE("resolve_trust: a flag over the environment, each error naming where i
   auto bad_env = resolve_trust({}, getenv);
   REQUIRE_FALSE(bad_env);
   CHECK(bad_env.error().str().starts_with("CUDAQ_RT_SIGN_KEY: "));
-  auto bad_flag = resolve_trust({.sign_key = "", .trust = {(tmp.path / "sign.pem").string()}},
-                                getenv);
+  auto bad_flag =
+      resolve_trust({.sign_key = "", .trust = {(tmp.path / "sign.pem").string()}}, getenv);
   REQUIRE_FALSE(bad_flag);
   CHECK(bad_flag.error().str().starts_with("CUDAQ_RT_SIGN_KEY: ")); // the signer comes first
   env.erase("CUDAQ_RT_SIGN_KEY");
-  auto bad_trust = resolve_trust({.sign_key = "", .trust = {(tmp.path / "sign.pem").string()}},
-                                 getenv);
+  auto bad_trust =
+      resolve_trust({.sign_key = "", .trust = {(tmp.path / "sign.pem").string()}}, getenv);
   REQUIRE_FALSE(bad_trust);
   CHECK(bad_trust.error().str().starts_with("--trust: "));
   CHECK(bad_trust.error().str().find("is a private key where a public key was expected") !=

@@ -3,8 +3,8 @@
 #include <doctest/doctest.h>
 
 #include "cache_fixtures.h"
-#include "signing_keys.h"
 #include "scratch_dir.h"
+#include "signing_keys.h"
 
 #include <cstring>
 #include <filesystem>

@@ -154,6 +154,8 @@ TEST_CASE("the stats file is fixed-width lines, read back by the next process") 
     f.counters.hits = 123456;
     f.counters.unit_misses = 2;
     f.counters.remote_bytes_out = UINT64_MAX;
+    f.counters.untrusted = 3;
+    f.counters.remote_untrusted = 4;
     f.save();
   }
   const std::string text = slurp(path);
@@ -171,6 +173,8 @@ TEST_CASE("the stats file is fixed-width lines, read back by the next process") 
                 "r_bytes_out 18446744073709551615\n"
                 "unit_hits                      0\n"
                 "unit_misses                    2\n"
+                "untrusted                      3\n"
+                "r_untrusted                    4\n"
                 "bytes                          ?\n");
   {
     StatsFile f(path);
@@ -178,6 +182,8 @@ TEST_CASE("the stats file is fixed-width lines, read back by the next process") 
     CHECK(f.counters.hits == 123456);
     CHECK(f.counters.unit_misses == 2);
     CHECK(f.counters.remote_bytes_out == UINT64_MAX);
+    CHECK(f.counters.untrusted == 3);
+    CHECK(f.counters.remote_untrusted == 4);
     CHECK_FALSE(f.counters.bytes); // "?": unknown until a scan counts them
     f.counters.hits = 1;
     f.counters.remote_bytes_out = 0;
@@ -221,6 +227,7 @@ TEST_CASE("--cache-stats shows one figure per line, the remote cache's where the
   s.corrupt = 2;
   s.unit_hits = 6;
   s.unit_misses = 7;
+  s.untrusted = 8;
   const std::string local = "cache directory  /home/u/.cache/cudaq-rt\n"
                             "enabled          yes\n"
                             "entries          3\n"
@@ -231,7 +238,8 @@ TEST_CASE("--cache-stats shows one figure per line, the remote cache's where the
                             "evictions        1\n"
                             "corrupt entries  2\n"
                             "unit hits        6\n"
-                            "unit misses      7\n";
+                            "unit misses      7\n"
+                            "untrusted        8\n";
   CHECK(format_cache_stats(s) == local);
   CHECK(s.to_json()["remote"]["url"].is_null());
 
@@ -239,22 +247,24 @@ TEST_CASE("--cache-stats shows one figure per line, the remote cache's where the
   s.remote_hits = 11;
   s.remote_misses = 12;
   s.remote_corrupt = 1;
+  s.remote_untrusted = 2;
   s.remote_stores = 13;
   s.remote_errors = 14;
   s.remote_bytes_in = 1000;
   s.remote_bytes_out = 2000;
   CHECK(format_cache_stats(s) == local + "remote cache     http://cache.example/c#read-only\n"
                                          "remote hits      11\n"
-                                         "remote misses    12 (1 corrupt)\n"
+                                         "remote misses    12 (1 corrupt, 2 untrusted)\n"
                                          "remote stores    13\n"
                                          "remote errors    14\n"
                                          "remote bytes     1000 in, 2000 out\n");
   CHECK(s.to_json() == nlohmann::json::parse(R"({
     "dir": "/home/u/.cache/cudaq-rt", "enabled": true, "max_bytes": 268435456,
     "entries": 3, "bytes": 12345, "hits": 10, "misses": 4, "stores": 5, "evictions": 1,
-    "corrupt": 2, "units": {"hits": 6, "misses": 7},
+    "corrupt": 2, "untrusted": 8, "units": {"hits": 6, "misses": 7},
     "remote": {"url": "http://cache.example/c#read-only", "hits": 11, "misses": 12,
-               "corrupt": 1, "stores": 13, "errors": 14, "bytes_in": 1000, "bytes_out": 2000}
+               "corrupt": 1, "untrusted": 2, "stores": 13, "errors": 14, "bytes_in": 1000,
+               "bytes_out": 2000}
   })"));
 
   s.enabled = false;

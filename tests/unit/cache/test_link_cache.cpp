@@ -3,8 +3,8 @@
 #include <doctest/doctest.h>
 
 #include "cache_fixtures.h"
-#include "signing_keys.h"
 #include "scratch_dir.h"
+#include "signing_keys.h"
 
 #include <filesystem>
 #include <map>
@@ -262,7 +262,9 @@ TEST_CASE("under trust, only an entry a trusted key signed is a hit; others stay
   LinkCache strict = open_cache(tmp.path);
   strict.set_trust({nullptr, trusts_k1});
 
-  SUBCASE("unsigned") { put_ok(plain, 7); }
+  SUBCASE("unsigned") {
+    put_ok(plain, 7);
+  }
   SUBCASE("signed by a key that is not trusted") {
     REQUIRE(by_k2.put(key, cubin_for(7), metadata_for(key)));
   }

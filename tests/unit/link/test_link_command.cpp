@@ -77,7 +77,8 @@ std::string stats_text(const fs::path &dir, const char *enabled, uint64_t entrie
              "entries          ", entries, "\n", "size             ", bytes,
              " bytes (max 268435456)\n", "hits             ", hits, "\n", "misses           ",
              misses, "\n", "stores           ", stores, "\n", "evictions        ", evictions, "\n",
-             "corrupt entries  0\n", "unit hits        0\n", "unit misses      0\n");
+             "corrupt entries  0\n", "unit hits        0\n", "unit misses      0\n",
+             "untrusted        0\n");
 }
 
 } // namespace
@@ -249,13 +250,15 @@ TEST_CASE("--json: the cache commands' one document") {
       "hits": 0,
       "misses": 0,
       "stores": 0,
+      "untrusted": 0,
       "url": null
     },
     "stores": 1,
     "units": {
       "hits": 0,
       "misses": 0
-    }
+    },
+    "untrusted": 0
   },
   "pruned": {
     "bytes": )",
@@ -283,7 +286,7 @@ TEST_CASE("--cache-stats shows the remote cache, never asking it anything") {
   CHECK(r.out == stats_text(dir, "yes", 0, 0, 0, 0, 0, 0) +
                      "remote cache     http://127.0.0.1:9/c#read-only,timeout=250ms\n"
                      "remote hits      0\n"
-                     "remote misses    0 (0 corrupt)\n"
+                     "remote misses    0 (0 corrupt, 0 untrusted)\n"
                      "remote stores    0\n"
                      "remote errors    0\n"
                      "remote bytes     0 in, 0 out\n");

@@ -148,8 +148,7 @@ TEST_CASE("each way a package fails verification is refused with its own reason"
     text.erase(at, 2);
     write_file(signature_path(dir, k1), text);
     CHECK(refusal(dir, t1).find("is malformed: signatures/" + k1.id().hex() +
-                                ".json: the signature is 63 bytes, not 64") !=
-          std::string::npos);
+                                ".json: the signature is 63 bytes, not 64") != std::string::npos);
   }
   SUBCASE("a truncated file") {
     fs::path dir = make_package(tmp.path, "app", {&k1});
