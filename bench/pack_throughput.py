@@ -9,7 +9,8 @@ Usage:
 For FILE (default: the CUDA toolkit's libnccl.so.2, 218 MB with a 126 MB __nv_relfatbin of 127
 containers) it times, N times each after one untimed warm-up run so the file is in the page cache:
   - `cudaq-rt-pack -o TMP FILE` into a fresh directory (hash the file, split the section, write
-    and fsync one blob per container, rename the package into place);
+    one blob per container as it is hashed, its writeback started at once, one syncfs, rename
+    the package into place);
   - `cudaq-rt-pack --list FILE` (hash, split and list, nothing written);
   - `objcopy -O binary --only-section=__nv_relfatbin FILE OUT` (the section's bytes only);
   - `objcopy --dump-section __nv_relfatbin=OUT FILE COPY`: objcopy has no dump-only mode and,

@@ -156,7 +156,8 @@ std::vector<std::string> code_warnings(const Manifest &m) {
   return out;
 }
 
-Expected<Inspection> inspect(const std::vector<PackInput> &inputs, const std::string &name_in) {
+Expected<Inspection> inspect(const std::vector<PackInput> &inputs, const std::string &name_in,
+                             const ContainerSink &sink) {
   Inspection out;
   Manifest &m = out.manifest;
   if (inputs.empty())
@@ -239,6 +240,9 @@ Expected<Inspection> inspect(const std::vector<PackInput> &inputs, const std::st
           rec.origins.push_back(record.origins[0]);
           continue;
         }
+        if (sink)
+          if (auto st = sink(d, c.bytes); !st)
+            return std::move(st).take_error();
         out.container_bytes.push_back(c.bytes);
         m.containers.push_back(std::move(record));
       }
@@ -283,24 +287,25 @@ Status add_aliases(Manifest &m, const std::vector<std::string> &specs) {
   return Status::ok();
 }
 
-Expected<PackResult> pack(const PackOptions &options) {
-  auto inspection = inspect(options.inputs, options.name);
-  if (!inspection)
-    return std::move(inspection).take_error();
-  if (auto st = add_aliases(inspection->manifest, options.aliases); !st)
-    return std::move(st).take_error();
-  // Only a package needs a name that can be a directory; a listing does not.
-  if (!valid_package_name(inspection->manifest.name))
-    return make_error(options.inputs.front().path, "gives no valid package name (",
-                      quote(inspection->manifest.name), "): name the package with --name");
-  fs::path dir = options.output_dir / (inspection->manifest.name + package_suffix);
+namespace {
+
+// Where a package is being written: its directory made, its lock held when it replaces one, and
+// the writer of its temporary directory.
+struct PackTarget {
+  fs::path dir;
+  MadeDirectories made;
+  std::optional<PackageLock> lock;
+  PackageWriter writer;
+};
+
+Expected<PackTarget> open_target(const PackOptions &options, const std::string &name) {
+  fs::path dir = options.output_dir / (name + package_suffix);
   std::error_code ec;
   if (!options.force && fs::exists(fs::symlink_status(dir, ec)))
     return make_error(dir.string(), "already exists (use --force to replace it)");
   auto made = MadeDirectories::make(options.output_dir);
   if (!made)
     return std::move(made).take_error();
-
   // Replacing a package is a read-modify-write race with cudaq-rt-link storing into it: take the
   // lock link takes. Without --force the final rename cannot clobber anything, so no lock.
   std::optional<PackageLock> lock;
@@ -317,7 +322,52 @@ Expected<PackResult> pack(const PackOptions &options) {
   auto writer = PackageWriter::create(dir);
   if (!writer)
     return std::move(writer).take_error();
-  // Each container is copied exactly once, from the mapping it was hashed in, into its blob. A
+  return PackTarget{dir, std::move(*made), std::move(lock), std::move(*writer)};
+}
+
+} // namespace
+
+Expected<PackResult> pack(const PackOptions &options) {
+  // When the package's place is clear before the inputs are read (a valid name, nothing in the
+  // way), each container is written as soon as it is hashed, while the whole file is still being
+  // hashed on another thread; otherwise the inputs are read first, so that what is wrong with
+  // them is said before what is wrong with the name or the output directory.
+  std::optional<PackTarget> target;
+  const std::string early_name = options.name.empty() ? default_name(options.inputs) : options.name;
+  std::error_code ec;
+  if (valid_package_name(early_name) &&
+      (options.force ||
+       !fs::exists(fs::symlink_status(options.output_dir / (early_name + package_suffix), ec)))) {
+    // One that cannot be opened is opened again, and refused, once the inputs have been read.
+    if (auto t = open_target(options, early_name))
+      target.emplace(std::move(*t));
+  }
+  ContainerSink sink;
+  if (target)
+    sink = [&](const Digest &d, std::span<const uint8_t> bytes) {
+      return target->writer.add_blob(d, bytes);
+    };
+  auto inspection = inspect(options.inputs, options.name, sink);
+  if (!inspection)
+    return std::move(inspection).take_error();
+  if (auto st = add_aliases(inspection->manifest, options.aliases); !st)
+    return std::move(st).take_error();
+  if (!target) {
+    // Only a package needs a name that can be a directory; a listing does not.
+    if (!valid_package_name(inspection->manifest.name))
+      return make_error(options.inputs.front().path, "gives no valid package name (",
+                        quote(inspection->manifest.name), "): name the package with --name");
+    auto t = open_target(options, inspection->manifest.name);
+    if (!t)
+      return std::move(t).take_error();
+    target.emplace(std::move(*t));
+    for (size_t i = 0; i < inspection->manifest.containers.size(); ++i)
+      if (auto st = target->writer.add_blob(inspection->manifest.containers[i].digest,
+                                            inspection->container_bytes[i]);
+          !st)
+        return std::move(st).take_error();
+  }
+  // Each container was copied exactly once, from the mapping it was hashed in, into its blob. A
   // rewritten input would make those bytes differ from their digest: refuse rather than store it.
   for (size_t i = 0; i < inspection->files.size(); ++i) {
     const InputFile &f = inspection->files[i];
@@ -326,18 +376,13 @@ Expected<PackResult> pack(const PackOptions &options) {
         fs::last_write_time(f.path(), ec) != f.mtime())
       return make_error(f.path(), "changed while it was being packed");
   }
-  for (size_t i = 0; i < inspection->manifest.containers.size(); ++i)
-    if (auto st = writer->add_blob(inspection->manifest.containers[i].digest,
-                                   inspection->container_bytes[i]);
-        !st)
-      return std::move(st).take_error();
   std::vector<const SigningKey *> signers;
   if (options.signer)
     signers.push_back(options.signer.get());
-  if (auto st = writer->commit(inspection->manifest, options.force, signers); !st)
+  if (auto st = target->writer.commit(inspection->manifest, options.force, signers); !st)
     return std::move(st).take_error();
-  made->keep();
-  return PackResult{dir, std::move(*inspection)};
+  target->made.keep();
+  return PackResult{target->dir, std::move(*inspection)};
 }
 
 std::string format_listing(const Manifest &m, const std::string &what) {

@@ -10,6 +10,7 @@
 #include "package/manifest.h"
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,7 +45,11 @@ struct Inspection {
   std::vector<std::span<const uint8_t>> container_bytes; // parallel to manifest.containers
 };
 
-Expected<Inspection> inspect(const std::vector<PackInput> &inputs, const std::string &name);
+// Where each new container goes as soon as it is found and hashed (pack() writes its blob then).
+using ContainerSink = std::function<Status(const Digest &, std::span<const uint8_t>)>;
+
+Expected<Inspection> inspect(const std::vector<PackInput> &inputs, const std::string &name,
+                             const ContainerSink &sink = {});
 
 struct PackResult {
   std::filesystem::path dir;

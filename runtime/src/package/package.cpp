@@ -330,14 +330,24 @@ Status PackageWriter::add_blob(const Digest &d, std::span<const uint8_t> bytes) 
   // makes them all durable with one syncfs before the rename, not one fsync per blob (an archive
   // of 20,000 members would spend most of its pack in fsync).
   fs::path p = tmp_.path() / blob_relpath(d);
-  FILE *f = std::fopen(p.c_str(), "wbx");
-  if (!f)
+  int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0)
     return make_error(p.string(), "cannot create: ", std::strerror(errno));
-  bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
-  ok = std::fflush(f) == 0 && ok;
-  int err = errno;
-  ok = std::fclose(f) == 0 && ok;
-  if (!ok)
+  int err = 0;
+  for (size_t done = 0; done < bytes.size() && !err;) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n > 0)
+      done += static_cast<size_t>(n);
+    else if (n < 0 && errno != EINTR)
+      err = errno;
+  }
+  // Start the blob's writeback now, so that commit()'s one sync finds most of the package on the
+  // disk already instead of writing all of it then.
+  if (!err)
+    ::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+  if (::close(fd) != 0 && !err)
+    err = errno;
+  if (err)
     return make_error(p.string(), "cannot write: ", std::strerror(err));
   return Status::ok();
 }
