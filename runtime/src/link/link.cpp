@@ -589,7 +589,7 @@ std::vector<ArchLink> link_archs(const LinkPlan &plan, std::span<const TargetArc
 }
 
 Status store_links(const fs::path &package_path, const LinkPlan &plan,
-                   std::span<const ArchLink> links, const SigningKey *signer) {
+                   std::span<const ArchLink> links, const TrustPolicy &trust) {
   const fs::path package = absolute_normal_path(package_path);
   auto lock = PackageLock::acquire(package);
   if (!lock)
@@ -597,6 +597,9 @@ Status store_links(const fs::path &package_path, const LinkPlan &plan,
   auto current = Package::open(package_path);
   if (!current)
     return std::move(current).take_error();
+  if (trust.trusted)
+    if (auto key = verify_package(*current, *trust.trusted); !key)
+      return std::move(key).take_error();
   if (packed_code(current->manifest()) != plan.packed)
     return make_error(plan.subject, "the package was replaced while it was being linked (by "
                                     "cudaq-rt-pack --force?): link it again");
@@ -655,8 +658,8 @@ Status store_links(const fs::path &package_path, const LinkPlan &plan,
   if (auto st = writer->carry_signatures(*current); !st)
     return st;
   std::vector<const SigningKey *> signers;
-  if (signer)
-    signers.push_back(signer);
+  if (trust.signer)
+    signers.push_back(trust.signer.get());
   return writer->commit(next_m, /*replace=*/true, signers);
 }
 
@@ -717,10 +720,9 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
         return std::move(st).take_error();
   if (!report.ok() || !opt.store_in_package)
     return report;
-  const SigningKey *signer = cache.trust().signer.get();
-  if (auto st = store_links(opt.package, *plan, report.archs, signer); !st)
+  if (auto st = store_links(opt.package, *plan, report.archs, cache.trust()); !st)
     return std::move(st).take_error();
-  if (signer)
+  if (const SigningKey *signer = cache.trust().signer.get())
     report.signed_by = signer->id();
   return report;
 }
@@ -737,6 +739,10 @@ Expected<std::vector<PushedLink>> push_links(const fs::path &package_path, const
   auto pkg = Package::open(package_path);
   if (!pkg)
     return std::move(pkg).take_error();
+  // Under --trust, only a signed package's cubins go to the fleet.
+  if (const TrustedKeys *trusted = cache.trust().trusted.get())
+    if (auto key = verify_package(*pkg, *trusted); !key)
+      return std::move(key).take_error();
   std::vector<PushedLink> out;
   for (const LinkRecord &l : pkg->manifest().links) {
     PushedLink p{l.arch, l.cache_key, 0, std::nullopt};

@@ -226,9 +226,11 @@ std::vector<ArchLink> link_archs(const LinkPlan &plan, std::span<const TargetArc
 // every writer of the package takes, into the package as it is then: records other links stored
 // meanwhile stay, and ours replace older ones for the same (arch, bridge, dispatcher).
 // The package's signatures are carried over (they no longer match the new manifest, and say so
-// when verified), and `signer`, when given, signs the new manifest, replacing its own.
+// when verified), and the trust's signer, when there is one, signs the new manifest, replacing
+// its own. With trusted keys, the package as it is under the lock must verify too: a package
+// replaced meanwhile is not signed on its replacer's behalf.
 Status store_links(const std::filesystem::path &package, const LinkPlan &plan,
-                   std::span<const ArchLink> links, const SigningKey *signer = nullptr);
+                   std::span<const ArchLink> links, const TrustPolicy &trust = {});
 
 struct LinkOptions {
   std::filesystem::path package;

@@ -2,7 +2,6 @@
 #include "link/link_command.h"
 
 #include "cache/link_cache.h"
-#include "package/package.h"
 #include "package/signatures.h"
 
 #include <nlohmann/json.hpp>
@@ -165,14 +164,7 @@ std::string format_report(const LinkCommand &c, const LinkReport &report) {
 // --sign with no --arch: the package signed as it is, after the --trust check.
 int sign_command(const LinkCache &cache, const LinkCommand &c, ToolOutput &output) {
   const SigningKey *signer = cache.trust().signer.get();
-  if (const TrustedKeys *trusted = cache.trust().trusted.get()) {
-    auto pkg = Package::open(c.link.package);
-    if (!pkg)
-      return output.fail(pkg.error());
-    if (auto key = verify_package(*pkg, *trusted); !key)
-      return output.fail(key.error());
-  }
-  if (auto st = sign_package(c.link.package, *signer); !st)
+  if (auto st = sign_package(c.link.package, *signer, cache.trust().trusted.get()); !st)
     return output.fail(st.error());
   if (c.json)
     output.out_json({{"package", c.link.package.string()}, {"signed_by", signer->id().hex()}});

@@ -128,10 +128,9 @@ Expected<LinkReport> link_recording(const Package &pkg, const LinkOptions &opt,
   LinkPlan plan;
   plan.subject = opt.package.string();
   plan.packed = packed_code(pkg.manifest());
-  const SigningKey *signer = cache.trust().signer.get();
-  if (auto st = store_links(opt.package, plan, report.archs, signer); !st)
+  if (auto st = store_links(opt.package, plan, report.archs, cache.trust()); !st)
     return std::move(st).take_error();
-  if (signer)
+  if (const SigningKey *signer = cache.trust().signer.get())
     report.signed_by = signer->id();
   return report;
 }

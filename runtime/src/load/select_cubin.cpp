@@ -69,8 +69,7 @@ Expected<CubinChoice> select_cubin(const Package &package, const LinkPlan &plan,
 
   // 2. The caches, verified as a link's result is, else a link.
   auto store = [&](const ArchLink &a) {
-    return store_links(package.dir(), plan, std::span<const ArchLink>(&a, 1),
-                       cache.trust().signer.get());
+    return store_links(package.dir(), plan, std::span<const ArchLink>(&a, 1), cache.trust());
   };
   auto take = [&](ArchLink a, CubinSource source) -> Expected<CubinChoice> {
     c.warnings.insert(c.warnings.end(), a.warnings.begin(), a.warnings.end());

@@ -152,13 +152,16 @@ Expected<KeyId> verify_package(const Package &pkg, const TrustedKeys &trusted) {
   return make_error(subject, why);
 }
 
-Status sign_package(const fs::path &package, const SigningKey &key) {
+Status sign_package(const fs::path &package, const SigningKey &key, const TrustedKeys *trusted) {
   auto lock = PackageLock::acquire(package);
   if (!lock)
     return std::move(lock).take_error();
   auto pkg = Package::open(package);
   if (!pkg)
     return std::move(pkg).take_error();
+  if (trusted)
+    if (auto by = verify_package(*pkg, *trusted); !by)
+      return std::move(by).take_error();
   PackageSignature sig = sign_manifest(key, pkg->manifest().name, pkg->manifest_digest());
   const fs::path dir = package / signatures_dir;
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)

@@ -9,11 +9,13 @@
 
 #include "formats/cubin.h"
 #include "link/nvjitlink.h"
+#include "package/signatures.h"
 
 #include <doctest/doctest.h>
 
 #include "package_fixture.h"
 #include "scratch_dir.h"
+#include "signing_keys.h"
 #include "unit_files.h"
 
 #include <algorithm>
@@ -298,6 +300,32 @@ TEST_CASE("store_links: records and cubins into the package, one per arch, under
                                 "': the package was replaced while it was being linked (by "
                                 "cudaq-rt-pack --force?): link it again");
   CHECK(snapshot(repacked) == files);
+}
+
+TEST_CASE("store_links under trust: the package as it is under the lock must verify before it is "
+          "signed") {
+  Linked &l = linked();
+  auto k1 = SigningKey::from_pem(test_keys::rfc8032_1_private, "k1");
+  REQUIRE(k1);
+  auto trusted = std::make_shared<TrustedKeys>();
+  trusted->add(k1->public_key());
+  const TrustPolicy trust{std::make_shared<const SigningKey>(*k1), trusted};
+  const fs::path dir = fixture().copy(fixture().example, "trusted");
+  const LinkPlan plan = plan_of(open_package(dir));
+  // Unsigned (as a package swapped in after the check would be): refused, nothing written.
+  const auto files = snapshot(dir);
+  Status st = store_links(dir, plan, std::span<const ArchLink>(&l.sm90, 1), trust);
+  REQUIRE_FALSE(st);
+  CHECK(st.error().message.starts_with("not signed: "));
+  CHECK(snapshot(dir) == files);
+  // Signed by the trusted key: stored, and the new manifest signed again by it.
+  REQUIRE(sign_package(dir, *k1));
+  REQUIRE(store_links(dir, plan, std::span<const ArchLink>(&l.sm90, 1), trust));
+  const Package p = open_package(dir);
+  CHECK(p.manifest().links.size() == 1);
+  auto by = verify_package(p, *trusted);
+  REQUIRE(by);
+  CHECK(*by == k1->id());
 }
 
 TEST_CASE("link_package: plan, link every arch, store all or nothing") {

@@ -209,6 +209,20 @@ TEST_CASE("sign_package adds a key's signature, and replaces its own") {
   CHECK(files == 2);
 }
 
+TEST_CASE("sign_package with trusted keys signs only a package that verifies, as it is then") {
+  ScratchDir tmp;
+  const SigningKey k1 = key1(), k2 = key2();
+  const TrustedKeys t1 = trusting({&k1});
+  fs::path dir = make_package(tmp.path, "app", {});
+  Status st = sign_package(dir, k2, &t1);
+  REQUIRE_FALSE(st);
+  CHECK(st.error().message.starts_with("not signed: "));
+  CHECK_FALSE(fs::exists(dir / signatures_dir));
+  REQUIRE(sign_package(dir, k1));
+  REQUIRE(sign_package(dir, k2, &t1));
+  CHECK(refusal(dir, trusting({&k2})) == "");
+}
+
 TEST_CASE("a rewrite carries the signatures over; the signer's is made over the new manifest") {
   ScratchDir tmp;
   const SigningKey k1 = key1(), k2 = key2();
