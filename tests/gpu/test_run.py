@@ -439,6 +439,44 @@ class LoadPathTest(RunCase):
         self.assertEqual(last["cubin"]["source"], "package")
         self.assertEqual(last["cubin"]["digest"], record["digest"])
 
+    def test_under_trust_on_a_gpu(self):
+        # Issue 28 on the GPU: a signed package serves under --trust, from its own record, from a
+        # signed cache entry, or linked at load from its signed inputs; an unsigned one is
+        # refused with one line; an entry no trusted key signed is not used.
+        keys = os.path.join(self.tmp, "keys")
+        os.makedirs(keys, exist_ok=True)
+        for k in ("ci", "other"):
+            subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out",
+                            f"{keys}/{k}.pem"], check=True, capture_output=True)
+            subprocess.run(["openssl", "pkey", "-in", f"{keys}/{k}.pem", "-pubout", "-out",
+                            f"{keys}/{k}.pub"], check=True, capture_output=True)
+        trust = ["--trust", f"{keys}/ci.pub"]
+        pkg, cache = self.fresh()
+        r, _ = self.run_tool(pkg, *trust, "--call", "echo", "--arg", "hex:2a17", cache=cache)
+        self.assertEqual(r.returncode, 1)
+        self.assert_one_error(r, "not signed: no signature in signatures/")
+        # An unsigned entry in the cache (a load without trust), then the package signed.
+        plain = self.echo_from(pkg, cache=cache)
+        self.assertEqual(plain["cubin"]["source"], "link at load")
+        subprocess.run([os.environ["CUDAQ_RT_LINK"], pkg, "--sign", f"{keys}/ci.pem"],
+                       check=True, capture_output=True, env=self.env(cache))
+        self.assertEqual(self.echo_from(pkg, cache=cache)["cubin"]["source"], "cache")
+        # Under trust the unsigned entry is a miss: linked at load, the same cubin, and stored
+        # signed by --sign; then the signed entry serves.
+        doc = self.echo_from(pkg, *trust, "--sign", f"{keys}/ci.pem", cache=cache)
+        self.assertEqual(doc["cubin"]["source"], "link at load")
+        self.assertEqual(doc["cubin"]["digest"], plain["cubin"]["digest"])
+        doc = self.echo_from(pkg, *trust, cache=cache)
+        self.assertEqual(doc["cubin"]["source"], "cache")
+        # Stored in the package with --store, signed again: the package's own record serves.
+        self.echo_from(pkg, *trust, "--no-cache", "--store", "--sign", f"{keys}/ci.pem",
+                       cache=cache)
+        doc = self.echo_from(pkg, *trust, "--no-link", "--no-cache", cache=cache)
+        self.assertEqual(doc["cubin"]["source"], "package")
+        r, _ = self.run_tool(pkg, "--trust", f"{keys}/other.pub", "--list", cache=cache)
+        self.assertEqual(r.returncode, 1)
+        self.assert_one_error(r, "signed only by keys that are not trusted")
+
     def test_linked_ahead_of_time(self):
         pkg, cache = self.fresh()
         self.link_ahead(pkg, cache=os.path.join(self.tmp, "link-ahead-cache"))
