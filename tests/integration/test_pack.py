@@ -16,7 +16,7 @@ import time
 import unittest
 
 from harness import (HANDLERS, INCLUDE, NVCC, PACK, SCHEMA_PATH, check, elf_sections, fnv1a32,
-                     run, sha256, sha256_file, validate_schema)
+                     read, run, sha256, sha256_file, validate_schema)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 INPUTS = os.path.join(HERE, "pack_inputs")
@@ -169,6 +169,29 @@ class PackTest(unittest.TestCase):
 
     # --- inputs of every kind -----------------------------------------------------------------
 
+    def test_the_same_inputs_anywhere_pack_to_the_same_bytes(self):
+        # Reproducible packages: two copies of the inputs in two directories, packed from two
+        # working directories into two output directories, at two times: every file the same.
+        trees = []
+        for k in ("one", "two"):
+            d = tempfile.mkdtemp(dir=self.tmp, prefix=f"repro-{k}.")
+            os.makedirs(os.path.join(d, "in", "deep"))
+            for n in ("app", "arith.o"):
+                shutil.copy(self.path(n), os.path.join(d, "in", "deep" if k == "two" else "", n))
+            where = os.path.join(d, "in", "deep" if k == "two" else "")
+            check([PACK, "-o", os.path.join(d, "out"), "-n", "r", os.path.join(where, "app"),
+                   "arith.o"], cwd=where)
+            pkg = os.path.join(d, "out", "r.cudaqpkg")
+            trees.append({os.path.relpath(os.path.join(r, f), pkg): read(os.path.join(r, f))
+                          for r, _, fs in os.walk(pkg) for f in fs})
+            time.sleep(1.1)
+        self.assertEqual(trees[0], trees[1])
+        self.assertEqual([s["path"] for s in json.loads(trees[0]["manifest.json"])["sources"]],
+                         ["app", "arith.o"])
+        # --absolute-paths records where each input was, as it was before.
+        m = self.pack("--absolute-paths", self.path("app"))
+        self.assertEqual(m["sources"][0]["path"], self.path("app"))
+
     def test_executable_one_container_per_translation_unit(self):
         m = self.pack(self.path("app"))
         self.assertEqual(m["name"], "app")
@@ -177,7 +200,7 @@ class PackTest(unittest.TestCase):
         self.assertEqual(len(m["sources"]), 1)
         src = m["sources"][0]
         self.assertEqual(src["kind"], "executable")
-        self.assertEqual(src["path"], self.path("app"))
+        self.assertEqual(src["path"], "app")  # the file name only, unless asked
         self.assertEqual(src["size"], os.path.getsize(self.path("app")))
         self.assertEqual(src["digest"], sha256_file(self.path("app")))
         self.assertEqual(len(m["containers"]), 3)  # arith, decode, bits

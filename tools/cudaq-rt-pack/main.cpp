@@ -124,6 +124,10 @@ int tool_main(int argc, char **argv) {
                  "Package name (default: the first input's file name up to its first '.')")
       ->group("Output");
   app.add_flag("-f,--force", opts.force, "Replace an existing package")->group("Output");
+  app.add_flag("--absolute-paths", opts.absolute_paths,
+               "Record each input's absolute path in the manifest (default: its file name, so "
+               "that the same inputs pack to the same bytes anywhere)")
+      ->group("Output");
   bool verbose = false;
   app.add_flag("-v,--verbose", verbose,
                "Say what each input contributed, and where the package went")

@@ -117,8 +117,8 @@ int tool_main(int argc, char **argv) {
   app.footer(
       "Environment: CUDAQ_RT_CACHE_DIR, CUDAQ_RT_CACHE_DISABLE, CUDAQ_RT_CACHE_MAXSIZE, "
       "CUDAQ_RT_REMOTE_CACHE, CUDAQ_RT_LTO, CUDAQ_RT_FORCE_WHOLE_LINK, CUDAQ_RT_NO_SHIPPED_UNITS, "
-      "CUDAQ_RT_BRIDGE_PATH, CUDAQ_RT_SIGN_KEY, CUDAQ_RT_TRUST, CUDA_VISIBLE_DEVICES.\nSee "
-      "cudaq-rt-run(1).");
+      "CUDAQ_RT_BRIDGE_PATH, CUDAQ_RT_SIGN_KEY, CUDAQ_RT_TRUST, SOURCE_DATE_EPOCH, "
+      "CUDA_VISIBLE_DEVICES.\nSee cudaq-rt-run(1).");
   RunArgs args;
   add_options(app, args);
   if (int rc = driver::parse(tool, app, argc, argv); rc >= 0)

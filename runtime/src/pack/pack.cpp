@@ -168,6 +168,7 @@ Expected<Inspection> inspect(const std::vector<PackInput> &inputs, const std::st
 
   std::map<Digest, size_t> container_index;
   std::vector<FoundExport> found;
+  std::set<std::string> seen; // absolute paths, whatever the manifest records
   for (size_t i = 0; i < inputs.size(); ++i) {
     const PackInput &pin = inputs[i];
     auto in = InputFile::open(pin.path);
@@ -177,8 +178,7 @@ Expected<Inspection> inspect(const std::vector<PackInput> &inputs, const std::st
     std::error_code ec;
     if (fs::path canonical = fs::weakly_canonical(abs, ec); !ec)
       abs = canonical;
-    if (std::any_of(m.sources.begin(), m.sources.end(),
-                    [&](const Source &s) { return s.path == abs.string(); }))
+    if (!seen.insert(abs.string()).second)
       return make_error(pin.path, "is given twice");
     bool any_relfatbin = false, any_nv_fatbin = false;
     for (const CodeUnit &u : in->units()) {
@@ -376,13 +376,19 @@ Expected<PackResult> pack(const PackOptions &options) {
         fs::last_write_time(f.path(), ec) != f.mtime())
       return make_error(f.path(), "changed while it was being packed");
   }
+  // What is written records each input by its file name (messages above named its path), so
+  // that the same inputs pack to the same bytes wherever they are, unless asked otherwise.
+  Manifest written = inspection->manifest;
+  if (!options.absolute_paths)
+    for (Source &src : written.sources)
+      src.path = fs::path(src.path).filename().string();
   std::vector<const SigningKey *> signers;
   if (options.signer)
     signers.push_back(options.signer.get());
-  if (auto st = target->writer.commit(inspection->manifest, options.force, signers); !st)
+  if (auto st = target->writer.commit(written, options.force, signers); !st)
     return std::move(st).take_error();
   target->made.keep();
-  return PackResult{target->dir, std::move(*inspection)};
+  return PackResult{target->dir, std::move(*inspection), std::move(written)};
 }
 
 std::string format_listing(const Manifest &m, const std::string &what) {

@@ -32,6 +32,9 @@ struct PackOptions {
   std::vector<std::string> aliases;
   // Signs the package's manifest (--sign): the signature is in the package when it appears.
   std::shared_ptr<const SigningKey> signer;
+  // Record each input's absolute path (--absolute-paths); by default its file name, so that the
+  // same inputs pack to the same bytes wherever they are.
+  bool absolute_paths = false;
 };
 
 // What a set of inputs would become, without writing anything: the manifest of the package
@@ -53,7 +56,8 @@ Expected<Inspection> inspect(const std::vector<PackInput> &inputs, const std::st
 
 struct PackResult {
   std::filesystem::path dir;
-  Inspection inspection;
+  Inspection inspection; // its manifest names each input by its absolute path, for messages
+  Manifest written;      // the manifest as written: inputs by file name unless absolute_paths
 };
 
 // Adds "NAME=HANDLER" aliases to a manifest that has its exports, sorted by name; nothing is

@@ -131,7 +131,12 @@ TEST_CASE("pack writes NAME.cudaqpkg whole: every container a blob, the manifest
   // What was written is what pack said it wrote, and reads back verified.
   auto p = Package::open(dir);
   REQUIRE_MESSAGE(p, (p ? "" : p.error().str()));
-  CHECK(p->manifest().to_json_text() == m.to_json_text());
+  CHECK(p->manifest().to_json_text() == r->written.to_json_text());
+  // The same manifest, but for each input recorded by its file name.
+  Manifest named = m;
+  for (Source &src : named.sources)
+    src.path = fs::path(src.path).filename().string();
+  CHECK(r->written.to_json_text() == named.to_json_text());
   for (const ContainerRecord &c : m.containers)
     CHECK(p->read_blob(c.digest));
 }
@@ -389,7 +394,7 @@ TEST_CASE("a pack that fails leaves no package and no temporary directory behind
   auto p = Package::open(out / "example.cudaqpkg");
   REQUIRE(p);
   CHECK(p->manifest().sources.size() == 1);
-  CHECK(p->manifest().sources[0].path == canonical_path(in("nolto.o")));
+  CHECK(p->manifest().sources[0].path == "nolto.o");
   CHECK(entries(out / "example.cudaqpkg" / "blobs" / "sha256").size() == 1);
   for (const std::string &e : entries(out))
     CHECK((e == "example.cudaqpkg" || e == "other.cudaqpkg" || e == ".example.cudaqpkg.lock" ||
