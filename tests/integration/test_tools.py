@@ -3,6 +3,7 @@
 built with and the nvJitLink it loaded; --help ends with the environment variables its man page
 documents and a pointer to that page, and names every built-in dispatcher; and output that cannot
 be written is an error."""
+import json
 import os
 import re
 import subprocess
@@ -101,6 +102,39 @@ class UnwritableOutputTest(unittest.TestCase):
                     # not, by the time the tool looks).
                     self.assertRegex(r.stderr, f"^{tool}: error: cannot write to standard output"
                                                "(: No space left on device)?\n$")
+
+
+class JsonFailureTest(unittest.TestCase):
+    """With --json, a failure prints one document on stdout in every tool (error.schema.json)."""
+
+    def test_each_tool_prints_its_failure_as_json(self):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import validate_schema
+        schema = validate_schema.load(os.path.join(MAN, "..", "schemas", "error.schema.json"))
+        with tempfile.TemporaryDirectory() as tmp:
+            missing = os.path.join(tmp, "missing.cudaqpkg")
+            env = dict(os.environ, CUDAQ_RT_CACHE_DIR=os.path.join(tmp, "cache"))
+            cases = [
+                ([TOOLS["cudaq-rt-pack"], "--list", missing, "--json"], 1, "input",
+                 f"'{missing}': cannot open: No such file or directory"),
+                ([TOOLS["cudaq-rt-link"], missing, "-a", "sm_90", "--json"], 1, "package",
+                 f"'{missing}': no such package"),
+                ([TOOLS["cudaq-rt-link"], missing, "--json"], 2, "package",
+                 "no target arch: give --arch sm_NN[,sm_NN...]"),
+                ([TOOLS["cudaq-rt-run"], missing, "--call", "echo", "--json"], 1, "package",
+                 None),
+            ]
+            for cmd, status, key, error in cases:
+                with self.subTest(" ".join(cmd[1:])):
+                    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
+                    self.assertEqual(r.returncode, status, r.stderr)
+                    doc = json.loads(r.stdout)
+                    self.assertEqual(validate_schema.validate(schema, doc), [])
+                    self.assertEqual((doc["exit_status"], doc[key]), (status, missing))
+                    if error:
+                        self.assertTrue(doc["error"].startswith(error), doc["error"])
+                    # The same line as stderr's.
+                    self.assertIn(": error: " + doc["error"] + "\n", r.stderr)
 
 
 if __name__ == "__main__":

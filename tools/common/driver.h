@@ -4,11 +4,13 @@
 #pragma once
 
 #include "base/signing.h"
+#include "base/tool_output.h"
 #include "cache/link_key.h"
 #include "cudaq_rt/error.h"
 #include "cudaq_rt_revision.h"
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cerrno>
 #include <cstdio>
@@ -58,6 +60,23 @@ inline int flushed(const char *tool, int status) {
   std::fprintf(stderr, "%s: error: cannot write to standard output%s%s\n", tool, why ? ": " : "",
                why ? std::strerror(why) : "");
   return status == 0 ? 1 : status;
+}
+
+// With --json, a failure that printed no document prints one on stdout, as cudaq-rt-run does:
+// {"package" or "input": ..., "error": the first error's line, "exit_status": status}
+// (schemas/error.schema.json), so that a script reading stdout always gets one document.
+inline int json_failure(StdioToolOutput &output, int status, const char *subject_key,
+                        const std::string &subject, const std::string &usage_error = "") {
+  if (status == 0 || output.wrote_out)
+    return status;
+  nlohmann::json doc = {{"error", usage_error.empty() && !output.errors().empty()
+                                      ? output.errors().front()
+                                      : usage_error},
+                        {"exit_status", status}};
+  if (!subject.empty())
+    doc[subject_key] = subject;
+  output.out_json(doc);
+  return status;
 }
 
 // A usage error found after parsing, in the form parse() prints CLI11's: exit status 2.

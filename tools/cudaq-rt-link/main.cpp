@@ -104,11 +104,17 @@ int tool_main(int argc, char **argv) {
   if (*prune_opt)
     args.prune = prune_text;
 
-  auto command = make_link_command(std::move(args));
-  if (!command)
-    return driver::usage(tool, command.error().message);
+  const bool json = args.json;
+  const std::string package = args.link.package.string();
   StdioToolOutput output(tool);
-  return run_link_command(*command, output);
+  auto command = make_link_command(std::move(args));
+  if (!command) {
+    int rc = driver::usage(tool, command.error().message);
+    return json ? driver::json_failure(output, rc, "package", package, command.error().message)
+                : rc;
+  }
+  int rc = run_link_command(*command, output);
+  return json ? driver::json_failure(output, rc, "package", package) : rc;
 }
 
 } // namespace

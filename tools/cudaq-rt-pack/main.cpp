@@ -160,7 +160,8 @@ int tool_main(int argc, char **argv) {
       std::fprintf(stderr, "%s: error: --sign packs: it does not go with --list\n", tool);
       return driver::exit_usage;
     }
-    return list(list_path, json, verify, output);
+    int rc = list(list_path, json, verify, output);
+    return json ? driver::json_failure(output, rc, "input", list_path) : rc;
   }
   if (json || !verify.empty()) {
     std::fprintf(stderr, "%s: error: %s goes with --list\n", tool, json ? "--json" : "--verify");

@@ -8,6 +8,7 @@
 namespace cudaq_rt {
 
 int ToolOutput::fail(const Error &e) {
+  errors_.push_back(e.str());
   err(cat(tool_, ": error: ", e.str(), "\n"));
   return 1;
 }
@@ -25,6 +26,7 @@ void ToolOutput::note(std::string_view message) {
 }
 
 void StdioToolOutput::out(std::string_view text) {
+  wrote_out = wrote_out || !text.empty();
   std::fwrite(text.data(), 1, text.size(), stdout);
 }
 

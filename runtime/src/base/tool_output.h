@@ -10,6 +10,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace cudaq_rt {
 
@@ -28,17 +29,21 @@ public:
   void out_json(const nlohmann::json &document);
   // One line each on stderr; fail returns the failure exit status, 1.
   int fail(const Error &e);
+  // What fail() has said, in order (for a --json error document).
+  const std::vector<std::string> &errors() const { return errors_; }
   void warn(std::string_view message);
   void note(std::string_view message);
 
 private:
   std::string tool_;
+  std::vector<std::string> errors_;
 };
 
 // The process's stdout and stderr.
 class StdioToolOutput final : public ToolOutput {
 public:
   using ToolOutput::ToolOutput;
+  bool wrote_out = false; // anything on stdout yet
   void out(std::string_view text) override;
   void err(std::string_view text) override;
   void flush() override;
