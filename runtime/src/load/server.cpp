@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <thread>
@@ -336,16 +337,22 @@ Status Server::set_global(const std::string &name, std::span<const uint8_t> byte
 }
 
 Status check_package_trust(const LoadOptions &opt) {
-  std::vector<std::string> warnings;
-  auto cache = open_link_cache(opt.cache, warnings);
-  if (!cache)
-    return std::move(cache).take_error();
-  if (!cache->trust().trusted || opt.own_code)
+  // Only the trusted keys: no cache is opened (nor its directory made, nor the remote one asked)
+  // and no signing key read for a check that most loads, without trust, skip at once.
+  if (opt.own_code)
+    return Status::ok();
+  auto trusted = resolve_trusted(opt.cache.trust.trust,
+                                 [](const char *var) -> const char * { return std::getenv(var); });
+  if (!trusted)
+    return std::move(trusted).take_error();
+  if (!*trusted)
     return Status::ok();
   auto package = Package::open(opt.package);
   if (!package)
     return std::move(package).take_error();
-  return check_trusted(*package, *cache, opt);
+  if (auto key = verify_package(*package, **trusted); !key)
+    return std::move(key).take_error();
+  return Status::ok();
 }
 
 Expected<LoadPreview> preview_load(const LoadOptions &opt, Gpu &gpu) {
