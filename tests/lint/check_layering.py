@@ -17,7 +17,8 @@ ALLOWED = {
     "pack": {"base", "formats", "package"},
     "bridge": {"base"},
     "cache": {"base", "formats"},
-    "link": {"base", "formats", "package", "bridge", "cache"},
+    "oci": {"base", "formats", "package", "cache"},
+    "link": {"base", "formats", "package", "bridge", "cache", "oci"},
     "load": {"base", "formats", "package", "pack", "bridge", "cache", "link"},
     "interpose": {"base", "formats", "package", "cache"},
 }

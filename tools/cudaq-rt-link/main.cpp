@@ -88,6 +88,10 @@ int tool_main(int argc, char **argv) {
   driver::add_trust_option(app, args.cache.trust,
                            "link only a package one of these keys signed, and use only cache "
                            "entries one of them signed");
+  app.add_option("--push", args.oci_push,
+                 "Push the package to an OCI registry after linking (alone, without --arch: as "
+                 "it is): oci://HOST[:PORT]/REPO[:TAG][#options]")
+      ->group("Registry");
   auto *prune_opt = app.add_option("--cache-prune", prune_text,
                                    "Evict least recently used entries down to SIZE bytes "
                                    "(K/M/G suffixes; 0 clears the cache)")

@@ -6,6 +6,7 @@
 #include "base/tool_output.h"
 #include "pack/pack.h"
 #include "package/package.h"
+#include "oci/transfer.h"
 #include "package/signatures.h"
 
 #include <algorithm>
@@ -47,6 +48,12 @@ int list(const std::string &path, bool json, const std::vector<std::string> &ver
     for (const Digest &d : pkg->referenced_blobs())
       if (auto blob = pkg->read_blob(d); !blob)
         return output.fail(blob.error());
+    auto layout = pkg->check_layout();
+    if (!layout)
+      return output.fail(layout.error());
+    if (!*layout)
+      output.note("no OCI image layout yet (a package written before them): its next write adds "
+                  "one");
     m = pkg->manifest();
     warnings = code_warnings(m);
     what = "package " + m.name;
@@ -68,6 +75,46 @@ int list(const std::string &path, bool json, const std::vector<std::string> &ver
     output.out(cat("verified: signed by trusted key ", signed_by, "\n"));
   return 0;
 }
+// --pull: the package a registry holds, written as a pack would write it; with --verify it must
+// verify after the pull, or it is removed again.
+int pull(const std::string &text, const std::string &output_dir, bool force, bool json,
+         const std::vector<std::string> &verify, ToolOutput &output) {
+  auto ref = RegistryRef::parse(text);
+  if (!ref)
+    return driver::usage(tool, "--pull: " + ref.error().message);
+  auto registry =
+      Registry::open(*ref, [](const char *var) -> const char * { return std::getenv(var); });
+  if (!registry)
+    return output.fail(registry.error());
+  auto pulled = pull_package(**registry, output_dir, force);
+  if (!pulled)
+    return output.fail(pulled.error());
+  if (!verify.empty()) {
+    auto keys = TrustedKeys::load({verify.begin(), verify.end()});
+    if (!keys)
+      return output.fail(make_error("", "--verify: ", keys.error().str()));
+    auto pkg = Package::open(pulled->dir);
+    if (!pkg)
+      return output.fail(pkg.error());
+    if (auto key = verify_package(*pkg, *keys); !key) {
+      std::error_code ec;
+      std::filesystem::remove_all(pulled->dir, ec);
+      return output.fail(key.error());
+    }
+  }
+  if (json)
+    output.out_json({{"reference", ref->name()},
+                     {"digest", pulled->manifest.str()},
+                     {"package", pulled->dir.string()},
+                     {"blobs", pulled->blobs},
+                     {"bytes", pulled->bytes}});
+  else
+    output.out(cat("pulled  ", ref->name(), "@", pulled->manifest.str(), ": ", pulled->blobs,
+                   " blobs (", pulled->bytes, " bytes) into ", escape(pulled->dir.string()),
+                   "\n"));
+  return 0;
+}
+
 // -v: one line per source, what it contributed.
 std::vector<std::string> describe_inputs(const Manifest &m) {
   std::vector<std::string> lines;
@@ -145,6 +192,15 @@ int tool_main(int argc, char **argv) {
       ->group("Inspection");
   TrustRequest trust;
   driver::add_sign_option(app, trust, "the package");
+  std::string push_ref, pull_ref;
+  app.add_option("--push", push_ref,
+                 "Push the package to an OCI registry once it is written: "
+                 "oci://HOST[:PORT]/REPO[:TAG][#options]")
+      ->group("Registry");
+  auto *pull_opt = app.add_option("--pull", pull_ref,
+                                  "Pull a package from an OCI registry into the -o directory "
+                                  "instead of packing")
+                       ->group("Registry");
 
   if (int rc = driver::parse(tool, app, argc, argv); rc >= 0)
     return rc;
@@ -163,6 +219,14 @@ int tool_main(int argc, char **argv) {
     int rc = list(list_path, json, verify, output);
     return json ? driver::json_failure(output, rc, "input", list_path) : rc;
   }
+  if (*pull_opt) {
+    if (!app_inputs.empty() || !bridges.empty() || !dispatchers.empty() || !opts.aliases.empty() ||
+        !push_ref.empty() || !trust.sign_key.empty()) {
+      std::fprintf(stderr, "%s: error: --pull takes a reference and -o, -f: no inputs\n", tool);
+      return driver::exit_usage;
+    }
+    return pull(pull_ref, output_dir, opts.force, json, verify, output);
+  }
   if (json || !verify.empty()) {
     std::fprintf(stderr, "%s: error: %s goes with --list\n", tool, json ? "--json" : "--verify");
     return driver::exit_usage;
@@ -176,6 +240,13 @@ int tool_main(int argc, char **argv) {
   if (opts.inputs.empty()) {
     std::fprintf(stderr, "%s: error: no input files\nRun '%s --help' for usage.\n", tool, tool);
     return driver::exit_usage;
+  }
+  std::optional<RegistryRef> push;
+  if (!push_ref.empty()) {
+    auto ref = RegistryRef::parse(push_ref);
+    if (!ref)
+      return driver::usage(tool, "--push: " + ref.error().message);
+    push = std::move(*ref);
   }
   opts.output_dir = output_dir;
   auto signer = resolve_signer(trust.sign_key,
@@ -192,6 +263,12 @@ int tool_main(int argc, char **argv) {
   if (verbose)
     for (const std::string &line : describe_inputs(result->inspection.manifest))
       output.note(line);
+  if (push) {
+    auto pushed = push_package_to(result->dir, *push);
+    if (!pushed)
+      return output.fail(pushed.error());
+    output.err(format_push(*push, *pushed));
+  }
   if (verbose || driver::stderr_is_terminal()) {
     const Manifest &m = result->inspection.manifest;
     output.err(cat(tool, ": wrote ", escape(result->dir.string()), ": ", m.containers.size(),

@@ -2,6 +2,7 @@
 #include "link/link_command.h"
 
 #include "cache/link_cache.h"
+#include "oci/transfer.h"
 #include "package/signatures.h"
 
 #include <nlohmann/json.hpp>
@@ -161,15 +162,32 @@ std::string format_report(const LinkCommand &c, const LinkReport &report) {
   return out;
 }
 
+// --push: the package as the command left it, to the registry; its report into `doc`.
+int push_to_registry(const LinkCommand &c, json &doc, ToolOutput &output) {
+  if (!c.oci_push)
+    return 0;
+  auto pushed = push_package_to(c.link.package, *c.oci_push);
+  if (!pushed)
+    return output.fail(pushed.error());
+  if (c.json)
+    doc["push"] = push_json(*c.oci_push, *pushed);
+  else
+    output.out(format_push(*c.oci_push, *pushed));
+  return 0;
+}
+
 // --sign with no --arch: the package signed as it is, after the --trust check.
 int sign_command(const LinkCache &cache, const LinkCommand &c, ToolOutput &output) {
   const SigningKey *signer = cache.trust().signer.get();
   if (auto st = sign_package(c.link.package, *signer, cache.trust().trusted.get()); !st)
     return output.fail(st.error());
-  if (c.json)
-    output.out_json({{"package", c.link.package.string()}, {"signed_by", signer->id().hex()}});
-  else
+  json doc = {{"package", c.link.package.string()}, {"signed_by", signer->id().hex()}};
+  if (!c.json)
     output.out(cat("signed  key ", signer->id().short_str(), "\n"));
+  if (int rc = push_to_registry(c, doc, output); rc != 0)
+    return rc;
+  if (c.json)
+    output.out_json(doc);
   return 0;
 }
 
@@ -197,10 +215,24 @@ Expected<LinkCommand> make_link_command(LinkArgs args) {
       return c;
     return make_error("", "no package given");
   }
+  if (args.oci_push) {
+    auto ref = RegistryRef::parse(*args.oci_push);
+    if (!ref)
+      return make_error("", "--push: ", ref.error().message);
+    if (c.link.dry_run)
+      return make_error("", "--push does not go with --dry-run, which writes nothing");
+    c.oci_push = std::move(*ref);
+  }
   if (args.archs.empty() && !c.cache.trust.sign_key.empty()) {
     if (c.link.dry_run || c.cache_stats || c.prune)
       return make_error("", "--sign without --arch signs the package and does nothing else");
     c.sign_only = true;
+    return c;
+  }
+  if (args.archs.empty() && c.oci_push) {
+    if (c.cache_stats || c.prune)
+      return make_error("", "--push without --arch pushes the package and does nothing else");
+    c.push_only = true;
     return c;
   }
   auto archs = parse_arch_list(args.archs);
@@ -230,6 +262,14 @@ int run_link_command(const LinkCommand &c, ToolOutput &output) {
   if (c.sign_only)
     return sign_command(*cache, c, output);
   json doc = json::object();
+  if (c.push_only) {
+    doc["package"] = c.link.package.string();
+    if (int rc = push_to_registry(c, doc, output); rc != 0)
+      return rc;
+    if (c.json)
+      output.out_json(doc);
+    return 0;
+  }
   if (c.link.package.empty()) {
     int rc = cache_command(*cache, c, doc, output);
     if (rc == 0 && c.json)
@@ -260,6 +300,9 @@ int run_link_command(const LinkCommand &c, ToolOutput &output) {
       doc["archs"].push_back(arch_json(a));
     if (int rc = cache_command(*cache, c, doc, output); rc != 0)
       return rc;
+    if (report->ok())
+      if (int rc = push_to_registry(c, doc, output); rc != 0)
+        return rc;
     output.out_json(doc);
   } else {
     output.out(format_report(c, *report));
@@ -267,6 +310,9 @@ int run_link_command(const LinkCommand &c, ToolOutput &output) {
       output.out(cat("signed  key ", report->signed_by->short_str(), "\n"));
     if (int rc = cache_command(*cache, c, doc, output); rc != 0)
       return rc;
+    if (report->ok())
+      if (int rc = push_to_registry(c, doc, output); rc != 0)
+        return rc;
   }
   return report->ok() ? 0 : 1;
 }

@@ -6,6 +6,7 @@
 #include "base/tool_output.h"
 #include "cache/cache_config.h"
 #include "link/link.h"
+#include "oci/reference.h"
 
 #include <filesystem>
 #include <optional>
@@ -21,6 +22,7 @@ struct LinkArgs {
   std::optional<std::string> prune; // --cache-prune SIZE
   std::filesystem::path push;       // --cache-push PKG
   CacheRequest cache;               // --cache-dir, --remote-cache, --no-cache
+  std::optional<std::string> oci_push; // --push REF
   bool cache_stats = false;
   bool json = false;
 };
@@ -33,6 +35,8 @@ struct LinkCommand {
   std::filesystem::path push;
   bool json = false;
   bool sign_only = false; // --sign and no --arch: sign the package as it is
+  std::optional<RegistryRef> oci_push; // --push: after the link (or the signing, or alone)
+  bool push_only = false;              // --push and no --arch: push the package as it is
 };
 
 // The first refusal is the error; its message is the whole usage line ("no package given",

@@ -1,6 +1,7 @@
 #include "package/package.h"
 
 #include "formats/fatbin.h"
+#include "package/oci_layout.h"
 #include "package/signatures.h"
 
 #include <algorithm>
@@ -45,7 +46,8 @@ constexpr size_t max_signature_files = 256;
 // The manifest of the package directory open as `fd`, and the digest of the bytes it was parsed
 // from; nullopt if it has none.
 Expected<std::optional<Manifest>> read_manifest(int fd, const fs::path &dir,
-                                                Digest *digest = nullptr) {
+                                                Digest *digest = nullptr,
+                                                std::string *bytes = nullptr) {
   fs::path path = dir / "manifest.json";
   auto file = RegularFile::open_at(fd, "manifest.json", path, {.max_bytes = max_manifest_bytes});
   if (!file)
@@ -60,6 +62,8 @@ Expected<std::optional<Manifest>> read_manifest(int fd, const fs::path &dir,
     return std::move(m).take_error();
   if (digest)
     *digest = sha256(*text);
+  if (bytes)
+    *bytes = std::move(*text);
   return std::optional<Manifest>(std::move(*m));
 }
 
@@ -113,7 +117,7 @@ Expected<Package> Package::open(const fs::path &dir) {
     }
     if (!still_at(fd, dir))
       continue;
-    auto m = read_manifest(fd, dir, &p.manifest_digest_);
+    auto m = read_manifest(fd, dir, &p.manifest_digest_, &p.manifest_text_);
     if (!m)
       return std::move(m).take_error();
     if (!*m)
@@ -163,7 +167,8 @@ Expected<Package> Package::open(const fs::path &dir) {
 
 Package::Package(Package &&o) noexcept
     : dir_(std::move(o.dir_)), manifest_(std::move(o.manifest_)),
-      manifest_digest_(o.manifest_digest_), dir_fd_(o.dir_fd_), blobs_fd_(o.blobs_fd_),
+      manifest_digest_(o.manifest_digest_), manifest_text_(std::move(o.manifest_text_)),
+      dir_fd_(o.dir_fd_), blobs_fd_(o.blobs_fd_),
       container_at_(std::move(o.container_at_)), verified_(std::move(o.verified_)) {
   o.dir_fd_ = o.blobs_fd_ = -1;
 }
@@ -268,6 +273,61 @@ Expected<std::vector<std::pair<std::string, std::string>>> Package::signature_fi
     out.emplace_back(name, std::move(*text));
   }
   return out;
+}
+
+Expected<std::string> Package::image_manifest_text() const {
+  auto sigs = signature_files();
+  if (!sigs)
+    return std::move(sigs).take_error();
+  return package_image_manifest(manifest_, manifest_text_, *sigs).to_json_text();
+}
+
+Expected<bool> Package::check_layout() const {
+  const fs::path index_path = dir_ / "index.json";
+  auto index = RegularFile::open_at(dir_fd_, "index.json", index_path,
+                                    {.max_bytes = max_signature_bytes});
+  if (!index)
+    return std::move(index).take_error();
+  if (!*index)
+    return false;
+  auto index_text = (*index)->read();
+  if (!index_text)
+    return std::move(index_text).take_error();
+  auto named = parse_layout_index(*index_text, index_path.string());
+  if (!named)
+    return std::move(named).take_error();
+  auto expected = image_manifest_text();
+  if (!expected)
+    return std::move(expected).take_error();
+  const Digest want = sha256(*expected);
+  if (named->digest != want)
+    return make_error(index_path.string(), "names image manifest ", named->digest.short_str(),
+                      ", not the ", want.short_str(),
+                      " that the package's manifest and signatures give (the layout is stale or "
+                      "was modified)");
+  // The blobs the image manifest names beyond the manifest's own: itself, the config, the
+  // signatures. read_blob checks each one's digest.
+  auto im = OciImageManifest::parse(*expected, index_path.string());
+  if (!im)
+    return std::move(im).take_error();
+  std::vector<Digest> extra = {want, im->config.digest};
+  for (const OciDescriptor &l : im->layers)
+    if (l.media_type == signature_layer_media_type)
+      extra.push_back(l.digest);
+  for (const Digest &d : extra)
+    if (auto blob = read_blob(d); !blob)
+      return std::move(blob).take_error();
+  auto layout = RegularFile::open_at(dir_fd_, "oci-layout", dir_ / "oci-layout",
+                                     {.max_bytes = max_signature_bytes});
+  if (!layout)
+    return std::move(layout).take_error();
+  auto layout_text = *layout ? (*layout)->read() : Expected<std::string>(std::string());
+  if (!layout_text)
+    return std::move(layout_text).take_error();
+  if (*layout_text != oci_layout_text)
+    return make_error((dir_ / "oci-layout").string(),
+                      *layout ? "is not {\"imageLayoutVersion\":\"1.0.0\"}" : "is missing");
+  return true;
 }
 
 Status check_is_package(const fs::path &dir) {
@@ -384,8 +444,17 @@ Status PackageWriter::carry_signatures(const Package &from) {
   if (!files)
     return std::move(files).take_error();
   for (const auto &[name, text] : *files)
-    if (auto st = add_file(fs::path(signatures_dir) / name, text); !st)
+    if (auto st = add_signature(name, text); !st)
       return st;
+  return Status::ok();
+}
+
+Status PackageWriter::add_signature(const std::string &file_name, std::string_view text) {
+  if (!is_signature_file_name(file_name))
+    return make_error(file_name, "is not a signature file's name (<key id>.json)");
+  if (auto st = add_file(fs::path(signatures_dir) / file_name, text); !st)
+    return st;
+  signatures_[file_name] = text;
   return Status::ok();
 }
 
@@ -399,15 +468,33 @@ Status PackageWriter::add_file(const fs::path &relative, std::string_view bytes)
 }
 
 Status PackageWriter::commit(const Manifest &m, bool replace,
-                             const std::vector<const SigningKey *> &signers) {
-  std::string text = m.to_json_text();
+                             const std::vector<const SigningKey *> &signers,
+                             std::optional<std::string_view> manifest_text) {
+  const std::string text = manifest_text ? std::string(*manifest_text) : m.to_json_text();
   if (auto st = write_file_atomic(tmp_.path() / "manifest.json", as_bytes(text)); !st)
     return st;
   for (const SigningKey *key : signers) {
     PackageSignature sig = sign_manifest(*key, m.name, sha256(text));
-    if (auto st = add_file(fs::path(signatures_dir) / sig.file_name(), sig.to_json_text()); !st)
+    if (auto st = add_signature(sig.file_name(), sig.to_json_text()); !st)
       return st;
   }
+  // The OCI image layout: the config (manifest.json's bytes) and each signature as blobs, the
+  // image manifest over them and the manifest's blobs, and the index naming it.
+  const std::vector<std::pair<std::string, std::string>> sigs(signatures_.begin(),
+                                                              signatures_.end());
+  const std::string image = package_image_manifest(m, text, sigs).to_json_text();
+  if (auto st = add_blob(sha256(text), as_bytes(text)); !st)
+    return st;
+  for (const auto &[name, sig] : sigs)
+    if (auto st = add_blob(sha256(sig), as_bytes(sig)); !st)
+      return st;
+  if (auto st = add_blob(sha256(image), as_bytes(image)); !st)
+    return st;
+  const std::string index = layout_index_text(image);
+  if (auto st = write_file_atomic(tmp_.path() / "index.json", as_bytes(index)); !st)
+    return st;
+  if (auto st = write_file_atomic(tmp_.path() / "oci-layout", as_bytes(oci_layout_text)); !st)
+    return st;
   // Every blob's bytes reach the disk before the package appears under its name.
   const fs::path blobs = tmp_.path() / "blobs" / "sha256";
   int fd = ::open(blobs.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

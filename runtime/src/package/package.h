@@ -45,6 +45,8 @@ public:
   const Manifest &manifest() const { return manifest_; }
   // The digest of manifest.json's bytes as they were read and parsed: what a signature signs.
   const Digest &manifest_digest() const { return manifest_digest_; }
+  // manifest.json's bytes as they were read.
+  const std::string &manifest_text() const { return manifest_text_; }
   // The signature files in signatures/ (each named <key id>.json; other names are not
   // signatures and are ignored): name and text, read through the package's directory.
   Expected<std::vector<std::pair<std::string, std::string>>> signature_files() const;
@@ -56,6 +58,14 @@ public:
   // The directory holding the blobs, open (-1 when the package has none).
   int blobs_fd() const { return blobs_fd_; }
 
+  // Checks the package's OCI image layout (oci_layout.h) against its manifest and signatures:
+  // index.json names the image manifest they give, and it, the config and the signature blobs
+  // are present and verify. False when the package has no layout (written before layouts were);
+  // an error names what is stale, missing or modified.
+  Expected<bool> check_layout() const;
+  // The image manifest of the package as it is (its manifest and signature files).
+  Expected<std::string> image_manifest_text() const;
+
   // Whether read_blob has verified this blob in this process.
   bool verified(const Digest &d) const { return verified_.count(d) != 0; }
 
@@ -64,6 +74,7 @@ private:
   std::filesystem::path dir_;
   Manifest manifest_;
   Digest manifest_digest_;
+  std::string manifest_text_;
   int dir_fd_ = -1;
   int blobs_fd_ = -1;
   std::map<Digest, size_t> container_at_; // digest -> index in manifest_.containers
@@ -102,10 +113,15 @@ public:
   Status carry_blob(const Package &from, const Digest &d);
   // Carries `from`'s signatures over; commit() replaces those of the keys it signs with.
   Status carry_signatures(const Package &from);
-  // Writes manifest.json, a signature over it by each of `signers`, and renames the directory to
-  // its final path. Without `replace`, an existing package there is an error.
+  // Writes manifest.json (`m`'s text, or `manifest_text` where the bytes must stay as they are:
+  // a package signed or pulled as it is), a signature over it by each of `signers`, the OCI
+  // image layout of the result (oci_layout.h), and renames the directory to its final path.
+  // Without `replace`, an existing package there is an error.
   Status commit(const Manifest &m, bool replace,
-                const std::vector<const SigningKey *> &signers = {});
+                const std::vector<const SigningKey *> &signers = {},
+                std::optional<std::string_view> manifest_text = std::nullopt);
+  // Adds a signature file (<key id>.json) as it is: a pulled package's.
+  Status add_signature(const std::string &file_name, std::string_view text);
 
 private:
   // A file other than a blob (a signature), by its path inside the package.
@@ -115,6 +131,7 @@ private:
   std::filesystem::path final_dir_;
   TempDir tmp_;
   std::set<Digest> written_;
+  std::map<std::string, std::string> signatures_; // file name -> text, as commit() writes them
 };
 
 } // namespace cudaq_rt

@@ -162,15 +162,17 @@ Status sign_package(const fs::path &package, const SigningKey &key, const Truste
   if (trusted)
     if (auto by = verify_package(*pkg, *trusted); !by)
       return std::move(by).take_error();
-  PackageSignature sig = sign_manifest(key, pkg->manifest().name, pkg->manifest_digest());
-  const fs::path dir = package / signatures_dir;
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
-    return make_error(dir.string(), "cannot create: ", std::strerror(errno));
-  struct stat st;
-  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    return make_error(dir.string(), "is not a directory: no signature is written through it");
-  const std::string text = sig.to_json_text();
-  return write_file_atomic(dir / sig.file_name(), as_bytes(text));
+  // The package is written again, its blobs hard-linked and its manifest's bytes kept, so that
+  // the new signature and the OCI layout that lists it appear together, in one rename.
+  auto writer = PackageWriter::create(package);
+  if (!writer)
+    return std::move(writer).take_error();
+  for (const Digest &d : pkg->referenced_blobs())
+    if (auto st = writer->carry_blob(*pkg, d); !st)
+      return st;
+  if (auto st = writer->carry_signatures(*pkg); !st)
+    return st;
+  return writer->commit(pkg->manifest(), true, {&key}, pkg->manifest_text());
 }
 
 } // namespace cudaq_rt

@@ -1,0 +1,67 @@
+// An OCI registry's HTTP API (distribution spec v1.1, "spec.md"), as far as moving packages
+// needs it: blobs by digest (HEAD, GET, monolithic or chunked upload) and manifests by tag or
+// digest (GET, PUT). Every byte that comes back is checked against the digest it was asked by
+// before it is returned; nothing a registry says is trusted otherwise.
+#pragma once
+
+#include "base/digest.h"
+#include "cudaq_rt/error.h"
+#include "oci/reference.h"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+
+namespace cudaq_rt {
+
+struct FetchedManifest {
+  std::string bytes;
+  Digest digest;          // of the bytes (checked against the one asked for, or the registry's)
+  std::string media_type; // the response's Content-Type
+};
+
+// Counts of what a client did, for reports and tests.
+struct RegistryTraffic {
+  uint64_t requests = 0;
+  uint64_t bytes_sent = 0;     // request bodies
+  uint64_t bytes_received = 0; // response bodies
+};
+
+class Registry {
+public:
+  using Getenv = std::function<const char *(const char *)>;
+  // Reads the secret (if the reference's options name one) from the environment now.
+  static Expected<std::unique_ptr<Registry>> open(RegistryRef ref, const Getenv &getenv);
+  ~Registry();
+
+  const RegistryRef &ref() const { return ref_; }
+  const RegistryTraffic &traffic() const { return traffic_; }
+
+  // Whether the repository has the blob (HEAD); an error when the registry cannot say.
+  Expected<bool> has_blob(const Digest &d);
+  // Uploads a blob: one PUT up to chunk_bytes, PATCHes of chunk_bytes beyond; the registry
+  // checks the digest at the end.
+  static constexpr uint64_t chunk_bytes = uint64_t{16} << 20;
+  Status put_blob(const Digest &d, std::span<const uint8_t> bytes);
+  // The blob's bytes: exactly `size` of them, matching `d`, or an error.
+  Expected<std::string> get_blob(const Digest &d, uint64_t size);
+  // PUT a manifest under a tag or a digest.
+  Status put_manifest(const std::string &reference, const std::string &media_type,
+                      std::string_view bytes);
+  // GET a manifest (an OCI image manifest) by tag or digest, at most max_manifest_bytes.
+  static constexpr uint64_t max_manifest_bytes = uint64_t{4} << 20;
+  Expected<FetchedManifest> get_manifest(const std::string &reference);
+
+private:
+  struct Http;
+  Registry(RegistryRef ref, std::string secret);
+  RegistryRef ref_;
+  std::string secret_;
+  std::string token_; // from the registry's token service, once one was asked
+  RegistryTraffic traffic_;
+  std::unique_ptr<Http> http_;
+};
+
+} // namespace cudaq_rt

@@ -1,0 +1,181 @@
+#include "oci/transfer.h"
+
+#include "package/oci_layout.h"
+#include "package/signatures.h"
+
+#include <cstdlib>
+#include <set>
+
+namespace fs = std::filesystem;
+
+namespace cudaq_rt {
+
+Expected<PushReport> push_package(const Package &package, Registry &registry) {
+  auto image = package.image_manifest_text();
+  if (!image)
+    return std::move(image).take_error();
+  auto im = OciImageManifest::parse(*image, package.dir().string());
+  if (!im)
+    return std::move(im).take_error();
+  PushReport report;
+  report.manifest = sha256(*image);
+  const RegistryRef &ref = registry.ref();
+  if (ref.digest && *ref.digest != report.manifest)
+    return make_error("", ref.name(), ": names image manifest ", ref.digest->short_str(),
+                      ", but the package's is ", report.manifest.short_str());
+  auto signatures = package.signature_files();
+  if (!signatures)
+    return std::move(signatures).take_error();
+  // The config and the layers, each read (and so verified) only when the registry lacks it.
+  std::vector<OciDescriptor> blobs = {im->config};
+  blobs.insert(blobs.end(), im->layers.begin(), im->layers.end());
+  for (const OciDescriptor &d : blobs) {
+    ++report.blobs;
+    auto there = registry.has_blob(d.digest);
+    if (!there)
+      return std::move(there).take_error();
+    if (*there)
+      continue;
+    std::string bytes;
+    if (d.digest == package.manifest_digest()) {
+      bytes = package.manifest_text();
+    } else if (d.media_type == signature_layer_media_type) {
+      for (const auto &[name, text] : *signatures)
+        if (sha256(text) == d.digest)
+          bytes = text;
+    } else {
+      auto read = package.read_blob(d.digest);
+      if (!read)
+        return std::move(read).take_error();
+      bytes = std::move(*read);
+    }
+    if (auto st = registry.put_blob(d.digest, as_bytes(bytes)); !st)
+      return std::move(st).take_error();
+    ++report.uploaded;
+    report.bytes_uploaded += bytes.size();
+  }
+  if (auto st = registry.put_manifest(ref.manifest_reference(), oci_image_manifest_media_type,
+                                      *image);
+      !st)
+    return std::move(st).take_error();
+  return report;
+}
+
+Expected<PushReport> push_package_to(const fs::path &dir, const RegistryRef &ref) {
+  auto registry = Registry::open(ref, [](const char *v) -> const char * { return std::getenv(v); });
+  if (!registry)
+    return std::move(registry).take_error();
+  auto package = Package::open(dir);
+  if (!package)
+    return std::move(package).take_error();
+  return push_package(*package, **registry);
+}
+
+std::string format_push(const RegistryRef &ref, const PushReport &r) {
+  return cat("pushed  ", ref.name(), "@", r.manifest.str(), ": ", r.blobs, " blobs, ", r.uploaded,
+             " uploaded (", r.bytes_uploaded, " bytes), ", r.blobs - r.uploaded,
+             " already there\n");
+}
+
+nlohmann::json push_json(const RegistryRef &ref, const PushReport &r) {
+  return {{"reference", ref.name()},
+          {"digest", r.manifest.str()},
+          {"blobs", r.blobs},
+          {"uploaded", r.uploaded},
+          {"bytes_uploaded", r.bytes_uploaded}};
+}
+
+Expected<PullReport> pull_package(Registry &registry, const fs::path &output_dir, bool replace) {
+  const RegistryRef &ref = registry.ref();
+  auto fetched = registry.get_manifest(ref.manifest_reference());
+  if (!fetched)
+    return std::move(fetched).take_error();
+  auto im = OciImageManifest::parse(fetched->bytes, ref.name());
+  if (!im)
+    return std::move(im).take_error();
+  if (im->config.size > max_manifest_bytes)
+    return make_error("", ref.name(), ": its config is ", im->config.size,
+                      " bytes, more than a package manifest may be");
+  auto text = registry.get_blob(im->config.digest, im->config.size);
+  if (!text)
+    return std::move(text).take_error();
+  auto manifest = Manifest::parse(*text, ref.name() + " (config)");
+  if (!manifest)
+    return std::move(manifest).take_error();
+  if (!valid_package_name(manifest->name))
+    return make_error("", ref.name(), ": package name ", quote(manifest->name),
+                      " is not a valid directory name");
+  // The blobs the manifest refers to, each with the size it records: a layer must be one of
+  // them or a signature, and every one of them must be a layer.
+  std::map<Digest, uint64_t> wanted;
+  for (const ContainerRecord &c : manifest->containers)
+    wanted.emplace(c.digest, c.size);
+  for (const LinkRecord &l : manifest->links)
+    wanted.emplace(l.cubin, l.cubin_size);
+  if (manifest->recipe)
+    for (const RecipeInput &in : manifest->recipe->inputs)
+      wanted.emplace(in.digest, in.size);
+  std::set<Digest> have;
+  for (const OciDescriptor &l : im->layers) {
+    if (l.media_type == signature_layer_media_type) {
+      if (signature_layer_file_name(l).empty())
+        return make_error("", ref.name(), ": signature layer ", l.digest.short_str(),
+                          " has no valid io.cudaq-rt.key-id annotation");
+      if (l.size > 16 << 10)
+        return make_error("", ref.name(), ": signature layer ", l.digest.short_str(), " is ",
+                          l.size, " bytes: not a signature");
+      continue;
+    }
+    auto w = wanted.find(l.digest);
+    if (w == wanted.end())
+      return make_error("", ref.name(), ": layer ", l.digest.short_str(), " (", quote(l.media_type),
+                        ") is not a blob the package's manifest names");
+    if (w->second != l.size)
+      return make_error("", ref.name(), ": layer ", l.digest.short_str(), " is ", l.size,
+                        " bytes by its descriptor, ", w->second, " by the package's manifest");
+    have.insert(l.digest);
+  }
+  for (const auto &[d, size] : wanted)
+    if (!have.count(d))
+      return make_error("", ref.name(), ": the package's manifest names blob ", d.short_str(),
+                        ", which the image manifest does not carry");
+
+  std::error_code ec;
+  fs::create_directories(output_dir, ec);
+  if (ec)
+    return make_error(output_dir.string(), "cannot create: ", ec.message());
+  const fs::path dir = output_dir / (manifest->name + package_suffix);
+  auto lock = PackageLock::acquire(dir);
+  if (!lock)
+    return std::move(lock).take_error();
+  if (!replace && fs::exists(fs::symlink_status(dir, ec)))
+    return make_error(dir.string(), "already exists (use --force to replace it)");
+  if (replace && fs::exists(fs::symlink_status(dir, ec)))
+    if (auto st = check_is_package(dir); !st)
+      return std::move(st).take_error();
+  auto writer = PackageWriter::create(dir);
+  if (!writer)
+    return std::move(writer).take_error();
+  PullReport report;
+  report.dir = dir;
+  report.manifest = fetched->digest;
+  report.bytes = fetched->bytes.size() + text->size();
+  report.blobs = 1;
+  for (const OciDescriptor &l : im->layers) {
+    auto bytes = registry.get_blob(l.digest, l.size);
+    if (!bytes)
+      return std::move(bytes).take_error();
+    ++report.blobs;
+    report.bytes += bytes->size();
+    Status st = l.media_type == signature_layer_media_type
+                    ? writer->add_signature(signature_layer_file_name(l), *bytes)
+                    : writer->add_blob(l.digest, as_bytes(*bytes));
+    if (!st)
+      return std::move(st).take_error();
+  }
+  if (auto st = writer->commit(*manifest, replace, {}, *text); !st)
+    return std::move(st).take_error();
+  return report;
+}
+
+} // namespace cudaq_rt
