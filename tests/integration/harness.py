@@ -83,6 +83,22 @@ def make_ed25519_keys(directory, *names):
     return keys
 
 
+def manifest_blobs(pkg):
+    """The blob file names of a package's manifest's own blobs: every file in blobs/sha256 but
+    the OCI layout's (the image manifest index.json names, its config and signature layers)."""
+    import json
+    root = os.path.join(pkg, "blobs", "sha256")
+    names = set(os.listdir(root))
+    with open(os.path.join(pkg, "index.json")) as f:
+        image_digest = json.load(f)["manifests"][0]["digest"][len("sha256:"):]
+    with open(os.path.join(root, image_digest)) as f:
+        image = json.load(f)
+    layout = {image_digest, image["config"]["digest"][len("sha256:"):]}
+    layout |= {l["digest"][len("sha256:"):] for l in image["layers"]
+               if l["mediaType"] == "application/vnd.cudaq-rt.signature.v1+json"}
+    return sorted(names - layout)
+
+
 def check(cmd, **kw):
     """Runs cmd, which must succeed; returns its stdout and stderr together, as text."""
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)

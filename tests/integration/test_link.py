@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import unittest
 
-from harness import (DEVICE_FLAGS, HANDLERS, LINK, NVCC, PACK, SCHEMA_PATH, cache_env, check,
+from harness import (manifest_blobs, DEVICE_FLAGS, HANDLERS, LINK, NVCC, PACK, SCHEMA_PATH, cache_env, check,
                      cubin_info, fnv1a32, ltoir_entry_offsets, read, run, sha256, snapshot,
                      validate_schema)
 
@@ -244,9 +244,10 @@ class LinkTest(unittest.TestCase):
         self.assertEqual(src["digest"], sha256(read(src["path"])))
         # Nothing in blobs/ that the manifest does not name.
         named = {c["digest"] for c in m["containers"]} | {l["cubin"]["digest"] for l in m["links"]}
-        self.assertEqual(sorted(os.listdir(os.path.join(self.linked, "blobs", "sha256"))),
+        self.assertEqual(manifest_blobs(self.linked),
                          sorted(d[len("sha256:"):] for d in named))
-        self.assertEqual(sorted(os.listdir(self.linked)), ["blobs", "manifest.json"])
+        self.assertEqual(sorted(os.listdir(self.linked)),
+                         ["blobs", "index.json", "manifest.json", "oci-layout"])
         # Beside it only the lock file: no temporary directory left over.
         self.assertEqual(sorted(os.listdir(self.linked_dir)), [".app.cudaqpkg.lock", "app.cudaqpkg"])
 
@@ -353,7 +354,7 @@ class LinkTest(unittest.TestCase):
         # package, not into it.
         pkg, cache = self.fresh()
         self.link(pkg + "/", "--arch", "sm_80", cache=cache)
-        self.assertEqual(sorted(os.listdir(pkg)), ["blobs", "manifest.json"])
+        self.assertEqual(sorted(os.listdir(pkg)), ["blobs", "index.json", "manifest.json", "oci-layout"])
         self.assertEqual(sorted(os.listdir(os.path.dirname(pkg))),
                          [".app.cudaqpkg.lock", "app.cudaqpkg", "cache"])
         self.assertEqual([l["arch"] for l in self.manifest(pkg)["links"]], ["sm_80"])

@@ -15,7 +15,7 @@ import tempfile
 import time
 import unittest
 
-from harness import (HANDLERS, INCLUDE, NVCC, PACK, SCHEMA_PATH, check, elf_sections, fnv1a32,
+from harness import (manifest_blobs, HANDLERS, INCLUDE, NVCC, PACK, SCHEMA_PATH, check, elf_sections, fnv1a32,
                      read, run, sha256, sha256_file, validate_schema)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -121,13 +121,13 @@ class PackTest(unittest.TestCase):
             m = json.load(f)
         self.assertEqual(validate_schema.validate(self.schema, m), [])
         self.assertEqual(entries[0], m["name"] + ".cudaqpkg")
-        blobs = sorted(os.listdir(os.path.join(pkg, "blobs", "sha256")))
+        blobs = manifest_blobs(pkg)
         self.assertEqual(blobs, sorted(c["digest"][len("sha256:"):] for c in m["containers"]))
         for c in m["containers"]:
             blob = os.path.join(pkg, "blobs", "sha256", c["digest"][len("sha256:"):])
             self.assertEqual(sha256_file(blob), c["digest"])
             self.assertEqual(os.path.getsize(blob), c["size"])
-        self.assertEqual(sorted(os.listdir(pkg)), ["blobs", "manifest.json"])
+        self.assertEqual(sorted(os.listdir(pkg)), ["blobs", "index.json", "manifest.json", "oci-layout"])
         m["_dir"], m["_stderr"] = pkg, r.stderr
         return m
 
@@ -243,7 +243,7 @@ class PackTest(unittest.TestCase):
         by_name = {e["name"]: e["sources"] for e in m["exports"]}
         self.assertEqual(by_name["sum_i32"], [0, 1])
         self.assertEqual(by_name["echo"], [1])
-        self.assertEqual(len(os.listdir(os.path.join(m["_dir"], "blobs", "sha256"))), 3)
+        self.assertEqual(len(manifest_blobs(m["_dir"])), 3)
 
     def test_shared_library(self):
         app = self.pack(self.path("app"))
@@ -402,7 +402,7 @@ class PackTest(unittest.TestCase):
             m = json.load(f)
         self.assertEqual(len(m["containers"]), 3)
         self.assertEqual(validate_schema.validate(self.schema, m), [])
-        self.assertEqual(len(os.listdir(os.path.join(out, "pkg.cudaqpkg", "blobs", "sha256"))), 3)
+        self.assertEqual(len(manifest_blobs(os.path.join(out, "pkg.cudaqpkg"))), 3)
 
     def test_missing_output_directory(self):
         # Made as `mkdir -p` would, as cmake -B and nvcc -o users expect ...

@@ -19,7 +19,7 @@ ALLOWED = {
     "cache": {"base", "formats"},
     "oci": {"base", "formats", "package", "cache"},
     "link": {"base", "formats", "package", "bridge", "cache", "oci"},
-    "load": {"base", "formats", "package", "pack", "bridge", "cache", "link"},
+    "load": {"base", "formats", "package", "pack", "bridge", "cache", "link", "oci"},
     "interpose": {"base", "formats", "package", "cache"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')

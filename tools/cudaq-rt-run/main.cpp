@@ -32,7 +32,10 @@ void catch_stop_signals() {
 }
 
 void add_options(CLI::App &app, RunArgs &a) {
-  app.add_option("package", a.package, "The package to load (NAME.cudaqpkg)")->required();
+  app.add_option("package", a.package,
+                 "The package to load (NAME.cudaqpkg, or oci://HOST[:PORT]/REPO[:TAG] from a "
+                 "registry)")
+      ->required();
   auto *call_opt =
       driver::add_optional(app, "--call", a.call, "Call the handler NAME once")->group("What");
   app.add_option("--arg", a.args,
@@ -79,6 +82,10 @@ void add_options(CLI::App &app, RunArgs &a) {
                        "Launch shape of a custom dispatch kernel: BLOCKS,THREADS")
       ->group("Loading");
   driver::add_lto_option(app, a.lto, "Loading");
+  app.add_flag("--offline", a.offline,
+               "With an oci:// package: start the copy stored under the cache directory, "
+               "fetching nothing")
+      ->group("Loading");
   app.add_flag("--no-link", a.no_link, "Never link at load: the package or the cache must have it")
       ->group("Loading");
   app.add_flag("--store", a.load.policy.store, "Store a cubin linked at load in the package too")

@@ -1,6 +1,8 @@
 #include "load/run_session.h"
 
 #include "cudaq_rt/wire.h"
+#include "cache/cache_config.h"
+#include "oci/store.h"
 
 #include <algorithm>
 #include <charconv>
@@ -461,6 +463,13 @@ Expected<RunOptions> make_run_options(RunArgs args) {
 
   o.action = action_of(args);
   o.load.package = args.package;
+  o.offline = args.offline;
+  if (is_oci_reference(args.package)) {
+    if (auto ref = RegistryRef::parse(args.package); !ref)
+      return usage(ref.error().message);
+  } else if (args.offline) {
+    return usage("--offline goes with an oci:// package");
+  }
   if (!args.lto.empty())
     o.load.link.lto_mode = parse_lto_mode(args.lto);
   o.load.policy.allow_link = !args.no_link;
@@ -540,8 +549,49 @@ int show_answer(const RunRequest &r, const Reply &reply, ToolOutput &output, jso
   return status;
 }
 
-RunOutcome run(const RunOptions &options, ToolOutput &output, const std::atomic<bool> &stop,
+namespace {
+
+// An oci:// package: fetched into the store under the cache directory (oci/store.h), then loaded
+// from there as any package is.
+Expected<std::filesystem::path> package_from_reference(const RunOptions &options,
+                                                       ToolOutput &output) {
+  auto ref = RegistryRef::parse(options.load.package.string());
+  if (!ref)
+    return std::move(ref).take_error();
+  auto settings = resolve_cache_settings(options.load.cache, CacheEnvironment::of_process());
+  if (!settings)
+    return std::move(settings).take_error();
+  if (settings->local.dir.empty())
+    return make_error("", ref->name(), ": no cache directory to keep registry packages in (",
+                      settings->local.unavailable, "): give --cache-dir");
+  auto got = package_from_registry(*ref, settings->local.dir / "oci", options.offline,
+                                   [](const char *v) -> const char * { return std::getenv(v); });
+  if (!got)
+    return std::move(got).take_error();
+  for (const std::string &w : got->warnings)
+    output.warn(w);
+  if (options.verbose)
+    output.note(cat(ref->name(), "@", got->manifest.str(), ": ",
+                    got->pulled ? cat("pulled ", got->bytes, " bytes into ")
+                                : cat("stored copy (", got->bytes, " bytes fetched) at "),
+                    escape(got->package.string())));
+  return got->package;
+}
+
+} // namespace
+
+RunOutcome run(const RunOptions &given, ToolOutput &output, const std::atomic<bool> &stop,
                Gpu &gpu) {
+  RunOptions resolved;
+  const bool from_registry = is_oci_reference(given.load.package.string());
+  if (from_registry) {
+    auto path = package_from_reference(given, output);
+    if (!path)
+      return {fail_to_load(given, output, path.error())};
+    resolved = given;
+    resolved.load.package = *path;
+  }
+  const RunOptions &options = from_registry ? resolved : given;
   // A module that CUDA loads lazily while the persistent kernel runs can deadlock behind it: a
   // run session owns its process's CUDA state, so everything loads eagerly (the load path forces
   // its own module either way; this covers the bridge's).

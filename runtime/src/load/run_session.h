@@ -49,6 +49,7 @@ struct RunArgs {
   std::optional<std::string> grid;
   std::string lto; // "per-tu", "whole", or empty for the default
   bool no_link = false;
+  bool offline = false; // --offline: an oci:// package from the store only
   // --bridge, --bridge-arg, --dispatcher, --store, --stop-timeout, --cache-dir, --remote-cache and
   // --no-cache as given; the package, device, grid, globals, --lto and --no-link are checked into
   // it by make_run_options.
@@ -82,6 +83,7 @@ struct RunOptions {
   double timeout_s = 10;
   bool verbose = false;
   bool json = false;
+  bool offline = false; // with an oci:// package: the stored copy, nothing fetched
 };
 
 // The options checked in the order the tool has always checked them: the first refusal is the

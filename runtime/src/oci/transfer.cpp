@@ -85,9 +85,11 @@ nlohmann::json push_json(const RegistryRef &ref, const PushReport &r) {
           {"bytes_uploaded", r.bytes_uploaded}};
 }
 
-Expected<PullReport> pull_package(Registry &registry, const fs::path &output_dir, bool replace) {
+Expected<PullReport> pull_package(Registry &registry, const fs::path &output_dir, bool replace,
+                                  const FetchedManifest *given) {
   const RegistryRef &ref = registry.ref();
-  auto fetched = registry.get_manifest(ref.manifest_reference());
+  Expected<FetchedManifest> fetched =
+      given ? Expected<FetchedManifest>(*given) : registry.get_manifest(ref.manifest_reference());
   if (!fetched)
     return std::move(fetched).take_error();
   auto im = OciImageManifest::parse(fetched->bytes, ref.name());

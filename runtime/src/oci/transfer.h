@@ -39,7 +39,8 @@ struct PullReport {
 
 // Pulls the package the registry's reference names into `output_dir`/NAME.cudaqpkg (the
 // directory is made). An existing package there is replaced only with `replace`.
+// `fetched`: the image manifest, when the caller has already fetched (and so checked) it.
 Expected<PullReport> pull_package(Registry &registry, const std::filesystem::path &output_dir,
-                                  bool replace);
+                                  bool replace, const FetchedManifest *fetched = nullptr);
 
 } // namespace cudaq_rt

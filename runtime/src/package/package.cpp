@@ -282,14 +282,14 @@ Expected<std::string> Package::image_manifest_text() const {
   return package_image_manifest(manifest_, manifest_text_, *sigs).to_json_text();
 }
 
-Expected<bool> Package::check_layout() const {
+Expected<Package::Layout> Package::check_layout() const {
   const fs::path index_path = dir_ / "index.json";
   auto index = RegularFile::open_at(dir_fd_, "index.json", index_path,
                                     {.max_bytes = max_signature_bytes});
   if (!index)
     return std::move(index).take_error();
   if (!*index)
-    return false;
+    return Layout::none;
   auto index_text = (*index)->read();
   if (!index_text)
     return std::move(index_text).take_error();
@@ -301,10 +301,7 @@ Expected<bool> Package::check_layout() const {
     return std::move(expected).take_error();
   const Digest want = sha256(*expected);
   if (named->digest != want)
-    return make_error(index_path.string(), "names image manifest ", named->digest.short_str(),
-                      ", not the ", want.short_str(),
-                      " that the package's manifest and signatures give (the layout is stale or "
-                      "was modified)");
+    return Layout::stale;
   // The blobs the image manifest names beyond the manifest's own: itself, the config, the
   // signatures. read_blob checks each one's digest.
   auto im = OciImageManifest::parse(*expected, index_path.string());
@@ -327,7 +324,7 @@ Expected<bool> Package::check_layout() const {
   if (*layout_text != oci_layout_text)
     return make_error((dir_ / "oci-layout").string(),
                       *layout ? "is not {\"imageLayoutVersion\":\"1.0.0\"}" : "is missing");
-  return true;
+  return Layout::current;
 }
 
 Status check_is_package(const fs::path &dir) {

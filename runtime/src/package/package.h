@@ -58,11 +58,14 @@ public:
   // The directory holding the blobs, open (-1 when the package has none).
   int blobs_fd() const { return blobs_fd_; }
 
-  // Checks the package's OCI image layout (oci_layout.h) against its manifest and signatures:
-  // index.json names the image manifest they give, and it, the config and the signature blobs
-  // are present and verify. False when the package has no layout (written before layouts were);
-  // an error names what is stale, missing or modified.
-  Expected<bool> check_layout() const;
+  // Checks the package's OCI image layout (oci_layout.h) against its manifest and signatures.
+  // current: index.json names the image manifest they give, and it, the config and the
+  // signature blobs are present and verify. none: the package has no layout (written before
+  // layouts were). stale: index.json names another image manifest (a signature filed by hand
+  // since the last write); the next write brings it up to date. An error names what is missing
+  // or modified.
+  enum class Layout { none, current, stale };
+  Expected<Layout> check_layout() const;
   // The image manifest of the package as it is (its manifest and signature files).
   Expected<std::string> image_manifest_text() const;
 

@@ -78,7 +78,8 @@ TEST_CASE("pack writes NAME.cudaqpkg whole: every container a blob, the manifest
   const fs::path dir = s.path / "example.cudaqpkg";
   CHECK(r->dir == dir);
   CHECK(entries(s.path) == std::vector<std::string>{"example.cudaqpkg"}); // no temporary left
-  CHECK(entries(dir) == std::vector<std::string>{"blobs", "manifest.json"});
+  CHECK(entries(dir) ==
+        std::vector<std::string>{"blobs", "index.json", "manifest.json", "oci-layout"});
 
   const Manifest &m = r->inspection.manifest;
   CHECK(m.name == "example");
@@ -104,9 +105,16 @@ TEST_CASE("pack writes NAME.cudaqpkg whole: every container a blob, the manifest
     CHECK(c.role == (c.origins[0].source == 0 ? Role::application : Role::bridge));
     CHECK(c.bridge == (c.origins[0].source == 0 ? "" : "loopback"));
   }
+  // And the OCI layout's two: the config (manifest.json's bytes) and the image manifest.
+  blob_names.insert(sha256(read_file(dir / "manifest.json")).hex());
+  auto opened = Package::open(dir);
+  REQUIRE(opened);
+  auto image = opened->image_manifest_text();
+  REQUIRE(image);
+  blob_names.insert(sha256(*image).hex());
   const std::vector<std::string> blobs = entries(dir / "blobs" / "sha256");
   CHECK(std::set<std::string>(blobs.begin(), blobs.end()) == blob_names);
-  CHECK(blobs.size() == m.containers.size());
+  CHECK(blobs.size() == m.containers.size() + 2);
 
   // Exports: the handlers under their FNV-1a ids and pointer globals, and the host-set global.
   std::set<std::string> handlers;
@@ -395,7 +403,7 @@ TEST_CASE("a pack that fails leaves no package and no temporary directory behind
   REQUIRE(p);
   CHECK(p->manifest().sources.size() == 1);
   CHECK(p->manifest().sources[0].path == "nolto.o");
-  CHECK(entries(out / "example.cudaqpkg" / "blobs" / "sha256").size() == 1);
+  CHECK(entries(out / "example.cudaqpkg" / "blobs" / "sha256").size() == 1 + 2); // + the layout's
   for (const std::string &e : entries(out))
     CHECK((e == "example.cudaqpkg" || e == "other.cudaqpkg" || e == ".example.cudaqpkg.lock" ||
            e == ".other.cudaqpkg.lock"));

@@ -15,6 +15,7 @@
 namespace fs = std::filesystem;
 using namespace cudaq_rt;
 using unit_files::entries;
+using unit_files::read_file;
 using unit_files::write_file;
 
 namespace {
@@ -73,11 +74,20 @@ TEST_CASE("commit renames a complete package into place, and only then") {
 
   REQUIRE(w->commit(manifest_for("app", {blob_a}), false));
   CHECK(entries(s.path) == std::vector<std::string>{"app.cudaqpkg"});
-  CHECK(entries(dir) == std::vector<std::string>{"blobs", "manifest.json"});
-  CHECK(entries(dir / "blobs" / "sha256") == std::vector<std::string>{sha256(blob_a).hex()});
+  CHECK(entries(dir) ==
+        std::vector<std::string>{"blobs", "index.json", "manifest.json", "oci-layout"});
+  // The blob, and the OCI layout's two: the config (manifest.json's bytes) and the image manifest.
+  const auto blobs = entries(dir / "blobs" / "sha256");
+  CHECK(blobs.size() == 3);
+  CHECK(std::count(blobs.begin(), blobs.end(), sha256(blob_a).hex()) == 1);
+  CHECK(std::count(blobs.begin(), blobs.end(), sha256(read_file(dir / "manifest.json")).hex()) ==
+        1);
 
   auto p = Package::open(dir);
   REQUIRE(p);
+  auto layout = p->check_layout();
+  REQUIRE(layout);
+  CHECK(*layout == Package::Layout::current);
   CHECK(p->manifest().name == "app");
   CHECK(p->referenced_blobs() == std::set<Digest>{sha256(blob_a)});
   CHECK(p->blob_path(sha256(blob_a)) == dir / "blobs" / "sha256" / sha256(blob_a).hex());

@@ -1,0 +1,309 @@
+#!/usr/bin/python3
+"""Integration tests of packages through an OCI registry (issue 25): Debian's registry (the CNCF
+distribution server) started by the test on a loopback port, with and without htpasswd basic
+auth and with a token service, and skopeo as the independent client.
+
+Environment (set by ctest): CUDAQ_RT_PACK, CUDAQ_RT_LINK, CUDAQ_RT_EXAMPLE_APP; DOCKER_REGISTRY
+and SKOPEO (else found on PATH; the tests skip without them).
+"""
+import json
+import os
+import re
+import shutil
+import tempfile
+import unittest
+
+from harness import EXAMPLE_APP, LINK, PACK, make_ed25519_keys, read, run, sha256
+from registry import Registry, registry_available, skopeo, skopeo_available
+
+NAME = "cudaq_rt_example_app"
+TIMEOUT = 120  # a hang fails the test instead of the run
+
+
+def layout_manifest_digest(pkg):
+    """The digest index.json names: the package's image manifest."""
+    with open(os.path.join(pkg, "index.json")) as f:
+        index = json.load(f)
+    assert len(index["manifests"]) == 1
+    return index["manifests"][0]["digest"]
+
+
+def blob_files(pkg):
+    root = os.path.join(pkg, "blobs", "sha256")
+    return {n: read(os.path.join(root, n)) for n in os.listdir(root)}
+
+
+def uploaded_digests(reg, since=0):
+    """The digests of the blob uploads the registry finished (PUT .../uploads/...?digest=...)."""
+    out = []
+    for r in reg.requests("PUT", r"/v2/[^?]*/blobs/uploads/", since=since):
+        m = re.search(r"digest=sha256(?:%3A|:)([0-9a-f]{64})", r.path)
+        if m and r.status == 201:
+            out.append("sha256:" + m.group(1))
+    return out
+
+
+@unittest.skipUnless(registry_available(), "no docker-registry (Debian's package of it)")
+class RegistryTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="cudaq-rt-oci-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+
+    def t(self, *parts):
+        return os.path.join(self.tmp, *parts)
+
+    def pack(self, out="out", *extra, env=None):
+        r = run([PACK, EXAMPLE_APP, "-o", self.t(out), *extra], env=env, timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return self.t(out, NAME + ".cudaqpkg"), r
+
+    def registry(self, **kw):
+        reg = Registry(tmp=self.t("registry"), **kw)
+        self.addCleanup(reg.close)
+        return reg
+
+    def assert_nothing_written(self, out):
+        """A failed pull leaves no package and no temporary directory behind."""
+        if os.path.isdir(out):
+            left = [n for n in os.listdir(out) if not n.endswith(".lock")]
+            self.assertEqual(left, [], "a failed pull left files behind")
+
+    def test_layout_is_what_skopeo_reads_and_copies(self):
+        """pack --push, then skopeo: the manifest it reads is the package's image manifest, byte
+        for byte, and a copy back into a layout holds exactly the package's blobs."""
+        reg = self.registry()
+        pkg, r = self.pack("out", "--push", f"oci://{reg.url}/example:1")
+        digest = layout_manifest_digest(pkg)
+        self.assertIn(f"pushed  oci://{reg.url}/example:1@{digest}", r.stderr)
+        raw = skopeo("inspect", "--raw", f"docker://{reg.url}/example:1", check=True).stdout
+        self.assertEqual(sha256(raw.encode()), digest)
+        manifest = json.loads(raw)
+        self.assertEqual(manifest["artifactType"], "application/vnd.cudaq-rt.package.v1")
+        self.assertEqual(manifest["config"]["digest"], sha256(read(os.path.join(pkg, "manifest.json"))))
+        copy = self.t("copy")
+        skopeo("copy", f"docker://{reg.url}/example:1", "oci:" + copy, check=True)
+        ours = blob_files(pkg)
+        theirs = blob_files(copy)
+        self.assertEqual(theirs, {k: ours[k] for k in theirs})
+        # Every blob of the package travelled except none: config, layers and manifest.
+        self.assertEqual(set(theirs), set(ours))
+
+    def test_skopeo_push_then_our_pull(self):
+        """A package copied into the registry by skopeo from its layout is pulled by ours, and is
+        the same package: every file, and --list accepts it."""
+        reg = self.registry()
+        pkg, _ = self.pack()
+        skopeo("copy", "oci:" + pkg, f"docker://{reg.url}/viaskopeo:2", check=True)
+        r = run([PACK, "--pull", f"oci://{reg.url}/viaskopeo:2", "-o", self.t("pulled")],
+                timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        pulled = self.t("pulled", NAME + ".cudaqpkg")
+        self.assertEqual(blob_files(pulled), blob_files(pkg))
+        for f in ("manifest.json", "index.json", "oci-layout"):
+            self.assertEqual(read(os.path.join(pulled, f)), read(os.path.join(pkg, f)), f)
+        r = run([PACK, "--list", pulled], timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("handler echo", r.stdout)
+
+    def test_relink_pushes_only_what_changed(self):
+        """After a link, a push uploads the new blobs only (the cubin, the containers the link
+        stored, the new config): the registry's log has no upload of a blob it already had."""
+        reg = self.registry()
+        pkg, _ = self.pack("out", "--push", f"oci://{reg.url}/example:1")
+        before = set(blob_files(pkg))
+        first = set(uploaded_digests(reg))
+        mark = len(reg.requests())
+        r = run([LINK, pkg, "--arch", "sm_90", "--no-cache", "--json", "--push",
+                 f"oci://{reg.url}/example:1"], timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        push = json.loads(r.stdout)["push"]
+        after = set(blob_files(pkg))
+        new_layers = {"sha256:" + h for h in after - before}
+        new_layers.discard(layout_manifest_digest(pkg))  # the manifest goes by PUT of a manifest
+        second = uploaded_digests(reg, since=mark)
+        self.assertEqual(sorted(second), sorted(new_layers))
+        self.assertFalse(set(second) & first, "a blob the registry had was uploaded again")
+        self.assertEqual(push["uploaded"], len(second))
+        self.assertEqual(push["digest"], layout_manifest_digest(pkg))
+        # A push of the package as it is uploads nothing.
+        mark = len(reg.requests())
+        r = run([LINK, pkg, "--push", f"oci://{reg.url}/example:1"], timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(" 0 uploaded (0 bytes)", r.stdout)
+        self.assertEqual(uploaded_digests(reg, since=mark), [])
+
+    def test_missing_tag_is_one_line(self):
+        reg = self.registry()
+        r = run([PACK, "--pull", f"oci://{reg.url}/example:nosuch", "-o", self.t("p")],
+                timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stderr.count("\n"), 1, r.stderr)
+        self.assertIn("no such manifest (MANIFEST_UNKNOWN", r.stderr)
+        self.assert_nothing_written(self.t("p"))
+
+    def test_blob_with_wrong_bytes_is_refused(self):
+        """A registry serving a blob whose bytes do not match its digest (its storage flipped a
+        byte): the pull fails naming the blob and writes nothing."""
+        reg = self.registry()
+        pkg, _ = self.pack("out", "--push", f"oci://{reg.url}/example:1")
+        with open(os.path.join(pkg, "manifest.json")) as f:
+            container = json.load(f)["containers"][0]["digest"]
+        path = reg.blob_path(container)
+        data = bytearray(read(path))
+        data[len(data) // 2] ^= 0xFF
+        with open(path, "wb") as f:
+            f.write(data)
+        out = self.t("p")
+        r = run([PACK, "--pull", f"oci://{reg.url}/example:1", "-o", out], timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn(f"blob {container[:19]} as served", r.stderr)
+        self.assertIn("does not match its digest: refused", r.stderr)
+        self.assert_nothing_written(out)
+
+    def test_registry_down(self):
+        """A registry that is not there costs one line, at once, and nothing written."""
+        reg = self.registry()
+        self.pack("out", "--push", f"oci://{reg.url}/example:1")
+        reg.stop()
+        out = self.t("p")
+        r = run([PACK, "--pull", f"oci://{reg.url}/example:1#timeout=2s", "-o", out],
+                timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stderr.count("\n"), 1, r.stderr)
+        self.assertIn("GET /v2/example/manifests/1", r.stderr)
+        self.assert_nothing_written(out)
+
+    def test_bad_references_are_usage_errors(self):
+        for ref, why in [("docker://x/y:1", "does not start with oci://"),
+                         ("oci://127.0.0.1:5000", "no repository"),
+                         ("oci://127.0.0.1:5000/Upper:1", "repository 'Upper'"),
+                         ("oci://user:pw@127.0.0.1:5000/x:1", "credentials do not go"),
+                         ("oci://127.0.0.1:5000/x:1#nope", "option 'nope'"),
+                         ("oci://127.0.0.1:5000/x@sha256:12", "the digest after '@'")]:
+            r = run([PACK, "--pull", ref, "-o", self.t("p")], timeout=TIMEOUT)
+            self.assertEqual(r.returncode, 2, (ref, r.stderr))
+            self.assertIn(why, r.stderr)
+            r = run([LINK, self.t("none.cudaqpkg"), "--push", ref], timeout=TIMEOUT)
+            self.assertEqual(r.returncode, 2, (ref, r.stderr))
+            self.assertIn(why, r.stderr)
+
+    def test_basic_auth(self):
+        reg = self.registry(user="ci", password="s3cret")
+        pkg, _ = self.pack()
+        ref = f"oci://{reg.url}/example:1"
+        r = run([LINK, pkg, "--push", ref], timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("HTTP 401", r.stderr)
+        self.assertIn("add #basic-env=VAR", r.stderr)
+        env = dict(os.environ, REG_AUTH="ci:wrong")
+        r = run([LINK, pkg, "--push", ref + "#basic-env=REG_AUTH"], env=env, timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("the credentials were refused", r.stderr)
+        self.assertNotIn("wrong", r.stderr)
+        env["REG_AUTH"] = "ci:s3cret"
+        r = run([LINK, pkg, "--push", ref + "#basic-env=REG_AUTH"], env=env, timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = run([PACK, "--pull", ref + "#basic-env=REG_AUTH", "-o", self.t("p")], env=env,
+                timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = run([PACK, "--pull", ref + "#basic-env=UNSET_VAR", "-o", self.t("q")], env=env,
+                timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("UNSET_VAR is unset or empty", r.stderr)
+
+    def test_token_auth(self):
+        """The registry's token flow: a 401 with a Bearer challenge, a token from its realm asked
+        with the basic credentials, the request sent again."""
+        reg = self.registry(user="ci", password="s3cret", token_auth=True)
+        pkg, _ = self.pack()
+        env = dict(os.environ, REG_AUTH="ci:s3cret")
+        ref = f"oci://{reg.url}/example:1#basic-env=REG_AUTH"
+        r = run([LINK, pkg, "--push", ref], env=env, timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertGreater(len(reg.token_requests), 0)
+        r = run([PACK, "--pull", ref, "-o", self.t("p")], env=env, timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # A token service that grants pull only: the push is refused.
+        reg.token_grant = {"pull"}
+        r = run([LINK, pkg, "--arch", "sm_90", "--no-cache", "--push", ref], env=env,
+                timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("HTTP 401", r.stderr)
+        env["REG_AUTH"] = "ci:wrong"
+        r = run([PACK, "--pull", ref, "-o", self.t("q")], env=env, timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("the token service refused", r.stderr)
+
+    def test_signed_package_travels(self):
+        """The signature is a layer: after a pull, --verify checks it as it checks a local one;
+        against another key the pulled package is refused and removed."""
+        keys = make_ed25519_keys(self.t("keys"), "release", "other")
+        reg = self.registry()
+        env = dict(os.environ, CUDAQ_RT_SIGN_KEY=keys["release"][0])
+        self.pack("out", "--push", f"oci://{reg.url}/example:s", env=env)
+        r = run([PACK, "--pull", f"oci://{reg.url}/example:s", "-o", self.t("p"), "--verify",
+                 keys["release"][1]], timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(os.listdir(self.t("p", NAME + ".cudaqpkg", "signatures")))
+        r = run([PACK, "--pull", f"oci://{reg.url}/example:s", "-o", self.t("q"), "--verify",
+                 keys["other"][1]], timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("signed only by keys that are not trusted", r.stderr)
+        self.assert_nothing_written(self.t("q"))
+
+
+class LayoutTest(unittest.TestCase):
+    """The layout without a registry: kept current by every write, checked by --list."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="cudaq-rt-layout-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+
+    def test_old_package_gains_layout_and_stale_layout_is_refused(self):
+        out = os.path.join(self.tmp, "out")
+        r = run([PACK, EXAMPLE_APP, "-o", out])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        pkg = os.path.join(out, NAME + ".cudaqpkg")
+        self.assertEqual(read(os.path.join(pkg, "oci-layout")), b'{"imageLayoutVersion":"1.0.0"}\n')
+        # A package from before layouts: it lists (with a note) and gains one on its next write.
+        os.remove(os.path.join(pkg, "index.json"))
+        os.remove(os.path.join(pkg, "oci-layout"))
+        r = run([PACK, "--list", pkg])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("no OCI image layout yet", r.stderr)
+        r = run([LINK, pkg, "--arch", "sm_90", "--no-cache"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = run([PACK, "--list", pkg])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn("no OCI image layout", r.stderr)
+        with open(os.path.join(pkg, "index.json")) as f:
+            index = json.load(f)
+        image = json.loads(read(os.path.join(pkg, "blobs", "sha256",
+                                             index["manifests"][0]["digest"][7:])))
+        cubins = [l for l in image["layers"] if l["mediaType"] == "application/vnd.cudaq-rt.cubin.v1"]
+        self.assertEqual(len(cubins), 1)
+        self.assertEqual(cubins[0]["annotations"]["io.cudaq-rt.arch"], "sm_90")
+        self.assertEqual(cubins[0]["annotations"]["io.cudaq-rt.dispatcher"], "builtin")
+        # The image manifest's blob modified: refused.
+        image_path = os.path.join(pkg, "blobs", "sha256", index["manifests"][0]["digest"][7:])
+        saved = read(image_path)
+        with open(image_path, "wb") as f:
+            f.write(saved.replace(b"sm_90", b"sm_91"))
+        r = run([PACK, "--list", pkg])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("blob does not match its digest", r.stderr)
+        with open(image_path, "wb") as f:
+            f.write(saved)
+        # An index.json naming another image manifest (a signature filed by hand since the last
+        # write): a warning that an OCI client would miss the change.
+        old = dict(index)
+        old["manifests"] = [dict(index["manifests"][0], digest="sha256:" + "0" * 64)]
+        with open(os.path.join(pkg, "index.json"), "w") as f:
+            json.dump(old, f)
+        r = run([PACK, "--list", pkg])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("index.json does not name the image manifest", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
