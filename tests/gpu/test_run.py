@@ -439,6 +439,45 @@ class LoadPathTest(RunCase):
         self.assertEqual(last["cubin"]["source"], "package")
         self.assertEqual(last["cubin"]["digest"], record["digest"])
 
+    def test_from_a_registry_on_a_gpu(self):
+        # Issue 25 on the GPU: a package pushed to a registry (Debian's docker-registry, started
+        # here) is started as oci://...: the first start pulls it into the store under the cache
+        # directory, a second fetches the manifest only, --offline nothing; each answers right,
+        # from the package's own record for this arch. Times are printed beside the package's.
+        import sys
+        sys.path.insert(0, os.path.join(HERE, "../integration"))
+        from registry import Registry, registry_available
+        if not registry_available():
+            self.skipTest("no docker-registry (set DOCKER_REGISTRY)")
+        pkg, cache = self.fresh()
+        with Registry(tmp=os.path.join(self.tmp, "registry")) as reg:
+            ref = f"oci://{reg.url}/example:1"
+            subprocess.run([os.environ["CUDAQ_RT_LINK"], pkg, "--arch", ARCH, "--push", ref],
+                           check=True, capture_output=True, env=self.env(cache))
+            times = {}
+            t0 = time.monotonic()
+            local = self.echo_from(pkg, cache=cache)
+            times["package directory"] = time.monotonic() - t0
+            self.assertEqual(local["cubin"]["source"], "package")
+            store_cache = os.path.join(self.tmp, "store-cache")
+            for label, extra in (("oci:// cold (empty store)", ()), ("oci:// warm", ()),
+                                 ("oci:// --offline", ("--offline",))):
+                mark = len(reg.requests())
+                t0 = time.monotonic()
+                doc = self.echo_from(ref, *extra, cache=store_cache)
+                times[label] = time.monotonic() - t0
+                got = [q for q in reg.requests(since=mark)]
+                self.assertEqual(doc["cubin"]["source"], "package")
+                self.assertEqual(doc["cubin"]["digest"], local["cubin"]["digest"])
+                blobs = [q for q in got if "/blobs/" in q.path]
+                if label.endswith("cold (empty store)"):
+                    self.assertGreater(len(blobs), 0)
+                else:
+                    self.assertEqual(blobs, [])
+                    self.assertEqual(len(got), 0 if extra else 1)
+            for label, s in times.items():
+                print(f"start + echo, {label}: {s * 1000:.0f} ms")
+
     def test_under_trust_on_a_gpu(self):
         # Issue 28 on the GPU: a signed package serves under --trust, from its own record, from a
         # signed cache entry, or linked at load from its signed inputs; an unsigned one is

@@ -13,7 +13,7 @@ import shutil
 import tempfile
 import unittest
 
-from harness import EXAMPLE_APP, LINK, PACK, make_ed25519_keys, read, run, sha256
+from harness import EXAMPLE_APP, LINK, PACK, RUN, make_ed25519_keys, read, run, sha256
 from registry import Registry, registry_available, skopeo, skopeo_available
 
 NAME = "cudaq_rt_example_app"
@@ -250,6 +250,74 @@ class RegistryTest(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         self.assertIn("signed only by keys that are not trusted", r.stderr)
         self.assert_nothing_written(self.t("q"))
+
+    def test_run_from_a_reference_fetches_once(self):
+        """cudaq-rt-run oci://...: the first start pulls the package into the store under the
+        cache directory, a second fetches the manifest only, --offline nothing; a registry that
+        is down starts the stored copy with a warning. Without a GPU each start then stops at
+        the GPU, which shows that the package was found and opened."""
+        reg = self.registry()
+        self.pack("out", "--push", f"oci://{reg.url}/example:1")
+        cache = self.t("cache")
+        ref = f"oci://{reg.url}/example:1"
+
+        def start(*extra, reference=ref):
+            mark = len(reg.requests()) if reg.running else 0
+            r = run([RUN, reference, "--cache-dir", cache, "--call", "echo", "-v", *extra],
+                    timeout=TIMEOUT)
+            got = reg.requests(since=mark) if reg.running else []
+            return r, [(q.method, q.path.split("?")[0]) for q in got]
+
+        r, got = start()
+        self.assertIn("pulled", r.stderr)
+        self.assertEqual(got[0], ("GET", "/v2/example/manifests/1"))
+        self.assertEqual(len([g for g in got if "/blobs/" in g[1]]), 5, got)  # config + 4 layers
+        stored = self.t("cache", "oci", "packages")
+        (image,) = os.listdir(stored)
+        pkg = os.path.join(stored, image, NAME + ".cudaqpkg")
+        self.assertEqual(layout_manifest_digest(pkg), "sha256:" + image)
+        self.assertEqual(run([PACK, "--list", pkg]).returncode, 0)
+
+        r, got = start()
+        self.assertIn("stored copy", r.stderr)
+        self.assertEqual(got, [("GET", "/v2/example/manifests/1")])
+
+        reg.stop()
+        r, _ = start()
+        self.assertIn("starting the stored copy sha256:" + image[:12], r.stderr)
+        r, _ = start("--offline")
+        self.assertNotIn("warning", r.stderr)
+        self.assertIn("stored copy", r.stderr)
+        r, _ = start("--offline", reference=f"oci://{reg.url}/example:2")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("--offline, and no copy of it is stored", r.stderr)
+        r, _ = start(reference=f"oci://{reg.url}/example:2")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("Couldn't connect", r.stderr)
+        r = run([RUN, self.t("out", NAME + ".cudaqpkg"), "--offline", "--call", "echo"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--offline goes with an oci:// package", r.stderr)
+
+    def test_run_refuses_wrong_bytes_and_stores_nothing(self):
+        reg = self.registry()
+        pkg, _ = self.pack("out", "--push", f"oci://{reg.url}/example:1")
+        with open(os.path.join(pkg, "manifest.json")) as f:
+            container = json.load(f)["containers"][0]["digest"]
+        path = reg.blob_path(container)
+        with open(path, "r+b") as f:
+            f.seek(40)
+            b = f.read(1)
+            f.seek(40)
+            f.write(bytes([b[0] ^ 1]))
+        cache = self.t("cache")
+        r = run([RUN, f"oci://{reg.url}/example:1", "--cache-dir", cache, "--call", "echo"],
+                timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("does not match its digest: refused", r.stderr)
+        stored = self.t("cache", "oci", "packages")
+        for d in os.listdir(stored):
+            self.assertEqual([n for n in os.listdir(os.path.join(stored, d))
+                              if not n.endswith(".lock")], [])
 
 
 class LayoutTest(unittest.TestCase):

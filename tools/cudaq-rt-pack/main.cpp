@@ -4,9 +4,9 @@
 
 #include "base/atomic_file.h"
 #include "base/tool_output.h"
+#include "oci/transfer.h"
 #include "pack/pack.h"
 #include "package/package.h"
-#include "oci/transfer.h"
 #include "package/signatures.h"
 
 #include <algorithm>
@@ -116,8 +116,7 @@ int pull(const std::string &text, const std::string &output_dir, bool force, boo
                      {"bytes", pulled->bytes}});
   else
     output.out(cat("pulled  ", ref->name(), "@", pulled->manifest.str(), ": ", pulled->blobs,
-                   " blobs (", pulled->bytes, " bytes) into ", escape(pulled->dir.string()),
-                   "\n"));
+                   " blobs (", pulled->bytes, " bytes) into ", escape(pulled->dir.string()), "\n"));
   return 0;
 }
 

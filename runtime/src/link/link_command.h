@@ -17,11 +17,11 @@ namespace cudaq_rt {
 
 // The options as the command line gave them, where they still need checking.
 struct LinkArgs {
-  LinkOptions link;                 // all but `archs`
-  std::vector<std::string> archs;   // --arch values, each a list separated by commas
-  std::optional<std::string> prune; // --cache-prune SIZE
-  std::filesystem::path push;       // --cache-push PKG
-  CacheRequest cache;               // --cache-dir, --remote-cache, --no-cache
+  LinkOptions link;                    // all but `archs`
+  std::vector<std::string> archs;      // --arch values, each a list separated by commas
+  std::optional<std::string> prune;    // --cache-prune SIZE
+  std::filesystem::path push;          // --cache-push PKG
+  CacheRequest cache;                  // --cache-dir, --remote-cache, --no-cache
   std::optional<std::string> oci_push; // --push REF
   bool cache_stats = false;
   bool json = false;
@@ -34,7 +34,7 @@ struct LinkCommand {
   std::optional<uint64_t> prune;
   std::filesystem::path push;
   bool json = false;
-  bool sign_only = false; // --sign and no --arch: sign the package as it is
+  bool sign_only = false;              // --sign and no --arch: sign the package as it is
   std::optional<RegistryRef> oci_push; // --push: after the link (or the signing, or alone)
   bool push_only = false;              // --push and no --arch: push the package as it is
 };

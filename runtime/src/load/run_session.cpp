@@ -1,7 +1,7 @@
 #include "load/run_session.h"
 
-#include "cudaq_rt/wire.h"
 #include "cache/cache_config.h"
+#include "cudaq_rt/wire.h"
 #include "oci/store.h"
 
 #include <algorithm>

@@ -80,14 +80,14 @@ bool valid_host(std::string_view h) {
       if (port.empty())
         return false;
     }
-    if (name.empty() || name.find_first_not_of("abcdefghijklmnopqrstuvwxyz"
-                                               "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") !=
-                            name.npos)
+    if (name.empty() ||
+        name.find_first_not_of("abcdefghijklmnopqrstuvwxyz"
+                               "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") != name.npos)
       return false;
   }
-  if (!port.empty() && (port.size() > 5 || port.find_first_not_of("0123456789") != port.npos ||
-                        std::stoul(std::string(port)) == 0 ||
-                        std::stoul(std::string(port)) > 65535))
+  if (!port.empty() &&
+      (port.size() > 5 || port.find_first_not_of("0123456789") != port.npos ||
+       std::stoul(std::string(port)) == 0 || std::stoul(std::string(port)) > 65535))
     return false;
   return true;
 }
@@ -136,7 +136,8 @@ Expected<RegistryRef> RegistryRef::parse(std::string_view text) {
       return bad("the digest after '@' is not sha256:<64 lowercase hex digits>");
     r.digest = *d;
     path = path.substr(0, at);
-  } else if (size_t colon = path.rfind(':'); colon != path.npos && path.find('/', colon) == path.npos) {
+  } else if (size_t colon = path.rfind(':');
+             colon != path.npos && path.find('/', colon) == path.npos) {
     r.tag = path.substr(colon + 1);
     path = path.substr(0, colon);
     if (!valid_tag(r.tag))

@@ -35,7 +35,8 @@ std::string lower(std::string_view s) {
 std::string trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
     s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n'))
+  while (!s.empty() &&
+         (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n'))
     s.remove_suffix(1);
   return std::string(s);
 }
@@ -238,7 +239,8 @@ Expected<std::unique_ptr<Registry>> Registry::open(RegistryRef ref, const Getenv
   if (ref.auth != RegistryRef::Auth::none) {
     const char *v = getenv(ref.auth_env.c_str());
     if (!v || !*v)
-      return make_error("", ref.name(), ": ", ref.auth_env, " is unset or empty, but the "
+      return make_error("", ref.name(), ": ", ref.auth_env,
+                        " is unset or empty, but the "
                         "reference's options take the ",
                         ref.auth == RegistryRef::Auth::bearer ? "bearer token" : "credentials",
                         " from it");

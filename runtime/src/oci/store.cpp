@@ -104,8 +104,8 @@ Expected<StoredPackage> package_from_registry(const RegistryRef &ref, const fs::
     auto pkg = d ? stored(store, *d) : std::nullopt;
     if (!pkg)
       return std::move(fetched).take_error();
-    out.warnings.push_back(cat(fetched.error().str(), ": starting the stored copy ",
-                               d->short_str()));
+    out.warnings.push_back(
+        cat(fetched.error().str(), ": starting the stored copy ", d->short_str()));
     out.package = *pkg;
     out.manifest = *d;
     return out;
@@ -115,8 +115,8 @@ Expected<StoredPackage> package_from_registry(const RegistryRef &ref, const fs::
   if (auto pkg = stored(store, fetched->digest)) {
     out.package = *pkg;
   } else {
-    auto pulled = pull_package(**registry, store / "packages" / fetched->digest.hex(), false,
-                               &*fetched);
+    auto pulled =
+        pull_package(**registry, store / "packages" / fetched->digest.hex(), false, &*fetched);
     if (!pulled) {
       // Another process may have stored it meanwhile (it held the lock; ours found it there).
       if (auto pkg = stored(store, fetched->digest)) {

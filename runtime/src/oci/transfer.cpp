@@ -54,8 +54,8 @@ Expected<PushReport> push_package(const Package &package, Registry &registry) {
     ++report.uploaded;
     report.bytes_uploaded += bytes.size();
   }
-  if (auto st = registry.put_manifest(ref.manifest_reference(), oci_image_manifest_media_type,
-                                      *image);
+  if (auto st =
+          registry.put_manifest(ref.manifest_reference(), oci_image_manifest_media_type, *image);
       !st)
     return std::move(st).take_error();
   return report;

@@ -113,9 +113,9 @@ Expected<OciImageManifest> OciImageManifest::parse(std::string_view text,
   return m;
 }
 
-OciImageManifest package_image_manifest(
-    const Manifest &m, std::string_view manifest_text,
-    const std::vector<std::pair<std::string, std::string>> &signatures) {
+OciImageManifest
+package_image_manifest(const Manifest &m, std::string_view manifest_text,
+                       const std::vector<std::pair<std::string, std::string>> &signatures) {
   OciImageManifest im;
   im.artifact_type = package_artifact_type;
   im.config = {manifest_media_type, sha256(manifest_text), manifest_text.size(), {}};

@@ -64,9 +64,9 @@ struct OciImageManifest {
 
 // The image manifest of a package: `manifest_text` is manifest.json's bytes (its config), and
 // `signatures` each signature file's name (<key id>.json) and text, in name order.
-OciImageManifest package_image_manifest(
-    const Manifest &m, std::string_view manifest_text,
-    const std::vector<std::pair<std::string, std::string>> &signatures);
+OciImageManifest
+package_image_manifest(const Manifest &m, std::string_view manifest_text,
+                       const std::vector<std::pair<std::string, std::string>> &signatures);
 
 // index.json for a layout holding one image manifest (its text), and the oci-layout file.
 std::string layout_index_text(std::string_view image_manifest_text);

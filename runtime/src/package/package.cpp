@@ -45,9 +45,8 @@ constexpr size_t max_signature_files = 256;
 
 // The manifest of the package directory open as `fd`, and the digest of the bytes it was parsed
 // from; nullopt if it has none.
-Expected<std::optional<Manifest>> read_manifest(int fd, const fs::path &dir,
-                                                Digest *digest = nullptr,
-                                                std::string *bytes = nullptr) {
+Expected<std::optional<Manifest>>
+read_manifest(int fd, const fs::path &dir, Digest *digest = nullptr, std::string *bytes = nullptr) {
   fs::path path = dir / "manifest.json";
   auto file = RegularFile::open_at(fd, "manifest.json", path, {.max_bytes = max_manifest_bytes});
   if (!file)
@@ -168,8 +167,8 @@ Expected<Package> Package::open(const fs::path &dir) {
 Package::Package(Package &&o) noexcept
     : dir_(std::move(o.dir_)), manifest_(std::move(o.manifest_)),
       manifest_digest_(o.manifest_digest_), manifest_text_(std::move(o.manifest_text_)),
-      dir_fd_(o.dir_fd_), blobs_fd_(o.blobs_fd_),
-      container_at_(std::move(o.container_at_)), verified_(std::move(o.verified_)) {
+      dir_fd_(o.dir_fd_), blobs_fd_(o.blobs_fd_), container_at_(std::move(o.container_at_)),
+      verified_(std::move(o.verified_)) {
   o.dir_fd_ = o.blobs_fd_ = -1;
 }
 
@@ -284,8 +283,8 @@ Expected<std::string> Package::image_manifest_text() const {
 
 Expected<Package::Layout> Package::check_layout() const {
   const fs::path index_path = dir_ / "index.json";
-  auto index = RegularFile::open_at(dir_fd_, "index.json", index_path,
-                                    {.max_bytes = max_signature_bytes});
+  auto index =
+      RegularFile::open_at(dir_fd_, "index.json", index_path, {.max_bytes = max_signature_bytes});
   if (!index)
     return std::move(index).take_error();
   if (!*index)
