@@ -140,6 +140,14 @@ class RegistryTest(unittest.TestCase):
         self.assertEqual(r.stderr.count("\n"), 1, r.stderr)
         self.assertIn("no such manifest (MANIFEST_UNKNOWN", r.stderr)
         self.assert_nothing_written(self.t("p"))
+        # With --json, the failure document on stdout.
+        r = run([PACK, "--pull", f"oci://{reg.url}/example:nosuch", "-o", self.t("p"), "--json"],
+                timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 1)
+        doc = json.loads(r.stdout)
+        self.assertEqual(doc["exit_status"], 1)
+        self.assertEqual(doc["input"], f"oci://{reg.url}/example:nosuch")
+        self.assertIn("no such manifest", doc["error"])
 
     def test_blob_with_wrong_bytes_is_refused(self):
         """A registry serving a blob whose bytes do not match its digest (its storage flipped a
@@ -172,6 +180,31 @@ class RegistryTest(unittest.TestCase):
         self.assertEqual(r.stderr.count("\n"), 1, r.stderr)
         self.assertIn("GET /v2/example/manifests/1", r.stderr)
         self.assert_nothing_written(out)
+
+    def test_registry_that_stops_answering(self):
+        """A registry that accepts connections and then says nothing (its process stopped with
+        SIGSTOP): the pull fails after the stall bound with one line, not a hang, and writes
+        nothing; once it answers again the pull works."""
+        import signal
+        import time
+        reg = self.registry()
+        self.pack("out", "--push", f"oci://{reg.url}/example:1")
+        out = self.t("p")
+        os.kill(reg.proc.pid, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            r = run([PACK, "--pull", f"oci://{reg.url}/example:1#stall=1s", "-o", out],
+                    timeout=TIMEOUT)
+            waited = time.monotonic() - t0
+        finally:
+            os.kill(reg.proc.pid, signal.SIGCONT)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(r.stderr.count("\n"), 1, r.stderr)
+        self.assertIn("the registry stopped answering", r.stderr)
+        self.assertLess(waited, TIMEOUT / 2)
+        self.assert_nothing_written(out)
+        r = run([PACK, "--pull", f"oci://{reg.url}/example:1", "-o", out], timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
 
     def test_bad_references_are_usage_errors(self):
         for ref, why in [("docker://x/y:1", "does not start with oci://"),
@@ -297,6 +330,34 @@ class RegistryTest(unittest.TestCase):
         r = run([RUN, self.t("out", NAME + ".cudaqpkg"), "--offline", "--call", "echo"])
         self.assertEqual(r.returncode, 2)
         self.assertIn("--offline goes with an oci:// package", r.stderr)
+
+    @unittest.skipUnless(os.environ.get("CUDAQ_RT_LIBRARY"), "no CUDAQ_RT_LIBRARY (libcudaq_rt.so)")
+    def test_c_api_opens_a_reference(self):
+        """cudaq_rt_open_package("oci://...") from a program of its own (ctypes over the installed
+        library): the package pulled into the store under CUDAQ_RT_CACHE_DIR, its handlers
+        listed; a missing tag fails with the registry's reason in cudaq_rt_last_error."""
+        import ctypes
+        reg = self.registry()
+        self.pack("out", "--push", f"oci://{reg.url}/example:1")
+        os.environ["CUDAQ_RT_CACHE_DIR"] = self.t("capi-cache")
+        self.addCleanup(os.environ.pop, "CUDAQ_RT_CACHE_DIR", None)
+        lib = ctypes.CDLL(os.environ["CUDAQ_RT_LIBRARY"])
+        lib.cudaq_rt_last_error.restype = ctypes.c_char_p
+        lib.cudaq_rt_code_handler.restype = ctypes.c_char_p
+        lib.cudaq_rt_code_handler.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        lib.cudaq_rt_code_destroy.argtypes = [ctypes.c_void_p]
+        code = ctypes.c_void_p()
+        rc = lib.cudaq_rt_open_package(f"oci://{reg.url}/example:1".encode(), ctypes.byref(code))
+        self.assertEqual(rc, 0, lib.cudaq_rt_last_error())
+        names = []
+        while (name := lib.cudaq_rt_code_handler(code, len(names))) is not None:
+            names.append(name.decode())
+        lib.cudaq_rt_code_destroy(code)
+        self.assertIn("echo", names)
+        self.assertTrue(os.listdir(self.t("capi-cache", "oci", "packages")))
+        rc = lib.cudaq_rt_open_package(f"oci://{reg.url}/example:9".encode(), ctypes.byref(code))
+        self.assertNotEqual(rc, 0)
+        self.assertIn(b"no such manifest", lib.cudaq_rt_last_error())
 
     def test_run_refuses_wrong_bytes_and_stores_nothing(self):
         reg = self.registry()

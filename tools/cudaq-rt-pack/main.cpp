@@ -86,8 +86,10 @@ int list(const std::string &path, bool json, const std::vector<std::string> &ver
 int pull(const std::string &text, const std::string &output_dir, bool force, bool json,
          const std::vector<std::string> &verify, ToolOutput &output) {
   auto ref = RegistryRef::parse(text);
-  if (!ref)
-    return driver::usage(tool, "--pull: " + ref.error().message);
+  if (!ref) {
+    output.fail(make_error("", "--pull: ", ref.error().message));
+    return driver::exit_usage;
+  }
   auto registry =
       Registry::open(*ref, [](const char *var) -> const char * { return std::getenv(var); });
   if (!registry)
@@ -230,7 +232,8 @@ int tool_main(int argc, char **argv) {
       std::fprintf(stderr, "%s: error: --pull takes a reference and -o, -f: no inputs\n", tool);
       return driver::exit_usage;
     }
-    return pull(pull_ref, output_dir, opts.force, json, verify, output);
+    int rc = pull(pull_ref, output_dir, opts.force, json, verify, output);
+    return json ? driver::json_failure(output, rc, "input", pull_ref) : rc;
   }
   if (json || !verify.empty()) {
     std::fprintf(stderr, "%s: error: %s goes with --list\n", tool, json ? "--json" : "--verify");

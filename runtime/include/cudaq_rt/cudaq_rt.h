@@ -106,7 +106,9 @@ void cudaq_rt_config_init(cudaq_rt_config *config);
  * next failing call. */
 const char *cudaq_rt_last_error(void);
 
-/* Opens a package directory (NAME.cudaqpkg), verifying every blob. No GPU work. */
+/* Opens a package directory (NAME.cudaqpkg), verifying every blob, or a registry reference
+ * (oci://HOST[:PORT]/REPO[:TAG]), pulled into the store under the link cache's directory as
+ * cudaq-rt-run does. No GPU work. */
 int cudaq_rt_open_package(const char *path, cudaq_rt_code **code);
 /* Opens this program's own device code: the __nv_relfatbin of /proc/self/exe and of every
  * shared object it has loaded that exports handlers (a .cudaq_rt_exports section), bridge

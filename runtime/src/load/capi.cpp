@@ -26,6 +26,7 @@
 #include "load/capi_gpu.h"
 #include "load/client.h"
 #include "load/server.h"
+#include "oci/store.h"
 #include "pack/pack.h"
 #include "package/package.h"
 
@@ -422,10 +423,19 @@ int cudaq_rt_open_package(const char *path, cudaq_rt_code **out) {
     if (!path || !out)
       return fail(CUDAQ_RT_E_ARGUMENT, "cudaq_rt_open_package: path and code must not be NULL");
     *out = nullptr;
+    // A registry reference: pulled into the store under the link cache's directory, as
+    // cudaq-rt-run does, then opened from there.
+    fs::path dir = path;
+    if (is_oci_reference(path)) {
+      auto got = package_from_reference(path, CacheRequest{}, false);
+      if (!got)
+        return fail(CUDAQ_RT_E_FAILED, got.error());
+      dir = got->package;
+    }
     std::error_code ec;
-    if (!fs::exists(fs::symlink_status(path, ec)))
+    if (!fs::exists(fs::symlink_status(dir, ec)))
       return fail(CUDAQ_RT_E_NOT_FOUND, make_error(path, "no such package"));
-    auto code = code_from(path, path);
+    auto code = code_from(dir, path);
     if (!code)
       return fail(CUDAQ_RT_E_FAILED, code.error());
     *out = code->release();

@@ -1,6 +1,5 @@
 #include "load/run_session.h"
 
-#include "cache/cache_config.h"
 #include "cudaq_rt/wire.h"
 #include "oci/store.h"
 
@@ -553,25 +552,15 @@ namespace {
 
 // An oci:// package: fetched into the store under the cache directory (oci/store.h), then loaded
 // from there as any package is.
-Expected<std::filesystem::path> package_from_reference(const RunOptions &options,
-                                                       ToolOutput &output) {
-  auto ref = RegistryRef::parse(options.load.package.string());
-  if (!ref)
-    return std::move(ref).take_error();
-  auto settings = resolve_cache_settings(options.load.cache, CacheEnvironment::of_process());
-  if (!settings)
-    return std::move(settings).take_error();
-  if (settings->local.dir.empty())
-    return make_error("", ref->name(), ": no cache directory to keep registry packages in (",
-                      settings->local.unavailable, "): give --cache-dir");
-  auto got = package_from_registry(*ref, settings->local.dir / "oci", options.offline,
-                                   [](const char *v) -> const char * { return std::getenv(v); });
+Expected<std::filesystem::path> registry_package(const RunOptions &options, ToolOutput &output) {
+  const std::string reference = options.load.package.string();
+  auto got = package_from_reference(reference, options.load.cache, options.offline);
   if (!got)
     return std::move(got).take_error();
   for (const std::string &w : got->warnings)
     output.warn(w);
   if (options.verbose)
-    output.note(cat(ref->name(), "@", got->manifest.str(), ": ",
+    output.note(cat(escape(reference), "@", got->manifest.str(), ": ",
                     got->pulled ? cat("pulled ", got->bytes, " bytes into ")
                                 : cat("stored copy (", got->bytes, " bytes fetched) at "),
                     escape(got->package.string())));
@@ -585,7 +574,7 @@ RunOutcome run(const RunOptions &given, ToolOutput &output, const std::atomic<bo
   RunOptions resolved;
   const bool from_registry = is_oci_reference(given.load.package.string());
   if (from_registry) {
-    auto path = package_from_reference(given, output);
+    auto path = registry_package(given, output);
     if (!path)
       return {fail_to_load(given, output, path.error())};
     resolved = given;

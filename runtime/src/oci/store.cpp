@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -139,6 +140,21 @@ Expected<StoredPackage> package_from_registry(const RegistryRef &ref, const fs::
       out.warnings.push_back(st.error().str() + ": --offline will not find this reference");
   }
   return out;
+}
+
+Expected<StoredPackage> package_from_reference(std::string_view reference,
+                                               const CacheRequest &cache, bool offline) {
+  auto ref = RegistryRef::parse(reference);
+  if (!ref)
+    return std::move(ref).take_error();
+  auto settings = resolve_cache_settings(cache, CacheEnvironment::of_process());
+  if (!settings)
+    return std::move(settings).take_error();
+  if (settings->local.dir.empty())
+    return make_error("", ref->name(), ": no cache directory to keep registry packages in (",
+                      settings->local.unavailable, "): give one (--cache-dir)");
+  return package_from_registry(*ref, settings->local.dir / "oci", offline,
+                               [](const char *v) -> const char * { return std::getenv(v); });
 }
 
 } // namespace cudaq_rt

@@ -14,6 +14,7 @@
 // the least recently used beyond that removed unless a process has one open.
 #pragma once
 
+#include "cache/cache_config.h"
 #include "oci/registry.h"
 
 #include <filesystem>
@@ -35,5 +36,10 @@ struct StoredPackage {
 Expected<StoredPackage> package_from_registry(const RegistryRef &ref,
                                               const std::filesystem::path &store, bool offline,
                                               const Registry::Getenv &getenv);
+
+// The same for a reference as a user wrote it, with the store under the directory of the link
+// cache that `cache` and the process's environment give (cudaq-rt-run, cudaq_rt_open_package).
+Expected<StoredPackage> package_from_reference(std::string_view reference,
+                                               const CacheRequest &cache, bool offline);
 
 } // namespace cudaq_rt

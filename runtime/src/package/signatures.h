@@ -51,7 +51,8 @@ bool is_signature_file_name(const std::string &file_name);
 Expected<KeyId> verify_package(const Package &package, const TrustedKeys &trusted);
 
 // Adds (or replaces) `key`'s signature over the package as it is now, under its lock: the
-// signature file appears whole (a rename) or not at all. With `trusted`, the package must first
+// package is written again (its blobs hard-linked, its manifest's bytes kept) with the signature
+// and the OCI layout that lists it, in one rename, or not at all. With `trusted`, the package must first
 // verify, as it is under the lock (what is checked is what is signed).
 Status sign_package(const std::filesystem::path &package, const SigningKey &key,
                     const TrustedKeys *trusted = nullptr);
