@@ -277,12 +277,21 @@ class RegistryTest(unittest.TestCase):
         r = run([PACK, "--pull", f"oci://{reg.url}/example:s", "-o", self.t("p"), "--verify",
                  keys["release"][1]], timeout=TIMEOUT)
         self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("verified: signed by trusted key", r.stdout)
         self.assertTrue(os.listdir(self.t("p", NAME + ".cudaqpkg", "signatures")))
         r = run([PACK, "--pull", f"oci://{reg.url}/example:s", "-o", self.t("q"), "--verify",
                  keys["other"][1]], timeout=TIMEOUT)
         self.assertEqual(r.returncode, 1)
         self.assertIn("signed only by keys that are not trusted", r.stderr)
         self.assert_nothing_written(self.t("q"))
+        # Refused with -f over a package that is there: that package stays as it was.
+        kept = os.path.join(self.t("p"), NAME + ".cudaqpkg")
+        before = blob_files(kept)
+        r = run([PACK, "--pull", f"oci://{reg.url}/example:s", "-o", self.t("p"), "-f",
+                 "--verify", keys["other"][1]], timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(blob_files(kept), before)
+        self.assertTrue(os.path.exists(os.path.join(kept, "manifest.json")))
 
     def test_run_from_a_reference_fetches_once(self):
         """cudaq-rt-run oci://...: the first start pulls the package into the store under the

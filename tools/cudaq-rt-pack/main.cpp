@@ -94,22 +94,16 @@ int pull(const std::string &text, const std::string &output_dir, bool force, boo
       Registry::open(*ref, [](const char *var) -> const char * { return std::getenv(var); });
   if (!registry)
     return output.fail(registry.error());
-  auto pulled = pull_package(**registry, output_dir, force);
-  if (!pulled)
-    return output.fail(pulled.error());
+  std::optional<TrustedKeys> trusted;
   if (!verify.empty()) {
     auto keys = TrustedKeys::load({verify.begin(), verify.end()});
     if (!keys)
       return output.fail(make_error("", "--verify: ", keys.error().str()));
-    auto pkg = Package::open(pulled->dir);
-    if (!pkg)
-      return output.fail(pkg.error());
-    if (auto key = verify_package(*pkg, *keys); !key) {
-      std::error_code ec;
-      std::filesystem::remove_all(pulled->dir, ec);
-      return output.fail(key.error());
-    }
+    trusted = std::move(*keys);
   }
+  auto pulled = pull_package(**registry, output_dir, force, nullptr, trusted ? &*trusted : nullptr);
+  if (!pulled)
+    return output.fail(pulled.error());
   if (json)
     output.out_json({{"reference", ref->name()},
                      {"digest", pulled->manifest.str()},
@@ -119,6 +113,8 @@ int pull(const std::string &text, const std::string &output_dir, bool force, boo
   else
     output.out(cat("pulled  ", ref->name(), "@", pulled->manifest.str(), ": ", pulled->blobs,
                    " blobs (", pulled->bytes, " bytes) into ", escape(pulled->dir.string()), "\n"));
+  if (pulled->verified_by && !json)
+    output.out(cat("verified: signed by trusted key ", pulled->verified_by->short_str(), "\n"));
   return 0;
 }
 

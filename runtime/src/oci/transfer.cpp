@@ -3,6 +3,7 @@
 #include "package/oci_layout.h"
 #include "package/signatures.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <set>
 
@@ -86,7 +87,7 @@ nlohmann::json push_json(const RegistryRef &ref, const PushReport &r) {
 }
 
 Expected<PullReport> pull_package(Registry &registry, const fs::path &output_dir, bool replace,
-                                  const FetchedManifest *given) {
+                                  const FetchedManifest *given, const TrustedKeys *trusted) {
   const RegistryRef &ref = registry.ref();
   Expected<FetchedManifest> fetched =
       given ? Expected<FetchedManifest>(*given) : registry.get_manifest(ref.manifest_reference());
@@ -163,17 +164,28 @@ Expected<PullReport> pull_package(Registry &registry, const fs::path &output_dir
   report.manifest = fetched->digest;
   report.bytes = fetched->bytes.size() + text->size();
   report.blobs = 1;
+  std::vector<std::pair<std::string, std::string>> signatures;
   for (const OciDescriptor &l : im->layers) {
     auto bytes = registry.get_blob(l.digest, l.size);
     if (!bytes)
       return std::move(bytes).take_error();
     ++report.blobs;
     report.bytes += bytes->size();
-    Status st = l.media_type == signature_layer_media_type
-                    ? writer->add_signature(signature_layer_file_name(l), *bytes)
-                    : writer->add_blob(l.digest, as_bytes(*bytes));
-    if (!st)
+    if (l.media_type == signature_layer_media_type) {
+      signatures.emplace_back(signature_layer_file_name(l), *bytes);
+      if (auto st = writer->add_signature(signatures.back().first, *bytes); !st)
+        return std::move(st).take_error();
+    } else if (auto st = writer->add_blob(l.digest, as_bytes(*bytes)); !st) {
       return std::move(st).take_error();
+    }
+  }
+  if (trusted) {
+    std::sort(signatures.begin(), signatures.end());
+    auto by =
+        verify_signature_files(ref.name(), manifest->name, im->config.digest, signatures, *trusted);
+    if (!by)
+      return std::move(by).take_error();
+    report.verified_by = *by;
   }
   if (auto st = writer->commit(*manifest, replace, {}, *text); !st)
     return std::move(st).take_error();

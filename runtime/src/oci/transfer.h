@@ -35,12 +35,16 @@ struct PullReport {
   Digest manifest;           // the image manifest pulled
   size_t blobs = 0;
   uint64_t bytes = 0;
+  std::optional<KeyId> verified_by; // with `trusted`
 };
 
 // Pulls the package the registry's reference names into `output_dir`/NAME.cudaqpkg (the
 // directory is made). An existing package there is replaced only with `replace`.
-// `fetched`: the image manifest, when the caller has already fetched (and so checked) it.
+// `fetched`: the image manifest, when the caller has already fetched (and so checked) it. With
+// `trusted`, the package must verify (signatures.h) before anything is written: a package a
+// pull refuses never replaces the one there.
 Expected<PullReport> pull_package(Registry &registry, const std::filesystem::path &output_dir,
-                                  bool replace, const FetchedManifest *fetched = nullptr);
+                                  bool replace, const FetchedManifest *fetched = nullptr,
+                                  const TrustedKeys *trusted = nullptr);
 
 } // namespace cudaq_rt

@@ -96,10 +96,19 @@ Expected<PackageSignature> PackageSignature::parse(std::string_view text, const 
 }
 
 Expected<KeyId> verify_package(const Package &pkg, const TrustedKeys &trusted) {
-  const std::string subject = pkg.dir().string();
   auto files = pkg.signature_files();
   if (!files)
     return std::move(files).take_error();
+  return verify_signature_files(pkg.dir().string(), pkg.manifest().name, pkg.manifest_digest(),
+                                *files, trusted);
+}
+
+Expected<KeyId>
+verify_signature_files(const std::string &subject, const std::string &package,
+                       const Digest &manifest,
+                       const std::vector<std::pair<std::string, std::string>> &signature_files,
+                       const TrustedKeys &trusted) {
+  const auto *files = &signature_files;
   if (files->empty())
     return make_error(subject, "not signed: no signature in ", signatures_dir,
                       "/ (cudaq-rt-pack or cudaq-rt-link --sign KEY signs a package)");
@@ -129,15 +138,15 @@ Expected<KeyId> verify_package(const Package &pkg, const TrustedKeys &trusted) {
                              " does not verify (it was altered, or made with another key)"));
       continue;
     }
-    if (sig->package != pkg.manifest().name) {
-      refusals.push_back(cat(by, " is for package ", quote(sig->package), ", not ",
-                             quote(pkg.manifest().name), " (copied from another package)"));
+    if (sig->package != package) {
+      refusals.push_back(cat(by, " is for package ", quote(sig->package), ", not ", quote(package),
+                             " (copied from another package)"));
       continue;
     }
-    if (sig->manifest != pkg.manifest_digest()) {
+    if (sig->manifest != manifest) {
       refusals.push_back(cat("manifest changed after signing: key ", named.short_str(),
                              " signed manifest ", sig->manifest.short_str(), ", the manifest is ",
-                             pkg.manifest_digest().short_str(),
+                             manifest.short_str(),
                              " (changed by a relink without --sign, or by hand)"));
       continue;
     }

@@ -49,6 +49,13 @@ bool is_signature_file_name(const std::string &file_name);
 // are not trusted; a trusted key's signature malformed, not verifying, for another package, or
 // over an earlier manifest). The key that vouched is returned.
 Expected<KeyId> verify_package(const Package &package, const TrustedKeys &trusted);
+// The same check over signature files (name, text) not yet in a package: a pull's, before it
+// writes anything. `subject` names the package in the error.
+Expected<KeyId>
+verify_signature_files(const std::string &subject, const std::string &package,
+                       const Digest &manifest,
+                       const std::vector<std::pair<std::string, std::string>> &signature_files,
+                       const TrustedKeys &trusted);
 
 // Adds (or replaces) `key`'s signature over the package as it is now, under its lock: the
 // package is written again (its blobs hard-linked, its manifest's bytes kept) with the signature
