@@ -21,19 +21,26 @@ using namespace cudaq_rt;
 namespace {
 constexpr const char *tool = "cudaq-rt-pack";
 
+// --verify's keys: none when it was not given.
+Expected<std::optional<TrustedKeys>> verify_keys(const std::vector<std::string> &verify) {
+  if (verify.empty())
+    return std::optional<TrustedKeys>();
+  auto keys = TrustedKeys::load({verify.begin(), verify.end()});
+  if (!keys)
+    return make_error("", "--verify: ", keys.error().str());
+  return std::optional<TrustedKeys>(std::move(*keys));
+}
+
 int list(const std::string &path, bool json, const std::vector<std::string> &verify,
          ToolOutput &output) {
   Manifest m;
   std::vector<std::string> warnings;
   std::string what;
   std::error_code ec;
-  std::optional<TrustedKeys> trusted;
-  if (!verify.empty()) {
-    auto keys = TrustedKeys::load({verify.begin(), verify.end()});
-    if (!keys)
-      return output.fail(make_error("", "--verify: ", keys.error().str()));
-    trusted = std::move(*keys);
-  }
+  auto keys = verify_keys(verify);
+  if (!keys)
+    return output.fail(keys.error());
+  const std::optional<TrustedKeys> &trusted = *keys;
   std::string signed_by;
   if (fs::is_directory(path, ec)) {
     auto pkg = Package::open(path);
@@ -94,14 +101,11 @@ int pull(const std::string &text, const std::string &output_dir, bool force, boo
       Registry::open(*ref, [](const char *var) -> const char * { return std::getenv(var); });
   if (!registry)
     return output.fail(registry.error());
-  std::optional<TrustedKeys> trusted;
-  if (!verify.empty()) {
-    auto keys = TrustedKeys::load({verify.begin(), verify.end()});
-    if (!keys)
-      return output.fail(make_error("", "--verify: ", keys.error().str()));
-    trusted = std::move(*keys);
-  }
-  auto pulled = pull_package(**registry, output_dir, force, nullptr, trusted ? &*trusted : nullptr);
+  auto trusted = verify_keys(verify);
+  if (!trusted)
+    return output.fail(trusted.error());
+  auto pulled =
+      pull_package(**registry, output_dir, force, nullptr, *trusted ? &**trusted : nullptr);
   if (!pulled)
     return output.fail(pulled.error());
   if (json)

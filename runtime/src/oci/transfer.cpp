@@ -12,24 +12,21 @@ namespace fs = std::filesystem;
 namespace cudaq_rt {
 
 Expected<PushReport> push_package(const Package &package, Registry &registry) {
-  auto image = package.image_manifest_text();
-  if (!image)
-    return std::move(image).take_error();
-  auto im = OciImageManifest::parse(*image, package.dir().string());
-  if (!im)
-    return std::move(im).take_error();
+  auto signatures = package.signature_files();
+  if (!signatures)
+    return std::move(signatures).take_error();
+  const OciImageManifest im =
+      package_image_manifest(package.manifest(), package.manifest_text(), *signatures);
+  const std::string image = im.to_json_text();
   PushReport report;
-  report.manifest = sha256(*image);
+  report.manifest = sha256(image);
   const RegistryRef &ref = registry.ref();
   if (ref.digest && *ref.digest != report.manifest)
     return make_error("", ref.name(), ": names image manifest ", ref.digest->short_str(),
                       ", but the package's is ", report.manifest.short_str());
-  auto signatures = package.signature_files();
-  if (!signatures)
-    return std::move(signatures).take_error();
   // The config and the layers, each read (and so verified) only when the registry lacks it.
-  std::vector<OciDescriptor> blobs = {im->config};
-  blobs.insert(blobs.end(), im->layers.begin(), im->layers.end());
+  std::vector<OciDescriptor> blobs = {im.config};
+  blobs.insert(blobs.end(), im.layers.begin(), im.layers.end());
   for (const OciDescriptor &d : blobs) {
     ++report.blobs;
     auto there = registry.has_blob(d.digest);
@@ -56,7 +53,7 @@ Expected<PushReport> push_package(const Package &package, Registry &registry) {
     report.bytes_uploaded += bytes.size();
   }
   if (auto st =
-          registry.put_manifest(ref.manifest_reference(), oci_image_manifest_media_type, *image);
+          registry.put_manifest(ref.manifest_reference(), oci_image_manifest_media_type, image);
       !st)
     return std::move(st).take_error();
   return report;

@@ -274,11 +274,11 @@ Expected<std::vector<std::pair<std::string, std::string>>> Package::signature_fi
   return out;
 }
 
-Expected<std::string> Package::image_manifest_text() const {
+Expected<OciImageManifest> Package::image_manifest() const {
   auto sigs = signature_files();
   if (!sigs)
     return std::move(sigs).take_error();
-  return package_image_manifest(manifest_, manifest_text_, *sigs).to_json_text();
+  return package_image_manifest(manifest_, manifest_text_, *sigs);
 }
 
 Expected<Package::Layout> Package::check_layout() const {
@@ -295,17 +295,14 @@ Expected<Package::Layout> Package::check_layout() const {
   auto named = parse_layout_index(*index_text, index_path.string());
   if (!named)
     return std::move(named).take_error();
-  auto expected = image_manifest_text();
-  if (!expected)
-    return std::move(expected).take_error();
-  const Digest want = sha256(*expected);
+  auto im = image_manifest();
+  if (!im)
+    return std::move(im).take_error();
+  const Digest want = sha256(im->to_json_text());
   if (named->digest != want)
     return Layout::stale;
   // The blobs the image manifest names beyond the manifest's own: itself, the config, the
   // signatures. read_blob checks each one's digest.
-  auto im = OciImageManifest::parse(*expected, index_path.string());
-  if (!im)
-    return std::move(im).take_error();
   std::vector<Digest> extra = {want, im->config.digest};
   for (const OciDescriptor &l : im->layers)
     if (l.media_type == signature_layer_media_type)

@@ -12,6 +12,7 @@
 #include "base/atomic_file.h"
 #include "base/signing.h"
 #include "package/manifest.h"
+#include "package/oci_layout.h"
 
 #include <filesystem>
 #include <map>
@@ -67,7 +68,7 @@ public:
   enum class Layout { none, current, stale };
   Expected<Layout> check_layout() const;
   // The image manifest of the package as it is (its manifest and signature files).
-  Expected<std::string> image_manifest_text() const;
+  Expected<OciImageManifest> image_manifest() const;
 
   // Whether read_blob has verified this blob in this process.
   bool verified(const Digest &d) const { return verified_.count(d) != 0; }

@@ -109,9 +109,9 @@ TEST_CASE("pack writes NAME.cudaqpkg whole: every container a blob, the manifest
   blob_names.insert(sha256(read_file(dir / "manifest.json")).hex());
   auto opened = Package::open(dir);
   REQUIRE(opened);
-  auto image = opened->image_manifest_text();
+  auto image = opened->image_manifest();
   REQUIRE(image);
-  blob_names.insert(sha256(*image).hex());
+  blob_names.insert(sha256(image->to_json_text()).hex());
   const std::vector<std::string> blobs = entries(dir / "blobs" / "sha256");
   CHECK(std::set<std::string>(blobs.begin(), blobs.end()) == blob_names);
   CHECK(blobs.size() == m.containers.size() + 2);
