@@ -471,10 +471,38 @@ class LoadPathTest(RunCase):
                 self.assertEqual(doc["cubin"]["digest"], local["cubin"]["digest"])
                 blobs = [q for q in got if "/blobs/" in q.path]
                 if label.endswith("cold (empty store)"):
-                    self.assertGreater(len(blobs), 0)
+                    # The config and this arch's cubin: not the code it was linked from.
+                    with open(os.path.join(pkg, "manifest.json"), "rb") as f:
+                        config = "sha256:" + hashlib.sha256(f.read()).hexdigest()
+                    self.assertEqual(sorted(q.path.rsplit("/", 1)[1] for q in blobs),
+                                     sorted([config, doc["cubin"]["digest"]]))
                 else:
                     self.assertEqual(blobs, [])
                     self.assertEqual(len(got), 0 if extra else 1)
+            # A package with no cubin for this GPU and no cache holding one: the code is
+            # fetched for a link at load, and the next start finds the link in the cache.
+            bare, _ = self.fresh()
+            ref = f"oci://{reg.url}/example:bare"
+            subprocess.run([os.environ["CUDAQ_RT_LINK"], bare, "--push", ref], check=True,
+                           capture_output=True, env=self.env(cache))
+            with open(os.path.join(bare, "manifest.json")) as f:
+                code = {c["digest"] for c in json.load(f)["containers"]}
+            bare_cache = os.path.join(self.tmp, "bare-cache")
+            for label, source in (("oci:// link at load", "link at load"),
+                                  ("oci:// from the cache", "cache")):
+                mark = len(reg.requests())
+                t0 = time.monotonic()
+                doc = self.echo_from(ref, cache=bare_cache)
+                times[label] = time.monotonic() - t0
+                self.assertEqual(doc["cubin"]["source"], source)
+                fetched = {q.path.rsplit("/", 1)[1] for q in reg.requests(since=mark)
+                           if "/blobs/" in q.path}
+                if source == "cache":
+                    self.assertEqual(fetched, set())
+                else:
+                    self.assertTrue(fetched & code, fetched)
+                    self.assertEqual(fetched - code, {"sha256:" + hashlib.sha256(
+                        open(os.path.join(bare, "manifest.json"), "rb").read()).hexdigest()})
             for label, s in times.items():
                 print(f"start + echo, {label}: {s * 1000:.0f} ms")
 

@@ -311,14 +311,20 @@ class RegistryTest(unittest.TestCase):
             return r, [(q.method, q.path.split("?")[0]) for q in got]
 
         r, got = start()
-        self.assertIn("pulled", r.stderr)
+        self.assertIn("pulled its manifest and signatures", r.stderr)
         self.assertEqual(got[0], ("GET", "/v2/example/manifests/1"))
-        self.assertEqual(len([g for g in got if "/blobs/" in g[1]]), 5, got)  # config + 4 layers
+        # The config only: the GPU (there is none) would have chosen what else to fetch.
+        config = sha256(read(self.t("out", NAME + ".cudaqpkg", "manifest.json")))
+        self.assertEqual([g for g in got if "/blobs/" in g[1]],
+                         [("GET", "/v2/example/blobs/" + config)])
         stored = self.t("cache", "oci", "packages")
         (image,) = os.listdir(stored)
         pkg = os.path.join(stored, image, NAME + ".cudaqpkg")
         self.assertEqual(layout_manifest_digest(pkg), "sha256:" + image)
-        self.assertEqual(run([PACK, "--list", pkg]).returncode, 0)
+        with open(os.path.join(pkg, "manifest.json")) as f:
+            for c in json.load(f)["containers"]:
+                self.assertFalse(os.path.exists(os.path.join(pkg, "blobs", "sha256",
+                                                             c["digest"][7:])))
 
         r, got = start()
         self.assertIn("stored copy", r.stderr)
@@ -368,26 +374,99 @@ class RegistryTest(unittest.TestCase):
         self.assertNotEqual(rc, 0)
         self.assertIn(b"no such manifest", lib.cudaq_rt_last_error())
 
-    def test_run_refuses_wrong_bytes_and_stores_nothing(self):
-        reg = self.registry()
-        pkg, _ = self.pack("out", "--push", f"oci://{reg.url}/example:1")
+    def linked_two_archs(self, reg):
+        """The example packed, linked for sm_80 and sm_90 and pushed as example:1; returns the
+        package and its link records by arch."""
+        pkg, _ = self.pack("out")
+        r = run([LINK, pkg, "--arch", "sm_80,sm_90", "--cache-dir", self.t("link-cache"),
+                 "--push", f"oci://{reg.url}/example:1"], timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
         with open(os.path.join(pkg, "manifest.json")) as f:
-            container = json.load(f)["containers"][0]["digest"]
-        path = reg.blob_path(container)
+            links = {l["arch"]: l["cubin"] for l in json.load(f)["links"]}
+        self.assertEqual(sorted(links), ["sm_80", "sm_90"])
+        return pkg, links
+
+    def test_a_start_fetches_only_its_archs_cubin(self):
+        """cudaq-rt-run oci://... --list --arch sm_90 (what a start on an sm_90 GPU would load,
+        asking no GPU) fetches the manifest, the config and the sm_90 cubin: not the sm_80 one,
+        not the code it was linked from. A second asks the manifest only; --offline nothing,
+        and an arch whose cubin no start read is then an error that says so."""
+        reg = self.registry()
+        pkg, links = self.linked_two_archs(reg)
+        cache = self.t("cache")
+        ref = f"oci://{reg.url}/example:1"
+
+        def listing(arch, *extra):
+            mark = len(reg.requests()) if reg.running else 0
+            r = run([RUN, ref, "--list", "--arch", arch, "--cache-dir", cache, "--json", *extra],
+                    timeout=TIMEOUT)
+            got = reg.requests(since=mark) if reg.running else []
+            return r, [(q.method, q.path.split("?")[0], q.size) for q in got]
+
+        r, got = listing("sm_90")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        doc = json.loads(r.stdout)
+        self.assertEqual(doc["source"], "package")
+        self.assertEqual(doc["arch"], "sm_90")
+        self.assertIsNone(doc["device"])
+        config = sha256(read(os.path.join(pkg, "manifest.json")))
+        blobs = [(path.rsplit("/", 1)[1], size) for method, path, size in got
+                 if "/blobs/" in path]
+        self.assertEqual(blobs, [(config, os.path.getsize(os.path.join(pkg, "manifest.json"))),
+                                 (links["sm_90"]["digest"], links["sm_90"]["size"])])
+        fetched = sum(size for _, _, size in got)
+        pushed = sum(os.path.getsize(os.path.join(pkg, "blobs", "sha256", n))
+                     for n in os.listdir(os.path.join(pkg, "blobs", "sha256")))
+        self.assertLess(fetched, pushed // 2, got)
+
+        r, got = listing("sm_90")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual([(m, p) for m, p, _ in got], [("GET", "/v2/example/manifests/1")])
+
+        reg.stop()
+        r, _ = listing("sm_90", "--offline")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(json.loads(r.stdout)["source"], "package")
+        r, _ = listing("sm_80", "--offline")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        doc = json.loads(r.stdout)
+        self.assertFalse(doc["loadable"])
+        self.assertIn(f"--offline: blob {links['sm_80']['digest'][:19]} is not stored",
+                      doc["why_not"])
+
+    def test_run_refuses_wrong_bytes_and_stores_nothing(self):
+        """A registry serving the chosen cubin with a byte changed: the start fails naming the
+        blob, and the store keeps no copy of it."""
+        reg = self.registry()
+        pkg, links = self.linked_two_archs(reg)
+        cubin = links["sm_90"]["digest"]
+        path = reg.blob_path(cubin)
         with open(path, "r+b") as f:
             f.seek(40)
             b = f.read(1)
             f.seek(40)
             f.write(bytes([b[0] ^ 1]))
         cache = self.t("cache")
-        r = run([RUN, f"oci://{reg.url}/example:1", "--cache-dir", cache, "--call", "echo"],
-                timeout=TIMEOUT)
+        r = run([RUN, f"oci://{reg.url}/example:1", "--cache-dir", cache, "--list", "--arch",
+                 "sm_90"], timeout=TIMEOUT)
         self.assertEqual(r.returncode, 1)
-        self.assertIn("does not match its digest: refused", r.stderr)
+        self.assertIn(f"blob {cubin[:19]} as served", r.stdout + r.stderr)
+        self.assertIn("does not match its digest: refused", r.stdout + r.stderr)
         stored = self.t("cache", "oci", "packages")
         for d in os.listdir(stored):
-            self.assertEqual([n for n in os.listdir(os.path.join(stored, d))
-                              if not n.endswith(".lock")], [])
+            blobs = os.path.join(stored, d, NAME + ".cudaqpkg", "blobs", "sha256")
+            self.assertFalse(os.path.exists(os.path.join(blobs, cubin[7:])))
+
+    def test_list_arch_is_list_only(self):
+        r = run([RUN, self.t("nope.cudaqpkg"), "--call", "echo", "--arch", "sm_90"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--arch goes with --list", r.stderr)
+        r = run([RUN, self.t("nope.cudaqpkg"), "--list", "--arch", "sm_9"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--arch:", r.stderr)
+        r = run([RUN, "oci://127.0.0.1:1/example:1", "--call", "echo", "--store"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--store: not with an oci:// package", r.stderr)
 
 
 class LayoutTest(unittest.TestCase):

@@ -65,6 +65,9 @@ void add_options(CLI::App &app, RunArgs &a) {
   auto *list_opt =
       app.add_flag("--list", a.list, "List the handlers and the cubin this GPU would load")
           ->group("What");
+  driver::add_optional(app, "--arch", a.arch,
+                       "--list: say what would load for this arch (sm_XX), asking no GPU")
+      ->group("What");
   app.add_option("--global", a.globals, "Write NAME=SPEC into the __device__ global NAME at load")
       ->group("What");
   app.add_option("--device", a.device,

@@ -497,6 +497,30 @@ void link_units(const LinkPlan &plan, const TargetArch &arch, const LinkCache &c
 
 std::vector<ArchLink> link_archs(const LinkPlan &plan, std::span<const TargetArch> archs,
                                  const LinkCache &cache, unsigned jobs, OnCacheMiss on_miss) {
+  if (on_miss == OnCacheMiss::link && plan.has_deferred_inputs()) {
+    // The caches first: the inputs are fetched only for the archs that must be linked (which
+    // costs those a second lookup, a remote cache's miss included).
+    std::vector<ArchLink> out = link_archs(plan, archs, cache, jobs, OnCacheMiss::return_unlinked);
+    std::vector<size_t> missed;
+    std::vector<TargetArch> targets;
+    for (size_t i = 0; i < out.size(); ++i)
+      if (!out[i].record && !out[i].error) {
+        missed.push_back(i);
+        targets.push_back(archs[i]);
+      }
+    if (missed.empty())
+      return out;
+    auto full = plan.with_inputs();
+    if (!full) {
+      for (size_t i : missed)
+        out[i].error = full.error();
+      return out;
+    }
+    std::vector<ArchLink> linked = link_archs(*full, targets, cache, jobs, OnCacheMiss::link);
+    for (size_t k = 0; k < missed.size(); ++k)
+      out[missed[k]] = std::move(linked[k]);
+    return out;
+  }
   std::vector<ArchLinkJob> job(archs.size());
   for (size_t i = 0; i < archs.size(); ++i)
     job[i].arch = &archs[i];

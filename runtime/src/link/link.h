@@ -34,6 +34,7 @@
 namespace cudaq_rt {
 
 class Package;
+class BlobSource;
 
 // The bridge whose hooks a link takes when neither the settings nor the package name one.
 constexpr const char *default_bridge = "loopback";
@@ -59,7 +60,9 @@ struct LinkSettings {
 struct LinkInput {
   std::string name; // for messages and nvJitLink's log
   Digest digest;
-  std::span<const uint8_t> bytes; // owned by the LinkPlan
+  // Owned by the LinkPlan. Empty where the package's blob is not on disk yet but comes from its
+  // blob source (a registry package): LinkPlan::with_inputs fetches it, for a link only.
+  std::span<const uint8_t> bytes;
   std::vector<EntryRecord> entries;
 };
 
@@ -146,6 +149,12 @@ public:
   std::vector<std::string> final_options(const TargetArch &arch) const;
   // The fallback from per-TU mode: the same plan linked as a whole program, with split compile.
   LinkPlan as_whole_fallback() const;
+  // Whether some input's bytes were left to fetch (LinkInput::bytes).
+  bool has_deferred_inputs() const;
+  // The plan with every input's bytes, those left to fetch read through the package's blob
+  // source (and so kept in the package): what a link needs, and a lookup does not. An error if
+  // the package was replaced since it was planned.
+  Expected<LinkPlan> with_inputs() const;
 
 private:
   struct Steps; // plan_link's, in link_plan.cpp
@@ -156,6 +165,10 @@ private:
   std::vector<std::shared_ptr<const InputFile>> files_;
   // The digests of the built-in dispatcher's two forms, where they differ in this package.
   std::optional<std::pair<Digest, Digest>> dispatcher_forms_;
+  // The package as planned, for with_inputs.
+  std::filesystem::path package_;
+  Digest manifest_digest_;
+  std::shared_ptr<const BlobSource> source_;
 };
 
 // "ltoir sm_80, cubin sm_80", for messages about what an input holds.

@@ -306,6 +306,12 @@ struct LinkPlan::Steps {
     for (const ContainerRecord &c : m.containers) {
       if (!c.packed() || !pred(c))
         continue;
+      if (pkg.source() && !pkg.has_blob(c.digest)) {
+        // Fetched only if a link needs it (with_inputs); read_blob then checks the entries
+        // taken here from the manifest.
+        plan.inputs.push_back({name_of(c), c.digest, {}, c.entries});
+        continue;
+      }
       auto bytes = pkg.read_blob(c.digest);
       if (!bytes)
         return std::move(bytes).take_error();
@@ -532,6 +538,9 @@ Expected<LinkPlan> plan_link(const Package &pkg, const LinkSettings &settings) {
   LinkPlan plan;
   plan.subject = pkg.dir().string();
   plan.settings = settings;
+  plan.package_ = pkg.dir();
+  plan.manifest_digest_ = pkg.manifest_digest();
+  plan.source_ = pkg.source();
   plan.packed = packed_code(pkg.manifest());
   LinkPlan::Steps steps{plan, pkg, pkg.manifest()};
   if (auto st = steps.check_options(); !st)
@@ -553,6 +562,33 @@ Expected<LinkPlan> plan_link(const Package &pkg, const LinkSettings &settings) {
     return std::move(st).take_error();
   steps.choose_units(*requested, first_application);
   return plan;
+}
+
+bool LinkPlan::has_deferred_inputs() const {
+  return std::any_of(inputs.begin(), inputs.end(),
+                     [](const LinkInput &in) { return in.bytes.empty(); });
+}
+
+Expected<LinkPlan> LinkPlan::with_inputs() const {
+  LinkPlan full = *this;
+  if (!has_deferred_inputs())
+    return full;
+  auto pkg = Package::open(package_, {.source = source_});
+  if (!pkg)
+    return std::move(pkg).take_error();
+  if (pkg->manifest_digest() != manifest_digest_)
+    return make_error(subject, "the package was replaced while it was being loaded: try again");
+  for (LinkInput &in : full.inputs) {
+    if (!in.bytes.empty())
+      continue;
+    auto bytes = pkg->read_blob(in.digest);
+    if (!bytes)
+      return std::move(bytes).take_error();
+    auto blob = std::make_shared<const std::string>(std::move(*bytes));
+    full.blobs_.push_back(blob);
+    in.bytes = as_bytes(*blob);
+  }
+  return full;
 }
 
 } // namespace cudaq_rt

@@ -54,6 +54,7 @@ struct cudaq_rt_code {
   std::string label;  // for messages: the package path, or "this program (PATH)"
   Manifest manifest;
   std::vector<std::string> names; // handler exports, then alias wire names
+  std::shared_ptr<const BlobSource> source; // a registry package's (oci/store.h)
   ~cudaq_rt_code() {
     std::error_code ec;
     if (!temporary.empty())
@@ -235,17 +236,21 @@ Expected<std::vector<SelfObject>> self_objects() {
   return out;
 }
 
-Expected<std::unique_ptr<cudaq_rt_code>> code_from(const fs::path &package, std::string label) {
-  auto pkg = Package::open(package);
+Expected<std::unique_ptr<cudaq_rt_code>> code_from(const fs::path &package, std::string label,
+                                                   std::shared_ptr<const BlobSource> source = {}) {
+  auto pkg = Package::open(package, {.source = source});
   if (!pkg)
     return std::move(pkg).take_error();
   // Every blob the manifest names is read and checked against its digest now, as the header
-  // promises and cudaq-rt-pack --list does: a corrupt package is refused at the open.
+  // promises and cudaq-rt-pack --list does: a corrupt package is refused at the open. A
+  // registry package's blobs not fetched yet are checked when the load fetches them.
   for (const Digest &d : pkg->referenced_blobs())
-    if (auto blob = pkg->read_blob(d); !blob)
-      return std::move(blob).take_error();
+    if (pkg->has_blob(d) || !source)
+      if (auto blob = pkg->read_blob(d); !blob)
+        return std::move(blob).take_error();
   auto code = std::make_unique<cudaq_rt_code>();
   code->package = package;
+  code->source = std::move(source);
   code->label = std::move(label);
   code->manifest = pkg->manifest();
   for (const ExportEntry &e : code->manifest.exports)
@@ -299,6 +304,7 @@ struct cudaq_rt_server {
   LoadOptions load_options() const {
     LoadOptions o;
     o.package = code->package;
+    o.blob_source = code->source;
     o.device = config.device;
     o.link.bridge = config.bridge;
     o.link.dispatcher = config.dispatcher;
@@ -426,16 +432,18 @@ int cudaq_rt_open_package(const char *path, cudaq_rt_code **out) {
     // A registry reference: pulled into the store under the link cache's directory, as
     // cudaq-rt-run does, then opened from there.
     fs::path dir = path;
+    std::shared_ptr<const BlobSource> source;
     if (is_oci_reference(path)) {
       auto got = package_from_reference(path, CacheRequest{}, false);
       if (!got)
         return fail(CUDAQ_RT_E_FAILED, got.error());
       dir = got->package;
+      source = got->source;
     }
     std::error_code ec;
     if (!fs::exists(fs::symlink_status(dir, ec)))
       return fail(CUDAQ_RT_E_NOT_FOUND, make_error(path, "no such package"));
-    auto code = code_from(dir, path);
+    auto code = code_from(dir, path, std::move(source));
     if (!code)
       return fail(CUDAQ_RT_E_FAILED, code.error());
     *out = code->release();

@@ -466,8 +466,19 @@ Expected<RunOptions> make_run_options(RunArgs args) {
   if (is_oci_reference(args.package)) {
     if (auto ref = RegistryRef::parse(args.package); !ref)
       return usage(ref.error().message);
+    if (o.load.policy.store)
+      return usage("--store: not with an oci:// package (the store keeps the registry's package "
+                   "as it was pushed)");
   } else if (args.offline) {
     return usage("--offline goes with an oci:// package");
+  }
+  if (args.arch) {
+    if (!args.list)
+      return usage("--arch goes with --list (a load links for the GPU's own arch)");
+    auto arch = parse_arch(*args.arch);
+    if (!arch)
+      return usage("--arch: " + arch.error().message);
+    o.load.arch = *arch;
   }
   if (!args.lto.empty())
     o.load.link.lto_mode = parse_lto_mode(args.lto);
@@ -552,7 +563,7 @@ namespace {
 
 // An oci:// package: fetched into the store under the cache directory (oci/store.h), then loaded
 // from there as any package is.
-Expected<std::filesystem::path> registry_package(const RunOptions &options, ToolOutput &output) {
+Expected<StoredPackage> registry_package(const RunOptions &options, ToolOutput &output) {
   const std::string reference = options.load.package.string();
   auto got = package_from_reference(reference, options.load.cache, options.offline);
   if (!got)
@@ -561,10 +572,11 @@ Expected<std::filesystem::path> registry_package(const RunOptions &options, Tool
     output.warn(w);
   if (options.verbose)
     output.note(cat(escape(reference), "@", got->manifest.str(), ": ",
-                    got->pulled ? cat("pulled ", got->bytes, " bytes into ")
+                    got->pulled ? cat("pulled its manifest and signatures (", got->bytes,
+                                      " bytes; the blobs the load reads follow) into ")
                                 : cat("stored copy (", got->bytes, " bytes fetched) at "),
                     escape(got->package.string())));
-  return got->package;
+  return got;
 }
 
 } // namespace
@@ -574,11 +586,12 @@ RunOutcome run(const RunOptions &given, ToolOutput &output, const std::atomic<bo
   RunOptions resolved;
   const bool from_registry = is_oci_reference(given.load.package.string());
   if (from_registry) {
-    auto path = registry_package(given, output);
-    if (!path)
-      return {fail_to_load(given, output, path.error())};
+    auto got = registry_package(given, output);
+    if (!got)
+      return {fail_to_load(given, output, got.error())};
     resolved = given;
-    resolved.load.package = *path;
+    resolved.load.package = got->package;
+    resolved.load.blob_source = got->source;
   }
   const RunOptions &options = from_registry ? resolved : given;
   // A module that CUDA loads lazily while the persistent kernel runs can deadlock behind it: a

@@ -22,9 +22,14 @@ const char *cubin_source_name(CubinSource s);
 struct CubinPolicy {
   bool allow_link = true; // false: a cubin must already exist (deployments that never link)
   bool store = false;     // a cubin from the cache or a link is also stored in the package
+  // false: finding none is no error but a choice with `found` false (what --list asks): an
+  // error is then something that went wrong (a blob that does not verify or cannot be fetched).
+  bool none_is_error = true;
 };
 
 struct CubinChoice {
+  bool found = true; // false: only with none_is_error false; `why_not` says why
+  std::string why_not;
   std::string arch;
   CubinSource source = CubinSource::package;
   std::vector<uint8_t> cubin;

@@ -68,7 +68,7 @@ Status check_trusted(const Package &package, const LinkCache &cache, const LoadO
   return Status::ok();
 }
 
-Expected<LoadPlan> prepare(const LoadOptions &opt, Gpu &gpu) {
+Expected<LoadPlan> prepare(const LoadOptions &opt, Gpu &gpu, bool ask_gpu = true) {
   // The package and its plan come before the GPU: what is wrong with them (no package, a
   // dispatch kernel or bridge it lacks) is said the same on any machine, without waiting for a
   // context.
@@ -79,7 +79,7 @@ Expected<LoadPlan> prepare(const LoadOptions &opt, Gpu &gpu) {
   auto cache = open_link_cache(opt.cache, warnings);
   if (!cache)
     return std::move(cache).take_error();
-  auto package = Package::open(opt.package);
+  auto package = Package::open(opt.package, {.source = opt.blob_source});
   if (!package)
     return std::move(package).take_error();
   if (auto st = check_trusted(*package, *cache, opt); !st)
@@ -88,6 +88,9 @@ Expected<LoadPlan> prepare(const LoadOptions &opt, Gpu &gpu) {
   if (!plan)
     return std::move(plan).take_error();
   const double open_ms = ms_since(t);
+  if (!ask_gpu)
+    return LoadPlan{{}, std::move(*package), std::move(*plan), std::move(*cache), *opt.arch,
+                    std::move(warnings), 0, open_ms};
   t = Clock::now();
   auto device = gpu.open(opt.device);
   if (!device)
@@ -347,7 +350,7 @@ Status check_package_trust(const LoadOptions &opt) {
     return std::move(trusted).take_error();
   if (!*trusted)
     return Status::ok();
-  auto package = Package::open(opt.package);
+  auto package = Package::open(opt.package, {.source = opt.blob_source});
   if (!package)
     return std::move(package).take_error();
   if (auto key = verify_package(*package, **trusted); !key)
@@ -356,28 +359,35 @@ Status check_package_trust(const LoadOptions &opt) {
 }
 
 Expected<LoadPreview> preview_load(const LoadOptions &opt, Gpu &gpu) {
-  auto ready = prepare(opt, gpu);
+  auto ready = prepare(opt, gpu, !opt.arch);
   if (!ready)
     return std::move(ready).take_error();
   LoadPreview p;
   p.package = opt.package;
-  p.device = ready->device;
+  if (!opt.arch)
+    p.device = ready->device;
+  p.arch = ready->arch.str();
   p.bridge = ready->plan.bridge;
   p.dispatcher = ready->plan.dispatcher;
   p.handlers = ready->plan.handlers;
   p.aliases = ready->package.manifest().aliases;
   p.links = ready->package.manifest().links;
   p.warnings = ready->warnings;
+  // An error (the target out of reach, a blob that does not verify or cannot be fetched) is why
+  // it cannot load; nothing found, that a load would link, if it may.
   auto found = select_cubin(ready->package, ready->plan, ready->arch, ready->cache,
-                            {.allow_link = false, .store = false});
-  if (found) {
-    p.source = found->source;
-    p.warnings.insert(p.warnings.end(), found->warnings.begin(), found->warnings.end());
-  } else if (auto st = ready->plan.check_target(ready->arch); opt.policy.allow_link && st) {
-    p.source = CubinSource::link;
-  } else {
-    p.why_not = st ? found.error().str() : st.error().str();
+                            {.allow_link = false, .store = false, .none_is_error = false});
+  if (!found) {
+    p.why_not = found.error().str();
+    return p;
   }
+  p.warnings.insert(p.warnings.end(), found->warnings.begin(), found->warnings.end());
+  if (found->found)
+    p.source = found->source;
+  else if (opt.policy.allow_link)
+    p.source = CubinSource::link;
+  else
+    p.why_not = found->why_not;
   return p;
 }
 
@@ -402,8 +412,11 @@ std::string format_preview(const LoadPreview &p) {
         << " bytes)\n";
   if (p.links.empty())
     out << "  (nothing)\n";
-  out << "GPU " << p.device.ordinal << ": " << escape(p.device.name) << " (" << p.device.arch()
-      << ", driver " << p.device.driver() << "): ";
+  if (p.device)
+    out << "GPU " << p.device->ordinal << ": " << escape(p.device->name) << " ("
+        << p.device->arch() << ", driver " << p.device->driver() << "): ";
+  else
+    out << p.arch << " (no GPU asked): ";
   if (p.source)
     out << "would load from the " << cubin_source_name(*p.source) << "\n";
   else
@@ -431,11 +444,12 @@ nlohmann::json preview_json(const LoadPreview &p) {
                       {"handlers", handlers},
                       {"aliases", aliases},
                       {"links", links},
-                      {"device",
-                       {{"ordinal", p.device.ordinal},
-                        {"name", p.device.name},
-                        {"arch", p.device.arch()},
-                        {"driver", p.device.driver()}}},
+                      {"arch", p.arch},
+                      {"device", p.device ? nlohmann::json{{"ordinal", p.device->ordinal},
+                                                           {"name", p.device->name},
+                                                           {"arch", p.device->arch()},
+                                                           {"driver", p.device->driver()}}
+                                          : nlohmann::json()},
                       {"loadable", p.loadable()},
                       {"warnings", p.warnings}};
   if (p.source)

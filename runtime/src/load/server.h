@@ -28,8 +28,14 @@
 
 namespace cudaq_rt {
 
+class BlobSource;
+
 struct LoadOptions {
   std::filesystem::path package;
+  // A package from a registry's store (oci/store.h): the blobs it lacks come from here.
+  std::shared_ptr<const BlobSource> blob_source;
+  // --list only: the arch to say what would load for, with no GPU asked.
+  std::optional<TargetArch> arch;
   int device = 0;
   LinkSettings link;            // bridge, dispatcher, and the options of a link at load
   std::string bridge_config;    // the bridge instance's "key=value,..."
@@ -77,7 +83,8 @@ struct LoadReport {
 // runtime's view of a package (cudaq-rt-run --list).
 struct LoadPreview {
   std::filesystem::path package;
-  GpuDevice device;
+  std::optional<GpuDevice> device; // none with LoadOptions::arch: no GPU was asked
+  std::string arch;                // the device's, or the one asked for
   std::string bridge;
   std::string dispatcher;
   std::vector<std::string> handlers;

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <fcntl.h>
+#include <mutex>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -21,14 +22,45 @@ fs::path ref_record(const fs::path &store, const RegistryRef &ref) {
   return store / "refs" / sha256(ref.name()).hex();
 }
 
-// The package stored for an image manifest, if one is there whole.
-std::optional<fs::path> stored(const fs::path &store, const Digest &manifest) {
+// The blobs of a stored package that no start has read yet, from the registry.
+class RegistryBlobSource final : public BlobSource {
+public:
+  explicit RegistryBlobSource(std::unique_ptr<Registry> registry)
+      : registry_(std::move(registry)) {}
+  Expected<std::string> fetch(const Digest &d, uint64_t size) const override {
+    std::lock_guard<std::mutex> lock(mutex_); // the load path of several GPUs at once
+    return registry_->get_blob(d, size);
+  }
+
+private:
+  mutable std::mutex mutex_;
+  std::unique_ptr<Registry> registry_;
+};
+
+// With no registry to ask (--offline, or one that cannot be reached): what a read of a blob no
+// start has fetched says.
+class NoBlobSource final : public BlobSource {
+public:
+  explicit NoBlobSource(std::string why) : why_(std::move(why)) {}
+  Expected<std::string> fetch(const Digest &d, uint64_t) const override {
+    return make_error("", why_, ": blob ", d.short_str(),
+                      " is not stored (no earlier start of this package read it)");
+  }
+
+private:
+  std::string why_;
+};
+
+// The package stored for an image manifest, if one is there (opened with `source`, the blobs
+// it lacks may be absent).
+std::optional<fs::path> stored(const fs::path &store, const Digest &manifest,
+                               const std::shared_ptr<const BlobSource> &source) {
   const fs::path dir = store / "packages" / manifest.hex();
   std::error_code ec;
   for (const auto &e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
     if (name.size() > std::string_view(package_suffix).size() && name.front() != '.' &&
-        name.ends_with(package_suffix) && Package::open(e.path())) {
+        name.ends_with(package_suffix) && Package::open(e.path(), {.source = source})) {
       ::utimensat(AT_FDCWD, dir.c_str(), nullptr, 0); // used now
       return e.path();
     }
@@ -84,14 +116,21 @@ void evict(const fs::path &store) {
 Expected<StoredPackage> package_from_registry(const RegistryRef &ref, const fs::path &store,
                                               bool offline, const Registry::Getenv &getenv) {
   StoredPackage out;
-  if (offline) {
+  auto stored_copy = [&](std::string why) -> std::optional<fs::path> {
     auto d = read_ref(store, ref);
-    auto pkg = d ? stored(store, *d) : std::nullopt;
-    if (!pkg)
+    auto source = std::make_shared<const NoBlobSource>(std::move(why));
+    auto pkg = d ? stored(store, *d, source) : std::nullopt;
+    if (pkg) {
+      out.package = *pkg;
+      out.manifest = *d;
+      out.source = source;
+    }
+    return pkg;
+  };
+  if (offline) {
+    if (!stored_copy(ref.name() + ": --offline"))
       return make_error("", ref.name(), ": --offline, and no copy of it is stored in ",
                         quote((store / "packages").string()));
-    out.package = *pkg;
-    out.manifest = *d;
     return out;
   }
   auto registry = Registry::open(ref, getenv);
@@ -101,26 +140,25 @@ Expected<StoredPackage> package_from_registry(const RegistryRef &ref, const fs::
   if (!fetched) {
     // The registry down or refusing: a stored copy of this reference still starts, with a
     // warning; a wrong answer (bytes that do not match) is an error all the same.
-    auto d = read_ref(store, ref);
-    auto pkg = d ? stored(store, *d) : std::nullopt;
-    if (!pkg)
+    if (!stored_copy(fetched.error().str()))
       return std::move(fetched).take_error();
     out.warnings.push_back(
-        cat(fetched.error().str(), ": starting the stored copy ", d->short_str()));
-    out.package = *pkg;
-    out.manifest = *d;
+        cat(fetched.error().str(), ": starting the stored copy ", out.manifest.short_str()));
     return out;
   }
   out.manifest = fetched->digest;
   out.bytes = fetched->bytes.size();
-  if (auto pkg = stored(store, fetched->digest)) {
+  // The registry stays open for the blobs the load path reads.
+  Registry &live = **registry;
+  out.source = std::make_shared<const RegistryBlobSource>(std::move(*registry));
+  if (auto pkg = stored(store, fetched->digest, out.source)) {
     out.package = *pkg;
   } else {
-    auto pulled =
-        pull_package(**registry, store / "packages" / fetched->digest.hex(), false, &*fetched);
+    auto pulled = pull_package(live, store / "packages" / fetched->digest.hex(), false,
+                               &*fetched, nullptr, PullLayers::signatures);
     if (!pulled) {
       // Another process may have stored it meanwhile (it held the lock; ours found it there).
-      if (auto pkg = stored(store, fetched->digest)) {
+      if (auto pkg = stored(store, fetched->digest, out.source)) {
         out.package = *pkg;
         return out;
       }

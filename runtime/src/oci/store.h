@@ -2,20 +2,27 @@
 // under the link cache's directory, <cache dir>/oci/, shared by every process of the user (or
 // of the fleet node, as the cache is).
 //
-//   oci/packages/<hex of the image manifest>/NAME.cudaqpkg   a package as cudaq-rt-pack --pull
-//                                                             writes it: whole, verified
+//   oci/packages/<hex of the image manifest>/NAME.cudaqpkg   the package's manifest, signatures
+//                                                             and image layout, and the blobs
+//                                                             starts have read
 //   oci/refs/<hex of sha256(reference)>                      the image manifest a tag named
 //                                                             when it was last resolved
 //
-// A start resolves the reference at the registry (one manifest GET) and uses the stored package
-// of that image manifest if there is one: a second start fetches nothing else. With `offline`,
-// or when the registry cannot be reached and a stored copy of the reference exists, nothing is
-// fetched (the second with a warning). The store keeps at most max_store_packages packages,
-// the least recently used beyond that removed unless a process has one open.
+// A start resolves the reference at the registry (one manifest GET). The first start of an image
+// manifest fetches its config (the package's manifest) and its signatures, nothing more: the
+// package is opened with a blob source (package.h) that fetches a blob, verified, the first time
+// the load path reads it. So a GPU fetches the one cubin the package has linked for its arch,
+// bridge and dispatcher, or, where there is none and no cache holds it, the inputs of a link at
+// load; never another arch's cubins. A second start fetches nothing but the manifest. With
+// `offline`, or when the registry cannot be reached and a stored copy of the reference exists,
+// nothing is fetched (the second with a warning), and a blob no earlier start read is an error
+// that says so. The store keeps at most max_store_packages packages, the least recently used
+// beyond that removed unless a process has one open.
 #pragma once
 
 #include "cache/cache_config.h"
 #include "oci/registry.h"
+#include "package/package.h"
 
 #include <filesystem>
 #include <string>
@@ -27,9 +34,11 @@ constexpr size_t max_store_packages = 8;
 
 struct StoredPackage {
   std::filesystem::path package;
+  // Open the package with it (PackageOpenOptions): it fetches the blobs not stored yet.
+  std::shared_ptr<const BlobSource> source;
   Digest manifest;
   bool pulled = false; // false: the stored copy served
-  uint64_t bytes = 0;  // fetched for it
+  uint64_t bytes = 0;  // fetched for it before its blobs (the source counts those)
   std::vector<std::string> warnings;
 };
 

@@ -84,7 +84,8 @@ nlohmann::json push_json(const RegistryRef &ref, const PushReport &r) {
 }
 
 Expected<PullReport> pull_package(Registry &registry, const fs::path &output_dir, bool replace,
-                                  const FetchedManifest *given, const TrustedKeys *trusted) {
+                                  const FetchedManifest *given, const TrustedKeys *trusted,
+                                  PullLayers layers) {
   const RegistryRef &ref = registry.ref();
   Expected<FetchedManifest> fetched =
       given ? Expected<FetchedManifest>(*given) : registry.get_manifest(ref.manifest_reference());
@@ -163,6 +164,8 @@ Expected<PullReport> pull_package(Registry &registry, const fs::path &output_dir
   report.blobs = 1;
   std::vector<std::pair<std::string, std::string>> signatures;
   for (const OciDescriptor &l : im->layers) {
+    if (layers == PullLayers::signatures && l.media_type != signature_layer_media_type)
+      continue;
     auto bytes = registry.get_blob(l.digest, l.size);
     if (!bytes)
       return std::move(bytes).take_error();

@@ -38,6 +38,11 @@ struct PullReport {
   std::optional<KeyId> verified_by; // with `trusted`
 };
 
+// Which layers a pull writes: every one (a package as cudaq-rt-pack writes it), or only the
+// signatures, the other blobs left for the package's blob source to fetch when they are read
+// (oci/store.h: a start fetches only what this GPU needs).
+enum class PullLayers { all, signatures };
+
 // Pulls the package the registry's reference names into `output_dir`/NAME.cudaqpkg (the
 // directory is made). An existing package there is replaced only with `replace`.
 // `fetched`: the image manifest, when the caller has already fetched (and so checked) it. With
@@ -45,6 +50,7 @@ struct PullReport {
 // pull refuses never replaces the one there.
 Expected<PullReport> pull_package(Registry &registry, const std::filesystem::path &output_dir,
                                   bool replace, const FetchedManifest *fetched = nullptr,
-                                  const TrustedKeys *trusted = nullptr);
+                                  const TrustedKeys *trusted = nullptr,
+                                  PullLayers layers = PullLayers::all);
 
 } // namespace cudaq_rt

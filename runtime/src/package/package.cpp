@@ -95,7 +95,7 @@ std::set<Digest> Package::referenced_blobs() const {
   return out;
 }
 
-Expected<Package> Package::open(const fs::path &dir) {
+Expected<Package> Package::open(const fs::path &dir, PackageOpenOptions options) {
   for (int attempt = 0; attempt < max_open_attempts; ++attempt) {
     int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
@@ -109,6 +109,7 @@ Expected<Package> Package::open(const fs::path &dir) {
     Package p;
     p.dir_ = dir;
     p.dir_fd_ = fd;
+    p.source_ = options.source;
     // The shared lock keeps a writer that replaces the package from removing this directory. A
     // writer that replaced it between the open and the lock may be removing it now: start again
     // on the new one. (A filesystem without flock on directories gets only the retries.)
@@ -149,8 +150,12 @@ Expected<Package> Package::open(const fs::path &dir) {
                         err == ELOOP ? "a symbolic link" : std::strerror(err));
     for (const auto &[d, size] : sizes) {
       struct stat st;
-      if (p.blobs_fd_ < 0 || ::fstatat(p.blobs_fd_, d.hex().c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
+      if (p.blobs_fd_ < 0 ||
+          ::fstatat(p.blobs_fd_, d.hex().c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (p.source_)
+          continue; // fetched when read
         return make_error(dir.string(), "blob ", d.str(), " named by the manifest is missing");
+      }
       if (!S_ISREG(st.st_mode))
         return make_error(p.blob_path(d).string(), "blob is not a regular file");
       if (static_cast<uint64_t>(st.st_size) != size)
@@ -168,7 +173,7 @@ Package::Package(Package &&o) noexcept
     : dir_(std::move(o.dir_)), manifest_(std::move(o.manifest_)),
       manifest_digest_(o.manifest_digest_), manifest_text_(std::move(o.manifest_text_)),
       dir_fd_(o.dir_fd_), blobs_fd_(o.blobs_fd_), container_at_(std::move(o.container_at_)),
-      verified_(std::move(o.verified_)) {
+      verified_(std::move(o.verified_)), source_(std::move(o.source_)) {
   o.dir_fd_ = o.blobs_fd_ = -1;
 }
 
@@ -181,6 +186,11 @@ Package::~Package() {
   ::close(dir_fd_); // releases the shared lock
   if (replaced)
     remove_stale_temporaries(dir_);
+}
+
+bool Package::has_blob(const Digest &d) const {
+  struct stat st;
+  return blobs_fd_ >= 0 && ::fstatat(blobs_fd_, d.hex().c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
 }
 
 Expected<std::string> Package::read_blob(const Digest &d) const {
@@ -200,6 +210,21 @@ Expected<std::string> Package::read_blob(const Digest &d) const {
                             : RegularFile::open_at(blobs_fd_, d.hex(), b, {});
   if (!file)
     return std::move(file).take_error();
+  if (!*file && source_ && recorded) {
+    // Not fetched yet: from the source, checked as a blob on disk is, then kept. A blob that
+    // cannot be kept (a full disk) still serves this read, and is fetched again next time.
+    auto fetched = source_->fetch(d, *recorded);
+    if (!fetched)
+      return std::move(fetched).take_error();
+    if (fetched->size() != *recorded)
+      return make_error(b.string(), "fetched ", fetched->size(), " bytes, not the ", *recorded,
+                        " the manifest records");
+    if (auto st = check_blob(d, *fetched, b.string()); !st)
+      return std::move(st).take_error();
+    (void)write_file_atomic(b, as_bytes(*fetched));
+    verified_.insert(d);
+    return fetched;
+  }
   if (!*file)
     return make_error(dir_.string(), "blob ", d.str(), " named by the manifest is missing");
   if (recorded && (*file)->size() != *recorded)
@@ -208,32 +233,39 @@ Expected<std::string> Package::read_blob(const Digest &d) const {
   auto bytes = (*file)->read();
   if (!bytes)
     return bytes;
-  if (sha256(*bytes) != d)
-    return make_error(b.string(), "blob does not match its digest ", d.str(),
+  if (auto st = check_blob(d, *bytes, b.string()); !st)
+    return std::move(st).take_error();
+  verified_.insert(d);
+  return bytes;
+}
+
+Status Package::check_blob(const Digest &d, const std::string &bytes,
+                           const std::string &path) const {
+  if (sha256(bytes) != d)
+    return make_error(path, "blob does not match its digest ", d.str(),
                       " (the package is corrupt or was modified)");
   // A container blob is one whole container, as its record describes it: link hands it to
   // nvJitLink as one FATBIN input, which would ignore a second container.
-  if (auto at = container_at_.find(d); at != container_at_.end()) {
-    const ContainerRecord *c = &manifest_.containers[at->second];
-    auto parsed = split_containers(as_bytes(*bytes), b.string(), "blob");
-    if (!parsed)
-      return std::move(parsed).take_error();
-    if (parsed->size() != 1)
-      return make_error(b.string(), "blob holds ", parsed->size(), " containers, not one");
-    const std::vector<Entry> &entries = parsed->front().entries;
-    if (entries.size() != c->entries.size())
-      return make_error(b.string(), "blob holds ", entries.size(),
-                        " entries but the manifest says ", c->entries.size(),
-                        " (the manifest was modified)");
-    for (size_t k = 0; k < entries.size(); ++k)
-      if (!same_entry(c->entries[k], entries[k]))
-        return make_error(b.string(), "entry ", k, " (", entry_kind_name(entries[k].kind), " sm_",
-                          entries[k].arch, ", ", entries[k].payload_size,
-                          " bytes) is not what the manifest says of it (the manifest was "
-                          "modified)");
-  }
-  verified_.insert(d);
-  return bytes;
+  auto at = container_at_.find(d);
+  if (at == container_at_.end())
+    return Status::ok();
+  const ContainerRecord *c = &manifest_.containers[at->second];
+  auto parsed = split_containers(as_bytes(bytes), path, "blob");
+  if (!parsed)
+    return std::move(parsed).take_error();
+  if (parsed->size() != 1)
+    return make_error(path, "blob holds ", parsed->size(), " containers, not one");
+  const std::vector<Entry> &entries = parsed->front().entries;
+  if (entries.size() != c->entries.size())
+    return make_error(path, "blob holds ", entries.size(), " entries but the manifest says ",
+                      c->entries.size(), " (the manifest was modified)");
+  for (size_t k = 0; k < entries.size(); ++k)
+    if (!same_entry(c->entries[k], entries[k]))
+      return make_error(path, "entry ", k, " (", entry_kind_name(entries[k].kind), " sm_",
+                        entries[k].arch, ", ", entries[k].payload_size,
+                        " bytes) is not what the manifest says of it (the manifest was "
+                        "modified)");
+  return Status::ok();
 }
 
 Expected<std::vector<std::pair<std::string, std::string>>> Package::signature_files() const {

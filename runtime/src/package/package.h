@@ -16,6 +16,7 @@
 
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <set>
 #include <span>
 
@@ -27,6 +28,22 @@ constexpr const char *package_suffix = ".cudaqpkg";
 // that a hostile one cannot exhaust memory.
 constexpr uint64_t max_manifest_bytes = uint64_t{64} << 20;
 
+// Where a package whose blobs are not all on disk gets the others: a package started from a
+// registry keeps only the blobs a start used (oci/store.h), and fetches another the first time it
+// is read. fetch returns exactly `size` bytes matching `d`, or an error; the package checks them
+// again, as it checks a blob on disk, and keeps them.
+class BlobSource {
+public:
+  virtual ~BlobSource() = default;
+  virtual Expected<std::string> fetch(const Digest &d, uint64_t size) const = 0;
+};
+
+struct PackageOpenOptions {
+  // Set: a blob the manifest names may be absent from the directory; read_blob fetches it from
+  // here and adds it to the package (content-addressed, written atomically).
+  std::shared_ptr<const BlobSource> source;
+};
+
 // An open package: the directory as it was when opened, held open and flock(2)ed shared, so that
 // a writer that replaces the package meanwhile (cudaq-rt-link storing, cudaq-rt-pack --force)
 // leaves this reader's manifest and blobs in place until it is done. Manifest and blobs are read
@@ -34,9 +51,10 @@ constexpr uint64_t max_manifest_bytes = uint64_t{64} << 20;
 // and never more bytes than the manifest records.
 class Package {
 public:
-  // Reads and checks the manifest; checks that every blob it names is a regular file. A package
-  // replaced while it is being opened is opened again.
-  static Expected<Package> open(const std::filesystem::path &dir);
+  // Reads and checks the manifest; checks that every blob it names is a regular file of the size
+  // it records (or, with a blob source, absent). A package replaced while it is being opened is
+  // opened again.
+  static Expected<Package> open(const std::filesystem::path &dir, PackageOpenOptions options = {});
   Package(Package &&o) noexcept;
   Package &operator=(Package &&) = delete;
   // The last reader of a package that was replaced removes the old directory.
@@ -52,8 +70,12 @@ public:
   // signatures and are ignored): name and text, read through the package's directory.
   Expected<std::vector<std::pair<std::string, std::string>>> signature_files() const;
   std::filesystem::path blob_path(const Digest &d) const;
-  // Reads a blob and checks its digest: a mismatch is an error naming the blob.
+  // Reads a blob and checks its digest: a mismatch is an error naming the blob. One not on disk
+  // comes from the blob source, if the package has one.
   Expected<std::string> read_blob(const Digest &d) const;
+  // Whether the blob is in the package's directory (read_blob needs no source for it).
+  bool has_blob(const Digest &d) const;
+  const std::shared_ptr<const BlobSource> &source() const { return source_; }
   // Every digest the manifest refers to (containers and linked cubins).
   std::set<Digest> referenced_blobs() const;
   // The directory holding the blobs, open (-1 when the package has none).
@@ -83,6 +105,10 @@ private:
   int blobs_fd_ = -1;
   std::map<Digest, size_t> container_at_; // digest -> index in manifest_.containers
   mutable std::set<Digest> verified_;
+  std::shared_ptr<const BlobSource> source_;
+  // Checks bytes read as blob `d` (at `path`, for messages): digest, and for a container its
+  // entries against its record.
+  Status check_blob(const Digest &d, const std::string &bytes, const std::string &path) const;
 };
 
 // Whether `dir` is recognisably a package (a directory whose manifest.json parses) or an empty

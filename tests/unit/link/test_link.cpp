@@ -13,6 +13,7 @@
 
 #include <doctest/doctest.h>
 
+#include "blob_sources.h"
 #include "package_fixture.h"
 #include "scratch_dir.h"
 #include "signing_keys.h"
@@ -201,6 +202,85 @@ TEST_CASE("a module missing from the cache is relinked from its cached units, th
     CHECK_FALSE(u.compiled);
   }
   CHECK(a.cubin == l.sm90.cubin);
+}
+
+// A copy of the example package without its packed code, whose blobs come from the package.
+struct PartialExample {
+  fs::path dir;
+  std::shared_ptr<DirectoryBlobSource> source;
+  std::vector<Digest> absent;
+
+  // A directory of its own each time (each subcase runs the test case again).
+  explicit PartialExample(const std::string &name)
+      : dir(fixture().copy(fixture().example, cat(name, "_", ++made))),
+        source(std::make_shared<DirectoryBlobSource>(fixture().example / "blobs" / "sha256")) {
+    const Package whole = open_package(fixture().example);
+    for (const ContainerRecord &c : whole.manifest().containers)
+      if (c.packed() && std::find(absent.begin(), absent.end(), c.digest) == absent.end()) {
+        REQUIRE(fs::remove(dir / "blobs" / "sha256" / c.digest.hex()));
+        absent.push_back(c.digest);
+      }
+    REQUIRE(absent.size() >= 2); // the application and the bridge's hooks
+  }
+  inline static int made = 0;
+  Package open() const {
+    auto p = Package::open(dir, {.source = source});
+    REQUIRE_MESSAGE(p, (p ? "" : p.error().str()));
+    return std::move(*p);
+  }
+};
+
+TEST_CASE("blobs from a source: planned without them, fetched only for a link") {
+  Linked &l = linked();
+  const LinkPlan whole_plan = plan_of(open_package(fixture().example));
+  PartialExample partial("partial");
+  const Package p = partial.open();
+  const LinkPlan plan = plan_of(p);
+  CHECK(plan.has_deferred_inputs());
+  CHECK_FALSE(whole_plan.has_deferred_inputs());
+  CHECK(plan.key(arch("sm_90")).digest == whole_plan.key(arch("sm_90")).digest);
+  CHECK(plan.input_digests() == whole_plan.input_digests());
+  CHECK(partial.source->fetches == 0);
+
+  SUBCASE("a cache hit fetches nothing") {
+    const ArchLink a = link_arch(plan, arch("sm_90"), l.cache);
+    REQUIRE_MESSAGE(a.record, error_of(a));
+    CHECK(a.cache_hit);
+    CHECK(a.cubin == l.sm90.cubin);
+    CHECK(partial.source->fetches == 0);
+  }
+  SUBCASE("a miss fetches the inputs, once each, and links the same module") {
+    const fs::path copy = fixture().dir.path / cat("units_only_", partial.dir.stem().string());
+    fs::copy(fixture().dir.path / "shared", copy, fs::copy_options::recursive);
+    LinkCache cache = open_link_cache(copy);
+    REQUIRE(fs::remove(cache.entry_path(plan.key(arch("sm_90")).digest)));
+    const ArchLink a = link_arch(plan, arch("sm_90"), cache);
+    check_module(plan, a, 90);
+    CHECK_FALSE(a.cache_hit);
+    CHECK(a.cubin == l.sm90.cubin);
+    CHECK(partial.source->fetches == static_cast<int>(partial.absent.size()));
+    for (const Digest &d : partial.absent)
+      CHECK(fs::exists(partial.dir / "blobs" / "sha256" / d.hex()));
+  }
+  SUBCASE("a miss reported fetches nothing") {
+    LinkCache empty = fixture().cache("empty_" + partial.dir.stem().string());
+    const ArchLink a = link_arch(plan, arch("sm_90"), empty, OnCacheMiss::return_unlinked);
+    CHECK_FALSE(a.record);
+    CHECK_FALSE(a.error);
+    CHECK(partial.source->fetches == 0);
+  }
+  SUBCASE("wrong bytes from the source: the link is an error naming the blob, nothing kept") {
+    partial.source->tamper = partial.absent.back();
+    LinkCache empty = fixture().cache("tampered_" + partial.dir.stem().string());
+    const ArchLink a = link_arch(plan, arch("sm_90"), empty);
+    CHECK_FALSE(a.record);
+    CHECK(error_of(a).find("blob does not match its digest " + partial.absent.back().str()) !=
+          std::string::npos);
+    CHECK_FALSE(fs::exists(partial.dir / "blobs" / "sha256" / partial.absent.back().hex()));
+    auto stats = empty.stats();
+    REQUIRE(stats);
+    CHECK(stats->entries == 0);
+  }
 }
 
 TEST_CASE("a miss reported links nothing; an arch out of reach and a failed link are errors") {

@@ -2,6 +2,7 @@
 
 #include <doctest/doctest.h>
 
+#include "blob_sources.h"
 #include "scratch_dir.h"
 #include "unit_files.h"
 
@@ -397,5 +398,79 @@ TEST_CASE("what the manifest says of a blob is checked against the blob") {
     CHECK(p->read_blob(sha256(junk)).error().str() ==
           "'" + b.string() + "': blob: container 0 at offset 0x0: bad magic 0x20746f6e (expected " +
               "0xba55ed50)");
+  }
+}
+
+TEST_CASE("with a blob source, a blob not on disk is fetched when read, checked, and kept") {
+  ScratchDir s;
+  const fs::path whole = make_package(s.path, "whole");
+  const fs::path dir = s.path / "app.cudaqpkg";
+  fs::copy(whole, dir, fs::copy_options::recursive);
+  const Digest a = sha256(blob_a);
+  REQUIRE(fs::remove(dir / "blobs" / "sha256" / a.hex()));
+  auto source = std::make_shared<DirectoryBlobSource>(whole / "blobs" / "sha256");
+
+  auto strict = Package::open(dir);
+  REQUIRE_FALSE(strict);
+  CHECK(strict.error().str() ==
+        "'" + dir.string() + "': blob " + a.str() + " named by the manifest is missing");
+
+  SUBCASE("fetched once, then read from disk") {
+    auto p = Package::open(dir, {.source = source});
+    REQUIRE_MESSAGE(p, (p ? "" : p.error().str()));
+    CHECK_FALSE(p->has_blob(a));
+    CHECK(p->has_blob(sha256(blob_b)));
+    CHECK(p->read_blob(sha256(blob_b)));
+    CHECK(source->fetches == 0);
+    auto bytes = p->read_blob(a);
+    REQUIRE_MESSAGE(bytes, (bytes ? "" : bytes.error().str()));
+    CHECK(*bytes == blob_a);
+    CHECK(source->fetches == 1);
+    CHECK(p->has_blob(a));
+    CHECK(read_file(p->blob_path(a)) == blob_a);
+    auto again = Package::open(dir);
+    REQUIRE(again); // whole now
+    CHECK(again->read_blob(a));
+    CHECK(source->fetches == 1);
+  }
+  SUBCASE("carried into a new package through the source") {
+    auto p = Package::open(dir, {.source = source});
+    REQUIRE(p);
+    const fs::path next = s.path / "next.cudaqpkg";
+    auto w = PackageWriter::create(next);
+    REQUIRE(w);
+    REQUIRE(w->carry_blob(*p, a));
+    REQUIRE(w->commit(manifest_for("next", {blob_a}), false));
+    CHECK(source->fetches == 1);
+    auto q = Package::open(next);
+    REQUIRE(q);
+    CHECK(q->read_blob(a));
+  }
+  SUBCASE("wrong bytes are refused and not kept") {
+    source->tamper = a;
+    auto p = Package::open(dir, {.source = source});
+    REQUIRE(p);
+    auto bytes = p->read_blob(a);
+    REQUIRE_FALSE(bytes);
+    CHECK(bytes.error().str() == "'" + p->blob_path(a).string() +
+                                     "': blob does not match its digest " + a.str() +
+                                     " (the package is corrupt or was modified)");
+    CHECK_FALSE(p->has_blob(a));
+    CHECK_FALSE(p->verified(a));
+  }
+  SUBCASE("the source's error is the read's") {
+    source->fail = true;
+    auto p = Package::open(dir, {.source = source});
+    REQUIRE(p);
+    auto bytes = p->read_blob(a);
+    REQUIRE_FALSE(bytes);
+    CHECK(bytes.error().str() == "the source is down");
+    CHECK_FALSE(p->has_blob(a));
+  }
+  SUBCASE("a blob on disk of the wrong size is still refused at the open") {
+    write_file(dir / "blobs" / "sha256" / sha256(blob_b).hex(), blob_b + "x");
+    auto p = Package::open(dir, {.source = source});
+    REQUIRE_FALSE(p);
+    CHECK(p.error().str().find("(the package is corrupt or was modified)") != std::string::npos);
   }
 }
