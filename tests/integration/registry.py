@@ -31,6 +31,7 @@ import re
 import secrets
 import shutil
 import socket
+import ssl
 import subprocess
 import tempfile
 import threading
@@ -96,7 +97,7 @@ storage:
 http:
   addr: 127.0.0.1:{port}
   secret: {secret}
-health:
+{tls}health:
   storagedriver:
     enabled: false
 {auth}"""
@@ -112,7 +113,7 @@ class Registry:
     SERVICE = "cudaq-rt-test-registry"
     ISSUER = "cudaq-rt-test-token-issuer"
 
-    def __init__(self, tmp=None, user=None, password=None, token_auth=False):
+    def __init__(self, tmp=None, user=None, password=None, token_auth=False, tls=False):
         self.own_tmp = tmp is None
         self.tmp = tmp or tempfile.mkdtemp(prefix="cudaq-rt-registry-test.")
         self.data = os.path.join(self.tmp, "data")
@@ -136,6 +137,8 @@ class Registry:
                 f.write(r.stdout.strip() + "\n")
             auth = f"auth:\n  htpasswd:\n    realm: {self.SERVICE}\n    path: {path}\n"
         self.auth = auth
+        self.ca = None  # with tls: the PEM file of the CA that signed the registry's certificate
+        self.tls = self._make_tls() if tls else ""
         self.start()
 
     # -- lifetime ----------------------------------------------------------------------------
@@ -150,7 +153,7 @@ class Registry:
             config = os.path.join(self.tmp, "config.yml")
             with open(config, "w") as f:
                 f.write(CONFIG.format(data=self.data, port=port, secret=self.secret,
-                                      auth=self.auth))
+                                      auth=self.auth, tls=self.tls))
             with open(self.access_log_path, "ab") as out, open(self.log_path, "ab") as err:
                 self.proc = subprocess.Popen([REGISTRY, "serve", config], stdout=out, stderr=err,
                                              stdin=subprocess.DEVNULL)
@@ -244,10 +247,12 @@ class Registry:
 
     def _probe(self, port, timeout=2.0, marker=""):
         """GET /v2/ with the fixture's user agent: its status, None when nothing answered."""
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/v2/",
+        scheme = "https" if self.ca else "http"
+        req = urllib.request.Request(f"{scheme}://127.0.0.1:{port}/v2/",
                                      headers={"User-Agent": FIXTURE_AGENT + marker})
+        context = ssl.create_default_context(cafile=self.ca) if self.ca else None
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
+            with urllib.request.urlopen(req, timeout=timeout, context=context) as r:
                 return r.status
         except urllib.error.HTTPError as e:
             return e.code
@@ -260,6 +265,26 @@ class Registry:
         deadline = time.time() + 5
         while time.time() < deadline and marker not in _read_text(self.access_log_path):
             time.sleep(0.02)
+
+    # -- TLS ---------------------------------------------------------------------------------
+
+    def _make_tls(self):
+        """A CA of the test's own (openssl) and a certificate it signs for 127.0.0.1 and
+        localhost; returns the registry's http.tls section."""
+        t = lambda name: os.path.join(self.tmp, name)
+        def openssl(*args):
+            subprocess.run(["openssl", *args], check=True, capture_output=True)
+        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", t("ca.key"), "-out",
+                t("ca.pem"), "-days", "2", "-subj", "/CN=cudaq-rt test CA", "-addext",
+                "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign")
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", t("tls.key"), "-out",
+                t("tls.csr"), "-subj", "/CN=127.0.0.1")
+        with open(t("tls.ext"), "w") as f:
+            f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+        openssl("x509", "-req", "-in", t("tls.csr"), "-CA", t("ca.pem"), "-CAkey", t("ca.key"),
+                "-CAcreateserial", "-out", t("tls.crt"), "-days", "2", "-extfile", t("tls.ext"))
+        self.ca = t("ca.pem")
+        return f"  tls:\n    certificate: {t('tls.crt')}\n    key: {t('tls.key')}\n"
 
     # -- token auth ------------------------------------------------------------------------
 

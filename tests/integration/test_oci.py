@@ -132,6 +132,49 @@ class RegistryTest(unittest.TestCase):
         self.assertIn(" 0 uploaded (0 bytes)", r.stdout)
         self.assertEqual(uploaded_digests(reg, since=mark), [])
 
+    def test_chunked_upload(self):
+        """#chunk=4k: every blob beyond 4 KiB goes up in PATCHes of 4 KiB and a closing PUT (the
+        registry's log counts them), and what arrives is the package: skopeo copies back the
+        same blobs, and our pull gives the same package."""
+        reg = self.registry()
+        pkg, _ = self.pack("out", "--push", f"oci://{reg.url}/example:1#chunk=4k")
+        image = layout_manifest_digest(pkg)
+        sizes = {n: len(b) for n, b in blob_files(pkg).items() if "sha256:" + n != image}
+        patches = reg.requests("PATCH", r"/v2/example/blobs/uploads/")
+        self.assertTrue(all(p.status == 202 for p in patches), patches)
+        self.assertEqual(len(patches), sum((size - 1) // 4096 for size in sizes.values()))
+        self.assertGreater(len(patches), 0)
+        self.assertEqual(sorted(uploaded_digests(reg)), sorted("sha256:" + n for n in sizes))
+        copy = self.t("copy")
+        skopeo("copy", f"docker://{reg.url}/example:1", f"oci:{copy}:1", check=True)
+        self.assertEqual(blob_files(copy), blob_files(pkg))
+        r = run([PACK, "--pull", f"oci://{reg.url}/example:1", "-o", self.t("p")],
+                timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(blob_files(self.t("p", NAME + ".cudaqpkg")), blob_files(pkg))
+
+    def test_https_with_the_registrys_own_ca(self):
+        """A registry serving HTTPS with a certificate of a private CA: with #ca=FILE a push and
+        a pull go over TLS; without it the system's store does not know the CA and the pull is
+        one line that says so; plain HTTP to it is refused too."""
+        reg = self.registry(tls=True)
+        ref = f"oci://{reg.url}/example:1#ca={reg.ca}"
+        pkg, _ = self.pack("out", "--push", ref)
+        self.assertTrue(reg.requests("PUT", r"/v2/example/manifests/1"))
+        r = run([PACK, "--pull", ref, "-o", self.t("p")], timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(blob_files(self.t("p", NAME + ".cudaqpkg")), blob_files(pkg))
+        r = run([PACK, "--pull", f"oci://{reg.url}/example:1#https", "-o", self.t("q")],
+                timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertIn("certificate", r.stderr)
+        self.assert_nothing_written(self.t("q"))
+        r = run([PACK, "--pull", f"oci://{reg.url}/example:1", "-o", self.t("q")],
+                timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assert_nothing_written(self.t("q"))
+
     def test_missing_tag_is_one_line(self):
         reg = self.registry()
         r = run([PACK, "--pull", f"oci://{reg.url}/example:nosuch", "-o", self.t("p")],
@@ -433,6 +476,58 @@ class RegistryTest(unittest.TestCase):
         self.assertFalse(doc["loadable"])
         self.assertIn(f"--offline: blob {links['sm_80']['digest'][:19]} is not stored",
                       doc["why_not"])
+
+    def test_a_blob_is_fetched_once_across_image_manifests(self):
+        """The package signed and pushed again as example:2 is another image manifest with the
+        same cubins: its first start fetches its config and signature, not the sm_90 cubin that
+        the start of example:1 stored, which both stored packages link."""
+        reg = self.registry()
+        pkg, links = self.linked_two_archs(reg)
+        keys = make_ed25519_keys(self.t("keys"), "release")
+        r = run([LINK, pkg, "--sign", keys["release"][0], "--push",
+                 f"oci://{reg.url}/example:2"], timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        cache = self.t("cache")
+        fetched = {}
+        for tag in ("1", "2"):
+            mark = len(reg.requests())
+            r = run([RUN, f"oci://{reg.url}/example:{tag}", "--list", "--arch", "sm_90",
+                     "--cache-dir", cache], timeout=TIMEOUT)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            fetched[tag] = {q.path.rsplit("/", 1)[1] for q in reg.requests("GET", since=mark)
+                            if "/blobs/" in q.path}
+        cubin = links["sm_90"]["digest"]
+        self.assertIn(cubin, fetched["1"])
+        self.assertNotIn(cubin, fetched["2"])
+        self.assertEqual(len(fetched["2"]), 2, fetched)  # the config and the signature
+        stored = self.t("cache", "oci", "packages")
+        inodes = {os.stat(os.path.join(stored, d, NAME + ".cudaqpkg", "blobs", "sha256",
+                                       cubin[7:])).st_ino for d in os.listdir(stored)}
+        self.assertEqual(len(os.listdir(stored)), 2)
+        self.assertEqual(len(inodes), 1)
+
+    def test_the_store_keeps_eight_packages_and_their_blobs(self):
+        """Nine image manifests started in turn: the store keeps the eight used last; the first,
+        the least recently used, goes, and so does the cubin only it had fetched."""
+        reg = self.registry()
+        pkg, links = self.linked_two_archs(reg)
+        for n in range(2, 10):
+            self.pack(f"out{n}", "--name", f"example{n}", "--push",
+                      f"oci://{reg.url}/example:{n}")
+        cache = self.t("cache")
+        for n in range(1, 10):
+            r = run([RUN, f"oci://{reg.url}/example:{n}", "--list", "--arch", "sm_90",
+                     "--cache-dir", cache], timeout=TIMEOUT)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            if n == 1:
+                first = os.listdir(self.t("cache", "oci", "packages"))
+                self.assertTrue(os.path.exists(self.t("cache", "oci", "blobs", "sha256",
+                                                      links["sm_90"]["digest"][7:])))
+        stored = os.listdir(self.t("cache", "oci", "packages"))
+        self.assertEqual(len(stored), 8)
+        self.assertNotIn(first[0], stored)
+        self.assertFalse(os.path.exists(self.t("cache", "oci", "blobs", "sha256",
+                                               links["sm_90"]["digest"][7:])))
 
     def test_run_refuses_wrong_bytes_and_stores_nothing(self):
         """A registry serving the chosen cubin with a byte changed: the start fails naming the

@@ -17,7 +17,8 @@ class DirectoryBlobSource final : public cudaq_rt::BlobSource {
 public:
   explicit DirectoryBlobSource(std::filesystem::path blobs) : blobs_(std::move(blobs)) {}
 
-  cudaq_rt::Expected<std::string> fetch(const cudaq_rt::Digest &d, uint64_t size) const override {
+  cudaq_rt::Expected<cudaq_rt::FetchedBlob> fetch(const cudaq_rt::Digest &d,
+                                                  uint64_t size) const override {
     ++fetches;
     if (fail)
       return cudaq_rt::make_error("", "the source is down");
@@ -29,11 +30,14 @@ public:
       bytes[bytes.size() / 2] ^= 1;
     if (bytes.size() != size)
       return cudaq_rt::make_error("", "blob ", d.short_str(), " is not ", size, " bytes");
-    return bytes;
+    // The file itself only when its bytes are served as they are: a package links it then.
+    return cudaq_rt::FetchedBlob{std::move(bytes), tamper || !offer_file ? std::filesystem::path()
+                                                                         : blobs_ / d.hex()};
   }
 
   mutable std::atomic<int> fetches{0};
   bool fail = false;
+  bool offer_file = false;                // serve the file too, for the package to link
   std::optional<cudaq_rt::Digest> tamper; // served with one byte changed
 
 private:

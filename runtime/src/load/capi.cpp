@@ -53,7 +53,7 @@ struct cudaq_rt_code {
   fs::path temporary; // the private package's directory, removed with the code
   std::string label;  // for messages: the package path, or "this program (PATH)"
   Manifest manifest;
-  std::vector<std::string> names; // handler exports, then alias wire names
+  std::vector<std::string> names;           // handler exports, then alias wire names
   std::shared_ptr<const BlobSource> source; // a registry package's (oci/store.h)
   ~cudaq_rt_code() {
     std::error_code ec;

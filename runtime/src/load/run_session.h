@@ -49,7 +49,7 @@ struct RunArgs {
   std::optional<std::string> grid;
   std::string lto; // "per-tu", "whole", or empty for the default
   bool no_link = false;
-  bool offline = false; // --offline: an oci:// package from the store only
+  bool offline = false;            // --offline: an oci:// package from the store only
   std::optional<std::string> arch; // --list --arch sm_XX: no GPU asked
   // --bridge, --bridge-arg, --dispatcher, --store, --stop-timeout, --cache-dir, --remote-cache and
   // --no-cache as given; the package, device, grid, globals, --lto and --no-link are checked into

@@ -120,11 +120,11 @@ Expected<CubinChoice> select_cubin(const Package &package, const LinkPlan &plan,
   for (const LinkRecord &l : package.manifest().links)
     linked += cat(linked.empty() ? "" : ", ", l.arch, " (", l.bridge, ", ", l.dispatcher, ")");
   Error none = make_error(plan.subject, "no cubin for ", what, " in the package",
-                    stale ? " that matches this runtime" : "",
-                    " or the link cache, and linking "
-                    "at load is off; the package has cubins for ",
-                    linked.empty() ? std::string("no arch") : linked,
-                    ": link it ahead of time for ", c.arch);
+                          stale ? " that matches this runtime" : "",
+                          " or the link cache, and linking "
+                          "at load is off; the package has cubins for ",
+                          linked.empty() ? std::string("no arch") : linked,
+                          ": link it ahead of time for ", c.arch);
   if (policy.none_is_error)
     return none;
   c.found = false;

@@ -89,8 +89,14 @@ Expected<LoadPlan> prepare(const LoadOptions &opt, Gpu &gpu, bool ask_gpu = true
     return std::move(plan).take_error();
   const double open_ms = ms_since(t);
   if (!ask_gpu)
-    return LoadPlan{{}, std::move(*package), std::move(*plan), std::move(*cache), *opt.arch,
-                    std::move(warnings), 0, open_ms};
+    return LoadPlan{{},
+                    std::move(*package),
+                    std::move(*plan),
+                    std::move(*cache),
+                    *opt.arch,
+                    std::move(warnings),
+                    0,
+                    open_ms};
   t = Clock::now();
   auto device = gpu.open(opt.device);
   if (!device)
@@ -413,8 +419,8 @@ std::string format_preview(const LoadPreview &p) {
   if (p.links.empty())
     out << "  (nothing)\n";
   if (p.device)
-    out << "GPU " << p.device->ordinal << ": " << escape(p.device->name) << " ("
-        << p.device->arch() << ", driver " << p.device->driver() << "): ";
+    out << "GPU " << p.device->ordinal << ": " << escape(p.device->name) << " (" << p.device->arch()
+        << ", driver " << p.device->driver() << "): ";
   else
     out << p.arch << " (no GPU asked): ";
   if (p.source)

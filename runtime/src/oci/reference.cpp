@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 
 namespace cudaq_rt {
 namespace {
@@ -101,6 +102,23 @@ bool loopback_host(std::string_view h) {
   return name == "localhost" || name == "::1" || name.starts_with("127.");
 }
 
+// "4096", "64k", "16M": bytes.
+std::optional<uint64_t> parse_chunk_size(std::string_view text) {
+  uint64_t unit = 1;
+  if (text.ends_with('k') || text.ends_with('K'))
+    unit = 1024;
+  else if (text.ends_with('M'))
+    unit = 1024 * 1024;
+  if (unit != 1)
+    text.remove_suffix(1);
+  uint64_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() ||
+      v > (uint64_t{1} << 40) / unit)
+    return std::nullopt;
+  return v * unit;
+}
+
 } // namespace
 
 bool is_oci_reference(std::string_view text) {
@@ -149,7 +167,7 @@ Expected<RegistryRef> RegistryRef::parse(std::string_view text) {
     return bad(cat("repository ", quote(path),
                    " is not lowercase letters and digits in '/'-separated components"));
   r.repository = path;
-  r.plain_http = loopback_host(r.host);
+  bool plain_asked = false;
   while (!options.empty()) {
     size_t comma = options.find(',');
     std::string_view item = options.substr(0, comma);
@@ -158,7 +176,17 @@ Expected<RegistryRef> RegistryRef::parse(std::string_view text) {
     std::string_view name = item.substr(0, eq);
     std::string_view value = eq == item.npos ? std::string_view() : item.substr(eq + 1);
     if (name == "plain-http" && eq == item.npos) {
-      r.plain_http = true;
+      plain_asked = true;
+    } else if (name == "https" && eq == item.npos) {
+      r.https_asked = true;
+    } else if (name == "ca" && !value.empty()) {
+      r.ca_file = value;
+    } else if (name == "chunk" && !value.empty()) {
+      std::optional<uint64_t> bytes = parse_chunk_size(value);
+      if (!bytes || *bytes < min_chunk_bytes)
+        return bad(cat("option chunk=", quote(value),
+                       " is not a size of at least 4k: expected bytes, or a number with k or M"));
+      r.chunk_bytes = *bytes;
     } else if ((name == "timeout" || name == "stall") && !value.empty()) {
       std::optional<uint32_t> ms = parse_remote_duration(value);
       if (!ms || *ms == 0)
@@ -172,9 +200,13 @@ Expected<RegistryRef> RegistryRef::parse(std::string_view text) {
       r.auth_env = value;
     } else {
       return bad(cat("option ", quote(item),
-                     " is not plain-http, timeout=D, stall=D, bearer-env=VAR or basic-env=VAR"));
+                     " is not plain-http, https, ca=FILE, chunk=SIZE, timeout=D, stall=D, "
+                     "bearer-env=VAR or basic-env=VAR"));
     }
   }
+  if (plain_asked && (r.https_asked || !r.ca_file.empty()))
+    return bad("option plain-http excludes https and ca=FILE");
+  r.plain_http = plain_asked || (loopback_host(r.host) && !r.https_asked && r.ca_file.empty());
   return r;
 }
 
@@ -191,6 +223,12 @@ std::string RegistryRef::str() const {
   auto add = [&](std::string item) { opts += (opts.empty() ? "#" : ",") + item; };
   if (plain_http && !loopback_host(host))
     add("plain-http");
+  if (https_asked)
+    add("https");
+  if (!ca_file.empty())
+    add("ca=" + ca_file);
+  if (chunk_bytes != default_chunk_bytes)
+    add(cat("chunk=", chunk_bytes));
   if (connect_timeout_ms != default_connect_timeout_ms)
     add(cat("timeout=", connect_timeout_ms, "ms"));
   if (stall_ms != default_stall_ms)

@@ -8,6 +8,11 @@
 // Options, after '#', as the remote cache's (remote_cache.h):
 //   plain-http       talk HTTP, not HTTPS (implied for a loopback host: 127.0.0.0/8, ::1,
 //                    localhost)
+//   https            talk HTTPS, to a loopback host too
+//   ca=FILE          verify the registry's certificate against the CA certificates (PEM) in
+//                    FILE instead of the system's store: a private registry's own CA
+//   chunk=SIZE       upload a blob beyond SIZE in chunks of SIZE (bytes, or with k or M;
+//                    default 16M, at least 4k): for a proxy that bounds a request's body
 //   timeout=D        connecting may take at most D (default 5s)
 //   stall=D          a transfer that moves no byte for D fails (default 30s)
 //   bearer-env=VAR   send `Authorization: Bearer $VAR`
@@ -36,7 +41,13 @@ struct RegistryRef {
   std::string repository;
   std::string tag;              // empty when a digest names the manifest
   std::optional<Digest> digest; // @sha256:...
+  static constexpr uint64_t default_chunk_bytes = uint64_t{16} << 20;
+  static constexpr uint64_t min_chunk_bytes = 4096;
+
   bool plain_http = false;
+  bool https_asked = false; // #https: never plain HTTP, even to a loopback host
+  std::string ca_file;      // #ca=FILE
+  uint64_t chunk_bytes = default_chunk_bytes;
   uint32_t connect_timeout_ms = default_connect_timeout_ms;
   uint32_t stall_ms = default_stall_ms;
   enum class Auth { none, bearer, basic } auth = Auth::none;

@@ -176,6 +176,8 @@ struct Registry::Http {
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME,
                      std::max<long>(1, static_cast<long>(ref.stall_ms / 1000)));
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    if (!ref.ca_file.empty())
+      curl_easy_setopt(h, CURLOPT_CAINFO, ref.ca_file.c_str());
     curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, ref.plain_http ? "http,https" : "https");
     // Blobs are often served by a redirect to storage; an Authorization header set here is not
     // sent to another host (libcurl drops it on a redirect off the host).
@@ -407,6 +409,7 @@ Status Registry::put_blob(const Digest &d, std::span<const uint8_t> bytes) {
     return make_error("", ref_.name(), ": the registry started an upload without a Location");
   // Chunks beyond the first chunk_bytes, each a PATCH with its range; the last bytes go with the
   // closing PUT.
+  const uint64_t chunk_bytes = ref_.chunk_bytes;
   size_t done = 0;
   while (bytes.size() - done > chunk_bytes) {
     Request patch{"PATCH",

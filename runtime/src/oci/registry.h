@@ -41,9 +41,8 @@ public:
 
   // Whether the repository has the blob (HEAD); an error when the registry cannot say.
   Expected<bool> has_blob(const Digest &d);
-  // Uploads a blob: one PUT up to chunk_bytes, PATCHes of chunk_bytes beyond; the registry
-  // checks the digest at the end.
-  static constexpr uint64_t chunk_bytes = uint64_t{16} << 20;
+  // Uploads a blob: one PUT up to the reference's chunk size (16 MiB unless #chunk= says),
+  // PATCHes of that size beyond; the registry checks the digest at the end.
   Status put_blob(const Digest &d, std::span<const uint8_t> bytes);
   // The blob's bytes: exactly `size` of them, matching `d`, or an error.
   Expected<std::string> get_blob(const Digest &d, uint64_t size);

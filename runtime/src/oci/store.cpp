@@ -22,34 +22,46 @@ fs::path ref_record(const fs::path &store, const RegistryRef &ref) {
   return store / "refs" / sha256(ref.name()).hex();
 }
 
-// The blobs of a stored package that no start has read yet, from the registry.
-class RegistryBlobSource final : public BlobSource {
+// The blobs of a stored package that no start has read yet: from the store's blob directory,
+// which every stored package's blobs are hard links into (a blob two image manifests share is
+// fetched once), else from the registry, written there first. Without a registry (--offline,
+// or one that cannot be reached), a blob the store lacks is an error saying `why`.
+class StoreBlobSource final : public BlobSource {
 public:
-  explicit RegistryBlobSource(std::unique_ptr<Registry> registry)
-      : registry_(std::move(registry)) {}
-  Expected<std::string> fetch(const Digest &d, uint64_t size) const override {
+  StoreBlobSource(fs::path blobs, std::unique_ptr<Registry> registry, std::string why = {})
+      : blobs_(std::move(blobs)), registry_(std::move(registry)), why_(std::move(why)) {}
+
+  Expected<FetchedBlob> fetch(const Digest &d, uint64_t size) const override {
+    const fs::path file = blobs_ / d.hex();
+    if (auto kept = RegularFile::open_at(AT_FDCWD, file.string(), file, {.max_bytes = size});
+        kept && *kept && (*kept)->size() == size)
+      if (auto bytes = (*kept)->read(); bytes && sha256(*bytes) == d)
+        return FetchedBlob{std::move(*bytes), file};
+    if (!registry_)
+      return make_error("", why_, ": blob ", d.short_str(),
+                        " is not stored (no earlier start of this package read it)");
     std::lock_guard<std::mutex> lock(mutex_); // the load path of several GPUs at once
-    return registry_->get_blob(d, size);
+    auto bytes = registry_->get_blob(d, size);
+    if (!bytes)
+      return std::move(bytes).take_error();
+    std::error_code ec;
+    fs::create_directories(blobs_, ec);
+    // Verified by get_blob; a blob that cannot be kept here is still the package's copy.
+    if (ec || !write_file_atomic(file, as_bytes(*bytes)))
+      return FetchedBlob{std::move(*bytes), {}};
+    return FetchedBlob{std::move(*bytes), file};
   }
 
 private:
+  fs::path blobs_;
   mutable std::mutex mutex_;
   std::unique_ptr<Registry> registry_;
-};
-
-// With no registry to ask (--offline, or one that cannot be reached): what a read of a blob no
-// start has fetched says.
-class NoBlobSource final : public BlobSource {
-public:
-  explicit NoBlobSource(std::string why) : why_(std::move(why)) {}
-  Expected<std::string> fetch(const Digest &d, uint64_t) const override {
-    return make_error("", why_, ": blob ", d.short_str(),
-                      " is not stored (no earlier start of this package read it)");
-  }
-
-private:
   std::string why_;
 };
+
+fs::path blob_store(const fs::path &store) {
+  return store / "blobs" / "sha256";
+}
 
 // The package stored for an image manifest, if one is there (opened with `source`, the blobs
 // it lacks may be absent).
@@ -81,8 +93,8 @@ std::optional<Digest> read_ref(const fs::path &store, const RegistryRef &ref) {
   return Digest::parse(std::string_view(*text).substr(0, text->find('\n')));
 }
 
-// Removes the least recently used packages beyond the bound; one a process holds open (its
-// shared lock) stays.
+// Removes the least recently used packages beyond the bound, one a process holds open (its
+// shared lock) kept, and then the blobs only they used.
 void evict(const fs::path &store) {
   std::error_code ec;
   std::vector<std::pair<fs::file_time_type, fs::path>> dirs;
@@ -93,6 +105,7 @@ void evict(const fs::path &store) {
     return;
   std::sort(dirs.begin(), dirs.end());
   size_t excess = dirs.size() - max_store_packages;
+  const size_t removing = excess;
   for (const auto &[when, dir] : dirs) {
     if (excess == 0)
       break;
@@ -109,6 +122,15 @@ void evict(const fs::path &store) {
     fs::remove_all(dir, ec);
     --excess;
   }
+  if (excess == removing)
+    return;
+  // A blob no stored package links any more (one link: the store's own) goes too. One a start
+  // wrote a moment ago and is about to link is then written into its package as a copy.
+  for (const auto &e : fs::directory_iterator(blob_store(store), ec)) {
+    struct stat st;
+    if (::lstat(e.path().c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1)
+      fs::remove(e.path(), ec);
+  }
 }
 
 } // namespace
@@ -118,7 +140,8 @@ Expected<StoredPackage> package_from_registry(const RegistryRef &ref, const fs::
   StoredPackage out;
   auto stored_copy = [&](std::string why) -> std::optional<fs::path> {
     auto d = read_ref(store, ref);
-    auto source = std::make_shared<const NoBlobSource>(std::move(why));
+    auto source =
+        std::make_shared<const StoreBlobSource>(blob_store(store), nullptr, std::move(why));
     auto pkg = d ? stored(store, *d, source) : std::nullopt;
     if (pkg) {
       out.package = *pkg;
@@ -150,12 +173,12 @@ Expected<StoredPackage> package_from_registry(const RegistryRef &ref, const fs::
   out.bytes = fetched->bytes.size();
   // The registry stays open for the blobs the load path reads.
   Registry &live = **registry;
-  out.source = std::make_shared<const RegistryBlobSource>(std::move(*registry));
+  out.source = std::make_shared<const StoreBlobSource>(blob_store(store), std::move(*registry));
   if (auto pkg = stored(store, fetched->digest, out.source)) {
     out.package = *pkg;
   } else {
-    auto pulled = pull_package(live, store / "packages" / fetched->digest.hex(), false,
-                               &*fetched, nullptr, PullLayers::signatures);
+    auto pulled = pull_package(live, store / "packages" / fetched->digest.hex(), false, &*fetched,
+                               nullptr, PullLayers::signatures);
     if (!pulled) {
       // Another process may have stored it meanwhile (it held the lock; ours found it there).
       if (auto pkg = stored(store, fetched->digest, out.source)) {

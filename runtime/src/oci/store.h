@@ -5,6 +5,8 @@
 //   oci/packages/<hex of the image manifest>/NAME.cudaqpkg   the package's manifest, signatures
 //                                                             and image layout, and the blobs
 //                                                             starts have read
+//   oci/blobs/sha256/<hex>                                   every blob a start fetched, hard
+//                                                             linked into the packages using it
 //   oci/refs/<hex of sha256(reference)>                      the image manifest a tag named
 //                                                             when it was last resolved
 //
@@ -13,11 +15,13 @@
 // package is opened with a blob source (package.h) that fetches a blob, verified, the first time
 // the load path reads it. So a GPU fetches the one cubin the package has linked for its arch,
 // bridge and dispatcher, or, where there is none and no cache holds it, the inputs of a link at
-// load; never another arch's cubins. A second start fetches nothing but the manifest. With
-// `offline`, or when the registry cannot be reached and a stored copy of the reference exists,
-// nothing is fetched (the second with a warning), and a blob no earlier start read is an error
-// that says so. The store keeps at most max_store_packages packages, the least recently used
-// beyond that removed unless a process has one open.
+// load; never another arch's cubins. A blob the store already has (another image manifest of
+// the package, relinked or tagged again, shares it) is not fetched again. A second start fetches
+// nothing but the manifest. With `offline`, or when the registry cannot be reached and a stored
+// copy of the reference exists, nothing is fetched (the second with a warning), and a blob no
+// earlier start read is an error that says so. The store keeps at most max_store_packages
+// packages, the least recently used beyond that removed (with the blobs only they used) unless a
+// process has one open.
 #pragma once
 
 #include "cache/cache_config.h"

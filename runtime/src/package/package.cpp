@@ -216,14 +216,17 @@ Expected<std::string> Package::read_blob(const Digest &d) const {
     auto fetched = source_->fetch(d, *recorded);
     if (!fetched)
       return std::move(fetched).take_error();
-    if (fetched->size() != *recorded)
-      return make_error(b.string(), "fetched ", fetched->size(), " bytes, not the ", *recorded,
-                        " the manifest records");
-    if (auto st = check_blob(d, *fetched, b.string()); !st)
+    if (fetched->bytes.size() != *recorded)
+      return make_error(b.string(), "fetched ", fetched->bytes.size(), " bytes, not the ",
+                        *recorded, " the manifest records");
+    if (auto st = check_blob(d, fetched->bytes, b.string()); !st)
       return std::move(st).take_error();
-    (void)write_file_atomic(b, as_bytes(*fetched));
+    if (fetched->file.empty() || blobs_fd_ < 0 ||
+        (::linkat(AT_FDCWD, fetched->file.c_str(), blobs_fd_, d.hex().c_str(), 0) != 0 &&
+         errno != EEXIST))
+      (void)write_file_atomic(b, as_bytes(fetched->bytes));
     verified_.insert(d);
-    return fetched;
+    return std::move(fetched->bytes);
   }
   if (!*file)
     return make_error(dir_.string(), "blob ", d.str(), " named by the manifest is missing");

@@ -30,12 +30,17 @@ constexpr uint64_t max_manifest_bytes = uint64_t{64} << 20;
 
 // Where a package whose blobs are not all on disk gets the others: a package started from a
 // registry keeps only the blobs a start used (oci/store.h), and fetches another the first time it
-// is read. fetch returns exactly `size` bytes matching `d`, or an error; the package checks them
-// again, as it checks a blob on disk, and keeps them.
+// is read. fetch returns `size` bytes that should match `d`, or an error; the package checks
+// them, as it checks a blob on disk, and keeps them: as a hard link to `file` where the source
+// keeps the blob in a file of its own (a content store shared by packages), else as a copy.
+struct FetchedBlob {
+  std::string bytes;
+  std::filesystem::path file; // empty: the source keeps no file
+};
 class BlobSource {
 public:
   virtual ~BlobSource() = default;
-  virtual Expected<std::string> fetch(const Digest &d, uint64_t size) const = 0;
+  virtual Expected<FetchedBlob> fetch(const Digest &d, uint64_t size) const = 0;
 };
 
 struct PackageOpenOptions {

@@ -47,6 +47,29 @@ TEST_CASE("options: plain HTTP, bounds and where the secret is") {
   CHECK(again->str() == r->str());
 }
 
+TEST_CASE("options: HTTPS to a loopback host, a CA file, the upload's chunk size") {
+  auto plain = RegistryRef::parse("oci://127.0.0.1:5000/x:1");
+  REQUIRE(plain);
+  CHECK(plain->plain_http);
+  CHECK(plain->chunk_bytes == RegistryRef::default_chunk_bytes);
+  CHECK(plain->base_url() == "http://127.0.0.1:5000/v2/x");
+  auto tls = RegistryRef::parse("oci://127.0.0.1:5000/x:1#https,chunk=64k");
+  REQUIRE(tls);
+  CHECK_FALSE(tls->plain_http);
+  CHECK(tls->base_url() == "https://127.0.0.1:5000/v2/x");
+  CHECK(tls->chunk_bytes == 64 * 1024);
+  CHECK(tls->str() == "oci://127.0.0.1:5000/x:1#https,chunk=65536");
+  auto ca = RegistryRef::parse("oci://localhost:5000/x:1#ca=/etc/reg/ca.pem,chunk=2M");
+  REQUIRE(ca);
+  CHECK_FALSE(ca->plain_http); // a CA to verify against means HTTPS
+  CHECK(ca->ca_file == "/etc/reg/ca.pem");
+  CHECK(ca->chunk_bytes == 2 * 1024 * 1024);
+  auto again = RegistryRef::parse(ca->str());
+  REQUIRE(again);
+  CHECK(again->str() == ca->str());
+  CHECK_FALSE(again->plain_http);
+}
+
 TEST_CASE("what is not a reference is refused, saying why") {
   auto why = [](const std::string &text) {
     auto r = RegistryRef::parse(text);
@@ -68,6 +91,11 @@ TEST_CASE("what is not a reference is refused, saying why") {
   CHECK(why("oci://host/a:1#basic-env=A,bearer-env=B").find("exclude each other") !=
         std::string::npos);
   CHECK(why("oci://host/a:1#read-only").find("option 'read-only'") != std::string::npos);
+  CHECK(why("oci://host/a:1#chunk=1k").find("at least 4k") != std::string::npos);
+  CHECK(why("oci://host/a:1#chunk=4G").find("option chunk='4G'") != std::string::npos);
+  CHECK(why("oci://host/a:1#chunk=").find("option 'chunk='") != std::string::npos);
+  CHECK(why("oci://host/a:1#plain-http,https").find("excludes https") != std::string::npos);
+  CHECK(why("oci://host/a:1#ca=x.pem,plain-http").find("excludes https") != std::string::npos);
   // A port on the last component is not a tag: the tag is after the last '/'.
   auto r = RegistryRef::parse("oci://host:5000/a/b");
   REQUIRE(r);

@@ -433,6 +433,17 @@ TEST_CASE("with a blob source, a blob not on disk is fetched when read, checked,
     CHECK(again->read_blob(a));
     CHECK(source->fetches == 1);
   }
+  SUBCASE("a source that keeps the blob in a file: the package links it, no copy") {
+    source->offer_file = true;
+    auto p = Package::open(dir, {.source = source});
+    REQUIRE(p);
+    REQUIRE(p->read_blob(a));
+    struct stat kept, linked;
+    REQUIRE(::stat((whole / "blobs" / "sha256" / a.hex()).c_str(), &kept) == 0);
+    REQUIRE(::stat(p->blob_path(a).c_str(), &linked) == 0);
+    CHECK(kept.st_ino == linked.st_ino);
+    CHECK(linked.st_nlink == 2);
+  }
   SUBCASE("carried into a new package through the source") {
     auto p = Package::open(dir, {.source = source});
     REQUIRE(p);
