@@ -11,6 +11,7 @@
 #   lib/cmake/cudaq-rt/               cudaq-rtConfig.cmake, its targets, CudaDeviceCode.cmake,
 #                                     CudaqRtPackage.cmake
 #   share/cudaq-rt/schemas/           JSON Schemas of the files the tools write
+#   lib/pkgconfig/cudaq-rt.pc         for projects without CMake (the C API)
 #   share/man/man{1,5,7}/             the man pages
 #
 # The runtime library is built STATIC and the tools link it so, LLVM libObject included: they
@@ -106,3 +107,21 @@ install(FILES "${CMAKE_BINARY_DIR}/cmake/cudaq-rtConfig.cmake"
               "${CMAKE_BINARY_DIR}/cmake/cudaq-rtConfigVersion.cmake"
               cmake/CudaDeviceCode.cmake cmake/CudaqRtPackage.cmake
         DESTINATION ${CUDAQ_RT_INSTALL_CMAKEDIR})
+
+# A pkg-config file for projects that do not use CMake: `cc prog.c $(pkg-config --cflags --libs
+# cudaq-rt)` against the C API. Relocatable: the prefix is found from the file's own place, so
+# that `cmake --install --prefix DIR` anywhere gives a file that is right there.
+file(RELATIVE_PATH CUDAQ_RT_PC_TO_PREFIX "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
+string(REGEX REPLACE "/$" "" CUDAQ_RT_PC_TO_PREFIX "${CUDAQ_RT_PC_TO_PREFIX}")
+file(CONFIGURE OUTPUT "${CMAKE_BINARY_DIR}/cudaq-rt.pc" @ONLY CONTENT [[
+prefix=${pcfiledir}/@CUDAQ_RT_PC_TO_PREFIX@
+libdir=${prefix}/@CMAKE_INSTALL_LIBDIR@
+includedir=${prefix}/@CMAKE_INSTALL_INCLUDEDIR@
+
+Name: cudaq-rt
+Description: Load, link and serve CUDA device code packages (the C API of libcudaq_rt)
+Version: @PROJECT_VERSION@
+Cflags: -I${includedir}
+Libs: -L${libdir} -lcudaq_rt
+]])
+install(FILES "${CMAKE_BINARY_DIR}/cudaq-rt.pc" DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -123,6 +123,22 @@ class CMakePackage(unittest.TestCase):
                     env=self.env)
         self.assertEqual(out, "3 '/nonexistent/x.cudaqpkg': no such package\n")
 
+    def test_3a_pkg_config(self):
+        """The same C program built with no CMake: cc and the installed cudaq-rt.pc's flags."""
+        pc_dirs = glob.glob(os.path.join(self.prefix, "lib*", "**", "pkgconfig"), recursive=True)
+        self.assertEqual(len(pc_dirs), 1, pc_dirs)
+        env = dict(self.env, PKG_CONFIG_PATH=pc_dirs[0])
+        flags = check(["pkg-config", "--cflags", "--libs", "cudaq-rt"], env=env).split()
+        includes = [os.path.realpath(f[2:]) for f in flags if f.startswith("-I")]
+        self.assertEqual(includes, [os.path.join(os.path.realpath(self.prefix), "include")])
+        version = check(["pkg-config", "--modversion", "cudaq-rt"], env=env).strip()
+        self.assertRegex(version, r"^\d+\.\d+\.\d+$")
+        exe = os.path.join(self.tmp, "capi_pkg_config")
+        check(["cc", os.path.join(PROJECT, "capi_program.c"), "-o", exe, *flags], env=env)
+        libdir = [f[2:] for f in flags if f.startswith("-L")][0]
+        out = check([exe, "/nonexistent/x.cudaqpkg"], env=dict(env, LD_LIBRARY_PATH=libdir))
+        self.assertEqual(out, "3 '/nonexistent/x.cudaqpkg': no such package\n")
+
     def test_3b_packages_without_a_dispatch_kernel(self):
         # cudaq_rt_add_package() alone, the common case: the built-in dispatch kernel, the
         # default bridge whether BRIDGE names it or not, ARCHS given or the default.
