@@ -83,6 +83,35 @@ class ClassDirCase(unittest.TestCase):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
 
+def document_errors(doc):
+    """Where jsonschema is installed: what is wrong with a cudaq-rt-run --json document against
+    schemas/run.schema.json (error.schema.json for a failure to load), as a list of strings;
+    None where it is not (the CPU suite validates every kind of document it can make)."""
+    try:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                        "../integration"))
+        import validate_schema
+    except ImportError:
+        return None
+    finally:
+        sys.path.pop(0)
+    name = "run"
+    if "error" in doc and not ({"cubin", "handlers", "gpus"} & set(doc)):
+        name = "error"
+    schemas = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../schemas")
+    return validate_schema.validate(
+        validate_schema.load(os.path.join(schemas, name + ".schema.json")), doc)
+
+
+def assert_document(test, doc):
+    errors = document_errors(doc)
+    if errors is None:
+        print("note: no jsonschema here: --json documents not checked against schemas/",
+              file=sys.stderr)
+    else:
+        test.assertEqual(errors, [], doc)
+
+
 def pack_into(outdir, name, *inputs):
     """Packs `inputs` (binaries and cudaq-rt-pack options) as NAME.cudaqpkg in outdir; its path."""
     os.makedirs(outdir, exist_ok=True)

@@ -18,8 +18,8 @@ import subprocess
 import tempfile
 import time
 
-from gpu_harness import (EXAMPLE_APP, FAULT_APP, RUN, ClassDirCase, gpu_arch, link_for, main,
-                         pack_into)
+from gpu_harness import (EXAMPLE_APP, FAULT_APP, RUN, ClassDirCase, assert_document, gpu_arch,
+                         link_for, main, pack_into)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LUT_TABLE = os.environ.get("CUDAQ_RT_LUT_TABLE",
@@ -110,6 +110,7 @@ class RunCase(ClassDirCase):
     def run_json(self, pkg, *args, status=0, **kw):
         r = self.run_ok(pkg, "--json", *args, status=status, **kw)
         doc = json.loads(r.stdout)
+        assert_document(self, doc)
         self.assertEqual(doc["exit_status"], status)
         return doc
 
@@ -387,6 +388,7 @@ class LoadPathTest(RunCase):
     def listed(self, pkg, *args, cache, status=0):
         r = self.run_ok(pkg, "--list", "--json", *args, cache=cache, status=status)
         doc = json.loads(r.stdout)
+        assert_document(self, doc)
         self.assertEqual(doc["device"]["arch"], ARCH)
         self.assertEqual(doc["loadable"], status == 0)
         return doc
@@ -643,6 +645,7 @@ class FaultTest(RunCase):
         self.assertLess(seconds, 15)
         self.assertEqual(r.returncode, 1, r.stderr)
         doc = json.loads(r.stdout)
+        assert_document(self, doc)
         self.assertEqual(doc["exit_status"], 1)
         self.assertIn("no response within 2 s", doc["error"])
         self.assertEqual(doc["calls"], [])

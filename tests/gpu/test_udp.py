@@ -20,7 +20,8 @@ import sys
 import threading
 import time
 
-from gpu_harness import EXAMPLE_APP, FAULT_APP, RUN, ClassDirCase, gpus, link_for, main, pack_into
+from gpu_harness import (EXAMPLE_APP, FAULT_APP, RUN, ClassDirCase, assert_document, gpus,
+                         link_for, main, pack_into)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CLIENT = os.environ.get("CUDAQ_RT_CLIENT", os.path.join(HERE, "../../tools/cudaq-rt-client.py"))
@@ -83,6 +84,7 @@ class Server:
         self.proc.stderr.close()
         self.test.assertEqual(self.proc.returncode, 0, out + "".join(self.stderr))
         doc = json.loads(out)
+        assert_document(self.test, doc)
         self.test.assertEqual(doc["exit_status"], 0)
         return doc
 
@@ -332,6 +334,7 @@ class FaultWhileServingTest(UdpCase):
         s.proc.stderr.close()
         self.assertEqual(s.proc.returncode, 1, out + "".join(s.stderr))
         doc = json.loads(out)
+        assert_document(self, doc)
         self.assertEqual(doc["exit_status"], 1)
         self.assertEqual(len(doc["errors"]), 1, doc)
         return doc, "".join(s.stderr)

@@ -8,6 +8,7 @@ stderr and exits 1 if there is any; exits 2 on a usage error or an unreadable fi
 Also importable: validate(schema, instance) returns the list of violation strings.
 """
 import json
+import os
 import sys
 
 import jsonschema
@@ -18,10 +19,33 @@ def load(path):
         return json.load(f)
 
 
+SCHEMA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../schemas")
+
+
+def schema_store(schema):
+    """The schemas a $ref may name, by $id: the tree's schemas/ and `schema` itself (which may
+    be an installed copy). Nothing is fetched from the network."""
+    store = {}
+    for name in sorted(os.listdir(SCHEMA_DIR)):
+        if name.endswith(".schema.json"):
+            s = load(os.path.join(SCHEMA_DIR, name))
+            store[s["$id"]] = s
+    if "$id" in schema:
+        store[schema["$id"]] = schema
+    return store
+
+
 def validator_for(schema):
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)  # raises jsonschema.SchemaError
-    return cls(schema)
+    store = schema_store(schema)
+    try:  # jsonschema 4.18 and later resolve references through `referencing`
+        import referencing
+        registry = referencing.Registry().with_resources(
+            (uri, referencing.Resource.from_contents(s)) for uri, s in store.items())
+        return cls(schema, registry=registry)
+    except ImportError:  # Debian 12's 4.10
+        return cls(schema, resolver=jsonschema.RefResolver.from_schema(schema, store=store))
 
 
 def where(error):

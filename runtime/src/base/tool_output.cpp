@@ -14,7 +14,10 @@ int ToolOutput::fail(const Error &e) {
 }
 
 void ToolOutput::out_json(const nlohmann::json &document) {
-  out(document.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  nlohmann::json versioned = document;
+  if (versioned.is_object() && !versioned.contains("format_version"))
+    versioned["format_version"] = json_format_version;
+  out(versioned.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 }
 
 void ToolOutput::warn(std::string_view message) {

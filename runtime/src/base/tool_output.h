@@ -26,6 +26,10 @@ public:
 
   const std::string &tool() const { return tool_; }
   // A --json document on stdout: indented, invalid UTF-8 in names replaced, one newline after.
+  // Every document carries "format_version" (json_format_version, unless it has its own): the
+  // version of the JSON Schemas in schemas/ it follows, raised when a field changes meaning or
+  // goes away (a field added keeps it).
+  static constexpr int json_format_version = 1;
   void out_json(const nlohmann::json &document);
   // One line each on stderr; fail returns the failure exit status, 1.
   int fail(const Error &e);

@@ -330,10 +330,8 @@ RunOutcome run_requests(const RunOptions &options, ToolOutput &output, Gpu &gpu)
   json doc = json::object();
   json calls = json::array();
   Expected<Outcome> sent = send_requests(s, options, output, doc, calls);
-  if (!sent) {
-    output.fail(sent.error());
-    return {run_exit_failure};
-  }
+  if (!sent)
+    return {fail_to_load(options, output, sent.error())};
   Outcome outcome = std::move(*sent);
   if (outcome.fatal) {
     output.fail(*outcome.fatal);

@@ -26,7 +26,7 @@ Expected<PushReport> push_package(const Package &package, Registry &registry);
 // Opens the package at `dir` and the registry `ref` names (its secret from the environment) and
 // pushes the one to the other.
 Expected<PushReport> push_package_to(const std::filesystem::path &dir, const RegistryRef &ref);
-// The report as the tools print it: one line, and a JSON object (schemas/push.schema.json).
+// The report as the tools print it: one line, and a JSON object (schemas/push.schema.json, the push object of cudaq-rt-link --json).
 std::string format_push(const RegistryRef &ref, const PushReport &r);
 nlohmann::json push_json(const RegistryRef &ref, const PushReport &r);
 

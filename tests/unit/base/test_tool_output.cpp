@@ -1,6 +1,7 @@
 #include "base/tool_output.h"
 
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
 #include "scratch_dir.h"
 
@@ -97,4 +98,16 @@ TEST_CASE("the stdio output writes to the process's stdout and stderr") {
   CHECK(slurp(tmp.path / "stderr") == "cudaq-rt-link: error: 'pkg': bad\n"
                                       "cudaq-rt-link: warning: w\n"
                                       "cudaq-rt-link: note: n\n");
+}
+
+TEST_CASE("every JSON document carries the format version, unless it has its own") {
+  StringToolOutput o("tool");
+  o.out_json({{"a", 1}});
+  CHECK(o.out_text == "{\n  \"a\": 1,\n  \"format_version\": 1\n}\n");
+  StringToolOutput own("tool");
+  own.out_json({{"format_version", 7}});
+  CHECK(own.out_text == "{\n  \"format_version\": 7\n}\n");
+  StringToolOutput array("tool");
+  array.out_json(nlohmann::json::array({1}));
+  CHECK(array.out_text == "[\n  1\n]\n");
 }

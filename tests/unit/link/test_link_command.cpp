@@ -203,7 +203,8 @@ TEST_CASE("--cache-stats and --cache-prune print the cache's figures") {
   CHECK(r.err == "");
   REQUIRE(r.out.ends_with("}\n"));
   const json doc = json::parse(r.out);
-  CHECK(doc.size() == 1);
+  CHECK(doc.size() == 2);
+  CHECK(doc["format_version"] == ToolOutput::json_format_version);
   CHECK(doc["cache"]["entries"] == 2);
   CHECK(doc["cache"]["bytes"] == bytes);
   CHECK(doc["cache"]["hits"] == 1);
@@ -260,6 +261,7 @@ TEST_CASE("--json: the cache commands' one document") {
     },
     "untrusted": 0
   },
+  "format_version": 1,
   "pruned": {
     "bytes": )",
                      bytes, R"(,
@@ -270,7 +272,8 @@ TEST_CASE("--json: the cache commands' one document") {
 
   r = run(cache_command(dir, false, "0", true));
   CHECK(r.rc == 0);
-  CHECK(r.out == "{\n  \"pruned\": {\n    \"bytes\": 0,\n    \"entries\": 0\n  }\n}\n");
+  CHECK(r.out == "{\n  \"format_version\": 1,\n  \"pruned\": {\n    \"bytes\": 0,\n    "
+                 "\"entries\": 0\n  }\n}\n");
 }
 
 TEST_CASE("--cache-stats shows the remote cache, never asking it anything") {
@@ -415,7 +418,8 @@ TEST_CASE("a dry run prints each arch's key, options and inputs, and opens no ca
     CHECK(ja["cache_hit"] == false);
     CHECK(ja["lto"] == "per-tu");
   }
-  CHECK(doc.size() == 7);
+  CHECK(doc.size() == 8); // and format_version
+  CHECK(doc["format_version"] == 1);
   CHECK_FALSE(fs::exists(dir));
 
   // With --cache-stats the dry run opens the cache, and the figures follow the keys.

@@ -430,6 +430,7 @@ TEST_CASE("a session that cannot start serving: one error line, with --json one 
   CHECK(json.out_text == "{\n"
                          "  \"error\": \"--device all: this machine has no GPU\",\n"
                          "  \"exit_status\": 1,\n"
+                         "  \"format_version\": 1,\n"
                          "  \"package\": \"p.cudaqpkg\"\n"
                          "}\n");
   CHECK(json.err_text == text.err_text);
