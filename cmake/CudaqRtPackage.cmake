@@ -51,20 +51,46 @@ function(cudaq_rt_add_dispatch_kernel)
 endfunction()
 
 # cudaq_rt_add_package(TARGET app [NAME name] [BRIDGE loopback] [ARCHS sm_80 sm_90 ...]
-#                      [OUTPUT dir])
+#                      [OUTPUT dir] [ALIAS wire=handler ...] [LTO per-tu|whole]
+#                      [DISPATCHER builtin|warp|kernel] [LINK_OPTIONS opt ...]
+#                      [JOBS n] [JOB_POOL pool])
 #
 # After `app` links, packs its device code (and its dispatch kernel, if
 # cudaq_rt_add_dispatch_kernel() gave it one) into <OUTPUT>/<NAME>.cudaqpkg and links it for
 # ARCHS with BRIDGE's device hooks. NAME defaults to the target's name, BRIDGE to loopback, ARCHS
-# to sm_80, OUTPUT to the current binary directory. The step reruns only when `app`, its dispatch
-# kernel, the tools or the bridge library change; a custom target <app>_cudaqpkg (part of ALL)
-# drives it. Links go through $ENV{CUDAQ_RT_CACHE_DIR} when it is set at build time, else through
-# a cache in the build tree (CUDAQ_RT_PACKAGE_CACHE_DIR).
+# to sm_80, OUTPUT to the current binary directory. ALIAS maps wire names to handlers
+# (cudaq-rt-pack --alias), LTO, DISPATCHER and LINK_OPTIONS are cudaq-rt-link's --lto,
+# --dispatcher and -X (nvJitLink options, recorded in the key), JOBS its -j. JOB_POOL runs the
+# step in a Ninja job pool of the project's (JOB_POOLS), so that links share the machine with
+# the rest of the build: a pool of N with JOBS 1 runs N links at once.
+# The step reruns only when `app`, its dispatch kernel, the tools, the bridge library or these
+# options change; a custom target <app>_cudaqpkg (part of ALL) drives it. Links go through
+# $ENV{CUDAQ_RT_CACHE_DIR} when it is set at build time, else through a cache in the build tree
+# (CUDAQ_RT_PACKAGE_CACHE_DIR).
 function(cudaq_rt_add_package)
-  cmake_parse_arguments(PARSE_ARGV 0 arg "" "TARGET;NAME;BRIDGE;OUTPUT" "ARCHS")
+  cmake_parse_arguments(PARSE_ARGV 0 arg ""
+                        "TARGET;NAME;BRIDGE;OUTPUT;LTO;DISPATCHER;JOBS;JOB_POOL"
+                        "ARCHS;ALIAS;LINK_OPTIONS")
   if(arg_UNPARSED_ARGUMENTS OR NOT arg_TARGET)
     message(FATAL_ERROR "usage: cudaq_rt_add_package(TARGET app [NAME name] [BRIDGE loopback] "
-                        "[ARCHS sm_80 sm_90 ...] [OUTPUT dir])")
+                        "[ARCHS sm_80 sm_90 ...] [OUTPUT dir] [ALIAS wire=handler ...] "
+                        "[LTO per-tu|whole] [DISPATCHER builtin|warp|kernel] "
+                        "[LINK_OPTIONS opt ...] [JOBS n] [JOB_POOL pool])")
+  endif()
+  foreach(a IN LISTS arg_ALIAS)
+    if(NOT a MATCHES "^[A-Za-z_][A-Za-z0-9_]*=[A-Za-z_][A-Za-z0-9_]*$")
+      message(FATAL_ERROR "cudaq_rt_add_package: ALIAS takes wire_name=handler, not '${a}'")
+    endif()
+  endforeach()
+  if(arg_LTO AND NOT arg_LTO MATCHES "^(per-tu|whole)$")
+    message(FATAL_ERROR "cudaq_rt_add_package: LTO is per-tu or whole, not '${arg_LTO}'")
+  endif()
+  if(arg_JOBS AND NOT arg_JOBS MATCHES "^[1-9][0-9]*$")
+    message(FATAL_ERROR "cudaq_rt_add_package: JOBS is a positive number, not '${arg_JOBS}'")
+  endif()
+  if(arg_JOB_POOL AND NOT CMAKE_GENERATOR MATCHES "Ninja")
+    message(WARNING "cudaq_rt_add_package: JOB_POOL works with the Ninja generators only; "
+                    "'${CMAKE_GENERATOR}' ignores it")
   endif()
   set(app ${arg_TARGET})
   if(NOT TARGET ${app})
@@ -116,10 +142,17 @@ function(cudaq_rt_add_package)
   endif()
 
   add_custom_target(${app}_cudaqpkg ALL)
+  # Lists travel to the step joined by '|', which no option or alias holds (';' would split
+  # them on the command line).
+  list(JOIN arg_ALIAS "|" aliases)
+  list(JOIN arg_LINK_OPTIONS "|" link_options)
   set_target_properties(${app}_cudaqpkg PROPERTIES
     CUDAQ_RT_STEP_NAME "${name}" CUDAQ_RT_STEP_BRIDGE "${bridge}"
     CUDAQ_RT_STEP_BRIDGE_FILE "${bridge_file}" CUDAQ_RT_STEP_ARCHS "${arch_list}"
-    CUDAQ_RT_STEP_OUTPUT "${output}")
+    CUDAQ_RT_STEP_OUTPUT "${output}" CUDAQ_RT_STEP_ALIASES "${aliases}"
+    CUDAQ_RT_STEP_LTO "${arg_LTO}" CUDAQ_RT_STEP_DISPATCHER_NAME "${arg_DISPATCHER}"
+    CUDAQ_RT_STEP_LINK_OPTIONS "${link_options}" CUDAQ_RT_STEP_JOBS "${arg_JOBS}"
+    CUDAQ_RT_STEP_JOB_POOL "${arg_JOB_POOL}")
   set_target_properties(${app} PROPERTIES CUDAQ_RT_PACKAGE_DIR "${output}/${name}.cudaqpkg")
   # Made at the end of the directory, so that a dispatch kernel added after this call is seen.
   cmake_language(EVAL CODE "cmake_language(DEFER CALL _cudaq_rt_package_step [[${app}]])")
@@ -127,9 +160,14 @@ endfunction()
 
 function(_cudaq_rt_package_step app)
   set(step ${app}_cudaqpkg)
-  foreach(p NAME BRIDGE BRIDGE_FILE ARCHS OUTPUT)
+  foreach(p NAME BRIDGE BRIDGE_FILE ARCHS OUTPUT ALIASES LTO DISPATCHER_NAME LINK_OPTIONS JOBS
+            JOB_POOL)
     get_target_property(${p} ${step} CUDAQ_RT_STEP_${p})
   endforeach()
+  set(pool)
+  if(JOB_POOL)
+    set(pool JOB_POOL "${JOB_POOL}")
+  endif()
   if(NOT BRIDGE_FILE)
     set(BRIDGE_FILE)
   endif()
@@ -154,11 +192,17 @@ function(_cudaq_rt_package_step app)
             "-DCUDAQ_RT_STEP_BRIDGE=${BRIDGE}"
             "-DCUDAQ_RT_STEP_ARCHS=${ARCHS}"
             "-DCUDAQ_RT_STEP_CACHE_DIR=${CUDAQ_RT_PACKAGE_CACHE_DIR}"
+            "-DCUDAQ_RT_STEP_ALIASES=${ALIASES}"
+            "-DCUDAQ_RT_STEP_LTO=${LTO}"
+            "-DCUDAQ_RT_STEP_DISPATCHER_NAME=${DISPATCHER_NAME}"
+            "-DCUDAQ_RT_STEP_LINK_OPTIONS=${LINK_OPTIONS}"
+            "-DCUDAQ_RT_STEP_JOBS=${JOBS}"
             -P "${CMAKE_CURRENT_FUNCTION_LIST_FILE}"
     DEPENDS ${app} "$<TARGET_FILE:${app}>" ${kernel} ${dispatcher} ${BRIDGE_FILE}
             "$<TARGET_FILE:cudaq-rt::pack>" "$<TARGET_FILE:cudaq-rt::link>"
             "${CMAKE_CURRENT_FUNCTION_LIST_FILE}"
     COMMENT "Packing ${app} into ${NAME}.cudaqpkg and linking it for ${ARCHS}"
+    ${pool}
     VERBATIM)
   target_sources(${step} PRIVATE "${manifest}")
   set_target_properties(${app} PROPERTIES CUDAQ_RT_PACKAGE_STEP_MADE ON)
@@ -178,6 +222,24 @@ set(pack_args "${CUDAQ_RT_STEP_INPUT}")
 if(CUDAQ_RT_STEP_DISPATCHER)
   list(APPEND pack_args --dispatcher "${CUDAQ_RT_STEP_DISPATCHER}")
 endif()
+string(REPLACE "|" ";" aliases "${CUDAQ_RT_STEP_ALIASES}")
+foreach(a IN LISTS aliases)
+  list(APPEND pack_args --alias "${a}")
+endforeach()
+set(link_args)
+if(CUDAQ_RT_STEP_LTO)
+  list(APPEND link_args --lto "${CUDAQ_RT_STEP_LTO}")
+endif()
+if(CUDAQ_RT_STEP_DISPATCHER_NAME)
+  list(APPEND link_args --dispatcher "${CUDAQ_RT_STEP_DISPATCHER_NAME}")
+endif()
+if(CUDAQ_RT_STEP_JOBS)
+  list(APPEND link_args -j "${CUDAQ_RT_STEP_JOBS}")
+endif()
+string(REPLACE "|" ";" link_options "${CUDAQ_RT_STEP_LINK_OPTIONS}")
+foreach(o IN LISTS link_options)
+  list(APPEND link_args "--Xnvjitlink=${o}")
+endforeach()
 execute_process(COMMAND "${CUDAQ_RT_PACK}" ${pack_args} --name "${CUDAQ_RT_STEP_NAME}"
                         --output "${CUDAQ_RT_STEP_OUTPUT}" --force
                 RESULT_VARIABLE rc)
@@ -186,7 +248,7 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "cudaq-rt-pack failed (${rc}): no package ${package}")
 endif()
 execute_process(COMMAND "${CUDAQ_RT_LINK}" "${package}" --arch "${CUDAQ_RT_STEP_ARCHS}"
-                        --bridge "${CUDAQ_RT_STEP_BRIDGE}"
+                        --bridge "${CUDAQ_RT_STEP_BRIDGE}" ${link_args}
                 RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   file(REMOVE_RECURSE "${package}")

@@ -103,6 +103,40 @@ class CMakePackage(unittest.TestCase):
         # The link cache defaults to the project's build tree.
         self.assertTrue(os.listdir(os.path.join(self.build, "cudaq-rt-cache")))
 
+    def test_2b_step_options(self):
+        """ALIAS, DISPATCHER, LTO, LINK_OPTIONS, JOBS and JOB_POOL reach the tools: the manifest
+        records the alias and a link by the warp dispatcher, whole-program, with -O3 among its
+        options; Ninja runs the step in the pool; a step with a bad option is refused at
+        configure time."""
+        with open(os.path.join(self.build, "packages", "tuned.cudaqpkg", "manifest.json")) as f:
+            m = json.load(f)
+        self.assertEqual([(a["name"], a["handler"]) for a in m["aliases"]],
+                         [("add_one", "add_one_handler")])
+        (link,) = m["links"]
+        # "lto": the whole program in one LTO link (per TU would be "lto-per-tu").
+        self.assertEqual((link["arch"], link["dispatcher"], link["mode"]),
+                         ("sm_90", "warp", "lto"))
+        self.assertIn("-O3", link["options"])
+        with open(os.path.join(self.build, "build.ninja")) as f:
+            ninja = f.read()
+        step = [b for b in ninja.split("\nbuild ") if "tuned.cudaqpkg/manifest.json" in b.split(":")[0]]
+        self.assertEqual(len(step), 1, "no build statement for the tuned package")
+        self.assertIn("pool = cudaq_rt_links", step[0])
+        self.assertIn("-DCUDAQ_RT_STEP_LINK_OPTIONS=-O3", step[0])  # a change reruns the step
+        bad = os.path.join(self.tmp, "bad_option")
+        os.makedirs(bad)
+        with open(os.path.join(bad, "CMakeLists.txt"), "w") as f:
+            f.write("cmake_minimum_required(VERSION 3.25)\nproject(bad LANGUAGES CXX)\n"
+                    "find_package(cudaq-rt REQUIRED)\nadd_executable(app main.cpp)\n"
+                    "cudaq_rt_add_package(TARGET app LTO fast)\n")
+        with open(os.path.join(bad, "main.cpp"), "w") as f:
+            f.write("int main() { return 0; }\n")
+        r = subprocess.run([CMAKE, "-S", bad, "-B", os.path.join(bad, "build"), "-G", "Ninja",
+                            "-DCMAKE_MAKE_PROGRAM=" + NINJA, "-DCMAKE_PREFIX_PATH=" + self.prefix],
+                           capture_output=True, text=True, env=self.env)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("LTO is per-tu or whole, not 'fast'", r.stderr)
+
     def test_3_installed_tools_find_the_bridge_in_the_prefix(self):
         # The prefix comes first in the search path (before the build tree's fallback), and
         # holds the bridge, so that is the one the package step linked.
