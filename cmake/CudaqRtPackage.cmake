@@ -168,6 +168,11 @@ function(_cudaq_rt_package_step app)
   if(JOB_POOL)
     set(pool JOB_POOL "${JOB_POOL}")
   endif()
+  # Makefile generators pass make's jobserver to the step (cudaq-rt-link takes its tokens) where
+  # CMake can say so (3.28); Ninja has JOB_POOL.
+  if(CMAKE_VERSION VERSION_GREATER_EQUAL 3.28)
+    list(APPEND pool JOB_SERVER_AWARE ON)
+  endif()
   if(NOT BRIDGE_FILE)
     set(BRIDGE_FILE)
   endif()

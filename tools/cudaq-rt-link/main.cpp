@@ -5,6 +5,10 @@
 #include "base/atomic_file.h"
 #include "link/link_command.h"
 
+#include <cstdlib>
+#include <string_view>
+#include <unistd.h>
+
 using namespace cudaq_rt;
 
 namespace {
@@ -19,10 +23,11 @@ int tool_main(int argc, char **argv) {
   app.footer("Environment: CUDAQ_RT_CACHE_DIR, CUDAQ_RT_CACHE_DISABLE, CUDAQ_RT_CACHE_MAXSIZE, "
              "CUDAQ_RT_REMOTE_CACHE, CUDAQ_RT_BRIDGE_PATH, CUDAQ_RT_LTO, "
              "CUDAQ_RT_FORCE_WHOLE_LINK, CUDAQ_RT_NO_SHIPPED_UNITS, CUDAQ_RT_SIGN_KEY, "
-             "CUDAQ_RT_TRUST, SOURCE_DATE_EPOCH.\nSee cudaq-rt-link(1).");
+             "CUDAQ_RT_TRUST, SOURCE_DATE_EPOCH, MAKEFLAGS (make's jobserver), NO_COLOR.\n"
+             "See cudaq-rt-link(1).");
 
   LinkArgs args;
-  bool no_kernels_used = false;
+  bool no_kernels_used = false, quiet = false;
   std::string save_temps, prune_text, opt_level, lto_text;
 
   app.add_option("package", args.link.package, "The package to link (NAME.cudaqpkg)")
@@ -55,6 +60,7 @@ int tool_main(int argc, char **argv) {
                "Print nvJitLink's info log, with -verbose -time")
       ->group("Output");
   app.add_flag("--json", args.json, "Print one JSON document on stdout")->group("Output");
+  app.add_flag("-q,--quiet", quiet, "No progress line on a terminal")->group("Output");
   app.add_flag("--dry-run", args.link.dry_run,
                "Print what would be linked and the cache keys; link and write nothing")
       ->group("Output");
@@ -107,6 +113,11 @@ int tool_main(int argc, char **argv) {
     args.link.save_temps = save_temps;
   if (*prune_opt)
     args.prune = prune_text;
+  // The progress line only for a person at a terminal (never into a log or a pipe).
+  const char *no_color = std::getenv("NO_COLOR");
+  const char *term = std::getenv("TERM");
+  args.progress = !quiet && ::isatty(STDERR_FILENO) && !(no_color && *no_color) &&
+                  !(term && std::string_view(term) == "dumb");
 
   const bool json = args.json;
   const std::string package = args.link.package.string();

@@ -8,6 +8,7 @@
 
 #include "base/atomic_file.h"
 #include "base/clock.h"
+#include "base/jobserver.h"
 #include "cudaq_rt/bridge.h"
 #include "cudaq_rt/exports.h"
 #include "formats/cubin.h"
@@ -23,6 +24,7 @@
 #include <ctime>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -193,19 +195,30 @@ ArchLink link_arch(const LinkPlan &plan, const TargetArch &arch, const LinkCache
 
 namespace {
 
-// Runs work(i) for every i < n on up to `jobs` threads (0: one per core), in order of i.
+// Runs work(i) for every i < n on up to `jobs` threads (0: one per core), in order of i. Under
+// make's jobserver, every thread but the first runs an item only with a token of make's.
 void parallel_for(size_t n, unsigned jobs, const std::function<void(size_t)> &work) {
   std::atomic<size_t> next{0};
-  auto worker = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < n;)
-      work(i);
+  Jobserver *js = process_jobserver();
+  auto worker = [&](bool first) {
+    for (;;) {
+      if (js && !first && !js->acquire([&] { return next.load() < n; }))
+        return;
+      const size_t i = next.fetch_add(1);
+      if (i < n)
+        work(i);
+      if (js && !first)
+        js->release();
+      if (i >= n)
+        return;
+    }
   };
   jobs = jobs ? jobs : std::max(1u, std::thread::hardware_concurrency());
   jobs = static_cast<unsigned>(std::min<size_t>(jobs, n));
   std::vector<std::thread> threads;
   for (unsigned j = 1; j < jobs; ++j)
-    threads.emplace_back(worker);
-  worker();
+    threads.emplace_back(worker, false);
+  worker(true);
   for (std::thread &t : threads)
     t.join();
 }
@@ -495,12 +508,40 @@ void link_units(const LinkPlan &plan, const TargetArch &arch, const LinkCache &c
 
 } // namespace
 
+namespace {
+
+// The steps of a link_archs, counted for its LinkProgress.
+class StepCounter {
+public:
+  explicit StepCounter(const LinkProgress &report) : report_(report) {}
+  void expect(size_t steps) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    total_ += steps;
+  }
+  void done(const std::string &step) {
+    if (!report_)
+      return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++done_;
+    report_(done_, std::max(total_, done_), step);
+  }
+
+private:
+  const LinkProgress &report_;
+  std::mutex mutex_;
+  size_t done_ = 0, total_ = 0;
+};
+
+} // namespace
+
 std::vector<ArchLink> link_archs(const LinkPlan &plan, std::span<const TargetArch> archs,
-                                 const LinkCache &cache, unsigned jobs, OnCacheMiss on_miss) {
+                                 const LinkCache &cache, unsigned jobs, OnCacheMiss on_miss,
+                                 const LinkProgress &progress) {
   if (on_miss == OnCacheMiss::link && plan.has_deferred_inputs()) {
     // The caches first: the inputs are fetched only for the archs that must be linked (which
     // costs those a second lookup, a remote cache's miss included).
-    std::vector<ArchLink> out = link_archs(plan, archs, cache, jobs, OnCacheMiss::return_unlinked);
+    std::vector<ArchLink> out =
+        link_archs(plan, archs, cache, jobs, OnCacheMiss::return_unlinked, progress);
     std::vector<size_t> missed;
     std::vector<TargetArch> targets;
     for (size_t i = 0; i < out.size(); ++i)
@@ -516,11 +557,14 @@ std::vector<ArchLink> link_archs(const LinkPlan &plan, std::span<const TargetArc
         out[i].error = full.error();
       return out;
     }
-    std::vector<ArchLink> linked = link_archs(*full, targets, cache, jobs, OnCacheMiss::link);
+    std::vector<ArchLink> linked =
+        link_archs(*full, targets, cache, jobs, OnCacheMiss::link, progress);
     for (size_t k = 0; k < missed.size(); ++k)
       out[missed[k]] = std::move(linked[k]);
     return out;
   }
+  StepCounter steps(progress);
+  steps.expect(archs.size());
   std::vector<ArchLinkJob> job(archs.size());
   for (size_t i = 0; i < archs.size(); ++i)
     job[i].arch = &archs[i];
@@ -543,6 +587,7 @@ std::vector<ArchLink> link_archs(const LinkPlan &plan, std::span<const TargetArc
       finish_arch(plan, cache, j);
     else if (plan.mode == LtoMode::whole && on_miss == OnCacheMiss::link)
       link_whole(plan, cache, j);
+    steps.done(j.link.arch);
   });
   std::vector<size_t> missed;
   for (size_t i = 0; i < job.size(); ++i)
@@ -557,7 +602,7 @@ std::vector<ArchLink> link_archs(const LinkPlan &plan, std::span<const TargetArc
     std::vector<TargetArch> targets;
     for (size_t i : missed)
       targets.push_back(*job[i].arch);
-    std::vector<ArchLink> linked = link_archs(whole, targets, cache, jobs, on_miss);
+    std::vector<ArchLink> linked = link_archs(whole, targets, cache, jobs, on_miss, progress);
     for (size_t k = 0; k < missed.size(); ++k) {
       ArchLinkJob &j = job[missed[k]];
       j.keep_log();
@@ -575,8 +620,11 @@ std::vector<ArchLink> link_archs(const LinkPlan &plan, std::span<const TargetArc
   const size_t units = plan.units.size();
   const auto units_t0 = Clock::now();
   std::vector<UnitOutcome> compiled(missed.size() * units);
+  steps.expect(compiled.size() + missed.size());
   parallel_for(compiled.size(), jobs, [&](size_t t) {
-    compiled[t] = compile_unit(plan, *job[missed[t / units]].arch, plan.units[t % units], cache);
+    const TargetArch &arch = *job[missed[t / units]].arch;
+    compiled[t] = compile_unit(plan, arch, plan.units[t % units], cache);
+    steps.done(cat(arch.str(), " ", plan.units[t % units].name));
   });
   for (size_t k = 0; k < missed.size(); ++k) {
     ArchLinkJob &j = job[missed[k]];
@@ -608,6 +656,7 @@ std::vector<ArchLink> link_archs(const LinkPlan &plan, std::span<const TargetArc
     ArchLinkJob &j = job[missed[k]];
     if (!j.done)
       link_units(plan, *j.arch, cache, j, units_t0);
+    steps.done(j.link.arch + " final link");
   });
   return results();
 }
@@ -736,7 +785,7 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
   }
 
   // One nvJitLink handle per thread, archs (and per-TU units) handed out in order.
-  report.archs = link_archs(*plan, targets, cache, opt.jobs);
+  report.archs = link_archs(*plan, targets, cache, opt.jobs, OnCacheMiss::link, opt.progress);
 
   if (opt.save_temps)
     for (const ArchLink &a : report.archs)

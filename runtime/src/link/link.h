@@ -23,6 +23,7 @@
 #include "package/manifest.h"
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -216,6 +217,13 @@ struct ArchLink {
   std::string fallback;
 };
 
+// What a link reports as it goes, for a progress line: after each step (an arch's module looked
+// up or linked whole, a unit found or compiled, an arch's final link), the steps done, the steps
+// known so far (per TU, the units are counted once the lookups have said which archs missed),
+// and what the step was ("sm_90", "sm_90 app.o#1", "sm_90 final link"). Called from the link
+// threads, never two at once.
+using LinkProgress = std::function<void(size_t done, size_t total, const std::string &step)>;
+
 // The arch's key, and nothing else: what a dry run shows.
 ArchLink describe_arch(const LinkPlan &plan, const TargetArch &arch);
 // What link_arch does when neither cache has the arch's cubin.
@@ -233,7 +241,8 @@ ArchLink link_arch(const LinkPlan &plan, const TargetArch &arch, const LinkCache
 // over every (arch, unit) to compile, then over the final links. Results in the order of `archs`.
 std::vector<ArchLink> link_archs(const LinkPlan &plan, std::span<const TargetArch> archs,
                                  const LinkCache &cache, unsigned jobs,
-                                 OnCacheMiss on_miss = OnCacheMiss::link);
+                                 OnCacheMiss on_miss = OnCacheMiss::link,
+                                 const LinkProgress &progress = {});
 
 // Stores the cubins and link records of `links` (all successful) in the package, under the lock
 // every writer of the package takes, into the package as it is then: records other links stored
@@ -253,6 +262,7 @@ struct LinkOptions {
   bool dry_run = false; // plan and print keys, link nothing, write nothing
   std::optional<std::filesystem::path> save_temps; // inputs, cubin and log per arch
   bool store_in_package = true;
+  LinkProgress progress; // unset: none reported
 };
 
 struct LinkReport {

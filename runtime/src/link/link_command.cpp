@@ -1,6 +1,7 @@
 // cudaq-rt-link's command (link_command.h).
 #include "link/link_command.h"
 
+#include "base/jobserver.h"
 #include "cache/link_cache.h"
 #include "oci/transfer.h"
 #include "package/signatures.h"
@@ -54,6 +55,31 @@ json arch_json(const ArchLink &a) {
   }
   return j;
 }
+
+// The progress line, ninja style: one line on stderr rewritten in place ("[3/12] sm_90 app.o#1"),
+// cleared before anything else is printed. Steps are cut to fit a narrow terminal: a line that
+// wraps could no longer be rewritten.
+class ProgressLine {
+public:
+  explicit ProgressLine(ToolOutput &output) : output_(output) {}
+  void show(size_t done, size_t total, const std::string &step) {
+    std::string text = escape(step);
+    if (text.size() > 60)
+      text = text.substr(0, 57) + "...";
+    output_.err(cat("\r\x1b[K[", done, "/", total, "] ", text));
+    output_.flush();
+    shown_ = true;
+  }
+  void clear() {
+    if (shown_)
+      output_.err("\r\x1b[K");
+    shown_ = false;
+  }
+
+private:
+  ToolOutput &output_;
+  bool shown_ = false;
+};
 
 // --cache-prune and --cache-stats. With --json the results go into `doc`, the one document the
 // caller prints; otherwise they are printed here.
@@ -200,6 +226,7 @@ Expected<LinkCommand> make_link_command(LinkArgs args) {
   c.cache_stats = args.cache_stats;
   c.push = std::move(args.push);
   c.json = args.json;
+  c.progress = args.progress;
   if (args.prune) {
     c.prune = parse_cache_size(*args.prune);
     if (!c.prune)
@@ -277,7 +304,21 @@ int run_link_command(const LinkCommand &c, ToolOutput &output) {
     return rc;
   }
 
-  auto report = link_package(c.link, *cache);
+  LinkOptions link = c.link;
+  ProgressLine line(output);
+  if (c.progress)
+    link.progress = [&line](size_t done, size_t total, const std::string &step) {
+      line.show(done, total, step);
+    };
+  auto report = link_package(link, *cache);
+  line.clear();
+  if (c.link.settings.verbose) {
+    std::string why;
+    if (Jobserver *js = process_jobserver(&why))
+      output.note(cat("make's jobserver (MAKEFLAGS): at most ", js->peak(), " jobs at once"));
+    else if (!why.empty())
+      output.note(why);
+  }
   if (!report)
     return output.fail(report.error());
   print_diagnostics(c, *report, output);

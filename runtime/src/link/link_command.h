@@ -25,6 +25,7 @@ struct LinkArgs {
   std::optional<std::string> oci_push; // --push REF
   bool cache_stats = false;
   bool json = false;
+  bool progress = false; // the progress line: stderr is a terminal, no NO_COLOR, no --quiet
 };
 
 struct LinkCommand {
@@ -37,6 +38,7 @@ struct LinkCommand {
   bool sign_only = false;              // --sign and no --arch: sign the package as it is
   std::optional<RegistryRef> oci_push; // --push: after the link (or the signing, or alone)
   bool push_only = false;              // --push and no --arch: push the package as it is
+  bool progress = false;               // a line on stderr, rewritten as the link goes
 };
 
 // The first refusal is the error; its message is the whole usage line ("no package given",
