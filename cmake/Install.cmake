@@ -14,10 +14,11 @@
 #   lib/pkgconfig/cudaq-rt.pc         for projects without CMake (the C API)
 #   share/man/man{1,5,7}/             the man pages
 #
-# The runtime library is built STATIC and the tools link it so, LLVM libObject included: they
-# need no libLLVM at run time. Installed for other projects, a static library would hand them
-# LLVM's, nvJitLink's, libcrypto's and libcurl's link lines too (a find_dependency(OpenSSL) and
-# (CURL) in the config), so the installed one is SHARED, made from the same objects: LLVM goes
+# The runtime library is built STATIC, for the tests and benchmarks, and SHARED from the same
+# objects: libcudaq_rt.so, which the tools link (one copy of the runtime and of LLVM in an
+# install, not one per tool) and other projects use. A static library would hand those LLVM's,
+# nvJitLink's, libcrypto's and libcurl's link lines too (a find_dependency(OpenSSL) and (CURL) in
+# the config). Into the shared one LLVM goes
 # into it statically with its symbols hidden (--exclude-libs), nvJitLink and NVRTC stay shared
 # dependencies, found through the RUNPATH of the toolkit the build used, and libcrypto (OpenSSL 3)
 # and libcurl (the remote link cache) ones found in the system's library path; the config needs
@@ -63,10 +64,12 @@ set_target_properties(cudaq_rt_shared PROPERTIES
   INSTALL_RPATH_USE_LINK_PATH ON)
 add_library(cudaq-rt::runtime ALIAS cudaq_rt_shared)
 
-# Installed tools keep the toolkit's directory in their RUNPATH for libnvJitLink, as in the build.
-set_target_properties(cudaq-rt-pack PROPERTIES EXPORT_NAME pack INSTALL_RPATH_USE_LINK_PATH ON)
-set_target_properties(cudaq-rt-link PROPERTIES EXPORT_NAME link INSTALL_RPATH_USE_LINK_PATH ON)
-set_target_properties(cudaq-rt-run PROPERTIES EXPORT_NAME run INSTALL_RPATH_USE_LINK_PATH ON)
+# Installed tools find libcudaq_rt.so beside them (bin/../LIBDIR), which finds libnvJitLink
+# through its own RUNPATH.
+foreach(tool pack link run)
+  set_target_properties(cudaq-rt-${tool} PROPERTIES EXPORT_NAME ${tool}
+    INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}" INSTALL_RPATH_USE_LINK_PATH ON)
+endforeach()
 set_target_properties(cudaq_rt_device_headers PROPERTIES EXPORT_NAME headers)
 
 set(CUDAQ_RT_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/cudaq-rt")

@@ -2,7 +2,8 @@
 # Copies what the GPU tests and benchmarks need from a build tree into a bundle (stripped of debug
 # info) that can travel to a GPU machine which has no LLVM or toolchain of ours:
 #   gpu-bundle.sh BUILD_DIR OUT_DIR
-# Layout: bin/, lib/cudaq-rt/bridges/, lib/libcudaq_rt_nvjitlink.so, examples/, tests/gpu/, bench/
+# Layout: bin/, lib/libcudaq_rt.so.0, lib/cudaq-rt/bridges/, lib/libcudaq_rt_nvjitlink.so,
+# examples/, tests/gpu/, bench/
 # and bench/jit_start/ (as in the build tree), so that bench/loopback_rtt.sh,
 # bench/jit_start/jit_start.sh and scripts/gpu-tests.sh take the bundle for a build directory.
 set -euo pipefail
@@ -28,6 +29,9 @@ for f in loopback_rtt libcudaq_rt_bench_kernels.a udp_echo udp_rtt_client; do
   copy "$build/bench/$f" "$out/bench/$f"
 done
 copy "$build/lib/libcudaq_rt_nvjitlink.so" "$out/lib/libcudaq_rt_nvjitlink.so"
+# The runtime library the tools link (they find it as bin/../lib), under its soname only: a
+# copy, not a link, so that the bundle travels as plain files.
+copy "$(readlink -f "$build/lib/libcudaq_rt.so.0")" "$out/lib/libcudaq_rt.so.0"
 mkdir -p "$out/bench/jit_start"
 copy "$build/bench/jit_start/jit_start_app" "$out/bench/jit_start/jit_start_app"
 cp "$(dirname "$0")/../bench/jit_start/jit_start.sh" "$out/bench/jit_start/"

@@ -76,6 +76,22 @@ class CMakePackage(unittest.TestCase):
         self.assertTrue(glob.glob(os.path.join(p, "lib*/libcudaq_rt.so")))
         self.assertTrue(glob.glob(os.path.join(p, "lib*/cmake/cudaq-rt/cudaq-rtConfig.cmake")))
 
+    def test_1b_stripped_install_is_lean(self):
+        """`cmake --install --strip`: the tools share libcudaq_rt.so (LLVM inside it once), so
+        the whole install stays under 25 MiB; its tools run from there."""
+        lean = os.path.join(self.tmp, "lean")
+        check([CMAKE, "--install", BUILD_DIR, "--prefix", lean, "--strip"])
+        total = sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(lean)
+                    for f in files if not os.path.islink(os.path.join(d, f)))
+        print(f"stripped install: {total / 2**20:.1f} MiB")
+        self.assertLess(total, 25 * 2**20)
+        for tool in ("cudaq-rt-pack", "cudaq-rt-link", "cudaq-rt-run"):
+            exe = os.path.join(lean, "bin", tool)
+            self.assertLess(os.path.getsize(exe), 2 * 2**20, tool)  # no runtime of its own
+            self.assertRegex(check([exe, "--version"]), rf"^{tool} \d+\.\d+\.\d+ ")
+        listing = check([os.path.join(lean, "bin", "cudaq-rt-pack"), "--list", self.package])
+        self.assertIn("negate_i32", listing)
+
     def test_2_package(self):
         self.assertIn("Packing outside_app into outside.cudaqpkg", self.first_build)
         m = self.manifest()
