@@ -51,6 +51,16 @@ if(NOT CURL_FOUND)
                       "(scripts/setup.sh does)")
 endif()
 
+# libzstd: link cache entries are stored compressed (cache_entry.cpp).
+find_path(CUDAQ_RT_ZSTD_INCLUDE_DIR zstd.h)
+find_library(CUDAQ_RT_ZSTD_LIBRARY zstd)
+if(NOT CUDAQ_RT_ZSTD_INCLUDE_DIR OR NOT CUDAQ_RT_ZSTD_LIBRARY)
+  message(FATAL_ERROR "libzstd not found: apt-get install libzstd-dev (scripts/setup.sh does)")
+endif()
+add_library(cudaq_rt_zstd INTERFACE)
+target_include_directories(cudaq_rt_zstd SYSTEM INTERFACE ${CUDAQ_RT_ZSTD_INCLUDE_DIR})
+target_link_libraries(cudaq_rt_zstd INTERFACE ${CUDAQ_RT_ZSTD_LIBRARY})
+
 # LLVM libObject, linked statically so the tools need no libLLVM at run time.
 find_package(LLVM 14 CONFIG REQUIRED HINTS /usr/lib/llvm-14/lib/cmake/llvm)
 llvm_map_components_to_libnames(CUDAQ_RT_LLVM_LIBS object)

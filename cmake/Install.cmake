@@ -43,7 +43,7 @@ target_include_directories(cudaq_rt_shared PUBLIC
 target_compile_features(cudaq_rt_shared PUBLIC cxx_std_20)
 target_link_libraries(cudaq_rt_shared
   PUBLIC cudaq_rt_device_headers nlohmann_json::nlohmann_json ${CMAKE_DL_LIBS}
-  PRIVATE cudaq_rt_llvm CUDA::nvJitLink CUDA::nvrtc OpenSSL::Crypto CURL::libcurl)
+  PRIVATE cudaq_rt_llvm CUDA::nvJitLink CUDA::nvrtc OpenSSL::Crypto CURL::libcurl cudaq_rt_zstd)
 # --exclude-libs hides what comes from LLVM's archives; the version script hides the LLVM
 # template instances our own objects hold (llvm::Expected<...>), so that neither can bind to, or be
 # bound by, another LLVM in the same process.

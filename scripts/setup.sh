@@ -6,7 +6,7 @@ set -euo pipefail
 
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 packages=(cmake ninja-build g++ libcli11-dev nlohmann-json3-dev doctest-dev llvm-14-dev libssl-dev
-          libcurl4-openssl-dev mandoc python3 python3-jsonschema clang-format binutils file zstd nginx
+          libcurl4-openssl-dev libzstd-dev mandoc python3 python3-jsonschema clang-format binutils file zstd nginx
           openssl docker-registry skopeo apache2-utils make pkg-config)
 
 sudo_=""

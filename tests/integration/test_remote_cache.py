@@ -33,25 +33,36 @@ def write(path, data):
 
 
 def entry_cubin(data, key):
-    """The cubin's digest from a whole, self-consistent entry file for `key`, else None."""
+    """The cubin's digest from a whole, self-consistent entry file for `key`, else None. Format 2
+    holds the cubin as a zstd frame, read back here by the zstd command-line tool; format 1 as
+    it is."""
     if len(data) < 128 or data[:8] != b"CQRTLNK\0" or data[16:48].hex() != key.split(":")[-1]:
         return None
+    version = int.from_bytes(data[8:12], "little")
     m, c = int.from_bytes(data[48:56], "little"), int.from_bytes(data[56:64], "little")
-    signatures = int.from_bytes(data[12:16], "little")  # 96 bytes each, after the cubin
-    cubin = data[128 + m:128 + m + c]
-    if len(data) != 128 + m + c + signatures or hashlib.sha256(cubin).digest() != data[64:96]:
+    signatures = int.from_bytes(data[12:16], "little")  # 96 bytes each, after the payload
+    payload = data[128 + m:128 + m + c]
+    if len(data) != 128 + m + c + signatures or version not in (1, 2):
+        return None
+    cubin = payload
+    if version == 2:
+        r = subprocess.run(["zstd", "-d", "-c", "-q"], input=payload, capture_output=True)
+        if r.returncode != 0:
+            return None
+        cubin = r.stdout
+    if hashlib.sha256(cubin).digest() != data[64:96]:
         return None
     return "sha256:" + hashlib.sha256(cubin).hexdigest()
 
 
 def reencoded(data, key):
-    """The entry file `data` (of any key) made over for `key`: the same metadata and cubin, every
-    field and digest consistent, as a writer who knows the format would make it."""
+    """The entry file `data` (of any key) made over for `key`: the same metadata and payload,
+    every field and digest consistent, as a writer who knows the format would make it."""
     m, c = int.from_bytes(data[48:56], "little"), int.from_bytes(data[56:64], "little")
-    metadata, cubin = data[128:128 + m], data[128 + m:128 + m + c]
+    metadata, payload = data[128:128 + m], data[128 + m:128 + m + c]
     head = (b"CQRTLNK\0" + data[8:16] + bytes.fromhex(key.split(":")[-1]) + data[48:64] +
-            hashlib.sha256(cubin).digest())
-    return head + hashlib.sha256(head + metadata).digest() + metadata + cubin
+            data[64:96])
+    return head + hashlib.sha256(head + metadata).digest() + metadata + payload
 
 
 def free_port():

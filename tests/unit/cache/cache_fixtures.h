@@ -45,10 +45,15 @@ inline LinkKey key_for(int i, std::vector<std::string> options = {"-arch=sm_90",
   return LinkKey::make(arch("sm_90"), options, fake_nvjitlink(), {input(i), input(i + 1000)});
 }
 
+// Bytes that do not compress (an LCG's high bits), so that an entry's size on disk is its
+// cubin's plus the header: the tests of the cache's bounds count on it.
 inline std::vector<uint8_t> cubin_for(int i, size_t size = 1000) {
   std::vector<uint8_t> out(size);
-  for (size_t j = 0; j < size; ++j)
-    out[j] = static_cast<uint8_t>(i * 31 + j * 7);
+  uint64_t x = 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(i + 1);
+  for (size_t j = 0; j < size; ++j) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    out[j] = static_cast<uint8_t>(x >> 56);
+  }
   return out;
 }
 

@@ -6,9 +6,13 @@
 #include "scratch_dir.h"
 #include "signing_keys.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
+#include <span>
 
 using namespace cudaq_rt;
 using namespace cache_fixtures;
@@ -25,7 +29,21 @@ uint64_t le_at(const std::vector<uint8_t> &b, size_t at, int n) {
 
 } // namespace
 
-TEST_CASE("an entry's header is laid out as cache_entry.cpp says") {
+// The cubin as the zstd command-line tool (an independent decoder) reads a payload back.
+static std::vector<uint8_t> unzstd(const fs::path &dir, std::span<const uint8_t> payload) {
+  const fs::path in = dir / "payload.zst", out = dir / "payload";
+  {
+    std::ofstream f(in, std::ios::binary);
+    f.write(reinterpret_cast<const char *>(payload.data()), payload.size());
+  }
+  REQUIRE(std::system(("zstd -q -d -f -o '" + out.string() + "' '" + in.string() + "'").c_str()) ==
+          0);
+  std::ifstream f(out, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), {}};
+}
+
+TEST_CASE("an entry's header is laid out as cache_entry.cpp says, the cubin one zstd frame") {
+  ScratchDir tmp;
   Digest key = sha256(std::string_view("key"));
   LinkMetadata md;
   md.arch = "sm_90";
@@ -34,22 +52,86 @@ TEST_CASE("an entry's header is laid out as cache_entry.cpp says") {
       "{\"arch\":\"sm_90\",\"created\":0,\"info_log\":\"\",\"inputs\":[],"
       "\"link_time_ms\":0.0,\"nvjitlink_version\":\"13.0\",\"options\":[]}";
   CHECK(md.to_json().dump() == metadata);
-  std::vector<uint8_t> cubin = {0xde, 0xad, 0xbe, 0xef, 0x01};
+  std::vector<uint8_t> cubin(20000);
+  for (size_t i = 0; i < cubin.size(); ++i) // compressible, as code is
+    cubin[i] = static_cast<uint8_t>((i % 97) * 3);
   std::vector<uint8_t> b = encode_cache_entry(key, cubin, md);
-  REQUIRE(b.size() == 128 + metadata.size() + cubin.size());
+  const uint64_t payload = le_at(b, 56, 8);
+  REQUIRE(b.size() == 128 + metadata.size() + payload);
+  CHECK(payload < cubin.size() / 4);
   CHECK(std::string(b.begin(), b.begin() + 8) == std::string("CQRTLNK\0", 8));
-  CHECK(le_at(b, 8, 4) == 1);  // entry format version
+  CHECK(le_at(b, 8, 4) == 2);  // entry format version
   CHECK(le_at(b, 12, 4) == 0); // no signatures
   CHECK(std::memcmp(b.data() + 16, key.bytes.data(), 32) == 0);
   CHECK(le_at(b, 48, 8) == metadata.size());
-  CHECK(le_at(b, 56, 8) == cubin.size());
-  CHECK(std::memcmp(b.data() + 64, sha256(cubin).bytes.data(), 32) == 0);
+  CHECK(std::memcmp(b.data() + 64, sha256(cubin).bytes.data(), 32) == 0); // of the cubin itself
   Sha256 h;
   h.update(std::span<const uint8_t>(b.data(), 96));
   h.update(metadata);
   CHECK(std::memcmp(b.data() + 96, h.finish().bytes.data(), 32) == 0);
   CHECK(std::string(b.begin() + 128, b.begin() + 128 + metadata.size()) == metadata);
-  CHECK(std::vector<uint8_t>(b.end() - cubin.size(), b.end()) == cubin);
+  CHECK(unzstd(tmp.path, std::span(b).subspan(128 + metadata.size())) == cubin);
+  auto back =
+      decode_cache_entry(std::string_view(reinterpret_cast<const char *>(b.data()), b.size()), key);
+  REQUIRE(back);
+  CHECK(back->cubin == cubin);
+}
+
+TEST_CASE("an entry of format 1 (the cubin uncompressed) is still read, and checked") {
+  Digest key = sha256(std::string_view("old"));
+  const std::string metadata =
+      "{\"arch\":\"sm_80\",\"created\":0,\"info_log\":\"\",\"inputs\":[],"
+      "\"link_time_ms\":1.5,\"nvjitlink_version\":\"13.0\",\"options\":[]}";
+  const std::vector<uint8_t> cubin = {0x7f, 'E', 'L', 'F', 1, 2, 3};
+  // Written from the layout alone, as the version before compression wrote it.
+  std::vector<uint8_t> b(128);
+  auto put = [&](size_t at, uint64_t v, int n) {
+    for (int i = 0; i < n; ++i)
+      b[at + i] = static_cast<uint8_t>(v >> (8 * i));
+  };
+  std::memcpy(b.data(), "CQRTLNK\0", 8);
+  put(8, 1, 4);
+  put(12, 0, 4);
+  std::memcpy(b.data() + 16, key.bytes.data(), 32);
+  put(48, metadata.size(), 8);
+  put(56, cubin.size(), 8);
+  std::memcpy(b.data() + 64, sha256(cubin).bytes.data(), 32);
+  Sha256 h;
+  h.update(std::span<const uint8_t>(b.data(), 96));
+  h.update(metadata);
+  std::memcpy(b.data() + 96, h.finish().bytes.data(), 32);
+  b.insert(b.end(), metadata.begin(), metadata.end());
+  b.insert(b.end(), cubin.begin(), cubin.end());
+  auto as_file = [](const std::vector<uint8_t> &v) {
+    return std::string_view(reinterpret_cast<const char *>(v.data()), v.size());
+  };
+  auto entry = decode_cache_entry(as_file(b), key);
+  REQUIRE(entry);
+  CHECK(entry->cubin == cubin);
+  CHECK(entry->metadata.link_time_ms == 1.5);
+  b.back() ^= 1; // the cubin's digest still guards it
+  CHECK_FALSE(decode_cache_entry(as_file(b), key));
+}
+
+TEST_CASE("a zstd payload that is not one whole frame of the cubin is a miss") {
+  Digest key = sha256(std::string_view("frame"));
+  LinkMetadata md;
+  md.arch = "sm_90";
+  std::vector<uint8_t> cubin(5000, 0x42);
+  const std::vector<uint8_t> good = encode_cache_entry(key, cubin, md);
+  const size_t payload_at = good.size() - le_at(good, 56, 8);
+  auto decodes = [&](std::vector<uint8_t> b) {
+    return decode_cache_entry(std::string_view(reinterpret_cast<const char *>(b.data()), b.size()),
+                              key)
+        .has_value();
+  };
+  CHECK(decodes(good));
+  std::vector<uint8_t> flipped = good;
+  flipped[payload_at + 5] ^= 0x10; // the frame's content size: another size than the cubin's
+  CHECK_FALSE(decodes(flipped));
+  std::vector<uint8_t> body = good;
+  body[body.size() - 2] ^= 0x01; // inside the compressed block or its checksum
+  CHECK_FALSE(decodes(body));
 }
 
 TEST_CASE("metadata keeps the form a key names, and refuses what it cannot read") {
@@ -146,12 +228,12 @@ TEST_CASE("a corrupt entry is a miss and is removed") {
       {"flipped cubin digest", flip(64)},
       {"flipped header digest", flip(127)},
       {"flipped metadata byte", flip(140)},
-      {"flipped first cubin byte",
+      {"flipped payload byte",
        [](std::string s, auto &) {
          s[s.size() - 1000] ^= 1;
          return s;
        }},
-      {"flipped last cubin byte",
+      {"flipped last payload byte",
        [](std::string s, auto &) {
          s.back() ^= 0x80;
          return s;
@@ -163,7 +245,8 @@ TEST_CASE("a corrupt entry is a miss and is removed") {
   const std::string other = slurp(cache.entry_path(key_for(99).digest));
   uint64_t corrupt = 0;
   for (const Damage &d : damages) {
-    CAPTURE(d.name);
+    const std::string name = d.name;
+    CAPTURE(name);
     LinkKey key = key_for(1);
     put_ok(cache, 1);
     fs::path path = cache.entry_path(key.digest);
