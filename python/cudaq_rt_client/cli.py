@@ -1,5 +1,9 @@
-"""cudaq-rt-client: call the handlers of a `cudaq-rt-run PKG --serve` server over UDP, send it any
-bytes, or load-test it. Options and exit status as cudaq-rt-run's; see cudaq-rt-client(1)."""
+"""Call the handlers of a `cudaq-rt-run PKG --serve` server over UDP, send it any bytes, or
+load-test it.
+
+The command line of cudaq-rt-client(1): argv parsed and checked whole before anything is sent,
+one library call, its answer printed; every error one line on stderr, exit status as
+cudaq-rt-run's."""
 from __future__ import annotations
 
 import argparse
@@ -29,13 +33,11 @@ SHORTCUTS = {"hex": "hex", "text": "str", "i32": "i32", "u32": "u32", "f32": "f3
 
 
 class UsageError(Exception):
-    pass
+    """Exit status 2: the command line asks for something that cannot be sent."""
 
 
 class Failure(Exception):
-    def __init__(self, message: str, status: int = EXIT_FAILURE) -> None:
-        super().__init__(message)
-        self.status = status
+    """Exit status 1: no answer, an answer that is no response, a network error."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -66,9 +68,10 @@ def _parser() -> _Parser:
                       help="send N requests (--call, else echo) and check every answer")
     what.add_argument("--inflight", metavar="K", type=int,
                       help="--bench: keep up to K requests in flight (default 1)")
+    older = p.add_argument_group("payload options of tools/cudaq-rt-client.py before --arg")
     for option, kind in SHORTCUTS.items():
-        what.add_argument("--" + option, metavar="V", action=_Shortcut, const=kind,
-                          help=f"the same as --arg {kind}:V")
+        older.add_argument("--" + option, metavar="V", action=_Shortcut, const=kind,
+                           help=f"the same as --arg {kind}:V")
     out = p.add_argument_group("output")
     out.add_argument("--result", metavar="TYPE",
                      help="how to print the result: hex (default), str, raw, i8 ... f64")
@@ -233,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             status, doc["error"] = EXIT_USAGE, str(e)
         except Failure as e:
             _error(str(e))
-            status, doc["error"] = e.status, str(e)
+            status, doc["error"] = EXIT_FAILURE, str(e)
         except KeyboardInterrupt:
             _error("interrupted")
             return 130

@@ -69,9 +69,10 @@ class Response(NamedTuple):
 
 
 def function_id(name: str) -> int:
-    """FNV-1a, 32 bits, of a handler's exported name (its UTF-8 bytes)."""
+    """FNV-1a, 32 bits, of a handler's exported name (its UTF-8 bytes; a name from the command
+    line that is not UTF-8, its bytes as given)."""
     h = _FNV1A_OFFSET
-    for b in name.encode():
+    for b in name.encode("utf-8", "surrogateescape"):
         h = ((h ^ b) * _FNV1A_PRIME) & _U32
     return h
 
