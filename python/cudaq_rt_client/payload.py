@@ -9,7 +9,8 @@ numbers are little-endian. An argument is one of:
                  sign ('-' for the signed types only), and a value is a number, not a bit pattern:
                  i8:0xff is out of range. Floats are decimal as strtod reads them in the C locale
                  (no hex floats), read whole; inf, -inf and nan are accepted; a value too large for
-                 the type, or so small that it rounds to zero, is out of range (subnormals are kept).
+                 the type, or so small that it rounds to zero, is out of range (subnormals are
+                 kept).
   hex:HEX        raw bytes, an even number of hex digits, either case.
   str:TEXT       the bytes of TEXT (UTF-8), no NUL added.
   @PATH          the bytes of a regular file, no larger than the room left in the payload.

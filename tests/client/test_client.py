@@ -165,7 +165,8 @@ class WireTest(unittest.TestCase):
         good = crc.response(0, b"abcd", 3)
         cases = [
             (good[:23], "a response of 23 bytes is shorter than its 24-byte header"),
-            (struct.pack("<I", 0x43555152) + good[4:], "response has magic 0x43555152, not 0x43555153 ('CUQS')"),
+            (struct.pack("<I", 0x43555152) + good[4:],
+             "response has magic 0x43555152, not 0x43555153 ('CUQS')"),
             (good[:-1], "response claims 4 result bytes but 3 follow its header"),
             (good + b"!", "response claims 4 result bytes but 5 follow its header"),
             (struct.pack("<IiIIQ", 0x43555153, -2, 1, 3, 0) + b"x",
@@ -559,7 +560,8 @@ class CommandTest(ServerCase):
             (["--bench", "x"], "argument --bench: invalid int value: 'x'"),
             (["--bench", "5", "--inflight", "0"], "--inflight: must be at least 1"),
             (["--call", "echo", "--inflight", "2"], "--inflight needs --bench"),
-            (["--bench", "5", "--result", "i32"], "--result goes with --call or --raw, not --bench"),
+            (["--bench", "5", "--result", "i32"],
+             "--result goes with --call or --raw, not --bench"),
             (["--call", "echo", "--timeout", "0"], "--timeout: must be more than 0 seconds"),
             (["--call", "echo", "--timeout", "nan"], "--timeout: must be more than 0 seconds"),
             (["--call", "echo", "--timeout", "inf"], "--timeout: must be at most 1000000 seconds"),

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """GPU tests of serving over UDP: `cudaq-rt-run PKG --serve` with the udp bridge, driven by the
-reference client (python/cudaq_rt_client, run as tools/cudaq-rt-client.py). Exits 77 (ctest: SKIPPED) at once where there is no
-GPU; the two-GPU test skips where there is one GPU.
+reference client (python/cudaq_rt_client; its command, tools/cudaq-rt-client.py). Exits 77
+(ctest: SKIPPED) at once where there is no GPU; the two-GPU test skips where there is one GPU.
 
 Environment (set by ctest): CUDAQ_RT_PACK, CUDAQ_RT_LINK, CUDAQ_RT_RUN (the tools),
 CUDAQ_RT_EXAMPLE_APP, CUDAQ_RT_FAULT_APP (the applications), CUDAQ_RT_BRIDGE_PATH (the bridges' directory),
