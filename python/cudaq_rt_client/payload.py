@@ -17,20 +17,19 @@ numbers are little-endian. An argument is one of:
 
 A result prints as an array of a numeric TYPE (its size must be a whole number of elements), as
 hex (lowercase), str (printable ASCII as is, '\\\\' for a backslash, '\\xNN' for any other byte) or
-raw (the bytes unchanged). Floats print in the shortest form that reads back to the same value,
-as C++'s std::to_chars writes it.
+raw (the bytes unchanged). Floats are read and written as C++'s std::from_chars and
+std::to_chars do (floats.py).
 """
 from __future__ import annotations
 
-import math
 import os
 import re
 import stat
 import struct
 from dataclasses import dataclass
-from decimal import Decimal
-from fractions import Fraction
 from typing import Iterable
+
+from .floats import from_chars, to_chars
 
 # The most payload bytes one UDP datagram over IPv4 carries after the 24-byte header.
 MAX_PAYLOAD = 65507 - 24
@@ -116,10 +115,6 @@ def _text_bytes(text: str) -> bytes:
 # with at least one character after it, hex digits.
 _DECIMAL = re.compile(r"[0-9]+")
 _HEX = re.compile(r"[0-9a-fA-F]+")
-# What std::from_chars reads as a float (chars_format::general) after an optional '+'.
-_FLOAT = re.compile(r"-?(?:(?P<mantissa>[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
-                    r"|(?P<inf>inf(?:inity)?)|(?P<nan>nan(?:\([0-9A-Za-z_]*\))?))",
-                    re.IGNORECASE)
 
 
 def _encode_integer(text: str, t: Scalar) -> bytes:
@@ -141,56 +136,17 @@ def _encode_integer(text: str, t: Scalar) -> bytes:
     return struct.pack(t.format, -magnitude if negative else magnitude)
 
 
-def _binary32_scaled(magnitude: Fraction) -> tuple[Fraction, int]:
-    """`magnitude` (> 0) in units of the binary32 quantum at its exponent, and that quantum's
-    exponent: 24 significant bits, subnormals below 2**-126."""
-    exponent = magnitude.numerator.bit_length() - magnitude.denominator.bit_length()
-    if Fraction(2) ** exponent > magnitude:
-        exponent -= 1
-    quantum = max(exponent - 23, -149)
-    return magnitude / Fraction(2) ** quantum, quantum
-
-
-def _round_to_binary32(exact: Fraction) -> float | None:
-    """`exact` rounded to the nearest binary32, ties to even, as a float; None when it overflows."""
-    if exact == 0:
-        return 0.0
-    scaled, quantum = _binary32_scaled(abs(exact))
-    if quantum > 127 - 23:  # 2**128 or more before rounding
-        return None
-    value = math.ldexp(round(scaled), quantum)
-    if value >= 2.0 ** 128:
-        return None
-    return math.copysign(value, exact)
-
-
 def _encode_float(text: str, t: Scalar) -> bytes:
     number = text
+    # from_chars refuses a leading '+'; strtod, whose syntax this follows, takes one.
     if len(number) > 1 and number[0] == "+" and number[1] != "-":
         number = number[1:]
-    m = _FLOAT.fullmatch(number)
-    if not m:
-        raise ValueError(f"{quoted(text)} is not a number (decimal, inf or nan)")
-    negative = number.startswith("-")
-    if m.group("nan"):
-        return struct.pack(t.format, -math.nan if negative else math.nan)
-    if m.group("inf"):
-        return struct.pack(t.format, -math.inf if negative else math.inf)
-    out_of_range = ValueError(f"{text} is out of range for {t.name}")
-    nonzero = any(c in "123456789" for c in m.group("mantissa"))
-    value = float(number)  # correctly rounded to binary64
-    if math.isinf(value) or (nonzero and value == 0.0):
-        raise out_of_range
-    if t.size == 4:
-        exact = Fraction(value)
-        # Rounding the decimal to binary64 and then to binary32 can differ from rounding it once
-        # only where binary64 landed exactly on a tie of binary32: the decimal decides there.
-        if value != 0 and _binary32_scaled(abs(exact))[0].denominator == 2:
-            exact = Fraction(Decimal(number))
-        narrowed = _round_to_binary32(exact)
-        if narrowed is None or (nonzero and narrowed == 0.0):
-            raise out_of_range
-        value = narrowed
+    try:
+        value = from_chars(number, t.size)
+    except ValueError:
+        raise ValueError(f"{quoted(text)} is not a number (decimal, inf or nan)") from None
+    if value is None:
+        raise ValueError(f"{text} is out of range for {t.name}")
     return struct.pack(t.format, value)
 
 
@@ -299,54 +255,6 @@ def parse_result_type(name: str) -> ResultType:
                      "u32, u64, f32, f64, hex, str or raw)")
 
 
-def _shortest_digits(value: float, t: Scalar) -> tuple[str, int]:
-    """The fewest significant digits that read back to `value` (finite, > 0) in type t, the
-    closest to it among those, and the decimal exponent of the first digit."""
-    if t.size == 8:
-        sign, digits, exponent = Decimal(repr(value)).as_tuple()
-        text = "".join(map(str, digits)).rstrip("0") or "0"
-        return text, len(digits) + int(exponent) - 1
-    exact = Fraction(value)
-    for precision in range(1, 10):
-        mantissa, _, exp = f"{value:.{precision - 1}e}".partition("e")
-        first = int(mantissa.replace(".", ""))
-        scale = int(exp) - precision + 1
-        candidates = []
-        for units in (first - 1, first, first + 1):
-            if units <= 0:
-                continue
-            candidate = Fraction(units) * Fraction(10) ** scale
-            if _round_to_binary32(candidate) == value:
-                candidates.append((abs(candidate - exact), units))
-        if candidates:
-            units = min(candidates)[1]
-            text = str(units)
-            return text.rstrip("0") or "0", scale + len(text) - 1
-    raise AssertionError(f"no shortest form of {value!r}")
-
-
-def format_float(value: float, t: Scalar) -> str:
-    """std::to_chars(value) of a float (t f32) or a double (t f64): the shortest digits, written
-    fixed or scientific, whichever is shorter (fixed on a tie)."""
-    if math.isnan(value):
-        return "-nan" if math.copysign(1.0, value) < 0 else "nan"
-    sign = "-" if math.copysign(1.0, value) < 0 else ""
-    if math.isinf(value):
-        return sign + "inf"
-    if value == 0:
-        return sign + "0"
-    digits, exponent = _shortest_digits(abs(value), t)
-    scientific = digits[0] + ("." + digits[1:] if len(digits) > 1 else "") + \
-        f"e{'-' if exponent < 0 else '+'}{abs(exponent):02d}"
-    if exponent < 0:
-        fixed = "0." + "0" * (-exponent - 1) + digits
-    elif len(digits) <= exponent + 1:
-        fixed = digits + "0" * (exponent + 1 - len(digits))
-    else:
-        fixed = digits[:exponent + 1] + "." + digits[exponent + 1:]
-    return sign + (fixed if len(fixed) <= len(scientific) else scientific)
-
-
 def _str_text(result: bytes) -> str:
     out = []
     for b in result:
@@ -374,5 +282,5 @@ def decode_result(kind: ResultType, result: bytes) -> str:
                          f"values ({t.size} bytes each)")
     values = [v for (v,) in struct.iter_unpack(t.format, result)]
     if t.is_float:
-        return ",".join(format_float(v, t) for v in values)
+        return ",".join(to_chars(v, t.size) for v in values)
     return ",".join(str(v) for v in values)

@@ -25,7 +25,7 @@ LAUNCHER = os.path.join(ROOT, "tools", "cudaq-rt-client.py")
 sys.path.insert(0, PYTHON_DIR)
 
 import cudaq_rt_client as crc  # noqa: E402
-from cudaq_rt_client import payload, wire  # noqa: E402
+from cudaq_rt_client import payload  # noqa: E402
 
 
 # --- the peer: wire.h, written again ------------------------------------------------------------
@@ -212,7 +212,7 @@ class PayloadTest(unittest.TestCase):
             "u64:0xffffffffffffffff": "ffffffffffffffff",
             "f32:1.5,-2,+0.25": "0000c03f" "000000c0" "0000803e",
             "f64:0.1": "9a9999999999b93f",
-            "f32:inf,-inf,nan": "0000807f" "000080ff" "0000c07f",
+            "f32:inf,-inf,nan,-NaN": "0000807f" "000080ff" "0000c07f" "0000c0ff",
             "f64:-Infinity": "000000000000f0ff",
             "f32:1e-45": "01000000",  # the smallest subnormal is kept
             "f32:3.4028235e38": "ffff7f7f",
