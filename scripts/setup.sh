@@ -7,9 +7,10 @@ set -euo pipefail
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 packages=(cmake ninja-build g++ libcli11-dev nlohmann-json3-dev doctest-dev llvm-14-dev libssl-dev
           libcurl4-openssl-dev mandoc python3 python3-jsonschema clang-format binutils file zstd nginx
-          openssl docker-registry skopeo apache2-utils
-          python3-venv python3-pip python3-setuptools python3-wheel)
+          openssl docker-registry skopeo apache2-utils)
 
+# client.python pip-installs python/ into a fresh venv, offline.
+packages+=(python3-venv python3-pip python3-setuptools python3-wheel)
 sudo_=""
 if [ "$(id -u)" != 0 ]; then sudo_=sudo; fi
 
