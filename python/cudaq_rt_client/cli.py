@@ -25,6 +25,9 @@ from .wire import ProtocolError, Response, status_name, status_text
 PROG = "cudaq-rt-client"
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_HANDLER_ERROR, EXIT_PROTOCOL_ERROR = 0, 1, 2, 3, 4
 MAX_TIMEOUT_S = 1e6
+# The version of schemas/client.schema.json that --json documents follow: raised when a field
+# changes meaning or goes away (a field added keeps it).
+JSON_FORMAT_VERSION = 1
 
 # The payload options of tools/cudaq-rt-client.py before --arg: each is the --arg of its type, in
 # command-line order with the others.
@@ -227,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as e:
         _error(str(e))
         return EXIT_USAGE
-    doc: dict[str, Any] = {"address": args.address}
+    doc: dict[str, Any] = {"format_version": JSON_FORMAT_VERSION, "address": args.address}
     try:
         try:
             status = _run(args, doc)

@@ -434,8 +434,9 @@ class CommandTest(ServerCase):
                           "--result", "i64", "--json")
         doc = json.loads(r.stdout)
         self.assertEqual(r.returncode, 0)
-        self.assertEqual(set(doc), {"address", "handler", "request_id", "status", "status_name",
-                                    "result_hex", "result", "latency_us", "exit_status"})
+        self.assertEqual(set(doc), {"format_version", "address", "handler", "request_id", "status",
+                                    "status_name", "result_hex", "result", "latency_us",
+                                    "exit_status"})
         self.assertEqual((doc["address"], doc["handler"], doc["status"], doc["status_name"],
                           doc["result_hex"], doc["result"], doc["exit_status"]),
                          (self.server.address, "sum_i32", 0, "ok", "0900000000000000", "9", 0))
@@ -448,6 +449,37 @@ class CommandTest(ServerCase):
         doc = json.loads(r.stdout)
         self.assertEqual((r.returncode, doc["exit_status"], doc["error"]),
                          (2, 2, "argument 'i8:128': 128 is out of range for i8 (-128..127)"))
+
+    def test_json_documents_follow_their_schema(self):
+        try:
+            import jsonschema
+        except ImportError:
+            self.skipTest("no jsonschema module (Debian: python3-jsonschema)")
+        with open(os.path.join(ROOT, "schemas", "client.schema.json")) as f:
+            schema = json.load(f)
+        validator = jsonschema.validators.validator_for(schema)(schema)
+        runs = [
+            ["--call", "echo", "--arg", "str:hi", "--result", "str", "--json"],
+            ["--call", "echo", "--arg", "hex:01", "--result", "i32", "--json"],
+            ["--call", "fail", "--json"],
+            ["--raw", crc.request("echo", b"x", 5).hex(), "--json"],
+            ["--bench", "20", "--inflight", "4", "--json"],
+            ["--bench", "2", "--call", "drop", "--timeout", "0.2", "--json"],
+            ["--call", "drop", "--timeout", "0.2", "--json"],
+            ["--call", "echo", "--arg", "u8:256", "--json"],
+        ]
+        for args in runs:
+            r = run_module(self.server.address, *args)
+            doc = json.loads(r.stdout)
+            self.assertEqual((doc["format_version"], doc["exit_status"]), (1, r.returncode), args)
+            errors = [e.message for e in validator.iter_errors(doc)]
+            self.assertEqual(errors, [], (args, doc))
+        # ...and the schema does refuse what the command must not print.
+        doc["exit_status"] = 0
+        self.assertTrue(list(validator.iter_errors(doc)))
+        doc = json.loads(run_module(self.server.address, *runs[0]).stdout)
+        del doc["status_name"]
+        self.assertTrue(list(validator.iter_errors(doc)))
 
     def test_failures(self):
         self.expect_error(["--call", "drop", "--timeout", "0.2"], 1,
@@ -530,7 +562,7 @@ class CommandTest(ServerCase):
                           "sum_i32", "--arg", "i32:1,2,3", "--json")
         self.assertEqual(r.returncode, 0, r.stderr)
         doc = json.loads(r.stdout)
-        self.assertEqual(set(doc), {"address", "bench", "exit_status"})
+        self.assertEqual(set(doc), {"format_version", "address", "bench", "exit_status"})
         b = doc["bench"]
         self.assertEqual(set(b), {"handler", "payload_bytes", "requests", "inflight", "answered",
                                   "wrong", "lost", "seconds", "requests_per_s", "latency_us"})
