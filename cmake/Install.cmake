@@ -6,6 +6,8 @@
 #   lib/cudaq-rt/bridges/             the bundled bridges: the runtime looks in
 #                                     <executable>/../lib/cudaq-rt/bridges, so this stays "lib"
 #                                     whatever CMAKE_INSTALL_LIBDIR says
+#   lib/cudaq-rt/python/              cudaq_rt_client, the Python package bin/cudaq-rt-client runs:
+#                                     it looks in <script>/../lib/cudaq-rt/python, so "lib" too
 #   include/cudaq_rt/                 the public headers (the C API, the bridge loader) and the
 #                                     device contract; the runtime's internal headers stay in the tree
 #   lib/cmake/cudaq-rt/               cudaq-rtConfig.cmake, its targets, CudaDeviceCode.cmake,
@@ -87,9 +89,12 @@ install(DIRECTORY "${CMAKE_BINARY_DIR}/lib/cudaq-rt/units" DESTINATION lib/cudaq
 # The nvJitLink interposer (man/cudaq-rt-nvjitlink.7): preloaded, or put ahead of the real library
 # on the loader's path; nothing links against it.
 install(TARGETS cudaq_rt_nvjitlink LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-# The reference client of the wire format over UDP (cudaq-rt-run --serve).
+# The reference client of the wire format over UDP (cudaq-rt-run --serve): the launcher, and the
+# package it puts on sys.path (`pip install ./python` installs the same package as a wheel).
 install(PROGRAMS tools/cudaq-rt-client.py DESTINATION ${CMAKE_INSTALL_BINDIR}
         RENAME cudaq-rt-client)
+install(DIRECTORY python/cudaq_rt_client DESTINATION lib/cudaq-rt/python
+        FILES_MATCHING PATTERN "*.py" PATTERN "py.typed" PATTERN "__pycache__" EXCLUDE)
 install(DIRECTORY runtime/include/cudaq_rt libdispatch/include/cudaq_rt
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY schemas/ DESTINATION ${CUDAQ_RT_INSTALL_SCHEMADIR}

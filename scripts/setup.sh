@@ -9,6 +9,8 @@ packages=(cmake ninja-build g++ libcli11-dev nlohmann-json3-dev doctest-dev llvm
           libcurl4-openssl-dev libzstd-dev mandoc python3 python3-jsonschema clang-format binutils file zstd nginx
           openssl docker-registry skopeo apache2-utils make pkg-config)
 
+# client.python pip-installs python/ into a fresh venv, offline.
+packages+=(python3-venv python3-pip python3-setuptools python3-wheel)
 sudo_=""
 if [ "$(id -u)" != 0 ]; then sudo_=sudo; fi
 
@@ -31,6 +33,9 @@ command -v llvm-config-14 >/dev/null || die "llvm-config-14 not found after inst
 # integration.remote_cache serves the remote link cache with nginx's WebDAV PUT.
 /usr/sbin/nginx -V 2>&1 | grep -q http_dav_module || die "nginx has no dav module (integration.remote_cache needs it)"
 /usr/bin/python3 -c 'import jsonschema' || die "python3-jsonschema is not importable by /usr/bin/python3"
+# client.python pip-installs python/ into a venv, offline: it builds the wheel with these.
+/usr/bin/python3 -c 'import setuptools, wheel' \
+  || die "python3-setuptools or python3-wheel is not importable by /usr/bin/python3"
 
 # A pip-wheel CUDA layout keeps libnvvm in lib/, where nvlink's -dlto looks for it in nvvm/lib64/
 # ("elfLink linker library load error" until it is there).

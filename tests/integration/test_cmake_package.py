@@ -71,8 +71,16 @@ class CMakePackage(unittest.TestCase):
         for rel in ["bin/cudaq-rt-pack", "bin/cudaq-rt-link",
                     "lib/cudaq-rt/bridges/libcudaq_rt_bridge_loopback.so",
                     "include/cudaq_rt/exports.h", "include/cudaq_rt/dispatch_framing.cuh",
-                    "include/cudaq_rt/bridge.h", "share/cudaq-rt/schemas/manifest.schema.json"]:
+                    "include/cudaq_rt/bridge.h", "share/cudaq-rt/schemas/manifest.schema.json",
+                    "bin/cudaq-rt-client", "lib/cudaq-rt/python/cudaq_rt_client/__init__.py",
+                    "lib/cudaq-rt/python/cudaq_rt_client/py.typed",
+                    "share/man/man1/cudaq-rt-client.1"]:
             self.assertTrue(os.path.isfile(os.path.join(p, rel)), rel)
+        # The installed client runs its installed package.
+        r = subprocess.run([os.path.join(p, "bin", "cudaq-rt-client"), "--version"],
+                           capture_output=True, text=True, cwd=p, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(r.stdout.startswith("cudaq-rt-client "), r.stdout)
         self.assertTrue(glob.glob(os.path.join(p, "lib*/libcudaq_rt.so")))
         self.assertTrue(glob.glob(os.path.join(p, "lib*/cmake/cudaq-rt/cudaq-rtConfig.cmake")))
 
