@@ -3,6 +3,7 @@
 #include "../common/driver.h"
 
 #include "base/atomic_file.h"
+#include "base/jobserver.h"
 #include "link/link_command.h"
 
 #include <cstdlib>
@@ -15,6 +16,8 @@ namespace {
 constexpr const char *tool = "cudaq-rt-link";
 // The tool; main() adds the check that its output was written.
 int tool_main(int argc, char **argv) {
+  // Before anything opens a descriptor of its own: only then are MAKEFLAGS' numbers make's.
+  take_jobserver_from_environment();
   remove_temporaries_on_signals();
   CLI::App app{"Link a package's dispatch kernel, bridge hooks and handlers into one cubin per GPU "
                "arch with nvJitLink, through a content-addressed link cache.",

@@ -128,15 +128,35 @@ void Jobserver::release() {
   }
 }
 
+namespace {
+
+struct ProcessJobserver {
+  std::once_flag taken;
+  std::optional<Jobserver> js;
+  std::string why;
+};
+
+ProcessJobserver &process_state() {
+  static ProcessJobserver state;
+  return state;
+}
+
+} // namespace
+
+void take_jobserver_from_environment() {
+  ProcessJobserver &p = process_state();
+  std::call_once(p.taken, [&p] {
+    if (const char *flags = std::getenv("MAKEFLAGS"))
+      if (auto js = Jobserver::from_makeflags(flags, &p.why))
+        p.js.emplace(std::move(*js));
+  });
+}
+
 Jobserver *process_jobserver(std::string *why) {
-  static std::string reason;
-  static std::optional<Jobserver> js = [] {
-    const char *flags = std::getenv("MAKEFLAGS");
-    return flags ? Jobserver::from_makeflags(flags, &reason) : std::nullopt;
-  }();
+  ProcessJobserver &p = process_state();
   if (why)
-    *why = reason;
-  return js ? &*js : nullptr;
+    *why = p.why;
+  return p.js ? &*p.js : nullptr;
 }
 
 } // namespace cudaq_rt

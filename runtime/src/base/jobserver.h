@@ -45,8 +45,14 @@ private:
   size_t peak_ = 0;
 };
 
-// The process's jobserver, from $MAKEFLAGS, looked at once; nullptr without one. `why`, set on
-// the first call, says why one named could not be used.
+// Takes the process's jobserver from $MAKEFLAGS: a tool's main() calls it first thing, before it
+// opens a file or a pipe of its own. Only then can descriptors MAKEFLAGS names be make's: a
+// process that did not inherit them (a recipe make does not pass them to) may have opened other
+// files under the same numbers since. A program that only uses the library (the C API, a link
+// at load) never calls it, and so never takes make's tokens or reads a pipe of its own.
+void take_jobserver_from_environment();
+// The jobserver take_jobserver_from_environment() found; nullptr without one, or when it was not
+// called. `why` says why one MAKEFLAGS named could not be used.
 Jobserver *process_jobserver(std::string *why = nullptr);
 
 } // namespace cudaq_rt

@@ -6,6 +6,7 @@
 
 #include "cudaq_rt/error.h"
 
+#include <cstdlib>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -114,4 +115,17 @@ TEST_CASE("a jobserver that cannot be used is none, and says why") {
   REQUIRE(f >= 0);
   CHECK_FALSE(Jobserver::from_makeflags(cat("--jobserver-auth=", f, ",", f), &why));
   ::close(f);
+}
+
+TEST_CASE("the process's jobserver is make's only once a tool's main has taken it") {
+  Pipe make("t");
+  ::setenv("MAKEFLAGS", cat("-j2 --jobserver-auth=", make.r, ",", make.w).c_str(), 1);
+  CHECK(process_jobserver() == nullptr); // a program using the library never reads it
+  take_jobserver_from_environment();
+  Jobserver *js = process_jobserver();
+  REQUIRE(js != nullptr);
+  CHECK(js->acquire([] { return true; }));
+  js->release();
+  CHECK(make.drain() == "t");
+  ::unsetenv("MAKEFLAGS");
 }
