@@ -211,6 +211,49 @@ class RegistryTest(unittest.TestCase):
         self.assertIn("does not match its digest: refused", r.stderr)
         self.assert_nothing_written(out)
 
+    def test_a_blob_declared_huge_is_refused_before_it_is_fetched(self):
+        """An artifact whose config and image manifest say a container is 5 GiB (the registry
+        would stream that much): the pull refuses it from the descriptor, at once, without a GET
+        of the layer, and writes nothing."""
+        import urllib.request
+        reg = self.registry()
+        pkg, _ = self.pack("out", "--push", f"oci://{reg.url}/example:1")
+        huge = 5 << 30
+        config = json.loads(read(os.path.join(pkg, "manifest.json")))
+        victim = config["containers"][0]["digest"]
+        config["containers"][0]["size"] = huge
+        config_bytes = json.dumps(config).encode()
+        image = json.loads(read(os.path.join(pkg, "blobs", "sha256",
+                                             layout_manifest_digest(pkg)[7:])))
+        image["config"].update(digest=sha256(config_bytes), size=len(config_bytes))
+        for layer in image["layers"]:
+            if layer["digest"] == victim:
+                layer["size"] = huge
+        base = f"http://{reg.url}/v2/example"
+        start = urllib.request.Request(base + "/blobs/uploads/", method="POST", data=b"")
+        with urllib.request.urlopen(start) as r:
+            location = r.headers["Location"]
+        if location.startswith("/"):
+            location = f"http://{reg.url}{location}"
+        sep = "&" if "?" in location else "?"
+        put = urllib.request.Request(f"{location}{sep}digest={sha256(config_bytes)}",
+                                     method="PUT", data=config_bytes,
+                                     headers={"Content-Type": "application/octet-stream"})
+        urllib.request.urlopen(put).close()
+        manifest = urllib.request.Request(
+            base + "/manifests/huge", method="PUT", data=json.dumps(image).encode(),
+            headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"})
+        urllib.request.urlopen(manifest).close()
+        mark = len(reg.requests())
+        out = self.t("p")
+        r = run([PACK, "--pull", f"oci://{reg.url}/example:huge", "-o", out], timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertIn(f"blob {victim[:19]} is {huge} bytes by its descriptor, more than a "
+                      "package's blob may be", r.stderr)
+        self.assertNotIn(victim, " ".join(q.path for q in reg.requests("GET", since=mark)))
+        self.assert_nothing_written(out)
+
     def test_registry_down(self):
         """A registry that is not there costs one line, at once, and nothing written."""
         reg = self.registry()

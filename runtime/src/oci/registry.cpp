@@ -445,6 +445,10 @@ Status Registry::put_blob(const Digest &d, std::span<const uint8_t> bytes) {
 }
 
 Expected<std::string> Registry::get_blob(const Digest &d, uint64_t size) {
+  if (size > max_blob_bytes)
+    return make_error("", ref_.name(), ": blob ", d.short_str(), " is ", size,
+                      " bytes by its descriptor, more than a package's blob may be (",
+                      max_blob_bytes, "): refused");
   Request req{"GET", cat(ref_.base_url(), "/blobs/", d.str()), {}, {}, false, size};
   auto r = Exchange(ref_, secret_, token_, traffic_).send(*http_, req);
   if (!r)

@@ -44,7 +44,10 @@ public:
   // Uploads a blob: one PUT up to the reference's chunk size (16 MiB unless #chunk= says),
   // PATCHes of that size beyond; the registry checks the digest at the end.
   Status put_blob(const Digest &d, std::span<const uint8_t> bytes);
-  // The blob's bytes: exactly `size` of them, matching `d`, or an error.
+  // The blob's bytes: exactly `size` of them, matching `d`, or an error. A size beyond
+  // max_blob_bytes is refused before anything is asked: no container or cubin is near it, and a
+  // hostile manifest must not make a client hold gigabytes before the digest check.
+  static constexpr uint64_t max_blob_bytes = uint64_t{1} << 30;
   Expected<std::string> get_blob(const Digest &d, uint64_t size);
   // PUT a manifest under a tag or a digest.
   Status put_manifest(const std::string &reference, const std::string &media_type,
