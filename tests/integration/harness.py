@@ -83,9 +83,37 @@ def make_ed25519_keys(directory, *names):
     return keys
 
 
+def stored_forms(pkg):
+    """The manifest's compressed blobs: {blob digest: (stored digest, stored size)}."""
+    import json
+    with open(os.path.join(pkg, "manifest.json")) as f:
+        m = json.load(f)
+    return {s["digest"]: (s["stored_digest"], s["stored_size"]) for s in m.get("stored", [])}
+
+
+def blob_file(pkg, digest):
+    """The file blob `digest` (sha256:...) is kept in: its zstd frame's, if it is compressed."""
+    stored = stored_forms(pkg).get(digest)
+    name = (stored[0] if stored else digest)[len("sha256:"):]
+    return os.path.join(pkg, "blobs", "sha256", name)
+
+
+def read_blob(pkg, digest):
+    """Blob `digest`'s bytes, decompressed by the zstd tool where the package keeps it
+    compressed, and checked against the digest."""
+    path = blob_file(pkg, digest)
+    if digest in stored_forms(pkg):
+        data = subprocess.run(["zstd", "-dc", path], check=True, stdout=subprocess.PIPE).stdout
+    else:
+        data = read(path)
+    assert sha256(data) == digest, f"{path}: does not hold {digest}"
+    return data
+
+
 def manifest_blobs(pkg):
-    """The blob file names of a package's manifest's own blobs: every file in blobs/sha256 but
-    the OCI layout's (the image manifest index.json names, its config and signature layers)."""
+    """The digests (hex) of the blobs a package's blobs/sha256 holds beyond the OCI layout's own
+    (the image manifest index.json names, its config and signature layers); a compressed blob's
+    file counts as the blob it holds."""
     import json
     root = os.path.join(pkg, "blobs", "sha256")
     names = set(os.listdir(root))
@@ -96,7 +124,8 @@ def manifest_blobs(pkg):
     layout = {image_digest, image["config"]["digest"][len("sha256:"):]}
     layout |= {l["digest"][len("sha256:"):] for l in image["layers"]
                if l["mediaType"] == "application/vnd.cudaq-rt.signature.v1+json"}
-    return sorted(names - layout)
+    own = {stored[len("sha256:"):]: d[len("sha256:"):] for d, (stored, _) in stored_forms(pkg).items()}
+    return sorted(own.get(n, n) for n in names - layout)
 
 
 def check(cmd, **kw):

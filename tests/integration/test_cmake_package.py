@@ -19,7 +19,7 @@ import tempfile
 import time
 import unittest
 
-from harness import NVCC, check, fnv1a32, validate_schema
+from harness import NVCC, blob_file, check, fnv1a32, validate_schema
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD_DIR = os.environ.get("CUDAQ_RT_BUILD_DIR", os.path.join(HERE, "../../build"))
@@ -122,8 +122,7 @@ class CMakePackage(unittest.TestCase):
             self.assertEqual(l["bridge"], "loopback")
         digests = [c["digest"] for c in m["containers"]] + [l["cubin"]["digest"] for l in m["links"]]
         for d in digests:
-            algo, hexd = d.split(":")
-            self.assertTrue(os.path.isfile(os.path.join(self.package, "blobs", algo, hexd)), d)
+            self.assertTrue(os.path.isfile(blob_file(self.package, d)), d)
         # The link cache defaults to the project's build tree.
         self.assertTrue(os.listdir(os.path.join(self.build, "cudaq-rt-cache")))
 

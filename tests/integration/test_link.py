@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import unittest
 
-from harness import (manifest_blobs, DEVICE_FLAGS, HANDLERS, LINK, NVCC, PACK, SCHEMA_PATH, cache_env, check,
+from harness import (blob_file, manifest_blobs, read_blob, DEVICE_FLAGS, HANDLERS, LINK, NVCC, PACK, SCHEMA_PATH, cache_env, check,
                      cubin_info, fnv1a32, ltoir_entry_offsets, read, run, sha256, snapshot,
                      validate_schema)
 
@@ -61,8 +61,7 @@ class LinkTest(unittest.TestCase):
         cls.base_manifest = json.loads(read(os.path.join(cls.base, "manifest.json")))
         # LTO-IR from a newer toolkit and from another major: arith.o's container with the
         # version in its LTO-IR entry header (+0x18 u16 minor, +0x1A u16 major) raised.
-        arith = read(os.path.join(cls.base, "blobs", "sha256",
-                                  cls.base_manifest["containers"][0]["digest"][7:]))
+        arith = read_blob(cls.base, cls.base_manifest["containers"][0]["digest"])
         entries = ltoir_entry_offsets(arith)
         assert len(entries) == 1, entries
         cls.ltoir_version = struct.unpack_from("<HH", arith, entries[0] + 0x18)
@@ -113,7 +112,7 @@ class LinkTest(unittest.TestCase):
         return json.loads(read(os.path.join(pkg, "manifest.json")))
 
     def blob(self, pkg, digest):
-        return read(os.path.join(pkg, "blobs", "sha256", digest[len("sha256:"):]))
+        return read_blob(pkg, digest)
 
     def required_paths(self, schema, node, instance, path=()):
         """Every key the schema marks required that `instance` holds, as a path of keys and list
@@ -288,6 +287,30 @@ class LinkTest(unittest.TestCase):
             self.assertEqual(self.blob(pkg, mine["cubin"]["digest"]),
                              self.blob(self.linked, l["cubin"]["digest"]))
             self.assertEqual(mine["cache_key"], l["cache_key"])
+
+    def test_cubins_are_stored_compressed_unless_no_compress(self):
+        # The default: each cubin one zstd frame under its own digest, several times smaller,
+        # the link record naming the cubin's digest; --no-compress: the cubin as it is, and the
+        # manifest stays format 1 (the example's containers are nvcc-compressed already).
+        pkg, cache = self.fresh()
+        self.link(pkg, "--arch", "sm_90", cache=cache)
+        m = self.manifest(pkg)
+        (l,) = m["links"]
+        self.assertEqual(m["format_version"], 2)
+        (form,) = [s for s in m["stored"] if s["digest"] == l["cubin"]["digest"]]
+        self.assertLess(form["stored_size"] * 3, l["cubin"]["size"])
+        self.assertFalse(os.path.exists(os.path.join(pkg, "blobs", "sha256",
+                                                     l["cubin"]["digest"][7:])))
+        self.assertEqual(len(read_blob(pkg, l["cubin"]["digest"])), l["cubin"]["size"])
+        plain, cache = self.fresh()
+        self.link(plain, "--arch", "sm_90", "--no-compress", cache=cache)
+        m = self.manifest(plain)
+        self.assertEqual(m["format_version"], 1)
+        self.assertNotIn("stored", m)
+        self.assertEqual(m["links"][0]["cubin"], l["cubin"])
+        self.assertEqual(os.path.getsize(os.path.join(plain, "blobs", "sha256",
+                                                      l["cubin"]["digest"][7:])),
+                         l["cubin"]["size"])
 
     def test_second_link_hits_the_cache(self):
         pkg, cache = self.fresh()
@@ -638,8 +661,7 @@ class LinkTest(unittest.TestCase):
 
     def cubin(self, doc, arch):
         a = next(a for a in doc["archs"] if a["arch"] == arch)
-        path = os.path.join(doc["package"], "blobs", "sha256", a["cubin"]["digest"][7:])
-        return read(path)
+        return read_blob(doc["package"], a["cubin"]["digest"])
 
     def test_both_modes_define_the_kernel_and_every_handler(self):
         pkg, cache = self.fresh()
@@ -896,7 +918,7 @@ class LinkTest(unittest.TestCase):
     def test_blob_that_does_not_match_its_digest(self):
         pkg, _ = self.fresh()
         digest = self.base_manifest["containers"][1]["digest"]
-        blob = os.path.join(pkg, "blobs", "sha256", digest[7:])
+        blob = blob_file(pkg, digest)
         data = bytearray(read(blob))
         data[len(data) // 2] ^= 0x40
         os.chmod(blob, 0o644)

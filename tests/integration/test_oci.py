@@ -13,7 +13,7 @@ import shutil
 import tempfile
 import unittest
 
-from harness import EXAMPLE_APP, LINK, PACK, RUN, make_ed25519_keys, read, run, sha256
+from harness import EXAMPLE_APP, LINK, PACK, RUN, make_ed25519_keys, read, run, sha256, stored_forms
 from registry import Registry, registry_available, skopeo, skopeo_available
 
 NAME = "cudaq_rt_example_app"
@@ -462,13 +462,18 @@ class RegistryTest(unittest.TestCase):
 
     def linked_two_archs(self, reg):
         """The example packed, linked for sm_80 and sm_90 and pushed as example:1; returns the
-        package and its link records by arch."""
+        package and, by arch, the layer of its cubin: the zstd frame the package stores it as
+        (what a registry serves), digest and size."""
         pkg, _ = self.pack("out")
         r = run([LINK, pkg, "--arch", "sm_80,sm_90", "--cache-dir", self.t("link-cache"),
                  "--push", f"oci://{reg.url}/example:1"], timeout=TIMEOUT)
         self.assertEqual(r.returncode, 0, r.stderr)
+        stored = stored_forms(pkg)
         with open(os.path.join(pkg, "manifest.json")) as f:
-            links = {l["arch"]: l["cubin"] for l in json.load(f)["links"]}
+            cubins = {l["arch"]: l["cubin"] for l in json.load(f)["links"]}
+        self.assertEqual(set(stored), {c["digest"] for c in cubins.values()})  # all compressed
+        links = {arch: {"digest": stored[c["digest"]][0], "size": stored[c["digest"]][1]}
+                 for arch, c in cubins.items()}
         self.assertEqual(sorted(links), ["sm_80", "sm_90"])
         return pkg, links
 
@@ -635,7 +640,8 @@ class LayoutTest(unittest.TestCase):
             index = json.load(f)
         image = json.loads(read(os.path.join(pkg, "blobs", "sha256",
                                              index["manifests"][0]["digest"][7:])))
-        cubins = [l for l in image["layers"] if l["mediaType"] == "application/vnd.cudaq-rt.cubin.v1"]
+        cubins = [l for l in image["layers"]
+                  if l["mediaType"] == "application/vnd.cudaq-rt.cubin.v1+zstd"]
         self.assertEqual(len(cubins), 1)
         self.assertEqual(cubins[0]["annotations"]["io.cudaq-rt.arch"], "sm_90")
         self.assertEqual(cubins[0]["annotations"]["io.cudaq-rt.dispatcher"], "builtin")

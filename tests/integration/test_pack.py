@@ -11,11 +11,12 @@ import re
 import shutil
 import stat
 import struct
+import subprocess
 import tempfile
 import time
 import unittest
 
-from harness import (manifest_blobs, HANDLERS, INCLUDE, NVCC, PACK, SCHEMA_PATH, check, elf_sections, fnv1a32,
+from harness import (manifest_blobs, read_blob, HANDLERS, INCLUDE, NVCC, PACK, SCHEMA_PATH, check, elf_sections, fnv1a32,
                      read, run, sha256, sha256_file, validate_schema)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -124,9 +125,7 @@ class PackTest(unittest.TestCase):
         blobs = manifest_blobs(pkg)
         self.assertEqual(blobs, sorted(c["digest"][len("sha256:"):] for c in m["containers"]))
         for c in m["containers"]:
-            blob = os.path.join(pkg, "blobs", "sha256", c["digest"][len("sha256:"):])
-            self.assertEqual(sha256_file(blob), c["digest"])
-            self.assertEqual(os.path.getsize(blob), c["size"])
+            self.assertEqual(len(read_blob(pkg, c["digest"])), c["size"])  # checks the digest
         self.assertEqual(sorted(os.listdir(pkg)), ["blobs", "index.json", "manifest.json", "oci-layout"])
         m["_dir"], m["_stderr"] = pkg, r.stderr
         return m
@@ -322,6 +321,46 @@ class PackTest(unittest.TestCase):
                                  sizes(plain)[kind]["payload_size"])
         self.pack_fails([self.path("arith.o"), self.path("arith_nocompress.o")],
                         self.path("arith_nocompress.o"), ["also exported by", "different code"])
+
+    def test_blobs_are_stored_zstd_compressed_where_that_pays(self):
+        # nvcc's own compression leaves little for a second one; its uncompressed container
+        # shrinks, and is kept as one zstd frame under the frame's digest.
+        m = self.pack(self.path("arith_nocompress.o"))
+        (c,) = m["containers"]
+        self.assertEqual(m["format_version"], 2)
+        (s,) = m["stored"]
+        self.assertEqual(s["digest"], c["digest"])
+        self.assertEqual(s["encoding"], "zstd")
+        frame = os.path.join(m["_dir"], "blobs", "sha256", s["stored_digest"][7:])
+        self.assertEqual(sha256_file(frame), s["stored_digest"])
+        self.assertEqual(os.path.getsize(frame), s["stored_size"])
+        self.assertLess(s["stored_size"], c["size"] * 3 // 4)
+        self.assertFalse(os.path.exists(os.path.join(m["_dir"], "blobs", "sha256", c["digest"][7:])))
+        # The zstd tool, an independent decoder, gives the container back.
+        unpacked = subprocess.run(["zstd", "-dc", frame], check=True, stdout=subprocess.PIPE).stdout
+        self.assertEqual(sha256(unpacked), c["digest"])
+        # Its OCI layer is the frame, typed +zstd.
+        with open(os.path.join(m["_dir"], "index.json")) as f:
+            image_digest = json.load(f)["manifests"][0]["digest"]
+        with open(os.path.join(m["_dir"], "blobs", "sha256", image_digest[7:])) as f:
+            layers = json.load(f)["layers"]
+        self.assertEqual([(l["mediaType"], l["digest"], l["size"]) for l in layers],
+                         [("application/vnd.cudaq-rt.container.v1+zstd", s["stored_digest"],
+                           s["stored_size"])])
+        self.assertEqual(layers[0]["annotations"]["io.cudaq-rt.uncompressed-digest"], c["digest"])
+        r = run([PACK, "--list", m["_dir"]])
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        # nvcc's compressed container gains less than a sixteenth: stored as it is.
+        z = self.pack(self.path("arith.o"))
+        self.assertNotIn("stored", z)
+        self.assertEqual(z["format_version"], 1)
+        # --no-compress: every blob as it is, format 1, the same container digest.
+        plain = self.pack("--no-compress", self.path("arith_nocompress.o"))
+        self.assertEqual(plain["format_version"], 1)
+        self.assertNotIn("stored", plain)
+        self.assertEqual(plain["containers"], m["containers"])
+        self.assertEqual(os.path.getsize(os.path.join(plain["_dir"], "blobs", "sha256",
+                                                      c["digest"][7:])), c["size"])
 
     def test_roles_bridge_and_dispatcher(self):
         m = self.pack(self.path("app"), "--bridge", "loop", self.path("bridge.o"),

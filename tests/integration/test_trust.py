@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 import unittest
 
-from harness import (EXAMPLE_APP, LINK, PACK, RUN, cache_env, check, make_ed25519_keys, read, run,
+from harness import (EXAMPLE_APP, LINK, PACK, RUN, cache_env, check, make_ed25519_keys, read, read_blob, run,
                      validate_schema)
 
 OPENSSL = shutil.which("openssl") or "/usr/bin/openssl"
@@ -195,12 +195,14 @@ class TrustTest(unittest.TestCase):
             pkg = self.copy()
             mpath = os.path.join(pkg, "manifest.json")
             m = json.loads(read(mpath))
-            forged = read(os.path.join(pkg, "blobs", "sha256",
-                                       m["links"][0]["cubin"]["digest"].split(":")[1]))
+            old = m["links"][0]["cubin"]["digest"]
+            forged = read_blob(pkg, old)
             forged = forged[:-1] + bytes([forged[-1] ^ 1])
             digest = "sha256:" + hashlib.sha256(forged).hexdigest()
             write(os.path.join(pkg, "blobs", "sha256", digest.split(":")[1]), forged)
             m["links"][0]["cubin"]["digest"] = digest
+            if "stored" in m:  # the forged cubin is stored as it is
+                m["stored"] = [s for s in m["stored"] if s["digest"] != old]
             text = json.dumps(m, indent=2) + "\n"
             write(mpath, text)
             line = self.refusals(pkg, "ci")

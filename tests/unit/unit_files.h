@@ -1,11 +1,13 @@
 // The files a unit test reads whole, writes in one go, or lists: a file's bytes as text and as the
-// span the parsers take, a file written from text, and a directory's names in order.
+// span the parsers take, a file written from text, a command's output, and a directory's names in
+// order.
 #pragma once
 
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -30,6 +32,18 @@ inline std::span<const uint8_t> bytes(const std::string &s) {
 inline std::string write_file(const std::filesystem::path &path, const std::string &text) {
   std::ofstream(path, std::ios::binary) << text;
   return path.string();
+}
+
+// What a shell command writes on stdout; a command that fails fails the test.
+inline std::string command_output(const std::string &command) {
+  FILE *p = ::popen(command.c_str(), "r");
+  REQUIRE(p);
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;)
+    out.append(buf, n);
+  REQUIRE(::pclose(p) == 0);
+  return out;
 }
 
 // The names in a directory, sorted.

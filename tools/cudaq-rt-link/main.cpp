@@ -74,6 +74,10 @@ int tool_main(int argc, char **argv) {
          "--no-store", [&](int64_t) { args.link.store_in_package = false; },
          "Do not record the cubins in the package")
       ->group("Output");
+  app.add_flag(
+         "--no-compress", [&](int64_t) { args.link.compress = false; },
+         "Store the cubins in the package as they are (default: zstd-compressed)")
+      ->group("Output");
   app.add_flag("--no-cache", args.cache.disable, "Neither read nor write the link cache")
       ->group("Cache");
   app.add_option("--cache-dir", args.cache.dir,

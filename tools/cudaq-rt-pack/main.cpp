@@ -182,6 +182,11 @@ int tool_main(int argc, char **argv) {
                "Record each input's absolute path in the manifest (default: its file name, so "
                "that the same inputs pack to the same bytes anywhere)")
       ->group("Output");
+  app.add_flag_function(
+         "--no-compress", [&](int64_t) { opts.compress = false; },
+         "Store every blob as it is (default: zstd-compressed where that saves space), in a "
+         "manifest an older cudaq-rt reads")
+      ->group("Output");
   bool verbose = false;
   app.add_flag("-v,--verbose", verbose,
                "Say what each input contributed, and where the package went")

@@ -25,8 +25,7 @@
 // A cubin compresses about 4x at level 1 (the example's 111,840 bytes for sm_90 to 28,450), which
 // is what a remote cache moves, at a cost of well under a millisecond each way.
 #include "cache/cache_entry.h"
-
-#include <zstd.h>
+#include "base/zstd.h"
 
 #include <cstring>
 #include <ctime>
@@ -40,7 +39,6 @@ namespace {
 constexpr char entry_magic[8] = {'C', 'Q', 'R', 'T', 'L', 'N', 'K', '\0'};
 constexpr uint32_t entry_format_version = 2;
 constexpr uint32_t uncompressed_format_version = 1;
-constexpr int zstd_level = 1;
 // No linked module is near this; a frame that says more is not a cache entry's.
 constexpr uint64_t max_cubin_bytes = uint64_t{1} << 30;
 constexpr size_t header_size = 128;
@@ -97,12 +95,7 @@ std::vector<uint8_t> encode_cache_entry(const Digest &key, std::span<const uint8
                                         const SigningKey *signer) {
   const std::string metadata = link_metadata.to_json().dump();
   const size_t signatures = signer ? signature_record_size : 0;
-  std::vector<uint8_t> payload(ZSTD_compressBound(cubin.size()));
-  const size_t packed =
-      ZSTD_compress(payload.data(), payload.size(), cubin.data(), cubin.size(), zstd_level);
-  if (ZSTD_isError(packed)) // only for a buffer too small, which compressBound rules out
-    throw std::runtime_error(std::string("zstd: ") + ZSTD_getErrorName(packed));
-  payload.resize(packed);
+  const std::string payload = zstd_compress(cubin);
   std::vector<uint8_t> out(header_size + metadata.size() + payload.size() + signatures);
   uint8_t *h = out.data();
   std::memcpy(h, entry_magic, 8);
@@ -152,15 +145,10 @@ std::optional<CacheEntry> decode_cache_entry(std::string_view file, const Digest
   if (version == uncompressed_format_version) {
     cubin.assign(payload, payload + payload_size);
   } else {
-    const unsigned long long size = ZSTD_getFrameContentSize(payload, payload_size);
-    if (size == ZSTD_CONTENTSIZE_ERROR || size == ZSTD_CONTENTSIZE_UNKNOWN ||
-        size > max_cubin_bytes ||
-        ZSTD_findFrameCompressedSize(payload, payload_size) != payload_size)
+    auto unpacked = zstd_decompress({payload, payload_size}, max_cubin_bytes, "");
+    if (!unpacked)
       return std::nullopt;
-    cubin.resize(size);
-    const size_t got = ZSTD_decompress(cubin.data(), cubin.size(), payload, payload_size);
-    if (ZSTD_isError(got) || got != size)
-      return std::nullopt;
+    cubin.assign(unpacked->begin(), unpacked->end());
   }
   Digest cubin_digest = sha256(cubin);
   if (std::memcmp(h + 64, cubin_digest.bytes.data(), 32) != 0)

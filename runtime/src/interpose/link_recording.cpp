@@ -31,7 +31,7 @@ Status write_recording(const fs::path &dir, const LinkRecipe &recipe,
   fs::create_directories(dir, ec);
   if (ec)
     return make_error(dir.string(), "cannot create the recording directory: ", ec.message());
-  auto writer = PackageWriter::create(final_dir);
+  auto writer = PackageWriter::create(final_dir, BlobEncoding::zstd);
   if (!writer)
     return std::move(writer).take_error();
   Manifest m;

@@ -662,7 +662,8 @@ std::vector<ArchLink> link_archs(const LinkPlan &plan, std::span<const TargetArc
 }
 
 Status store_links(const fs::path &package_path, const LinkPlan &plan,
-                   std::span<const ArchLink> links, const TrustPolicy &trust) {
+                   std::span<const ArchLink> links, const TrustPolicy &trust,
+                   BlobEncoding encoding) {
   const fs::path package = absolute_normal_path(package_path);
   auto lock = PackageLock::acquire(package);
   if (!lock)
@@ -677,7 +678,7 @@ Status store_links(const fs::path &package_path, const LinkPlan &plan,
     return make_error(plan.subject, "the package was replaced while it was being linked (by "
                                     "cudaq-rt-pack --force?): link it again");
   Manifest next_m = current->manifest();
-  auto writer = PackageWriter::create(package);
+  auto writer = PackageWriter::create(package, encoding);
   if (!writer)
     return std::move(writer).take_error();
   for (NewContainer nc : plan.new_containers) {
@@ -793,7 +794,9 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
         return std::move(st).take_error();
   if (!report.ok() || !opt.store_in_package)
     return report;
-  if (auto st = store_links(opt.package, *plan, report.archs, cache.trust()); !st)
+  if (auto st = store_links(opt.package, *plan, report.archs, cache.trust(),
+                            opt.compress ? BlobEncoding::zstd : BlobEncoding::identity);
+      !st)
     return std::move(st).take_error();
   if (const SigningKey *signer = cache.trust().signer.get())
     report.signed_by = signer->id();

@@ -251,8 +251,10 @@ std::vector<ArchLink> link_archs(const LinkPlan &plan, std::span<const TargetArc
 // when verified), and the trust's signer, when there is one, signs the new manifest, replacing
 // its own. With trusted keys, the package as it is under the lock must verify too: a package
 // replaced meanwhile is not signed on its replacer's behalf.
+// New blobs (cubins, containers a link adds) are stored with `encoding` (package.h).
 Status store_links(const std::filesystem::path &package, const LinkPlan &plan,
-                   std::span<const ArchLink> links, const TrustPolicy &trust = {});
+                   std::span<const ArchLink> links, const TrustPolicy &trust = {},
+                   BlobEncoding encoding = BlobEncoding::zstd);
 
 struct LinkOptions {
   std::filesystem::path package;
@@ -262,6 +264,7 @@ struct LinkOptions {
   bool dry_run = false; // plan and print keys, link nothing, write nothing
   std::optional<std::filesystem::path> save_temps; // inputs, cubin and log per arch
   bool store_in_package = true;
+  bool compress = true;  // store new cubins zstd-compressed (--no-compress: as they are)
   LinkProgress progress; // unset: none reported
 };
 

@@ -128,7 +128,9 @@ Expected<LinkReport> link_recording(const Package &pkg, const LinkOptions &opt,
   LinkPlan plan;
   plan.subject = opt.package.string();
   plan.packed = packed_code(pkg.manifest());
-  if (auto st = store_links(opt.package, plan, report.archs, cache.trust()); !st)
+  if (auto st = store_links(opt.package, plan, report.archs, cache.trust(),
+                            opt.compress ? BlobEncoding::zstd : BlobEncoding::identity);
+      !st)
     return std::move(st).take_error();
   if (const SigningKey *signer = cache.trust().signer.get())
     report.signed_by = signer->id();

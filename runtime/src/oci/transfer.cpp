@@ -106,16 +106,12 @@ Expected<PullReport> pull_package(Registry &registry, const fs::path &output_dir
   if (!valid_package_name(manifest->name))
     return make_error("", ref.name(), ": package name ", quote(manifest->name),
                       " is not a valid directory name");
-  // The blobs the manifest refers to, each with the size it records: a layer must be one of
-  // them or a signature, and every one of them must be a layer.
+  // The blobs the manifest refers to, as they are stored (a compressed one as its frame), each
+  // with the size it records: a layer must be one of them or a signature, and every one of them
+  // must be a layer.
   std::map<Digest, uint64_t> wanted;
-  for (const ContainerRecord &c : manifest->containers)
-    wanted.emplace(c.digest, c.size);
-  for (const LinkRecord &l : manifest->links)
-    wanted.emplace(l.cubin, l.cubin_size);
-  if (manifest->recipe)
-    for (const RecipeInput &in : manifest->recipe->inputs)
-      wanted.emplace(in.digest, in.size);
+  for (const auto &[d, disk] : manifest->blobs_on_disk())
+    wanted.emplace(disk.digest, disk.size);
   std::set<Digest> have;
   for (const OciDescriptor &l : im->layers) {
     if (l.media_type == signature_layer_media_type) {

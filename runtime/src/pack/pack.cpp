@@ -319,7 +319,8 @@ Expected<PackTarget> open_target(const PackOptions &options, const std::string &
       if (auto st = check_is_package(dir); !st)
         return std::move(st).take_error();
   }
-  auto writer = PackageWriter::create(dir);
+  auto writer =
+      PackageWriter::create(dir, options.compress ? BlobEncoding::zstd : BlobEncoding::identity);
   if (!writer)
     return std::move(writer).take_error();
   return PackTarget{dir, std::move(*made), std::move(lock), std::move(*writer)};

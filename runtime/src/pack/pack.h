@@ -35,6 +35,9 @@ struct PackOptions {
   // Record each input's absolute path (--absolute-paths); by default its file name, so that the
   // same inputs pack to the same bytes wherever they are.
   bool absolute_paths = false;
+  // Keep blobs zstd-compressed where that saves a sixteenth or more (--no-compress: every blob as
+  // it is, and a format 1 manifest, for a cudaq-rt older than format 2).
+  bool compress = true;
 };
 
 // What a set of inputs would become, without writing anything: the manifest of the package

@@ -110,9 +110,44 @@ const ContainerRecord *Manifest::find_container(const Digest &d) const {
   return nullptr;
 }
 
+const char *blob_encoding_name(BlobEncoding e) {
+  return e == BlobEncoding::zstd ? "zstd" : "identity";
+}
+
+int Manifest::format_version() const {
+  return stored.empty() ? manifest_plain_format_version : manifest_format_version;
+}
+
+std::map<Digest, uint64_t> Manifest::blob_sizes() const {
+  std::map<Digest, uint64_t> out;
+  for (const ContainerRecord &c : containers)
+    out.emplace(c.digest, c.size);
+  for (const LinkRecord &l : links)
+    out.emplace(l.cubin, l.cubin_size);
+  if (recipe)
+    for (const RecipeInput &in : recipe->inputs)
+      out.emplace(in.digest, in.size);
+  return out;
+}
+
+const StoredBlob *Manifest::find_stored(const Digest &d) const {
+  auto it = std::lower_bound(stored.begin(), stored.end(), d,
+                             [](const StoredBlob &s, const Digest &k) { return s.digest < k; });
+  return it != stored.end() && it->digest == d ? &*it : nullptr;
+}
+
+std::map<Digest, BlobOnDisk> Manifest::blobs_on_disk() const {
+  std::map<Digest, BlobOnDisk> out;
+  for (const auto &[d, size] : blob_sizes()) {
+    const StoredBlob *s = find_stored(d);
+    out.emplace(d, s ? BlobOnDisk{s->stored_digest, s->stored_size, s} : BlobOnDisk{d, size});
+  }
+  return out;
+}
+
 json Manifest::to_json() const {
   json j;
-  j["format_version"] = format_version;
+  j["format_version"] = format_version();
   j["media_type"] = manifest_media_type;
   j["name"] = name;
   j["created_by"] = created_by;
@@ -205,6 +240,14 @@ json Manifest::to_json() const {
                    {"program", recipe->program},
                    {"nvjitlink_version", recipe->nvjitlink_version},
                    {"cache_key", recipe->cache_key.str()}};
+  }
+  if (!stored.empty()) {
+    j["stored"] = json::array();
+    for (const StoredBlob &b : stored)
+      j["stored"].push_back({{"digest", b.digest.str()},
+                             {"encoding", blob_encoding_name(b.encoding)},
+                             {"stored_digest", b.stored_digest.str()},
+                             {"stored_size", b.stored_size}});
   }
   return j;
 }
@@ -348,6 +391,36 @@ LinkRecord read_link(const json &jl, const std::string &p) {
   return l;
 }
 
+// A stored form per compressed blob, in digest order, for a blob the manifest names, under a
+// digest that is no other blob's: blobs/sha256/ holds one file per name.
+void read_stored(Manifest &m, const json &js) {
+  const std::map<Digest, uint64_t> sizes = m.blob_sizes();
+  std::set<Digest> names;
+  for (const auto &[d, size] : sizes)
+    names.insert(d);
+  for (size_t i = 0; i < js.size(); ++i) {
+    const std::string p = cat("stored[", i, "]");
+    StoredBlob b;
+    b.digest = digest(field(js[i], "digest", p), p + ".digest");
+    if (const std::string e = str(js[i], "encoding", p); e != "zstd")
+      throw Bad{cat(p, ".encoding: ", quote(e), " is not zstd")};
+    b.stored_digest = digest(field(js[i], "stored_digest", p), p + ".stored_digest");
+    b.stored_size = uint(js[i], "stored_size", p);
+    if (!sizes.count(b.digest))
+      throw Bad{cat(p, ".digest: ", b.digest.str(), " is not a blob the manifest names")};
+    if (!m.stored.empty() && !(m.stored.back().digest < b.digest))
+      throw Bad{cat(p, ".digest: not after stored[", i - 1,
+                    "]'s (one entry per blob, in digest "
+                    "order)")};
+    if (!names.insert(b.stored_digest).second)
+      throw Bad{cat(p, ".stored_digest: ", b.stored_digest.str(),
+                    " is also another blob's name: each file in blobs/ is one blob")};
+    if (b.stored_size == 0)
+      throw Bad{cat(p, ".stored_size: 0 is no zstd frame")};
+    m.stored.push_back(b);
+  }
+}
+
 LinkRecipe read_recipe(const json &jr, const std::string &p) {
   LinkRecipe r;
   for (const json &o : array(jr, "options", p)) {
@@ -413,9 +486,9 @@ Expected<Manifest> Manifest::parse(const std::string &text, const std::string &s
     if (!j.is_object())
       throw Bad{"manifest: expected an object"};
     uint64_t version = uint(j, "format_version", "manifest");
-    if (version != manifest_format_version)
+    if (version < manifest_plain_format_version || version > manifest_format_version)
       throw Bad{cat("format_version ", version, " is not supported (this cudaq-rt reads ",
-                    manifest_format_version, ")")};
+                    manifest_plain_format_version, " to ", manifest_format_version, ")")};
     // What the file says it is: the schema requires it, and a manifest of another format that
     // happened to share the fields must not be read as this one.
     if (const std::string media = str(j, "media_type", "manifest"); media != manifest_media_type)
@@ -450,6 +523,11 @@ Expected<Manifest> Manifest::parse(const std::string &text, const std::string &s
       m.links.push_back(read_link(links[i], cat("links[", i, "]")));
     if (j.contains("recipe"))
       m.recipe = read_recipe(j.at("recipe"), "recipe");
+    if (j.contains("stored")) {
+      if (version < manifest_format_version)
+        throw Bad{cat("stored: needs format_version ", manifest_format_version, ", not ", version)};
+      read_stored(m, array(j, "stored", "manifest"));
+    }
   } catch (const Bad &bad) {
     return make_error(subject, bad.message);
   } catch (const json::exception &e) {

@@ -9,6 +9,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -16,7 +17,10 @@
 
 namespace cudaq_rt {
 
-constexpr int manifest_format_version = 1;
+// Format 1: every blob stored as its bytes. Format 2 adds `stored` (blobs kept compressed); a
+// manifest is written as format 1 when it has none, so that such a package reads anywhere.
+constexpr int manifest_format_version = 2;
+constexpr int manifest_plain_format_version = 1;
 constexpr const char *manifest_media_type = "application/vnd.cudaq-rt.manifest.v1+json";
 
 // What an input contributes to the linked module.
@@ -126,8 +130,26 @@ struct LinkRecipe {
 const char *nvjitlink_input_type_name(uint32_t type);
 std::optional<uint32_t> parse_nvjitlink_input_type(std::string_view name);
 
+// How a blob is kept in the package's directory (and carried as an OCI layer) when not as its
+// bytes: compressed, under the digest and size of what is stored. Everything else (container
+// records, link inputs, cache keys, signatures) names the blob by the digest of its bytes; a
+// reader decompresses it and checks that digest, as for a blob stored as it is.
+enum class BlobEncoding { identity, zstd };
+struct StoredBlob {
+  Digest digest; // of the bytes as they are (the blob's name everywhere else)
+  BlobEncoding encoding = BlobEncoding::zstd;
+  Digest stored_digest; // of the file in blobs/sha256/, and of the OCI layer
+  uint64_t stored_size = 0;
+};
+
+// A blob as it sits in blobs/sha256/: under which digest and of what size.
+struct BlobOnDisk {
+  Digest digest;
+  uint64_t size = 0;
+  const StoredBlob *stored = nullptr; // null: the file is the blob's bytes
+};
+
 struct Manifest {
-  int format_version = manifest_format_version;
   std::string name;
   std::string created_by;
   std::vector<Source> sources;
@@ -136,6 +158,10 @@ struct Manifest {
   std::vector<AliasEntry> aliases; // sorted by name
   std::vector<LinkRecord> links;
   std::optional<LinkRecipe> recipe; // a recorded link (the interposer's), not a packed program
+  std::vector<StoredBlob> stored;   // sorted by digest; blobs not named here are stored as is
+
+  // format_version as written: manifest_plain_format_version unless a blob is stored compressed.
+  int format_version() const;
 
   std::string to_json_text() const; // pretty-printed, ends with a newline
   nlohmann::json to_json() const;
@@ -143,7 +169,16 @@ struct Manifest {
   static Expected<Manifest> parse(const std::string &text, const std::string &subject);
 
   const ContainerRecord *find_container(const Digest &d) const;
+  // Every blob the manifest names (containers, linked cubins, recipe inputs), by the digest of
+  // its bytes, with the size it records.
+  std::map<Digest, uint64_t> blob_sizes() const;
+  // How the blob named `d` is stored; null when it is stored as its bytes.
+  const StoredBlob *find_stored(const Digest &d) const;
+  // Every blob as it sits on disk (stored digest and size where compressed), by its digest.
+  std::map<Digest, BlobOnDisk> blobs_on_disk() const;
 };
+
+const char *blob_encoding_name(BlobEncoding e);
 
 // Whether `alias` can join `m.exports` and `m.aliases`: its handler is a handler export, its name
 // is a C identifier that no export or other alias has, and its function_id is its name's and no

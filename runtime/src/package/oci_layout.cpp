@@ -122,8 +122,16 @@ package_image_manifest(const Manifest &m, std::string_view manifest_text,
   im.annotations = {{"org.opencontainers.image.title", m.name}, {annotation("package"), m.name}};
   // A blob is one layer, under its first use: a cubin two link records share is listed once,
   // with the first record's annotations (the config has all of them).
+  // A compressed blob is its stored form: the zstd frame, under the frame's digest, its media
+  // type suffixed +zstd (as OCI's own layer types are), the blob's own digest in an annotation.
   std::vector<Digest> seen;
   auto add = [&](OciDescriptor d) {
+    if (const StoredBlob *s = m.find_stored(d.digest)) {
+      d.annotations[annotation("uncompressed-digest")] = d.digest.str();
+      d.media_type += "+zstd";
+      d.digest = s->stored_digest;
+      d.size = s->stored_size;
+    }
     if (std::find(seen.begin(), seen.end(), d.digest) != seen.end())
       return;
     seen.push_back(d.digest);

@@ -7,7 +7,8 @@
 //   blobs/sha256/<image manifest>  artifactType application/vnd.cudaq-rt.package.v1
 //     config                       manifest.json's exact bytes (a blob as well)
 //     layers                       every blob the manifest refers to, each with its kind's media
-//                                  type and annotations, then each signature file as a blob
+//                                  type and annotations (a compressed blob as its zstd frame,
+//                                  the type suffixed +zstd), then each signature file as a blob
 //
 // The layout is derived: PackageWriter::commit writes it from the manifest and the signatures on
 // every write, under the same lock and in the same rename, and cudaq-rt-pack --list checks that

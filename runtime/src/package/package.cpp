@@ -1,5 +1,6 @@
 #include "package/package.h"
 
+#include "base/zstd.h"
 #include "formats/fatbin.h"
 #include "package/oci_layout.h"
 #include "package/signatures.h"
@@ -79,19 +80,19 @@ bool same_entry(const EntryRecord &r, const Entry &e) {
 
 } // namespace
 
+Digest Package::stored_name(const Digest &d) const {
+  auto it = stored_as_.find(d);
+  return it == stored_as_.end() ? d : it->second.name;
+}
+
 fs::path Package::blob_path(const Digest &d) const {
-  return dir_ / blob_relpath(d);
+  return dir_ / blob_relpath(stored_name(d));
 }
 
 std::set<Digest> Package::referenced_blobs() const {
   std::set<Digest> out;
-  for (const ContainerRecord &c : manifest_.containers)
-    out.insert(c.digest);
-  for (const LinkRecord &l : manifest_.links)
-    out.insert(l.cubin);
-  if (manifest_.recipe)
-    for (const RecipeInput &in : manifest_.recipe->inputs)
-      out.insert(in.digest);
+  for (const auto &[d, size] : manifest_.blob_sizes())
+    out.insert(d);
   return out;
 }
 
@@ -125,17 +126,16 @@ Expected<Package> Package::open(const fs::path &dir, PackageOpenOptions options)
     p.manifest_ = std::move(**m);
     // The digests vouch for the blobs, not for what the manifest says of them: its sizes are
     // checked here, its entries when a container blob is read.
-    std::map<Digest, uint64_t> sizes;
-    for (size_t i = 0; i < p.manifest_.containers.size(); ++i) {
-      const ContainerRecord &c = p.manifest_.containers[i];
-      sizes.emplace(c.digest, c.size);
-      p.container_at_.emplace(c.digest, i);
+    for (size_t i = 0; i < p.manifest_.containers.size(); ++i)
+      p.container_at_.emplace(p.manifest_.containers[i].digest, i);
+    for (const auto &[d, size] : p.manifest_.blob_sizes()) {
+      if (const StoredBlob *s = p.manifest_.find_stored(d)) {
+        p.disk_size_.emplace(s->stored_digest, s->stored_size);
+        p.stored_as_.emplace(d, Stored{s->stored_digest, size});
+      } else {
+        p.disk_size_.emplace(d, size);
+      }
     }
-    for (const LinkRecord &l : p.manifest_.links)
-      sizes.emplace(l.cubin, l.cubin_size);
-    if (p.manifest_.recipe)
-      for (const RecipeInput &in : p.manifest_.recipe->inputs)
-        sizes.emplace(in.digest, in.size);
     fs::path blobs = dir / "blobs" / "sha256";
     int err = 0;
     if (int b = open_directory_at(fd, "blobs"); b >= 0) {
@@ -148,20 +148,20 @@ Expected<Package> Package::open(const fs::path &dir, PackageOpenOptions options)
     if (p.blobs_fd_ < 0 && err != ENOENT)
       return make_error(blobs.string(), "cannot open the blob directory: ",
                         err == ELOOP ? "a symbolic link" : std::strerror(err));
-    for (const auto &[d, size] : sizes) {
+    for (const auto &[name, size] : p.disk_size_) {
       struct stat st;
+      const fs::path path = dir / blob_relpath(name);
       if (p.blobs_fd_ < 0 ||
-          ::fstatat(p.blobs_fd_, d.hex().c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+          ::fstatat(p.blobs_fd_, name.hex().c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
         if (p.source_)
           continue; // fetched when read
-        return make_error(dir.string(), "blob ", d.str(), " named by the manifest is missing");
+        return make_error(dir.string(), "blob ", name.str(), " named by the manifest is missing");
       }
       if (!S_ISREG(st.st_mode))
-        return make_error(p.blob_path(d).string(), "blob is not a regular file");
+        return make_error(path.string(), "blob is not a regular file");
       if (static_cast<uint64_t>(st.st_size) != size)
-        return make_error(p.blob_path(d).string(), "blob is ", st.st_size,
-                          " bytes but the manifest says ", size,
-                          " (the package is corrupt or was modified)");
+        return make_error(path.string(), "blob is ", st.st_size, " bytes but the manifest says ",
+                          size, " (the package is corrupt or was modified)");
     }
     return p;
   }
@@ -173,6 +173,7 @@ Package::Package(Package &&o) noexcept
     : dir_(std::move(o.dir_)), manifest_(std::move(o.manifest_)),
       manifest_digest_(o.manifest_digest_), manifest_text_(std::move(o.manifest_text_)),
       dir_fd_(o.dir_fd_), blobs_fd_(o.blobs_fd_), container_at_(std::move(o.container_at_)),
+      disk_size_(std::move(o.disk_size_)), stored_as_(std::move(o.stored_as_)),
       verified_(std::move(o.verified_)), source_(std::move(o.source_)) {
   o.dir_fd_ = o.blobs_fd_ = -1;
 }
@@ -190,56 +191,77 @@ Package::~Package() {
 
 bool Package::has_blob(const Digest &d) const {
   struct stat st;
-  return blobs_fd_ >= 0 && ::fstatat(blobs_fd_, d.hex().c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+  return blobs_fd_ >= 0 &&
+         ::fstatat(blobs_fd_, stored_name(d).hex().c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
 }
 
 Expected<std::string> Package::read_blob(const Digest &d) const {
-  fs::path b = blob_path(d);
+  auto stored = stored_as_.find(d);
+  if (stored == stored_as_.end()) {
+    auto bytes = read_file(d);
+    if (!bytes)
+      return bytes;
+    if (auto st = check_blob(d, *bytes, blob_path(d).string()); !st)
+      return std::move(st).take_error();
+    verified_.insert(d);
+    return bytes;
+  }
+  // Compressed: the file is checked against its own digest first, so that a damaged one is
+  // named as such before anything is decompressed; then the bytes against the blob's.
+  const fs::path path = blob_path(d);
+  auto frame = read_file(stored->second.name);
+  if (!frame)
+    return frame;
+  if (sha256(*frame) != stored->second.name)
+    return make_error(path.string(), "blob does not match its stored digest ",
+                      stored->second.name.str(), " (the package is corrupt or was modified)");
+  const uint64_t size = stored->second.size;
+  auto bytes = zstd_decompress(as_bytes(*frame), size, path.string());
+  if (!bytes)
+    return bytes;
+  if (bytes->size() != size)
+    return make_error(path.string(), "blob decompresses to ", bytes->size(), " bytes, not the ",
+                      size, " its manifest records (the package is corrupt or was modified)");
+  if (auto st = check_blob(d, *bytes, path.string()); !st)
+    return std::move(st).take_error();
+  verified_.insert(stored->second.name);
+  verified_.insert(d);
+  return bytes;
+}
+
+Expected<std::string> Package::read_file(const Digest &name) const {
+  const fs::path b = dir_ / blob_relpath(name);
   std::optional<uint64_t> recorded;
-  for (const ContainerRecord &c : manifest_.containers)
-    if (c.digest == d)
-      recorded = c.size;
-  for (const LinkRecord &l : manifest_.links)
-    if (l.cubin == d)
-      recorded = l.cubin_size;
-  if (manifest_.recipe)
-    for (const RecipeInput &in : manifest_.recipe->inputs)
-      if (in.digest == d)
-        recorded = in.size;
+  if (auto it = disk_size_.find(name); it != disk_size_.end())
+    recorded = it->second;
   auto file = blobs_fd_ < 0 ? Expected<std::optional<RegularFile>>(std::optional<RegularFile>())
-                            : RegularFile::open_at(blobs_fd_, d.hex(), b, {});
+                            : RegularFile::open_at(blobs_fd_, name.hex(), b, {});
   if (!file)
     return std::move(file).take_error();
   if (!*file && source_ && recorded) {
-    // Not fetched yet: from the source, checked as a blob on disk is, then kept. A blob that
+    // Not fetched yet: from the source, checked as a file on disk is, then kept. A blob that
     // cannot be kept (a full disk) still serves this read, and is fetched again next time.
-    auto fetched = source_->fetch(d, *recorded);
+    auto fetched = source_->fetch(name, *recorded);
     if (!fetched)
       return std::move(fetched).take_error();
     if (fetched->bytes.size() != *recorded)
       return make_error(b.string(), "fetched ", fetched->bytes.size(), " bytes, not the ",
                         *recorded, " the manifest records");
-    if (auto st = check_blob(d, fetched->bytes, b.string()); !st)
-      return std::move(st).take_error();
+    if (sha256(fetched->bytes) != name)
+      return make_error(b.string(), "fetched blob does not match its digest ", name.str(),
+                        ": refused, nothing kept");
     if (fetched->file.empty() || blobs_fd_ < 0 ||
-        (::linkat(AT_FDCWD, fetched->file.c_str(), blobs_fd_, d.hex().c_str(), 0) != 0 &&
+        (::linkat(AT_FDCWD, fetched->file.c_str(), blobs_fd_, name.hex().c_str(), 0) != 0 &&
          errno != EEXIST))
       (void)write_file_atomic(b, as_bytes(fetched->bytes));
-    verified_.insert(d);
     return std::move(fetched->bytes);
   }
   if (!*file)
-    return make_error(dir_.string(), "blob ", d.str(), " named by the manifest is missing");
+    return make_error(dir_.string(), "blob ", name.str(), " named by the manifest is missing");
   if (recorded && (*file)->size() != *recorded)
     return make_error(b.string(), "blob is ", (*file)->size(), " bytes, not the ", *recorded,
                       " its manifest records (the package is corrupt or was modified)");
-  auto bytes = (*file)->read();
-  if (!bytes)
-    return bytes;
-  if (auto st = check_blob(d, *bytes, b.string()); !st)
-    return std::move(st).take_error();
-  verified_.insert(d);
-  return bytes;
+  return (*file)->read();
 }
 
 Status Package::check_blob(const Digest &d, const std::string &bytes,
@@ -400,7 +422,7 @@ Expected<PackageLock> PackageLock::acquire(const fs::path &package) {
   return PackageLock(std::move(**file));
 }
 
-Expected<PackageWriter> PackageWriter::create(const fs::path &final_dir) {
+Expected<PackageWriter> PackageWriter::create(const fs::path &final_dir, BlobEncoding encoding) {
   auto tmp = TempDir::create_beside(final_dir);
   if (!tmp)
     return std::move(tmp).take_error();
@@ -408,16 +430,32 @@ Expected<PackageWriter> PackageWriter::create(const fs::path &final_dir) {
   fs::create_directories(tmp->path() / "blobs" / "sha256", ec);
   if (ec)
     return make_error(tmp->path().string(), "cannot create: ", ec.message());
-  return PackageWriter(final_dir, std::move(*tmp));
+  return PackageWriter(final_dir, std::move(*tmp), encoding);
 }
 
 Status PackageWriter::add_blob(const Digest &d, std::span<const uint8_t> bytes) {
   if (!written_.insert(d).second)
     return Status::ok();
+  if (encoding_ == BlobEncoding::zstd && bytes.size() >= min_compressed_blob_bytes) {
+    // Kept compressed only where that saves a sixteenth or more: a container nvcc already
+    // compressed gains nothing, and then reads faster as it is.
+    std::string frame = zstd_compress(bytes);
+    if (frame.size() <= bytes.size() - bytes.size() / 16) {
+      const Digest name = sha256(frame);
+      stored_[d] = StoredBlob{d, BlobEncoding::zstd, name, frame.size()};
+      return write_blob_file(name, as_bytes(frame));
+    }
+  }
+  return write_blob_file(d, bytes);
+}
+
+Status PackageWriter::write_blob_file(const Digest &name, std::span<const uint8_t> bytes) {
+  if (!files_.insert(name).second)
+    return Status::ok();
   // The temporary directory is renamed whole, so each blob needs no rename of its own; commit()
   // makes them all durable with one syncfs before the rename, not one fsync per blob (an archive
   // of 20,000 members would spend most of its pack in fsync).
-  fs::path p = tmp_.path() / blob_relpath(d);
+  fs::path p = tmp_.path() / blob_relpath(name);
   int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0)
     return make_error(p.string(), "cannot create: ", std::strerror(errno));
@@ -451,12 +489,29 @@ Status PackageWriter::carry_blob(const Package &from, const Digest &d) {
       return std::move(read).take_error();
     bytes = std::move(*read);
   }
-  // A hard link shares the bytes without writing them again; blobs are never modified in place.
-  fs::path dst = tmp_.path() / blob_relpath(d);
-  if (from.blobs_fd() >= 0 &&
-      ::linkat(from.blobs_fd(), d.hex().c_str(), AT_FDCWD, dst.c_str(), 0) == 0) {
+  // The blob travels in the form it has (compressed or not), and keeps its stored digest.
+  const Digest name = from.stored_name(d);
+  const StoredBlob *stored = from.manifest().find_stored(d);
+  auto carried = [&] {
     written_.insert(d);
+    if (stored)
+      stored_[d] = *stored;
     return Status::ok();
+  };
+  // A hard link shares the bytes without writing them again; blobs are never modified in place.
+  fs::path dst = tmp_.path() / blob_relpath(name);
+  if (files_.count(name) || (from.blobs_fd() >= 0 && ::linkat(from.blobs_fd(), name.hex().c_str(),
+                                                              AT_FDCWD, dst.c_str(), 0) == 0)) {
+    files_.insert(name);
+    return carried();
+  }
+  if (stored) {
+    auto frame = from.read_blob(name); // the stored file as it is, checked against its digest
+    if (!frame)
+      return std::move(frame).take_error();
+    if (auto st = write_blob_file(name, as_bytes(*frame)); !st)
+      return st;
+    return carried();
   }
   if (!bytes) {
     auto read = from.read_blob(d);
@@ -464,7 +519,9 @@ Status PackageWriter::carry_blob(const Package &from, const Digest &d) {
       return std::move(read).take_error();
     bytes = std::move(*read);
   }
-  return add_blob(d, as_bytes(*bytes));
+  if (auto st = write_blob_file(d, as_bytes(*bytes)); !st)
+    return st;
+  return carried();
 }
 
 Status PackageWriter::carry_signatures(const Package &from) {
@@ -495,9 +552,20 @@ Status PackageWriter::add_file(const fs::path &relative, std::string_view bytes)
   return write_file_atomic(p, as_bytes(bytes));
 }
 
-Status PackageWriter::commit(const Manifest &m, bool replace,
+Status PackageWriter::commit(const Manifest &given, bool replace,
                              const std::vector<const SigningKey *> &signers,
                              std::optional<std::string_view> manifest_text) {
+  // The manifest says how each blob is stored as this writer stored it; a manifest text given
+  // as it is says that already (its blobs came in the form it names).
+  Manifest with_forms;
+  if (!manifest_text) {
+    with_forms = given;
+    with_forms.stored.clear();
+    for (const auto &[d, size] : with_forms.blob_sizes())
+      if (auto it = stored_.find(d); it != stored_.end())
+        with_forms.stored.push_back(it->second);
+  }
+  const Manifest &m = manifest_text ? given : with_forms;
   const std::string text = manifest_text ? std::string(*manifest_text) : m.to_json_text();
   if (auto st = write_file_atomic(tmp_.path() / "manifest.json", as_bytes(text)); !st)
     return st;
@@ -511,12 +579,12 @@ Status PackageWriter::commit(const Manifest &m, bool replace,
   const std::vector<std::pair<std::string, std::string>> sigs(signatures_.begin(),
                                                               signatures_.end());
   const std::string image = package_image_manifest(m, text, sigs).to_json_text();
-  if (auto st = add_blob(sha256(text), as_bytes(text)); !st)
+  if (auto st = write_blob_file(sha256(text), as_bytes(text)); !st)
     return st;
   for (const auto &[name, sig] : sigs)
-    if (auto st = add_blob(sha256(sig), as_bytes(sig)); !st)
+    if (auto st = write_blob_file(sha256(sig), as_bytes(sig)); !st)
       return st;
-  if (auto st = add_blob(sha256(image), as_bytes(image)); !st)
+  if (auto st = write_blob_file(sha256(image), as_bytes(image)); !st)
     return st;
   const std::string index = layout_index_text(image);
   if (auto st = write_file_atomic(tmp_.path() / "index.json", as_bytes(index)); !st)

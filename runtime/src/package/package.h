@@ -6,6 +6,8 @@
 // blobs/sha256/<hex>, as in the OCI image layout. Blob paths are derived only from validated
 // digests, so nothing a manifest says can point outside the package. Every blob is verified
 // against its digest when read; signatures over the manifest sit in signatures/ (signatures.h).
+// A blob the manifest lists in `stored` is kept as a zstd frame under the frame's digest: it is
+// read, checked against that digest, decompressed and checked against its own.
 // man/cudaq-rt-package.5 documents the format.
 #pragma once
 
@@ -74,9 +76,14 @@ public:
   // The signature files in signatures/ (each named <key id>.json; other names are not
   // signatures and are ignored): name and text, read through the package's directory.
   Expected<std::vector<std::pair<std::string, std::string>>> signature_files() const;
+  // The file blob `d` is kept in (its stored form's, for a compressed blob).
   std::filesystem::path blob_path(const Digest &d) const;
-  // Reads a blob and checks its digest: a mismatch is an error naming the blob. One not on disk
-  // comes from the blob source, if the package has one.
+  // The name of the file blob `d` is kept in: its stored digest if compressed, else `d`.
+  Digest stored_name(const Digest &d) const;
+  // Reads a blob and checks its digest: a mismatch is an error naming the blob. A compressed one
+  // is decompressed (at most to the size its manifest records). One not on disk comes from the
+  // blob source, if the package has one. Any other file of blobs/ (the layout's, or a stored
+  // form by its own digest) is read as it is and checked against its name.
   Expected<std::string> read_blob(const Digest &d) const;
   // Whether the blob is in the package's directory (read_blob needs no source for it).
   bool has_blob(const Digest &d) const;
@@ -109,8 +116,17 @@ private:
   int dir_fd_ = -1;
   int blobs_fd_ = -1;
   std::map<Digest, size_t> container_at_; // digest -> index in manifest_.containers
+  std::map<Digest, uint64_t> disk_size_;  // every file the manifest names -> its size
+  struct Stored {
+    Digest name;   // the file's
+    uint64_t size; // the blob's, decompressed
+  };
+  std::map<Digest, Stored> stored_as_; // compressed blobs, by their own digest
   mutable std::set<Digest> verified_;
   std::shared_ptr<const BlobSource> source_;
+  // Reads file `name` of blobs/ (fetching it from the source where it is absent and the manifest
+  // names it), of the size the manifest records for it; checks a fetched one's digest.
+  Expected<std::string> read_file(const Digest &name) const;
   // Checks bytes read as blob `d` (at `path`, for messages): digest, and for a container its
   // entries against its record.
   Status check_blob(const Digest &d, const std::string &bytes, const std::string &path) const;
@@ -137,21 +153,31 @@ private:
 
 // Builds a package in a temporary directory beside its final path; commit() renames it into place
 // in one step. Destroyed without commit, it removes everything it wrote.
+// Blobs smaller than this are stored as they are: a zstd frame's header would eat what it saves.
+constexpr size_t min_compressed_blob_bytes = 512;
+
 class PackageWriter {
 public:
-  static Expected<PackageWriter> create(const std::filesystem::path &final_dir);
+  // `encoding`: how add_blob stores the blobs it is given. zstd keeps a blob compressed (one zstd
+  // frame, level 1) where that saves a sixteenth of it or more, and commit() lists it in the
+  // manifest's `stored`; identity stores bytes as they come (a pull: its layers are already the
+  // stored forms its manifest names).
+  static Expected<PackageWriter> create(const std::filesystem::path &final_dir,
+                                        BlobEncoding encoding = BlobEncoding::identity);
 
   // Adds a blob under its digest; adding the same digest twice writes it once.
   Status add_blob(const Digest &d, std::span<const uint8_t> bytes);
-  // Carries a blob over from an existing package: a hard link where possible, after verifying
-  // the blob unless read_blob already did in this process.
+  // Carries a blob over from an existing package in the form it has there (compressed or not):
+  // a hard link where possible, after verifying the blob unless read_blob already did in this
+  // process.
   Status carry_blob(const Package &from, const Digest &d);
   // Carries `from`'s signatures over; commit() replaces those of the keys it signs with.
   Status carry_signatures(const Package &from);
-  // Writes manifest.json (`m`'s text, or `manifest_text` where the bytes must stay as they are:
-  // a package signed or pulled as it is), a signature over it by each of `signers`, the OCI
-  // image layout of the result (oci_layout.h), and renames the directory to its final path.
-  // Without `replace`, an existing package there is an error.
+  // Writes manifest.json (`m`'s text with `stored` as this writer stored the blobs, or
+  // `manifest_text` where the bytes must stay as they are: a package signed or pulled as it is),
+  // a signature over it by each of `signers`, the OCI image layout of the result
+  // (oci_layout.h), and renames the directory to its final path. Without `replace`, an existing
+  // package there is an error.
   Status commit(const Manifest &m, bool replace,
                 const std::vector<const SigningKey *> &signers = {},
                 std::optional<std::string_view> manifest_text = std::nullopt);
@@ -161,11 +187,16 @@ public:
 private:
   // A file other than a blob (a signature), by its path inside the package.
   Status add_file(const std::filesystem::path &relative, std::string_view bytes);
-  PackageWriter(std::filesystem::path final_dir, TempDir tmp)
-      : final_dir_(std::move(final_dir)), tmp_(std::move(tmp)) {}
+  // Writes one file of blobs/sha256/ (once).
+  Status write_blob_file(const Digest &name, std::span<const uint8_t> bytes);
+  PackageWriter(std::filesystem::path final_dir, TempDir tmp, BlobEncoding encoding)
+      : final_dir_(std::move(final_dir)), tmp_(std::move(tmp)), encoding_(encoding) {}
   std::filesystem::path final_dir_;
   TempDir tmp_;
-  std::set<Digest> written_;
+  BlobEncoding encoding_;
+  std::set<Digest> written_;                      // blobs added or carried, by their own digest
+  std::set<Digest> files_;                        // files of blobs/sha256/ written, by name
+  std::map<Digest, StoredBlob> stored_;           // the compressed ones' forms
   std::map<std::string, std::string> signatures_; // file name -> text, as commit() writes them
 };
 

@@ -1,5 +1,6 @@
 #include "package/manifest.h"
 
+#include <algorithm>
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
@@ -89,7 +90,7 @@ TEST_CASE("a manifest survives to_json_text and parse unchanged") {
   auto back = Manifest::parse(text, "m.json");
   REQUIRE(back);
   CHECK(back->to_json_text() == text);
-  CHECK(back->format_version == manifest_format_version);
+  CHECK(back->format_version() == manifest_plain_format_version);
   CHECK(back->name == "app-1.2_x");
   CHECK(back->created_by == "cudaq-rt-pack 0.1.0");
   REQUIRE(back->sources.size() == 2);
@@ -181,8 +182,10 @@ TEST_CASE("parse errors name the field") {
   CHECK(error_of("[1]") == "'m.json': manifest: expected an object");
   CHECK(error_after([](json &j) { j.erase("format_version"); }) ==
         "'m.json': manifest: missing \"format_version\"");
-  CHECK(error_after([](json &j) { j["format_version"] = 2; }) ==
-        "'m.json': format_version 2 is not supported (this cudaq-rt reads 1)");
+  CHECK(error_after([](json &j) { j["format_version"] = 3; }) ==
+        "'m.json': format_version 3 is not supported (this cudaq-rt reads 1 to 2)");
+  CHECK(error_after([](json &j) { j["format_version"] = 0; }) ==
+        "'m.json': format_version 0 is not supported (this cudaq-rt reads 1 to 2)");
   CHECK(error_after([](json &j) { j["format_version"] = "1"; }) ==
         "'m.json': manifest.format_version: expected a non-negative integer");
   CHECK(error_after([](json &j) { j["format_version"] = -1; }) ==
@@ -309,4 +312,48 @@ TEST_CASE("bytes that are not UTF-8 (from a fatbin's options or a file name) do 
   REQUIRE(back);
   CHECK(back->sources[0].path == "/abs/caf\xef\xbf\xbd"); // U+FFFD
   CHECK(back->containers[0].entries[0].options == "-O3 \xef\xbf\xbd\xef\xbf\xbd");
+}
+
+TEST_CASE("stored forms: format 2, in digest order, each blob's once, parsed back and refused") {
+  Manifest m = full_manifest();
+  CHECK(m.find_stored(d("cubin")) == nullptr);
+  m.stored = {{d("container0"), BlobEncoding::zstd, d("z0"), 1200},
+              {d("cubin"), BlobEncoding::zstd, d("zc"), 1300}};
+  std::sort(m.stored.begin(), m.stored.end(),
+            [](const StoredBlob &a, const StoredBlob &b) { return a.digest < b.digest; });
+  CHECK(m.format_version() == manifest_format_version);
+  auto back = Manifest::parse(m.to_json_text(), "m.json");
+  REQUIRE(back);
+  CHECK(back->to_json().at("format_version") == 2);
+  CHECK(back->to_json_text() == m.to_json_text());
+  REQUIRE(back->find_stored(d("cubin")));
+  CHECK(back->find_stored(d("cubin"))->stored_digest == d("zc"));
+  CHECK(back->find_stored(d("container1")) == nullptr);
+  const auto disk = back->blobs_on_disk();
+  CHECK(disk.at(d("cubin")).digest == d("zc"));
+  CHECK(disk.at(d("cubin")).size == 1300);
+  CHECK(disk.at(d("cubin")).stored != nullptr);
+  CHECK(disk.at(d("container1")).digest == d("container1"));
+  CHECK(disk.at(d("container1")).stored == nullptr);
+
+  const json good = m.to_json();
+  auto refused = [&](auto edit) {
+    json j = good;
+    edit(j);
+    return error_of(j.dump());
+  };
+  CHECK(refused([](json &j) { j["format_version"] = 1; }) ==
+        "'m.json': stored: needs format_version 2, not 1");
+  CHECK(refused([](json &j) { j["stored"][0]["encoding"] = "gzip"; }) ==
+        "'m.json': stored[0].encoding: 'gzip' is not zstd");
+  CHECK(refused([](json &j) { j["stored"][1]["digest"] = d("nothing").str(); })
+            .starts_with("'m.json': stored[1].digest: " + d("nothing").str() +
+                         " is not a blob the manifest names"));
+  CHECK(refused([](json &j) { std::swap(j["stored"][0], j["stored"][1]); }) ==
+        "'m.json': stored[1].digest: not after stored[0]'s (one entry per blob, in digest order)");
+  CHECK(refused([](json &j) { j["stored"][1]["stored_digest"] = d("container1").str(); }) ==
+        "'m.json': stored[1].stored_digest: " + d("container1").str() +
+            " is also another blob's name: each file in blobs/ is one blob");
+  CHECK(refused([](json &j) { j["stored"][0]["stored_size"] = 0; }) ==
+        "'m.json': stored[0].stored_size: 0 is no zstd frame");
 }

@@ -2,6 +2,7 @@
 
 #include <doctest/doctest.h>
 
+#include "base/zstd.h"
 #include "blob_sources.h"
 #include "scratch_dir.h"
 #include "unit_files.h"
@@ -11,6 +12,7 @@
 #include <fstream>
 #include <optional>
 #include <sys/stat.h>
+#include <tuple>
 #include <unistd.h>
 
 namespace fs = std::filesystem;
@@ -470,8 +472,8 @@ TEST_CASE("with a blob source, a blob not on disk is fetched when read, checked,
   SUBCASE("wrong bytes are refused and not kept") {
     source->tamper = a;
     CHECK(refused() == "'" + (dir / "blobs" / "sha256" / a.hex()).string() +
-                           "': blob does not match its digest " + a.str() +
-                           " (the package is corrupt or was modified)");
+                           "': fetched blob does not match its digest " + a.str() +
+                           ": refused, nothing kept");
   }
   SUBCASE("the source's error is the read's") {
     source->fail = true;
@@ -482,5 +484,223 @@ TEST_CASE("with a blob source, a blob not on disk is fetched when read, checked,
     auto p = Package::open(dir, {.source = source});
     REQUIRE_FALSE(p);
     CHECK(p.error().str().find("(the package is corrupt or was modified)") != std::string::npos);
+  }
+}
+
+namespace {
+
+// A linked cubin's worth of bytes that compresses well, and some that do not compress.
+std::string compressible_blob() {
+  std::string s;
+  for (int i = 0; i < 3000; ++i)
+    s += "SASS " + std::to_string(i % 97) + ";";
+  return s;
+}
+std::string incompressible_blob() {
+  std::string s(8192, '\0');
+  uint64_t x = 0x9e3779b97f4a7c15;
+  for (char &c : s) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    c = static_cast<char>(x);
+  }
+  return s;
+}
+
+// A package holding blob_a (a container, too small to compress), a compressible cubin and an
+// incompressible one, written by a zstd writer.
+struct CompressedPackage {
+  fs::path dir;
+  std::string cubin = compressible_blob(), noise = incompressible_blob();
+  Digest cubin_d = sha256(cubin), noise_d = sha256(noise);
+};
+CompressedPackage make_compressed(const fs::path &parent) {
+  CompressedPackage c;
+  c.dir = parent / "z.cudaqpkg";
+  auto w = PackageWriter::create(c.dir, BlobEncoding::zstd);
+  REQUIRE(w);
+  Manifest m = manifest_for("z", {blob_a});
+  for (auto [d, size, arch] : {std::tuple{c.cubin_d, c.cubin.size(), "sm_90"},
+                               std::tuple{c.noise_d, c.noise.size(), "sm_80"}}) {
+    LinkRecord l;
+    l.arch = arch;
+    l.dispatcher = "builtin";
+    l.cubin = d;
+    l.cubin_size = size;
+    m.links.push_back(l);
+  }
+  REQUIRE(w->add_blob(sha256(blob_a), as_bytes(blob_a)));
+  REQUIRE(w->add_blob(c.cubin_d, as_bytes(c.cubin)));
+  REQUIRE(w->add_blob(c.noise_d, as_bytes(c.noise)));
+  REQUIRE(w->commit(m, false));
+  return c;
+}
+
+std::string zstd_tool_decompress(const fs::path &file) {
+  return unit_files::command_output("zstd -dc '" + file.string() + "'");
+}
+
+} // namespace
+
+TEST_CASE("a zstd writer keeps a blob compressed only where that pays, and it reads back") {
+  ScratchDir s;
+  const CompressedPackage c = make_compressed(s.path);
+  auto p = Package::open(c.dir);
+  REQUIRE_MESSAGE(p, (p ? "" : p.error().str()));
+  const Manifest &m = p->manifest();
+  REQUIRE(m.stored.size() == 1); // the container is too small, the noise does not shrink
+  const StoredBlob &z = m.stored[0];
+  CHECK(z.digest == c.cubin_d);
+  CHECK(z.encoding == BlobEncoding::zstd);
+  CHECK(m.format_version() == 2);
+  CHECK(p->manifest_text().find("\"format_version\": 2") != std::string::npos);
+  // On disk: the frame under its own digest, and no file under the cubin's.
+  const fs::path blobs = c.dir / "blobs" / "sha256";
+  CHECK_FALSE(fs::exists(blobs / c.cubin_d.hex()));
+  REQUIRE(fs::exists(blobs / z.stored_digest.hex()));
+  CHECK(p->blob_path(c.cubin_d) == blobs / z.stored_digest.hex());
+  CHECK(p->stored_name(c.cubin_d) == z.stored_digest);
+  const std::string frame = read_file(blobs / z.stored_digest.hex());
+  CHECK(frame.size() == z.stored_size);
+  CHECK(sha256(frame) == z.stored_digest);
+  CHECK(frame.size() < c.cubin.size() / 4);
+  CHECK(zstd_tool_decompress(blobs / z.stored_digest.hex()) == c.cubin); // an independent decoder
+  CHECK(fs::exists(blobs / c.noise_d.hex()));
+  CHECK(fs::exists(blobs / sha256(blob_a).hex()));
+  CHECK(p->has_blob(c.cubin_d));
+  auto cubin = p->read_blob(c.cubin_d);
+  REQUIRE_MESSAGE(cubin, (cubin ? "" : cubin.error().str()));
+  CHECK(*cubin == c.cubin);
+  CHECK(p->verified(c.cubin_d));
+  CHECK(p->read_blob(c.noise_d));
+  // The stored form by its own digest is the frame as it is (what a push uploads).
+  auto as_stored = p->read_blob(z.stored_digest);
+  REQUIRE(as_stored);
+  CHECK(*as_stored == frame);
+  // The image manifest carries the frame, typed +zstd, with the cubin's digest beside it.
+  auto im = p->image_manifest();
+  REQUIRE(im);
+  auto layer = std::find_if(im->layers.begin(), im->layers.end(),
+                            [&](const OciDescriptor &l) { return l.digest == z.stored_digest; });
+  REQUIRE(layer != im->layers.end());
+  CHECK(layer->media_type == std::string(cubin_layer_media_type) + "+zstd");
+  CHECK(layer->size == frame.size());
+  CHECK(layer->annotations.at("io.cudaq-rt.uncompressed-digest") == c.cubin_d.str());
+  CHECK(std::none_of(im->layers.begin(), im->layers.end(),
+                     [&](const OciDescriptor &l) { return l.digest == c.cubin_d; }));
+  auto layout = p->check_layout();
+  REQUIRE(layout);
+  CHECK(*layout == Package::Layout::current);
+}
+
+TEST_CASE("a compressed blob is checked as stored, then as its bytes") {
+  ScratchDir s;
+  const CompressedPackage c = make_compressed(s.path);
+  const StoredBlob z = Package::open(c.dir)->manifest().stored.at(0);
+  const fs::path file = c.dir / "blobs" / "sha256" / z.stored_digest.hex();
+  std::string frame = read_file(file);
+
+  SUBCASE("a flipped byte of the frame: its stored digest, before any decompression") {
+    frame[frame.size() / 2] ^= 1;
+    fs::remove(file);
+    write_file(file, frame);
+    auto p = Package::open(c.dir);
+    REQUIRE(p);
+    auto r = p->read_blob(c.cubin_d);
+    REQUIRE_FALSE(r);
+    CHECK(r.error().str() == "'" + file.string() + "': blob does not match its stored digest " +
+                                 z.stored_digest.str() +
+                                 " (the package is corrupt or was modified)");
+    CHECK_FALSE(p->verified(c.cubin_d));
+  }
+  // A manifest naming a frame of other bytes (or of more bytes) than the blob it stands for: the
+  // frame matches its stored digest, so only decompressing tells.
+  auto rewrite = [&](const std::string &other) {
+    const std::string f = zstd_compress(as_bytes(other));
+    auto p = Package::open(c.dir);
+    REQUIRE(p);
+    Manifest m = p->manifest();
+    m.stored[0].stored_digest = sha256(f);
+    m.stored[0].stored_size = f.size();
+    fs::remove(file);
+    write_file(c.dir / "blobs" / "sha256" / sha256(f).hex(), f);
+    fs::remove(c.dir / "manifest.json");
+    write_file(c.dir / "manifest.json", m.to_json_text());
+    return c.dir / "blobs" / "sha256" / sha256(f).hex();
+  };
+  SUBCASE("a frame of other bytes of the same size") {
+    std::string other = c.cubin;
+    other[100] ^= 1;
+    const fs::path f = rewrite(other);
+    auto p = Package::open(c.dir);
+    REQUIRE(p);
+    auto r = p->read_blob(c.cubin_d);
+    REQUIRE_FALSE(r);
+    CHECK(r.error().str() == "'" + f.string() + "': blob does not match its digest " +
+                                 c.cubin_d.str() + " (the package is corrupt or was modified)");
+  }
+  SUBCASE("a frame that would decompress to more than the blob's size is not decompressed") {
+    const fs::path f = rewrite(c.cubin + std::string(1 << 20, 'x'));
+    auto p = Package::open(c.dir);
+    REQUIRE(p);
+    auto r = p->read_blob(c.cubin_d);
+    REQUIRE_FALSE(r);
+    CHECK(r.error().str() ==
+          "'" + f.string() + "': is a zstd frame of " + std::to_string(c.cubin.size() + (1 << 20)) +
+              " bytes, more than the " + std::to_string(c.cubin.size()) + " it may hold");
+  }
+  SUBCASE("a frame shorter than the manifest says is refused at open") {
+    fs::remove(file);
+    write_file(file, frame.substr(0, frame.size() - 1));
+    auto p = Package::open(c.dir);
+    REQUIRE_FALSE(p);
+    CHECK(p.error().str() == "'" + file.string() + "': blob is " +
+                                 std::to_string(frame.size() - 1) +
+                                 " bytes but the manifest says " + std::to_string(frame.size()) +
+                                 " (the package is corrupt or was modified)");
+  }
+}
+
+TEST_CASE("a carried blob keeps its stored form; a blob source is asked for the stored form") {
+  ScratchDir s;
+  const CompressedPackage c = make_compressed(s.path);
+  auto from = Package::open(c.dir);
+  REQUIRE(from);
+  const StoredBlob z = from->manifest().stored.at(0);
+
+  SUBCASE("carried by a writer that does not compress") {
+    const fs::path copy = s.path / "copy.cudaqpkg";
+    auto w = PackageWriter::create(copy);
+    REQUIRE(w);
+    for (const Digest &d : from->referenced_blobs())
+      REQUIRE(w->carry_blob(*from, d));
+    Manifest m = from->manifest();
+    m.stored.clear(); // the writer says how it stored them
+    REQUIRE(w->commit(m, false));
+    auto p = Package::open(copy);
+    REQUIRE(p);
+    REQUIRE(p->manifest().stored.size() == 1);
+    CHECK(p->manifest().stored[0].stored_digest == z.stored_digest);
+    struct stat a, b;
+    REQUIRE(::stat(from->blob_path(c.cubin_d).c_str(), &a) == 0);
+    REQUIRE(::stat(p->blob_path(c.cubin_d).c_str(), &b) == 0);
+    CHECK(a.st_ino == b.st_ino); // hard linked, not recompressed
+    auto cubin = p->read_blob(c.cubin_d);
+    REQUIRE(cubin);
+    CHECK(*cubin == c.cubin);
+  }
+  SUBCASE("fetched by its stored digest, kept as stored, read decompressed") {
+    const fs::path lazy = s.path / "lazy.cudaqpkg";
+    fs::copy(c.dir, lazy, fs::copy_options::recursive);
+    REQUIRE(fs::remove(lazy / "blobs" / "sha256" / z.stored_digest.hex()));
+    auto source = std::make_shared<DirectoryBlobSource>(c.dir / "blobs" / "sha256");
+    auto p = Package::open(lazy, {.source = source});
+    REQUIRE(p);
+    CHECK_FALSE(p->has_blob(c.cubin_d));
+    auto cubin = p->read_blob(c.cubin_d);
+    REQUIRE_MESSAGE(cubin, (cubin ? "" : cubin.error().str()));
+    CHECK(*cubin == c.cubin);
+    CHECK(source->fetches == 1);
+    CHECK(read_file(lazy / "blobs" / "sha256" / z.stored_digest.hex()).size() == z.stored_size);
+    CHECK_FALSE(fs::exists(lazy / "blobs" / "sha256" / c.cubin_d.hex()));
   }
 }
