@@ -194,9 +194,10 @@ class RegistryTest(unittest.TestCase):
 
     def test_blob_with_wrong_bytes_is_refused(self):
         """A registry serving a blob whose bytes do not match its digest (its storage flipped a
-        byte): the pull fails naming the blob and writes nothing."""
+        byte): the pull fails naming the blob and writes nothing. (Packed --no-compress, so
+        that the container's layer is the container.)"""
         reg = self.registry()
-        pkg, _ = self.pack("out", "--push", f"oci://{reg.url}/example:1")
+        pkg, _ = self.pack("out", "--no-compress", "--push", f"oci://{reg.url}/example:1")
         with open(os.path.join(pkg, "manifest.json")) as f:
             container = json.load(f)["containers"][0]["digest"]
         path = reg.blob_path(container)
@@ -217,7 +218,7 @@ class RegistryTest(unittest.TestCase):
         of the layer, and writes nothing."""
         import urllib.request
         reg = self.registry()
-        pkg, _ = self.pack("out", "--push", f"oci://{reg.url}/example:1")
+        pkg, _ = self.pack("out", "--no-compress", "--push", f"oci://{reg.url}/example:1")
         huge = 5 << 30
         config = json.loads(read(os.path.join(pkg, "manifest.json")))
         victim = config["containers"][0]["digest"]
@@ -471,7 +472,7 @@ class RegistryTest(unittest.TestCase):
         stored = stored_forms(pkg)
         with open(os.path.join(pkg, "manifest.json")) as f:
             cubins = {l["arch"]: l["cubin"] for l in json.load(f)["links"]}
-        self.assertEqual(set(stored), {c["digest"] for c in cubins.values()})  # all compressed
+        self.assertLessEqual({c["digest"] for c in cubins.values()}, set(stored))  # compressed
         links = {arch: {"digest": stored[c["digest"]][0], "size": stored[c["digest"]][1]}
                  for arch, c in cubins.items()}
         self.assertEqual(sorted(links), ["sm_80", "sm_90"])

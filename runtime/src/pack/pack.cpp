@@ -386,6 +386,7 @@ Expected<PackResult> pack(const PackOptions &options) {
   std::vector<const SigningKey *> signers;
   if (options.signer)
     signers.push_back(options.signer.get());
+  written = target->writer.as_written(written);
   if (auto st = target->writer.commit(written, options.force, signers); !st)
     return std::move(st).take_error();
   target->made.keep();

@@ -552,19 +552,23 @@ Status PackageWriter::add_file(const fs::path &relative, std::string_view bytes)
   return write_file_atomic(p, as_bytes(bytes));
 }
 
+Manifest PackageWriter::as_written(const Manifest &given) const {
+  Manifest m = given;
+  m.stored.clear();
+  for (const auto &[d, size] : m.blob_sizes())
+    if (auto it = stored_.find(d); it != stored_.end())
+      m.stored.push_back(it->second);
+  return m;
+}
+
 Status PackageWriter::commit(const Manifest &given, bool replace,
                              const std::vector<const SigningKey *> &signers,
                              std::optional<std::string_view> manifest_text) {
   // The manifest says how each blob is stored as this writer stored it; a manifest text given
   // as it is says that already (its blobs came in the form it names).
   Manifest with_forms;
-  if (!manifest_text) {
-    with_forms = given;
-    with_forms.stored.clear();
-    for (const auto &[d, size] : with_forms.blob_sizes())
-      if (auto it = stored_.find(d); it != stored_.end())
-        with_forms.stored.push_back(it->second);
-  }
+  if (!manifest_text)
+    with_forms = as_written(given);
   const Manifest &m = manifest_text ? given : with_forms;
   const std::string text = manifest_text ? std::string(*manifest_text) : m.to_json_text();
   if (auto st = write_file_atomic(tmp_.path() / "manifest.json", as_bytes(text)); !st)

@@ -181,6 +181,8 @@ public:
   Status commit(const Manifest &m, bool replace,
                 const std::vector<const SigningKey *> &signers = {},
                 std::optional<std::string_view> manifest_text = std::nullopt);
+  // `m` with `stored` as this writer stored its blobs: the manifest commit() writes.
+  Manifest as_written(const Manifest &m) const;
   // Adds a signature file (<key id>.json) as it is: a pulled package's.
   Status add_signature(const std::string &file_name, std::string_view text);
 

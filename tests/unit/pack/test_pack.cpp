@@ -93,22 +93,23 @@ TEST_CASE("pack writes NAME.cudaqpkg whole: every container a blob, the manifest
   CHECK(m.sources[1].kind == "shared-library");
   CHECK(m.sources[1].digest == sha256(read_file(loopback)));
 
-  // One blob per container, named by its digest, holding exactly its bytes.
+  // One blob per container, named by its digest (or, kept compressed, by its frame's), holding
+  // exactly its bytes.
+  auto opened = Package::open(dir);
+  REQUIRE(opened);
   std::set<std::string> blob_names;
   for (const ContainerRecord &c : m.containers) {
-    const fs::path blob = dir / "blobs" / "sha256" / c.digest.hex();
-    const std::string bytes = read_file(blob);
-    CHECK(sha256(bytes) == c.digest);
-    CHECK(bytes.size() == c.size);
-    blob_names.insert(c.digest.hex());
+    auto bytes = opened->read_blob(c.digest);
+    REQUIRE(bytes);
+    CHECK(sha256(*bytes) == c.digest);
+    CHECK(bytes->size() == c.size);
+    blob_names.insert(opened->stored_name(c.digest).hex());
     REQUIRE(c.origins.size() == 1);
     CHECK(c.role == (c.origins[0].source == 0 ? Role::application : Role::bridge));
     CHECK(c.bridge == (c.origins[0].source == 0 ? "" : "loopback"));
   }
   // And the OCI layout's two: the config (manifest.json's bytes) and the image manifest.
   blob_names.insert(sha256(read_file(dir / "manifest.json")).hex());
-  auto opened = Package::open(dir);
-  REQUIRE(opened);
   auto image = opened->image_manifest();
   REQUIRE(image);
   blob_names.insert(sha256(image->to_json_text()).hex());
@@ -140,10 +141,12 @@ TEST_CASE("pack writes NAME.cudaqpkg whole: every container a blob, the manifest
   auto p = Package::open(dir);
   REQUIRE_MESSAGE(p, (p ? "" : p.error().str()));
   CHECK(p->manifest().to_json_text() == r->written.to_json_text());
-  // The same manifest, but for each input recorded by its file name.
+  // The same manifest, but for each input recorded by its file name, and with how each blob is
+  // stored.
   Manifest named = m;
   for (Source &src : named.sources)
     src.path = fs::path(src.path).filename().string();
+  named.stored = r->written.stored;
   CHECK(r->written.to_json_text() == named.to_json_text());
   for (const ContainerRecord &c : m.containers)
     CHECK(p->read_blob(c.digest));
