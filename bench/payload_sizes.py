@@ -4,7 +4,6 @@
 engine's round trip measured in the same run.
 
     payload_sizes.py BUILD_OR_BUNDLE [--floor FLOOR_BIN] [--copy COPY_RTT_BIN] [--quick]
-                     [--app-row LABEL=APP ...]
 
 BUILD_OR_BUNDLE is a build tree or a bundle from scripts/gpu-bundle.sh. FLOOR_BIN is
 ../shared/probe/floor.cu built (its line A: one 16-byte word each way), COPY_RTT_BIN
@@ -83,9 +82,6 @@ def main():
                     "row of its own, linked at load")
     ap.add_argument("--bridge-row", action="append", default=[],
                     help="a bridge (name or library) for a row of its own: a bench variant")
-    ap.add_argument("--app-row", action="append", default=[], metavar="LABEL=APP",
-                    help="another build of the example app (bench/echo_variants.sh), packed and "
-                    "linked here, for a row of its own with the unified kernel")
     ap.add_argument("--handler", default="echo", help="the handler (default echo; sum_i32 reads "
                     "the payload and answers 8 bytes)")
     a = ap.parse_args()
@@ -95,31 +91,25 @@ def main():
     os.environ.setdefault("CUDAQ_RT_BRIDGE_PATH", env_bridges)
     with tempfile.TemporaryDirectory() as tmp:
         os.environ.setdefault("CUDAQ_RT_CACHE_DIR", os.path.join(tmp, "cache"))
-        def link_app(app, where):
+        package = a.package
+        if not package:
             subprocess.run(["bash", os.path.join(here, "..", "tests", "gpu", "link_example.sh"),
                             os.path.join(build, "bin", "cudaq-rt-pack"),
-                            os.path.join(build, "bin", "cudaq-rt-link"), app,
-                            os.path.join(tmp, where)], check=True, stdout=subprocess.DEVNULL)
-            return os.path.join(tmp, where, "example.cudaqpkg")
-
-        package = a.package or link_app(os.path.join(build, "examples", "cudaq_rt_example_app"),
-                                        "example")
+                            os.path.join(build, "bin", "cudaq-rt-link"),
+                            os.path.join(build, "examples", "cudaq_rt_example_app"),
+                            os.path.join(tmp, "example")], check=True, stdout=subprocess.DEVNULL)
+            package = os.path.join(tmp, "example", "example.cudaqpkg")
         f50, _ = floor_p50(a.floor)
         rates = copy_rates(a.copy)
-        rows = [("unified, bulk", [], f"slots=64,slot_size={SLOT_SIZE}", package),
-                ("unified, cells", [], f"slots=64,slot_size={SLOT_SIZE},bulk=0", package),
-                ("warp, bulk", ["--dispatcher", "warp"], f"slots=256,slot_size={SLOT_SIZE}",
-                 package)]
+        rows = [("unified, bulk", [], f"slots=64,slot_size={SLOT_SIZE}"),
+                ("unified, cells", [], f"slots=64,slot_size={SLOT_SIZE},bulk=0"),
+                ("warp, bulk", ["--dispatcher", "warp"], f"slots=256,slot_size={SLOT_SIZE}")]
         if a.before:
             rows.append(("unified, --before", ["--bridge", os.path.abspath(a.before)],
-                         f"slots=64,slot_size={SLOT_SIZE}", package))
+                         f"slots=64,slot_size={SLOT_SIZE}"))
         for bridge in a.bridge_row:
             rows.append((f"unified, {os.path.basename(bridge)}", ["--bridge", bridge],
-                         f"slots=64,slot_size={SLOT_SIZE}", package))
-        for n, spec in enumerate(a.app_row):
-            label, app = spec.split("=", 1)
-            rows.append((f"unified, {label}", [], f"slots=64,slot_size={SLOT_SIZE}",
-                         link_app(os.path.abspath(app), f"app{n}")))
+                         f"slots=64,slot_size={SLOT_SIZE}"))
         global HANDLER
         HANDLER = a.handler
         print(f"\n1 in flight, p50 / p99 us (slot_size={SLOT_SIZE}; goal: 2 x (floor p50 + "
@@ -129,8 +119,8 @@ def main():
         print("|" + " --- |" * (len(rows) + 2))
         for size in SIZES:
             cells = []
-            for _, args, bridge_arg, pkg in rows:
-                doc, err = run_bench(build, pkg, size, args, bridge_arg,
+            for _, args, bridge_arg in rows:
+                doc, err = run_bench(build, package, size, args, bridge_arg,
                                      requests_for(size, a.quick), 1, tmp)
                 if doc is None:
                     cells.append(f"failed: {err}")
@@ -144,21 +134,16 @@ def main():
             print(f"| {size} B | " + " | ".join(cells) + f" | {goal} |")
             sys.stdout.flush()
         print("\nthroughput")
-        throughput = [
-            ("unified, bulk", [], f"slots=64,slot_size={SLOT_SIZE}", 1024, 32),
-            ("unified, bulk", [], f"slots=64,slot_size={SLOT_SIZE}", 16384, 32),
-            ("unified, cells", [], f"slots=64,slot_size={SLOT_SIZE},bulk=0", 1024, 32),
-            ("unified, cells", [], f"slots=64,slot_size={SLOT_SIZE},bulk=0", 16384, 32),
-            ("warp, bulk", ["--dispatcher", "warp"], "slots=256", 8, 256),
-            ("warp, bulk", ["--dispatcher", "warp"], f"slots=256,slot_size={SLOT_SIZE}",
-             1024, 256)]
-        throughput = [t + (package,) for t in throughput]
-        for label, _, bridge_arg, pkg in rows[3:]:
-            if pkg != package:
-                throughput += [(label, [], bridge_arg, size, 32, pkg) for size in (1024, 16384)]
-        for label, args, bridge_arg, size, inflight, pkg in throughput:
+        for label, args, bridge_arg, size, inflight in [
+                ("unified, bulk", [], f"slots=64,slot_size={SLOT_SIZE}", 1024, 32),
+                ("unified, bulk", [], f"slots=64,slot_size={SLOT_SIZE}", 16384, 32),
+                ("unified, cells", [], f"slots=64,slot_size={SLOT_SIZE},bulk=0", 1024, 32),
+                ("unified, cells", [], f"slots=64,slot_size={SLOT_SIZE},bulk=0", 16384, 32),
+                ("warp, bulk", ["--dispatcher", "warp"], "slots=256", 8, 256),
+                ("warp, bulk", ["--dispatcher", "warp"], f"slots=256,slot_size={SLOT_SIZE}",
+                 1024, 256)]:
             n = 200000 if size <= 8 else 20000
-            doc, err = run_bench(build, pkg, size, args, bridge_arg,
+            doc, err = run_bench(build, package, size, args, bridge_arg,
                                  n // 5 if a.quick else n, inflight, tmp)
             if doc is None:
                 print(f"{label}, {size} B, {inflight} in flight: failed: {err}")
