@@ -28,6 +28,12 @@
  * stream, or the host waited for it): that also makes what the previous kernel stored in
  * transport_ctx visible to the next.
  *
+ * cudaq-rt's launcher starts a dispatch kernel as clusters of one block where the GPU has
+ * clusters (sm_90 and newer), so that hooks and handlers may use the bulk copy engine between two
+ * places of their block's shared memory (cp.async.bulk.shared::cluster.shared::cta), which faults
+ * in a launch without a cluster. Code that does checks %is_explicit_cluster: another launcher
+ * (CUDA-Q's own) need not launch clusters.
+ *
  * The warp form. A bridge may also provide three hooks for a dispatch kernel that serves with all
  * 32 lanes of one warp (the built-in warp dispatcher, cudaq_rt_warp_dispatch):
  *

@@ -84,6 +84,10 @@ public:
   // A stream that does not synchronise with the legacy default stream.
   virtual Expected<GpuStream> create_stream() = 0;
   virtual void destroy_stream(GpuStream stream) = 0;
+  // Where the GPU has thread block clusters (sm_90 on), each block is launched as a cluster of
+  // one: the bulk copy engine's shared-to-shared copy (cp.async.bulk.shared::cluster.shared::cta)
+  // then works within a block, where a launch without a cluster faults on it with an illegal
+  // instruction (bench/probe/smem_bulk.cu). A handler that uses it checks %is_explicit_cluster.
   virtual Status launch(GpuFunction kernel, LaunchShape shape, void **args, GpuStream stream) = 0;
   virtual StreamState query(GpuStream stream) = 0;
 };

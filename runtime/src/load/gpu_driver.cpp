@@ -50,6 +50,7 @@ struct DriverApi {
   decltype(&cuStreamDestroy) streamDestroy = nullptr;
   decltype(&cuStreamQuery) streamQuery = nullptr;
   decltype(&cuLaunchKernel) launchKernel = nullptr;
+  decltype(&cuLaunchKernelEx) launchKernelEx = nullptr;
 };
 
 // Loads libcuda and resolves the entry points once; nullopt-like failure is kept as an Error.
@@ -105,6 +106,7 @@ const Expected<DriverApi> &driver_api() {
     resolve(a.streamDestroy, "cuStreamDestroy");
     resolve(a.streamQuery, "cuStreamQuery");
     resolve(a.launchKernel, "cuLaunchKernel");
+    resolve(a.launchKernelEx, "cuLaunchKernelEx");
     if (stub) {
       // The CUDA Toolkit's stubs/libcuda.so (for linking, not a driver) on the loader's path:
       // every call answers CUDA_ERROR_STUB_LIBRARY. Not "too old": no driver at all.
@@ -171,6 +173,11 @@ public:
             CUDA_SUCCESS)
       return failure("cuDeviceGetAttribute", rc);
     d.sm = major * 10 + minor;
+    int clusters = 0;
+    if ((rc = cu.deviceGetAttribute(&clusters, CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH, dev)) !=
+        CUDA_SUCCESS)
+      return failure("cuDeviceGetAttribute", rc);
+    cluster_launch_ = clusters != 0;
     cu.driverGetVersion(&d.driver_version);
     CUcontext ctx = nullptr;
     if ((rc = cu.primaryCtxRetain(&ctx, dev)) != CUDA_SUCCESS)
@@ -268,11 +275,28 @@ public:
     api().streamDestroy(static_cast<CUstream>(stream));
   }
 
+  // Where the GPU has clusters (sm_90 on), as clusters of one block (Gpu::launch).
   Status launch(GpuFunction kernel, LaunchShape shape, void **args, GpuStream stream) override {
-    if (CUresult rc =
-            api().launchKernel(static_cast<CUfunction>(kernel), shape.blocks, 1, 1, shape.threads,
-                               1, 1, 0, static_cast<CUstream>(stream), args, nullptr);
-        rc != CUDA_SUCCESS)
+    CUresult rc = CUDA_SUCCESS;
+    if (cluster_launch_) {
+      CUlaunchAttribute cluster{};
+      cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      cluster.value.clusterDim.x = cluster.value.clusterDim.y = cluster.value.clusterDim.z = 1;
+      CUlaunchConfig config{};
+      config.gridDimX = shape.blocks, config.gridDimY = config.gridDimZ = 1;
+      config.blockDimX = shape.threads, config.blockDimY = config.blockDimZ = 1;
+      config.hStream = static_cast<CUstream>(stream);
+      config.attrs = &cluster, config.numAttrs = 1;
+      if ((rc = api().launchKernelEx(&config, static_cast<CUfunction>(kernel), args, nullptr)) !=
+          CUDA_SUCCESS)
+        return failure(cat("launching ", shape.blocks, "x", shape.threads,
+                           " in clusters of one block (cuLaunchKernelEx)"),
+                       rc);
+      return Status::ok();
+    }
+    if ((rc = api().launchKernel(static_cast<CUfunction>(kernel), shape.blocks, 1, 1, shape.threads,
+                                 1, 1, 0, static_cast<CUstream>(stream), args, nullptr)) !=
+        CUDA_SUCCESS)
       return failure(cat("launching ", shape.blocks, "x", shape.threads, " (cuLaunchKernel)"), rc);
     return Status::ok();
   }
@@ -288,6 +312,8 @@ public:
 
 private:
   static const DriverApi &api() { return *driver_api(); }
+
+  bool cluster_launch_ = false; // the opened GPU launches clusters (open)
 
   static std::string name_of(CUresult rc) {
     const char *name = nullptr;
