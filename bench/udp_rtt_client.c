@@ -60,6 +60,10 @@ int main(int argc, char **argv) {
   host[colon - argv[1]] = 0;
   const long n = atol(argv[2]);
   const uint32_t payload = argc > 3 ? (uint32_t)atoi(argv[3]) : 8;
+  if (payload > 65507 - 24) { /* the largest UDP/IPv4 datagram, less the header */
+    fprintf(stderr, "udp_rtt_client: a payload of %u bytes does not fit one datagram\n", payload);
+    return 2;
+  }
   const long warmup = n / 10 < 1000 ? 1000 : n / 10;
 
   struct sockaddr_in addr;
@@ -75,7 +79,7 @@ int main(int argc, char **argv) {
     perror("udp_rtt_client: connect");
     return 1;
   }
-  unsigned char request[24 + 4096], response[24 + 4096];
+  static unsigned char request[65536], response[65536];
   const uint32_t header[4] = {0x43555152u, fnv1a("echo"), payload, 0};
   memcpy(request, header, 16);
   memset(request + 16, 0, 8);
@@ -98,8 +102,11 @@ int main(int argc, char **argv) {
       if (got >= 24) {
         uint32_t rid;
         memcpy(&rid, response + 12, 4);
-        if (rid == id)
+        if (rid == id) {
+          if (got != (ssize_t)(24 + payload) || memcmp(response + 24, request + 24, payload) != 0)
+            ++wrong; /* the echo's answer is the request's payload */
           break;
+        }
         continue; /* a late answer to an earlier (lost) request */
       }
       if (got >= 0)
