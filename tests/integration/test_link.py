@@ -312,6 +312,22 @@ class LinkTest(unittest.TestCase):
                                                       l["cubin"]["digest"][7:])),
                          l["cubin"]["size"])
 
+    def test_source_date_epoch_is_the_records_time_and_a_bad_one_is_refused(self):
+        # Reproducible builds: SOURCE_DATE_EPOCH is the time each link record says it was made;
+        # a value that is not seconds is an error naming it, before anything is linked or written.
+        pkg, cache = self.fresh()
+        env = dict(cache_env(cache), SOURCE_DATE_EPOCH="1700000000")
+        self.link(pkg, "--arch", "sm_80,sm_90", cache=cache, env=env)
+        self.assertEqual([l["created"] for l in self.manifest(pkg)["links"]],
+                         ["2023-11-14T22:13:20Z"] * 2)
+        before = read(os.path.join(pkg, "manifest.json"))
+        for bad in ("soon", "-1", "1.5"):
+            r = self.link(pkg, "--arch", "sm_100", cache=cache, status=1,
+                          env=dict(cache_env(cache), SOURCE_DATE_EPOCH=bad))
+            self.assertEqual(r.stderr, f"cudaq-rt-link: error: SOURCE_DATE_EPOCH is '{bad}': not "
+                             "a number of seconds since 1970-01-01T00:00:00Z\n")
+            self.assertEqual(read(os.path.join(pkg, "manifest.json")), before)
+
     def test_second_link_hits_the_cache(self):
         pkg, cache = self.fresh()
         first = self.link_json(pkg, "--arch", "sm_80,sm_90", cache=cache)

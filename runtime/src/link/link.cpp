@@ -664,6 +664,9 @@ std::vector<ArchLink> link_archs(const LinkPlan &plan, std::span<const TargetArc
 Status store_links(const fs::path &package_path, const LinkPlan &plan,
                    std::span<const ArchLink> links, const TrustPolicy &trust,
                    BlobEncoding encoding) {
+  // The records' time (cudaq-rt-run --store comes here without check_link_options).
+  if (auto epoch = source_date_epoch(); !epoch)
+    return std::move(epoch).take_error();
   const fs::path package = absolute_normal_path(package_path);
   auto lock = PackageLock::acquire(package);
   if (!lock)
@@ -746,6 +749,8 @@ Status check_link_options(const LinkOptions &opt) {
 Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache) {
   if (auto st = check_link_options(opt); !st)
     return std::move(st).take_error();
+  if (auto epoch = source_date_epoch(); !epoch) // the time the link records take
+    return std::move(epoch).take_error();
   const std::vector<TargetArch> &targets = opt.archs;
   auto pkg = Package::open(opt.package);
   if (!pkg)
