@@ -17,6 +17,7 @@
 #include <cuda.h>
 
 #include <dlfcn.h>
+#include <map>
 #include <mutex>
 
 namespace cudaq_rt {
@@ -33,6 +34,7 @@ struct DriverApi {
   decltype(&cuDeviceGetAttribute) deviceGetAttribute = nullptr;
   decltype(&cuDevicePrimaryCtxRetain) primaryCtxRetain = nullptr;
   decltype(&cuCtxSetCurrent) ctxSetCurrent = nullptr;
+  decltype(&cuStreamGetCtx) streamGetCtx = nullptr;
   decltype(&cuLibraryLoadData) libraryLoadData = nullptr;
   decltype(&cuLibraryUnload) libraryUnload = nullptr;
   decltype(&cuLibraryGetKernel) libraryGetKernel = nullptr;
@@ -89,6 +91,7 @@ const Expected<DriverApi> &driver_api() {
     resolve(a.deviceGetAttribute, "cuDeviceGetAttribute");
     resolve(a.primaryCtxRetain, "cuDevicePrimaryCtxRetain");
     resolve(a.ctxSetCurrent, "cuCtxSetCurrent");
+    resolve(a.streamGetCtx, "cuStreamGetCtx");
     resolve(a.libraryLoadData, "cuLibraryLoadData");
     resolve(a.libraryUnload, "cuLibraryUnload");
     resolve(a.libraryGetKernel, "cuLibraryGetKernel");
@@ -173,17 +176,20 @@ public:
             CUDA_SUCCESS)
       return failure("cuDeviceGetAttribute", rc);
     d.sm = major * 10 + minor;
-    int clusters = 0;
-    if ((rc = cu.deviceGetAttribute(&clusters, CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH, dev)) !=
-        CUDA_SUCCESS)
-      return failure("cuDeviceGetAttribute", rc);
-    cluster_launch_ = clusters != 0;
     cu.driverGetVersion(&d.driver_version);
     CUcontext ctx = nullptr;
     if ((rc = cu.primaryCtxRetain(&ctx, dev)) != CUDA_SUCCESS)
       return failure(cat("creating GPU ", ordinal, "'s context (cuDevicePrimaryCtxRetain)"), rc);
     if ((rc = cu.ctxSetCurrent(ctx)) != CUDA_SUCCESS)
       return failure("cuCtxSetCurrent", rc);
+    int clusters = 0;
+    if ((rc = cu.deviceGetAttribute(&clusters, CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH, dev)) !=
+        CUDA_SUCCESS)
+      return failure("cuDeviceGetAttribute", rc);
+    {
+      std::lock_guard<std::mutex> hold(contexts_mutex_);
+      cluster_contexts_[ctx] = clusters != 0;
+    }
     return d;
   }
 
@@ -275,10 +281,21 @@ public:
     api().streamDestroy(static_cast<CUstream>(stream));
   }
 
-  // Where the GPU has clusters (sm_90 on), as clusters of one block (Gpu::launch).
+  // Where the GPU has clusters (sm_90 on), as clusters of one block (Gpu::launch). The GPU is the
+  // stream's: one DriverGpu serves every GPU of a process (--device all opens each on a thread of
+  // its own), so what each GPU can do is kept by its context (open).
   Status launch(GpuFunction kernel, LaunchShape shape, void **args, GpuStream stream) override {
-    CUresult rc = CUDA_SUCCESS;
-    if (cluster_launch_) {
+    CUcontext ctx = nullptr;
+    CUresult rc = api().streamGetCtx(static_cast<CUstream>(stream), &ctx);
+    if (rc != CUDA_SUCCESS)
+      return failure("the stream's GPU (cuStreamGetCtx)", rc);
+    bool clusters = false;
+    {
+      std::lock_guard<std::mutex> hold(contexts_mutex_);
+      auto it = cluster_contexts_.find(ctx);
+      clusters = it != cluster_contexts_.end() && it->second;
+    }
+    if (clusters) {
       CUlaunchAttribute cluster{};
       cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
       cluster.value.clusterDim.x = cluster.value.clusterDim.y = cluster.value.clusterDim.z = 1;
@@ -313,7 +330,9 @@ public:
 private:
   static const DriverApi &api() { return *driver_api(); }
 
-  bool cluster_launch_ = false; // the opened GPU launches clusters (open)
+  // Per GPU opened (its primary context): whether it launches clusters.
+  std::mutex contexts_mutex_;
+  std::map<CUcontext, bool> cluster_contexts_;
 
   static std::string name_of(CUresult rc) {
     const char *name = nullptr;
