@@ -37,7 +37,7 @@ import tempfile
 import time
 
 
-SLOT_SIZE = 16448  # 16 KB of payload + the header, rounded to 16 (as bench/payload_sizes.py)
+from payload_sizes import SLOT_SIZE  # the ring payload_sizes.py measures: 16 KB + the header
 
 
 def client_run(client, address, n, size=8):

@@ -62,14 +62,6 @@ def f32(v):
     return struct.unpack("<f", struct.pack("<f", v))[0]
 
 
-def stored_name(manifest_text, digest):
-    """The name `digest`'s blob travels under: its zstd frame's digest where the manifest stores
-    it compressed (`stored`, format 2), else the digest itself."""
-    for s in json.loads(manifest_text).get("stored", []):
-        if s["digest"] == digest:
-            return s["stored_digest"]
-    return digest
-
 class RunCase(ClassDirCase):
     """A directory and a link cache per test class; helpers to run the tools in them. A subclass
     that sets `dispatcher` runs every test of its base with that dispatch kernel."""
@@ -465,6 +457,7 @@ class LoadPathTest(RunCase):
         # load, and the next start takes the cache's. Times are printed beside the package's.
         import sys
         sys.path.insert(0, os.path.join(HERE, "../integration"))
+        from harness import stored_forms
         from registry import Registry, registry_available
         if not registry_available():
             self.skipTest("no docker-registry (set DOCKER_REGISTRY)")
@@ -496,7 +489,8 @@ class LoadPathTest(RunCase):
                     with open(os.path.join(pkg, "manifest.json"), "rb") as f:
                         text = f.read()
                     config = "sha256:" + hashlib.sha256(text).hexdigest()
-                    cubin = stored_name(text, doc["cubin"]["digest"])
+                    d = doc["cubin"]["digest"]
+                    cubin = stored_forms(pkg).get(d, (d,))[0]
                     self.assertEqual(sorted(q.path.rsplit("/", 1)[1] for q in blobs),
                                      sorted([config, cubin]))
                 else:
@@ -510,7 +504,9 @@ class LoadPathTest(RunCase):
                            capture_output=True, env=self.env(cache))
             with open(os.path.join(bare, "manifest.json"), "rb") as f:
                 text = f.read()
-            code = {stored_name(text, c["digest"]) for c in json.loads(text)["containers"]}
+            stored = stored_forms(bare)
+            code = {stored.get(c["digest"], (c["digest"],))[0]
+                    for c in json.loads(text)["containers"]}
             config = "sha256:" + hashlib.sha256(text).hexdigest()
             bare_cache = os.path.join(self.tmp, "bare-cache")
             for label, source in (("oci:// link at load", "link at load"),
