@@ -30,10 +30,10 @@ if bash "$here/tests/gpu/link_example.sh" "$b/bin/cudaq-rt-pack" "$b/bin/cudaq-r
     echo "== gpu.loopback_dispatch_warp"
     loopback "$tmp/example/example.cudaqpkg" --dispatcher warp --slots 256 --many 1000000
     echo "== gpu.loopback_dispatch_lanes"
-    loopback "$tmp/example/example.cudaqpkg" --layout lanes
+    loopback "$tmp/example/example.cudaqpkg" --layout lanes --mixed 1000000
     echo "== gpu.loopback_dispatch_warp_slots"
     loopback "$tmp/example/example.cudaqpkg" --dispatcher warp --slots 256 --layout slots \
-      --many 100000
+      --many 100000 --mixed 1000000
     echo "== gpu.loopback_dispatch_bulk"
     loopback "$tmp/example/example.cudaqpkg" --slot-size 16448 --mixed 1000000
     echo "== gpu.loopback_dispatch_warp_bulk"
