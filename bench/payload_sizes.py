@@ -8,7 +8,9 @@ engine's round trip measured in the same run.
 BUILD_OR_BUNDLE is a build tree or a bundle from scripts/gpu-bundle.sh. FLOOR_BIN is
 ../shared/probe/floor.cu built (its line A: one 16-byte word each way), COPY_RTT_BIN
 bench/probe/copy_rtt.cu built. Rows, each a cudaq-rt-run process of its own:
-  unified, bulk   the unified kernel, the ring's default (frames over 32 bytes in bulk)
+  unified, bulk   the unified kernel, the ring's default (on sm_90 and later, frames up to a
+                  1 KB payload as cells whose tails the engine brings in, larger ones in bulk)
+  unified, bulk=33  every frame over 32 bytes in bulk (the default before the engine's tails)
   unified, cells  the same with bulk=0 (every frame as stamped cells: the ring before bulk frames)
   warp, bulk      the warp dispatcher (layout=lanes, 256 slots)
 then throughput at 32 in flight (1 KB and 16 KB) and the warp dispatcher's 8-byte echo at 256 in
@@ -22,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 
-SIZES = [8, 64, 256, 1024, 4096, 16384]
+SIZES = [8, 64, 256, 512, 1024, 4096, 16384]
 SLOT_SIZE = 16448  # 16 KB of payload + the header, rounded to 16
 HANDLER = "echo"
 
@@ -102,6 +104,7 @@ def main():
         f50, _ = floor_p50(a.floor)
         rates = copy_rates(a.copy)
         rows = [("unified, bulk", [], f"slots=64,slot_size={SLOT_SIZE}"),
+                ("unified, bulk=33", [], f"slots=64,slot_size={SLOT_SIZE},bulk=33"),
                 ("unified, cells", [], f"slots=64,slot_size={SLOT_SIZE},bulk=0"),
                 ("warp, bulk", ["--dispatcher", "warp"], f"slots=256,slot_size={SLOT_SIZE}")]
         if a.before:
@@ -137,6 +140,7 @@ def main():
         for label, args, bridge_arg, size, inflight in [
                 ("unified, bulk", [], f"slots=64,slot_size={SLOT_SIZE}", 1024, 32),
                 ("unified, bulk", [], f"slots=64,slot_size={SLOT_SIZE}", 16384, 32),
+                ("unified, bulk=33", [], f"slots=64,slot_size={SLOT_SIZE},bulk=33", 1024, 32),
                 ("unified, cells", [], f"slots=64,slot_size={SLOT_SIZE},bulk=0", 1024, 32),
                 ("unified, cells", [], f"slots=64,slot_size={SLOT_SIZE},bulk=0", 16384, 32),
                 ("warp, bulk", ["--dispatcher", "warp"], "slots=256", 8, 256),

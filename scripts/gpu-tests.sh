@@ -36,6 +36,8 @@ if bash "$here/tests/gpu/link_example.sh" "$b/bin/cudaq-rt-pack" "$b/bin/cudaq-r
       --many 100000 --mixed 1000000
     echo "== gpu.loopback_dispatch_bulk"
     loopback "$tmp/example/example.cudaqpkg" --slot-size 16448 --mixed 1000000
+    echo "== gpu.loopback_dispatch_bulk33"
+    loopback "$tmp/example/example.cudaqpkg" --slot-size 16448 --bulk 33 --mixed 100000
     echo "== gpu.loopback_dispatch_warp_bulk"
     loopback "$tmp/example/example.cudaqpkg" --dispatcher warp --slots 256 --slot-size 16448 \
       --bulk 33 --mixed 1000000

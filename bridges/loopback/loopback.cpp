@@ -22,7 +22,7 @@ bool fail_create(std::string message) {
 }
 
 bool parse_config(std::string_view config, uint32_t &slots, uint32_t &slot_size, uint32_t &layout,
-                  uint32_t &bulk_min) {
+                  uint32_t &bulk_min, uint32_t &response_bulk_min) {
   BridgeOptions options;
   if (std::string why = options.parse(config); !why.empty())
     return fail_create(std::move(why));
@@ -32,13 +32,15 @@ bool parse_config(std::string_view config, uint32_t &slots, uint32_t &slot_size,
         return fail_create("option 'layout' is slots or lanes, got '" + value + "'");
       continue;
     }
-    uint32_t *target = key == "slots"       ? &slots
-                       : key == "slot_size" ? &slot_size
-                       : key == "bulk"      ? &bulk_min
-                                            : nullptr;
+    uint32_t *target = key == "slots"           ? &slots
+                       : key == "slot_size"     ? &slot_size
+                       : key == "bulk"          ? &bulk_min
+                       : key == "response_bulk" ? &response_bulk_min
+                                                : nullptr;
     if (!target)
       return fail_create("unknown option '" + key +
-                         "' (known: slots=N, slot_size=BYTES, layout=slots|lanes, bulk=BYTES)");
+                         "' (known: slots=N, slot_size=BYTES, layout=slots|lanes, bulk=BYTES, "
+                         "response_bulk=BYTES)");
     if (!parse_u32(value, *target))
       return fail_create("option '" + key + "' needs a number, got '" + value + "'");
   }
@@ -61,11 +63,12 @@ cudaq_rt_bridge_result create(const char *config, cudaq_rt_bridge **out) {
   *out = nullptr;
   uint32_t slots = CUDAQ_RT_LOOPBACK_DEFAULT_SLOTS, slot_size = CUDAQ_RT_LOOPBACK_DEFAULT_SLOT_SIZE;
   uint32_t layout = CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS, bulk_min = CUDAQ_RT_LOOPBACK_DEFAULT_BULK_MIN;
-  if (!parse_config(config ? config : "", slots, slot_size, layout, bulk_min))
+  uint32_t response_bulk_min = CUDAQ_RT_LOOPBACK_RESPONSE_BULK_AS_REQUESTS;
+  if (!parse_config(config ? config : "", slots, slot_size, layout, bulk_min, response_bulk_min))
     return CUDAQ_RT_BRIDGE_ERROR;
 
   auto *b = new cudaq_rt_bridge;
-  if (!allocate_ring(b, slots, slot_size, layout, bulk_min, create_error)) {
+  if (!allocate_ring(b, slots, slot_size, layout, bulk_min, response_bulk_min, create_error)) {
     delete b;
     return CUDAQ_RT_BRIDGE_ERROR;
   }
@@ -81,7 +84,7 @@ cudaq_rt_bridge_result instance_config(const cudaq_rt_bridge_launch *launch, con
     create_error = std::move(why);
     return CUDAQ_RT_BRIDGE_ERROR;
   }
-  lay_out_for(*launch, options);
+  lay_out_for(*launch, options, current_gpu_has_bulk_engine());
   return write_instance_config(options.text(), out, capacity, needed);
 }
 

@@ -17,6 +17,13 @@ bool cuda_ok(cudaError_t rc, const char *what, std::string &error) {
 
 } // namespace
 
+bool current_gpu_has_bulk_engine() {
+  int device = 0, major = 0;
+  return cudaGetDevice(&device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+         major >= 9;
+}
+
 void release_ring(cudaq_rt_bridge *b) {
   if (b->request_block)
     cudaFreeHost(b->request_block);
@@ -28,7 +35,7 @@ void release_ring(cudaq_rt_bridge *b) {
 }
 
 bool allocate_ring(cudaq_rt_bridge *b, uint32_t slots, uint32_t slot_size, uint32_t layout,
-                   uint32_t bulk_min, std::string &error) {
+                   uint32_t bulk_min, uint32_t response_bulk_min, std::string &error) {
   b->num_slots = slots;
   b->slot_size = slot_size;
   b->layout = layout;
@@ -90,7 +97,9 @@ bool allocate_ring(cudaq_rt_bridge *b, uint32_t slots, uint32_t slot_size, uint3
   ctx.request_tails = static_cast<char *>(device_requests) + heads_bytes;
   ctx.response_heads = device_responses;
   ctx.response_tails = static_cast<char *>(device_responses) + heads_bytes;
-  ctx.bulk_min = bulk_min;
+  ctx.bulk_min = response_bulk_min == CUDAQ_RT_LOOPBACK_RESPONSE_BULK_AS_REQUESTS
+                     ? bulk_min
+                     : response_bulk_min;
   ctx.request_bulk = static_cast<char *>(device_requests) + bulk_at;
   ctx.response_bulk = static_cast<char *>(device_responses) + bulk_at;
   ctx.request_frames = device + ctx_bytes;

@@ -14,13 +14,18 @@ namespace cudaq_rt::loopback {
 
 // Allocates the rings (mapped pinned host memory) and the device context and staging frames
 // (device memory) of `b` for that shape (check_ring_shape, loopback_host.h, said yes), in the
-// current CUDA context; frames of at least bulk_min bytes travel in bulk (0: never). On failure,
-// says why in `error` and leaves nothing allocated.
+// current CUDA context; requests of at least bulk_min bytes travel in bulk (0: never), and
+// responses of at least response_bulk_min (CUDAQ_RT_LOOPBACK_RESPONSE_BULK_AS_REQUESTS: bulk_min).
+// On failure, says why in `error` and leaves nothing allocated.
 bool allocate_ring(cudaq_rt_bridge *b, uint32_t slots, uint32_t slot_size, uint32_t layout,
-                   uint32_t bulk_min, std::string &error);
+                   uint32_t bulk_min, uint32_t response_bulk_min, std::string &error);
 
 // Frees what allocate_ring allocated (the dispatch kernel must have stopped).
 void release_ring(cudaq_rt_bridge *b);
+
+// The current CUDA device has the bulk copy engine the device hooks use (compute capability 9 or
+// more: their sm_90 build); false where that cannot be told (lay_out_for then keeps the defaults).
+bool current_gpu_has_bulk_engine();
 
 } // namespace cudaq_rt::loopback
 

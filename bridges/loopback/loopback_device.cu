@@ -42,8 +42,6 @@ struct Session {
   uint32_t fetched_slot; // slot of the next frame to probe for
   uint32_t fetched_lap;  // and the lap it must carry
   uint32_t pending;      // frames unpacked and not handed out yet (they precede fetched_slot)
-  uint32_t draining;     // the shutdown flag was seen and fenced: every later probe sees all
-                         // requests sent before it was set
   uint32_t sink;         // keeps the L1 warm-up loads alive
   uint32_t width;        // slots the next probe loads (adaptive: see fetch)
   uint32_t outstanding;  // frames handed out and not published yet
@@ -54,15 +52,25 @@ struct Session {
   uint32_t handout_lap;  // the lap of the frame fetch_one found (handout_request)
   uint32_t lane;         // the warp form: this session's lane
   uint32_t warp_shared;  // the warp form: requests staged in warp_request_staging
-  uint32_t busy;         // the last probe found every slot it loaded ready (CUDAQ_RT_LOOPBACK_PUSH)
-  uint32_t shared_ok;    // batches may be staged in shared memory (see kShared below)
   uint32_t batch_frames; // frames of a batch staged in shared memory (at most kW)
   uint32_t bulk_min;     // responses of at least this many bytes go in bulk (0: never)
-  uint32_t bulk_engine;  // this session may use the bulk copy engine (bulk_barrier is its own)
   uint32_t bulk_phase;   // the parity bulk_barrier completes next
   uint16_t bulk_pending; // bit i: frame i of the pending batch is a bulk frame not yet staged
                          // (its staging frame's second word holds its control cell's frame_len)
   uint16_t handout_pos;  // frames of the pending batch handed out so far
+  uint16_t tail_pending; // bit i: frame i of the pending batch is cells whose tail the engine
+                         // brings in at hand-out (stage_tail); its length in tail_lens
+  uint16_t tail_ahead;   // tail cells fetch_one copies with every probe (0: none; stage_tail)
+  uint16_t tail_copied;  // cells the last copy into tail_buffer copied
+  uint8_t tail_inflight; // a copy into tail_buffer is on its way (tail_barrier's next phase)
+  uint8_t tail_phase;    // the parity tail_barrier completes next
+  uint8_t draining;      // the shutdown flag was seen and fenced: every later probe sees all
+                         // requests sent before it was set
+  uint8_t busy;          // the last probe found every slot it loaded ready (CUDAQ_RT_LOOPBACK_PUSH)
+  uint8_t shared_ok;     // batches may be staged in shared memory (see kShared below)
+  uint8_t bulk_engine;   // this session may use the bulk copy engine (bulk_barrier is its own)
+  uint32_t tail_slot;    // the slot the last copy into tail_buffer was of
+  uint64_t tail_lens;    // 16 bits per batch position: the tail_pending frames' lengths
   cudaq_rt_loopback_warp_probe warp;  // the warp form: which lanes probe (warp_poll); the same in
                                       // every lane's session
   const unsigned char *last_response; // and its response frame
@@ -141,6 +149,17 @@ __shared__ __align__(128) unsigned char shared_staging[kSharedBytes];
 #define CUDAQ_RT_LOOPBACK_BULK_COPY 1
 #endif
 __shared__ __align__(8) unsigned long long bulk_barrier;
+
+// Frames of cells whose tail the bulk copy engine brings in (loopback_ring.h, "Tails by the
+// engine"): up to kTailCells tail cells of one slot, copied as they lie in the ring (blocks of 64
+// cells) into tail_buffer, counted on tail_barrier, then checked and unpacked by the thread.
+/* 1: tails by the engine where the session has it; 0: loads only (a bench variant). */
+#ifndef CUDAQ_RT_LOOPBACK_TAIL_COPY
+#define CUDAQ_RT_LOOPBACK_TAIL_COPY 1
+#endif
+constexpr uint32_t kTailCells = CUDAQ_RT_LOOPBACK_ENGINE_TAIL_CELLS;
+__shared__ __align__(128) uint4 tail_buffer[kTailCells];
+__shared__ __align__(8) unsigned long long tail_barrier;
 
 // The warp form stages each lane's request (not its response: the handler may write up to a whole
 // slot) in shared memory, lane l at l * slot_size, when the block is that one warp and 32 slots
@@ -299,6 +318,51 @@ __device__ __forceinline__ void bulk_copy_out(void *to, const void *from, uint32
 #endif
 }
 
+// Tails by the engine: `cells` tail cells of `slot` (whole blocks of 64, as they lie in the ring)
+// into tail_buffer, counted on tail_barrier. The proxy fence orders this thread's last reads of
+// tail_buffer (the previous unpack) before the engine's writes.
+__device__ __forceinline__ void tail_copy(Session *s, uint32_t slot, uint32_t cells) {
+#if CUDAQ_RT_LOOPBACK_HAS_BULK_COPY
+  const uint32_t bar = shared_address(&tail_barrier);
+  asm volatile("fence.proxy.async;" ::: "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(cells * 16u)
+               : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
+               "[%3];" ::"r"(shared_address(tail_buffer)),
+               "l"(s->request_tails + (size_t)slot * s->tail_cells), "r"(cells * 16u), "r"(bar)
+               : "memory");
+  s->tail_inflight = 1;
+  s->tail_slot = slot;
+  s->tail_copied = cells;
+#else
+  (void)s, (void)slot, (void)cells;
+#endif
+}
+
+// Waits for the copy on its way (tail_inflight), or only asks whether it has arrived (`block`
+// false); true when it has.
+__device__ __forceinline__ bool tail_arrived(Session *s, bool block) {
+#if CUDAQ_RT_LOOPBACK_HAS_BULK_COPY
+  const uint32_t bar = shared_address(&tail_barrier);
+  uint32_t done = 0;
+  do
+    asm volatile("{ .reg .pred p; mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2; "
+                 "selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done)
+                 : "r"(bar), "r"((uint32_t)s->tail_phase)
+                 : "memory");
+  while (!done && block);
+  if (done) {
+    s->tail_phase ^= 1u;
+    s->tail_inflight = 0;
+  }
+  return done;
+#else
+  (void)s, (void)block;
+  return true;
+#endif
+}
+
 __device__ __forceinline__ bool use_bulk_engine(const Session *s, const void *staging) {
   return CUDAQ_RT_LOOPBACK_HAS_BULK_COPY && CUDAQ_RT_LOOPBACK_BULK_COPY && s->bulk_engine &&
          __isShared(staging);
@@ -370,6 +434,44 @@ __device__ __forceinline__ int stage_bulk(Session *s, uint32_t slot, void *stagi
   return CUDAQ_DEV_RX_READY;
 }
 
+// The tail of a frame of cells (len bytes, as its control cell said) in `slot`, stamped `lap`,
+// into the staging frame past its head words (unpack put those there): from the copy fetch_one
+// started with its probe where that was of this slot and reached far enough, else from a copy
+// made now (one round trip, where loads took one per 8 cells). A copy some of whose halves are
+// not stamped yet (made before the host's stores arrived) is made again: one made after the
+// control cell was seen has them all (the host writes the tail first; loopback_ring.h). What
+// rx_poll returns (READY). Inlined, as stage_bulk.
+__device__ __forceinline__ int stage_tail(Session *s, uint32_t slot, uint32_t lap, void *staging,
+                                          uint32_t len) {
+  uint2 *frame = static_cast<uint2 *>(staging);
+  const uint32_t need = frame_cells(len) - kHead;
+  const uint32_t cells =
+      (need + CUDAQ_RT_LOOPBACK_TAIL_BLOCK - 1u) & ~(CUDAQ_RT_LOOPBACK_TAIL_BLOCK - 1u);
+  if (s->tail_inflight)
+    tail_arrived(s, true);
+  bool have = s->tail_slot == slot && s->tail_copied >= cells;
+  for (;;) {
+    if (!have) {
+      tail_copy(s, slot, cells);
+      tail_arrived(s, true);
+    }
+    uint32_t unstamped = 0;
+    for (uint32_t t = 0; t < need; ++t) {
+      const uint4 v = tail_buffer[cudaq_rt_loopback_tail_cell(0u, t, s->tail_cells)];
+      unstamped |= (v.x ^ lap) | (v.z ^ lap);
+      frame[kHead - 1u + t] = make_uint2(v.y, v.w);
+    }
+    if (unstamped == 0)
+      break;
+    have = false;
+  }
+  // The next request is likely of this size too: fetch_one copies its tail with its probe.
+  s->tail_ahead = cells;
+  if (!cudaq_rt_loopback_request_whole(len, frame[1].x))
+    mark_truncated(frame, len);
+  return CUDAQ_DEV_RX_READY;
+}
+
 // Unpacks one ready frame: the cells already probed come from registers, the rest is loaded 8
 // cells per round trip; any half the host has not stamped yet (torn, or still being written) is
 // reloaded. A frame shorter than its header claims is staged marked (mark_truncated).
@@ -420,6 +522,14 @@ __device__ __forceinline__ uint32_t unpack(Session *s, uint32_t L, uint32_t slot
       if (c == 2) // header bytes 8..11 (c is a constant after unrolling: a register move)
         arg_len = v.y;
     }
+  if (CUDAQ_RT_LOOPBACK_TAIL_COPY && CUDAQ_RT_LOOPBACK_HAS_BULK_COPY && s->bulk_engine &&
+      pos < 4u && cells > P && cells - P <= kTailCells) {
+    // The tail by the engine when rx_poll hands the frame out (stage_tail): noted here, as a
+    // bulk frame is, outside the probe's code. (pos is a constant after unrolling.)
+    s->tail_pending = uint16_t(s->tail_pending | 1u << pos);
+    s->tail_lens = (s->tail_lens & ~(0xFFFFull << 16u * pos)) | (uint64_t)len << 16u * pos;
+    return len;
+  }
   for (uint32_t c = P; c < cells; c += kBatch) {
     uint4 v[kBatch];
     const volatile uint4 *at[kBatch];
@@ -467,6 +577,13 @@ __device__ bool fetch_one(Session *s, uint32_t L) {
   const volatile uint4 *after_cell = s->request_heads + cudaq_rt_loopback_head_cell(L, next, 0);
   const bool peek = CUDAQ_RT_LOOPBACK_PEEK && next != slot;
   for (;;) {
+    // The client's last request was cells with a tail (stage_tail): its next one likely is too,
+    // so the engine copies this slot's tail with every probe (a new copy once the last has
+    // arrived), and the tail comes with the probe that finds the request, instead of one round
+    // trip after it (bench/payload_sizes.md).
+    if (CUDAQ_RT_LOOPBACK_TAIL_COPY && s->tail_ahead &&
+        (!s->tail_inflight || tail_arrived(s, false)))
+      tail_copy(s, slot, s->tail_ahead);
     const long long issued = probe_clock();
     uint4 probe[P];
 #pragma unroll
@@ -484,6 +601,8 @@ __device__ bool fetch_one(Session *s, uint32_t L) {
       const uint32_t len = unpack<P>(s, L, slot, frame, lap, probe, 0);
       if (!shared)
         warm_lines(s, reinterpret_cast<const unsigned char *>(frame), len);
+      if (!(s->tail_pending & 1u))
+        s->tail_ahead = 0; // a frame without a tail: stop copying tails ahead
       // Widen as fetch does after finding one, but only when a second request is waiting: a
       // client that sends one request at a time then stays on this path, whose work after the
       // probe is the shortest. Widened after every request (CUDAQ_RT_LOOPBACK_PEEK=0), such a
@@ -766,11 +885,20 @@ extern "C" __device__ void *cudaq_dev_enter_kernel(void *storage, void *ctx,
   s->bulk_phase = 0;
   s->bulk_pending = 0;
   s->handout_pos = 0;
+  s->tail_pending = 0;
+  s->tail_lens = 0;
+  s->tail_ahead = 0;
+  s->tail_inflight = 0;
+  s->tail_phase = 0;
+  s->tail_slot = 0xFFFFFFFFu;
+  s->tail_copied = 0;
   // The engine's barrier is the block's: only a one-thread block's session uses it.
   s->bulk_engine = CUDAQ_RT_LOOPBACK_HAS_BULK_COPY && one_thread_block();
 #if CUDAQ_RT_LOOPBACK_HAS_BULK_COPY
   if (s->bulk_engine) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(&bulk_barrier))
+                 : "memory");
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(&tail_barrier))
                  : "memory");
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); // to the engine
   }
@@ -788,6 +916,8 @@ extern "C" __device__ int cudaq_dev_rx_poll(void *session, void **request, void 
     // after this (tx_publish does not depend on what is stored here), but must, before it ends.
     s->ctx->resume_slot = s->fetched_slot;
     s->ctx->resume_lap = s->fetched_lap;
+    if (s->tail_inflight) // no copy into this block's shared memory outlives the kernel
+      tail_arrived(s, true);
     return CUDAQ_DEV_RX_SHUTDOWN;
   }
   if (s->handout_request) {
@@ -821,6 +951,11 @@ extern "C" __device__ int cudaq_dev_rx_poll(void *session, void **request, void 
   if (CUDAQ_RT_LOOPBACK_BULK && (s->bulk_pending >> pos & 1u)) {
     s->bulk_pending = uint16_t(s->bulk_pending & ~(1u << pos));
     return stage_bulk(s, s->last_slot, *request);
+  }
+  if (CUDAQ_RT_LOOPBACK_TAIL_COPY && (s->tail_pending >> pos & 1u)) {
+    s->tail_pending = uint16_t(s->tail_pending & ~(1u << pos));
+    return stage_tail(s, s->last_slot, s->last_lap, *request,
+                      (uint32_t)(s->tail_lens >> 16u * pos) & 0xFFFFu);
   }
   return CUDAQ_DEV_RX_READY;
 }

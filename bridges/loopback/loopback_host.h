@@ -112,7 +112,18 @@ inline std::string check_ring_shape(uint32_t slots, uint32_t slot_size,
 // The warp form also gets bulk=0 unless the options say otherwise: its lanes have no bulk copy
 // engine of their own (the unified form's is the block's), and a bulk frame moved by one lane's
 // loads took longer than as cells (1 KB: 45 us against 37 on the H200, bench/payload_sizes.md).
-inline void lay_out_for(const cudaq_rt_bridge_launch &launch, BridgeOptions &options) {
+// The unified kernel (one polling thread) on a GPU with the bulk copy engine (`engine`: sm_90 and
+// later, current_gpu_has_bulk_engine) gets bulk=CUDAQ_RT_LOOPBACK_ENGINE_BULK_MIN and
+// response_bulk=CUDAQ_RT_LOOPBACK_ENGINE_RESPONSE_BULK_MIN unless the options name bulk: requests
+// below that size go as cells, whose tails the engine brings in with the probe (loopback_ring.h,
+// "Tails by the engine"), and responses from the other size on in bulk.
+inline void lay_out_for(const cudaq_rt_bridge_launch &launch, BridgeOptions &options, bool engine) {
+  if (launch.polling_lanes == 1 && engine && !options.find("bulk")) {
+    options.set("bulk", std::to_string(CUDAQ_RT_LOOPBACK_ENGINE_BULK_MIN));
+    if (!options.find("response_bulk"))
+      options.set("response_bulk", std::to_string(CUDAQ_RT_LOOPBACK_ENGINE_RESPONSE_BULK_MIN));
+    return;
+  }
   if (launch.polling_lanes != CUDAQ_RT_LOOPBACK_LANES)
     return;
   if (!options.find("layout"))

@@ -96,7 +96,26 @@
  * a bulk frame slower than cells, so a ring made for it defaults to bulk=0 (lay_out_for).
  * The order (bytes, then control) is what makes the plain bytes safe, where cells needed stamps:
  * x86 stores become visible in program order, a GPU load issued after the control cell's came
- * back sees them, and the GPU's fence.sc.sys orders its bulk writes before its control store. */
+ * back sees them, and the GPU's fence.sc.sys orders its bulk writes before its control store.
+ *
+ * Tails by the engine
+ * -------------------
+ * A bulk frame costs a second round trip after the probe: the bytes are fetched only once the
+ * control cell has said they are there, and that fetch alone (the bulk copy engine's, about 2,600
+ * cycles on the H200) keeps a 1 KB echo above 4.7 us with nothing else around it
+ * (bench/probe/move_modes.cu). Cells carry their own stamps, so they can be fetched before anyone
+ * knows they are there. Where the serving thread has the engine (sm_90 and later, one thread in
+ * its block), a frame of cells that does not fit the head cells has its tail (up to
+ * CUDAQ_RT_LOOPBACK_ENGINE_TAIL_CELLS cells, whole blocks of 64 as they lie in the ring) brought
+ * in by one engine copy into shared memory, checked and unpacked there; and once a request came
+ * that way, the idle probe copies the next slot's tail of that size along with every probe, so
+ * that the probe which finds the next request usually has its tail already (a copy taken before
+ * the host's stores landed shows unstamped halves and is made again, now certainly after them).
+ * The host therefore sends small frames as cells to the unified kernel on such a GPU, and larger
+ * ones in bulk (bulk=CUDAQ_RT_LOOPBACK_ENGINE_BULK_MIN, response_bulk=
+ * CUDAQ_RT_LOOPBACK_ENGINE_RESPONSE_BULK_MIN unless configured: lay_out_for); a frame of cells
+ * longer than CUDAQ_RT_LOOPBACK_ENGINE_CELLS_MAX (bulk= set higher) has its tail loaded as before,
+ * 8 cells a round trip. */
 #ifndef CUDAQ_RT_LOOPBACK_RING_H
 #define CUDAQ_RT_LOOPBACK_RING_H
 
@@ -144,6 +163,22 @@
 #define CUDAQ_RT_LOOPBACK_BULK 1
 #endif
 #define CUDAQ_RT_LOOPBACK_DEFAULT_BULK_MIN (CUDAQ_RT_LOOPBACK_BULK ? 33u : 0u)
+/* response_bulk= not given: responses go in bulk from bulk= bytes on, as requests do. */
+#define CUDAQ_RT_LOOPBACK_RESPONSE_BULK_AS_REQUESTS 0xFFFFFFFFu
+/* Tails by the engine (above): the tail cells one copy brings in (a block of 64: 1 KB of shared
+ * memory), so the frames whose tail it can bring (4 head cells and the tail, 8 bytes a cell:
+ * 544 bytes); and the thresholds the unified kernel gets where the engine is there, chosen from
+ * measurements (bench/payload_sizes.md, H200, 1 in flight, against bulk=33): requests of up to a
+ * 256-byte payload with its header (280 bytes) as cells, 64 B 4.97 -> 3.72 us, 128 B 4.94 ->
+ * 4.38, 256 B 5.04 -> 4.84, while at 512 B and 1 KB the one thread's unpack costs more than the
+ * round trip it saves (5.43 -> 5.75, 5.10 -> 7.26); responses of up to 128 bytes (64 B payload:
+ * 4.21 -> 3.81 us as cells; 128 B even) as cells, larger ones by the engine. */
+#define CUDAQ_RT_LOOPBACK_ENGINE_TAIL_CELLS 64u
+#define CUDAQ_RT_LOOPBACK_ENGINE_CELLS_MAX                                                         \
+  ((CUDAQ_RT_LOOPBACK_HEAD_CELLS - 1u + CUDAQ_RT_LOOPBACK_ENGINE_TAIL_CELLS) *                     \
+   CUDAQ_RT_LOOPBACK_CELL_DATA)
+#define CUDAQ_RT_LOOPBACK_ENGINE_BULK_MIN (CUDAQ_RT_LOOPBACK_BULK ? 281u : 0u)
+#define CUDAQ_RT_LOOPBACK_ENGINE_RESPONSE_BULK_MIN (CUDAQ_RT_LOOPBACK_BULK ? 129u : 0u)
 
 #define CUDAQ_RT_LOOPBACK_DEFAULT_SLOTS 64u
 #define CUDAQ_RT_LOOPBACK_DEFAULT_SLOT_SIZE 1024u

@@ -66,7 +66,7 @@ cudaq_rt_bridge_result create(const char *config, cudaq_rt_bridge **out) {
   if (!udp::open_socket(u->config, u->socket, create_error))
     return CUDAQ_RT_BRIDGE_ERROR;
   if (!loopback::allocate_ring(&u->ring, u->config.slots, u->config.slot_size, u->config.layout,
-                               u->config.bulk_min, create_error)) {
+                               u->config.bulk_min, u->config.response_bulk_min, create_error)) {
     ::close(u->socket.fd);
     return CUDAQ_RT_BRIDGE_ERROR;
   }
@@ -79,7 +79,9 @@ cudaq_rt_bridge_result instance_config(const cudaq_rt_bridge_launch *launch, con
                                        char *out, size_t capacity, size_t *needed) {
   create_error.clear();
   std::string text;
-  if (std::string why = udp::instance_config(*launch, config, text); !why.empty()) {
+  if (std::string why =
+          udp::instance_config(*launch, config, loopback::current_gpu_has_bulk_engine(), text);
+      !why.empty()) {
     create_error = std::move(why);
     return CUDAQ_RT_BRIDGE_ERROR;
   }

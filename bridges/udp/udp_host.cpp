@@ -78,11 +78,13 @@ std::string parse_config(std::string_view text, Config &out) {
     } else if (key == "layout") {
       if (!loopback::parse_layout(value, out.layout))
         return "option 'layout' is slots or lanes, got '" + value + "'";
-    } else if (key == "port" || key == "slots" || key == "slot_size" || key == "bulk") {
+    } else if (key == "port" || key == "slots" || key == "slot_size" || key == "bulk" ||
+               key == "response_bulk") {
       uint32_t *target = key == "port"        ? &out.port
                          : key == "slots"     ? &out.slots
                          : key == "slot_size" ? &out.slot_size
-                                              : &out.bulk_min;
+                         : key == "bulk"      ? &out.bulk_min
+                                              : &out.response_bulk_min;
       if (!loopback::parse_u32(value, *target))
         return "option '" + key + "' needs a number, got '" + value + "'";
       if (key == "port" && out.port > 65535)
@@ -90,18 +92,18 @@ std::string parse_config(std::string_view text, Config &out) {
     } else {
       return "unknown option '" + key +
              "' (known: bind=ADDR, port=N, slots=N, slot_size=BYTES, wait=spin|block, "
-             "layout=slots|lanes, bulk=BYTES)";
+             "layout=slots|lanes, bulk=BYTES, response_bulk=BYTES)";
     }
   }
   return {};
 }
 
 std::string instance_config(const cudaq_rt_bridge_launch &launch, std::string_view config,
-                            std::string &out) {
+                            bool engine, std::string &out) {
   BridgeOptions options;
   if (std::string why = options.parse(config); !why.empty())
     return why;
-  loopback::lay_out_for(launch, options);
+  loopback::lay_out_for(launch, options, engine);
   const std::string *port = options.find("port");
   uint32_t first = 0;
   // A port that is no number is left for create to refuse; port=0 gives each a free port.

@@ -56,19 +56,22 @@ struct Config {
   uint32_t layout = CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS; // of the ring's heads (loopback_ring.h)
   uint32_t slot_size = CUDAQ_RT_LOOPBACK_DEFAULT_SLOT_SIZE;
   uint32_t bulk_min = CUDAQ_RT_LOOPBACK_DEFAULT_BULK_MIN; // frames this long go in bulk (0: never)
+  uint32_t response_bulk_min = CUDAQ_RT_LOOPBACK_RESPONSE_BULK_AS_REQUESTS; // the same, responses
   bool spin = true; // wait=spin: threads poll without sleeping; wait=block: they sleep when idle
 };
 
-// Parses "bind=ADDR,port=N,slots=N,slot_size=BYTES,wait=spin|block,layout=slots|lanes,bulk=BYTES" into
+// Parses "bind=ADDR,port=N,slots=N,slot_size=BYTES,wait=spin|block,layout=slots|lanes,bulk=BYTES,
+// response_bulk=BYTES" into
 // `out`; returns why it cannot, or empty.
 std::string parse_config(std::string_view text, Config &out);
 
 // The options instance `launch` is created with (cudaq_rt_bridge_ops::instance_config), from the
 // user's `config`, into `out`: the ring laid out for the kernel as the loopback bridge's is
-// (loopback::lay_out_for), and on several GPUs a socket each on consecutive ports, port=N
-// becoming port=N+i for instance i (N = 0, a free port, stays). Returns why it cannot, or empty.
+// (loopback::lay_out_for; `engine`: the GPU has the bulk copy engine), and on several GPUs a
+// socket each on consecutive ports, port=N becoming port=N+i for instance i (N = 0, a free port,
+// stays). Returns why it cannot, or empty.
 std::string instance_config(const cudaq_rt_bridge_launch &launch, std::string_view config,
-                            std::string &out);
+                            bool engine, std::string &out);
 
 enum class Kind : uint8_t {
   request,    // whole: for the GPU

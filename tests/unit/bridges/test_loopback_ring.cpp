@@ -331,18 +331,48 @@ TEST_CASE("a ring's shape: slots, slot size, and the lanes layout's groups of 32
 }
 
 TEST_CASE("the warp form's ring: lanes and no bulk frames, unless the options name them") {
-  auto laid_out = [](uint32_t polling_lanes, const char *config) {
+  auto laid_out = [](uint32_t polling_lanes, const char *config, bool engine = false) {
     cudaq_rt::BridgeOptions options;
     REQUIRE(options.parse(config).empty());
-    lay_out_for({sizeof(cudaq_rt_bridge_launch), polling_lanes, 0}, options);
+    lay_out_for({sizeof(cudaq_rt_bridge_launch), polling_lanes, 0}, options, engine);
     return options.text();
   };
   CHECK(laid_out(32, "") == "layout=lanes,bulk=0");
   CHECK(laid_out(32, "slots=64") == "slots=64,layout=lanes,bulk=0");
   CHECK(laid_out(32, "layout=slots,slots=64") == "layout=slots,slots=64,bulk=0");
   CHECK(laid_out(32, "slots=64,layout=lanes,bulk=100") == "slots=64,layout=lanes,bulk=100");
-  CHECK(laid_out(1, "slots=64") == "slots=64"); // the unified kernel: one thread
-  CHECK(laid_out(0, "slots=64") == "slots=64"); // a custom kernel: nothing known
+  CHECK(laid_out(32, "", true) == "layout=lanes,bulk=0"); // its lanes have no engine anyway
+  CHECK(laid_out(1, "slots=64") == "slots=64");           // the unified kernel: one thread
+  CHECK(laid_out(0, "slots=64") == "slots=64");           // a custom kernel: nothing known
+  CHECK(laid_out(0, "slots=64", true) == "slots=64");
+}
+
+TEST_CASE("the unified kernel with the bulk copy engine: small frames as cells") {
+  cudaq_rt::BridgeOptions options;
+  REQUIRE(options.parse("slots=64").empty());
+  lay_out_for({sizeof(cudaq_rt_bridge_launch), 1, 0}, options, true);
+  CHECK(options.text() == "slots=64,bulk=281,response_bulk=129");
+  // Requests of up to a 256-byte payload go as cells, and their tails fit one engine copy;
+  // responses of up to 128 bytes as cells.
+  CHECK_FALSE(
+      cudaq_rt_loopback_is_bulk(256 + CUDAQ_RT_HEADER_SIZE, CUDAQ_RT_LOOPBACK_ENGINE_BULK_MIN));
+  CHECK(cudaq_rt_loopback_is_bulk(257 + CUDAQ_RT_HEADER_SIZE, CUDAQ_RT_LOOPBACK_ENGINE_BULK_MIN));
+  CHECK(CUDAQ_RT_LOOPBACK_ENGINE_BULK_MIN - 1 <= CUDAQ_RT_LOOPBACK_ENGINE_CELLS_MAX);
+  CHECK(CUDAQ_RT_LOOPBACK_ENGINE_CELLS_MAX == 544u);
+  CHECK(cudaq_rt_loopback_frame_cells(CUDAQ_RT_LOOPBACK_ENGINE_CELLS_MAX) -
+            CUDAQ_RT_LOOPBACK_HEAD_CELLS ==
+        CUDAQ_RT_LOOPBACK_ENGINE_TAIL_CELLS);
+  CHECK_FALSE(cudaq_rt_loopback_is_bulk(128, CUDAQ_RT_LOOPBACK_ENGINE_RESPONSE_BULK_MIN));
+  CHECK(cudaq_rt_loopback_is_bulk(129, CUDAQ_RT_LOOPBACK_ENGINE_RESPONSE_BULK_MIN));
+  // Options that name bulk keep it, and responses follow it.
+  cudaq_rt::BridgeOptions given;
+  REQUIRE(given.parse("bulk=33").empty());
+  lay_out_for({sizeof(cudaq_rt_bridge_launch), 1, 0}, given, true);
+  CHECK(given.text() == "bulk=33");
+  cudaq_rt::BridgeOptions response_only;
+  REQUIRE(response_only.parse("response_bulk=33").empty());
+  lay_out_for({sizeof(cudaq_rt_bridge_launch), 1, 0}, response_only, true);
+  CHECK(response_only.text() == "response_bulk=33,bulk=281");
 }
 
 TEST_CASE("a torn cell is not accepted until both halves carry the lap") {

@@ -196,13 +196,18 @@ TEST_CASE("configuration: defaults, every key, and exact refusals") {
   CHECK(udp::parse_config("bulk=0", c).empty());
   CHECK(c.bulk_min == 0);
   CHECK(udp::parse_config("bulk=x", c) == "option 'bulk' needs a number, got 'x'");
+  CHECK(c.response_bulk_min == CUDAQ_RT_LOOPBACK_RESPONSE_BULK_AS_REQUESTS); // as bulk= says
+  CHECK(udp::parse_config("response_bulk=129", c).empty());
+  CHECK(c.response_bulk_min == 129);
+  CHECK(udp::parse_config("response_bulk=-1", c) ==
+        "option 'response_bulk' needs a number, got '-1'");
   CHECK(udp::parse_config("layout=lanes", c).empty());
   CHECK(c.layout == CUDAQ_RT_LOOPBACK_LAYOUT_LANES);
   CHECK(udp::parse_config("layout=diagonal", c) ==
         "option 'layout' is slots or lanes, got 'diagonal'");
   CHECK(udp::parse_config("bogus=1", c) ==
         "unknown option 'bogus' (known: bind=ADDR, port=N, slots=N, slot_size=BYTES, "
-        "wait=spin|block, layout=slots|lanes, bulk=BYTES)");
+        "wait=spin|block, layout=slots|lanes, bulk=BYTES, response_bulk=BYTES)");
   CHECK(udp::parse_config("port=65536", c) == "port=65536 is out of range 0..65535");
   CHECK(udp::parse_config("port=x", c) == "option 'port' needs a number, got 'x'");
   CHECK(udp::parse_config("wait=sometimes", c) ==
@@ -211,10 +216,11 @@ TEST_CASE("configuration: defaults, every key, and exact refusals") {
 }
 
 TEST_CASE("each instance's configuration: port=N becomes N+i, the warp form gets lanes, no bulk") {
-  auto config = [](uint32_t polling_lanes, uint32_t instance, const char *given) {
+  auto config = [](uint32_t polling_lanes, uint32_t instance, const char *given,
+                   bool engine = false) {
     std::string out = "(unset)";
-    const std::string why =
-        udp::instance_config({sizeof(cudaq_rt_bridge_launch), polling_lanes, instance}, given, out);
+    const std::string why = udp::instance_config(
+        {sizeof(cudaq_rt_bridge_launch), polling_lanes, instance}, given, engine, out);
     return why.empty() ? out : "error: " + why;
   };
   CHECK(config(1, 0, "port=5000,slots=8") == "port=5000,slots=8");
@@ -229,6 +235,12 @@ TEST_CASE("each instance's configuration: port=N becomes N+i, the warp form gets
   CHECK(config(32, 1, "port=5000,slots=64") == "port=5001,slots=64,layout=lanes,bulk=0");
   CHECK(config(32, 0, "layout=slots") == "layout=slots,bulk=0");
   CHECK(config(0, 0, "") == ""); // a custom kernel: the default layout
+  // The unified kernel on a GPU with the bulk copy engine: small frames as cells
+  // (loopback_ring.h, "Tails by the engine"), unless bulk is given; a custom kernel, never.
+  CHECK(config(1, 1, "port=5000", true) == "port=5001,bulk=281,response_bulk=129");
+  CHECK(config(1, 0, "bulk=33", true) == "bulk=33");
+  CHECK(config(0, 0, "", true) == "");
+  CHECK(config(32, 0, "", true) == "layout=lanes,bulk=0");
   CHECK(config(32, 1, "port=5000,port=5001") == "error: option 'port' is given twice");
 }
 
@@ -429,10 +441,11 @@ TEST_CASE("the plugin refuses an unknown option and a port in use before touchin
   CHECK((lib->ops().capabilities & CUDAQ_RT_BRIDGE_CAP_HOST_FRAMES) == 0);
   auto bogus = lib->create("bogus=1");
   REQUIRE(!bogus);
-  CHECK(bogus.error().str() ==
-        "'" + std::string(CUDAQ_RT_TEST_UDP_BRIDGE) +
-            "': bridge 'udp': unknown option 'bogus' (known: bind=ADDR, port=N, slots=N, "
-            "slot_size=BYTES, wait=spin|block, layout=slots|lanes, bulk=BYTES)");
+  CHECK(
+      bogus.error().str() ==
+      "'" + std::string(CUDAQ_RT_TEST_UDP_BRIDGE) +
+          "': bridge 'udp': unknown option 'bogus' (known: bind=ADDR, port=N, slots=N, "
+          "slot_size=BYTES, wait=spin|block, layout=slots|lanes, bulk=BYTES, response_bulk=BYTES)");
   // A port some other socket holds.
   udp::Config config;
   udp::Socket taken;
