@@ -47,23 +47,7 @@ __global__ void serve(Control *c, const unsigned char *in, unsigned char *out, i
     seen = r;
     const uint32_t bytes = (c->size + 15u) & ~15u;
     const long long t0 = clock64();
-    asm volatile("fence.proxy.async;" ::: "memory");
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem(&bar)),
-                 "r"(bytes)
-                 : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
-                 "%2, [%3];" ::"r"(smem(a)),
-                 "l"(in), "r"(bytes), "r"(smem(&bar))
-                 : "memory");
-    uint32_t done = 0;
-    do
-      asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
-                   "selp.u32 %0, 1, 0, p; }"
-                   : "=r"(done)
-                   : "r"(smem(&bar)), "r"(phase)
-                   : "memory");
-    while (!done);
-    phase ^= 1u;
+    bulk_in(a, in, bytes, &bar, phase);
     const long long t1 = clock64();
     const unsigned char *send = a;
     if (echo == 1) { // a loop of 16-byte copies, as the example's echo had it

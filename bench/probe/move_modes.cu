@@ -82,23 +82,7 @@ __global__ void serve(Control *c, const unsigned char *in, unsigned char *out, i
     const uint32_t chunks = bytes / 16u;
     const long long t0 = clock64();
     if (in_mode == kEngineIn) {
-      asm volatile("fence.proxy.async;" ::: "memory");
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem(&bar)),
-                   "r"(bytes)
-                   : "memory");
-      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
-                   "%2, [%3];" ::"r"(smem(a)),
-                   "l"(in), "r"(bytes), "r"(smem(&bar))
-                   : "memory");
-      uint32_t done = 0;
-      do
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
-                     "selp.u32 %0, 1, 0, p; }"
-                     : "=r"(done)
-                     : "r"(smem(&bar)), "r"(phase)
-                     : "memory");
-      while (!done);
-      phase ^= 1u;
+      bulk_in(a, in, bytes, &bar, phase);
     } else if (in_mode == kLdgsts || in_mode == kStriped) {
       const bool striped = in_mode == kStriped;
 #pragma unroll 8
@@ -169,23 +153,7 @@ __global__ void serve_cells(Control *c, const uint4 *in, unsigned char *out, uin
     for (;;) {
       t0 = clock64();
       const uint32_t stop = c->stop; // in flight with the copy
-      asm volatile("fence.proxy.async;" ::: "memory");
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem(&bar)),
-                   "r"(n * 16u)
-                   : "memory");
-      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
-                   "%2, [%3];" ::"r"(smem(cells)),
-                   "l"(in), "r"(n * 16u), "r"(smem(&bar))
-                   : "memory");
-      uint32_t done = 0;
-      do
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
-                     "selp.u32 %0, 1, 0, p; }"
-                     : "=r"(done)
-                     : "r"(smem(&bar)), "r"(phase)
-                     : "memory");
-      while (!done);
-      phase ^= 1u;
+      bulk_in(cells, in, n * 16u, &bar, phase);
       ++polls;
       uint32_t unstamped = 0;
 #pragma unroll 8

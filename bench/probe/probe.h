@@ -1,11 +1,13 @@
 // What the standalone probes in this directory share (each compiles alone, like floor.cu:
-// `nvcc -O2 -arch=sm_90 NAME.cu -o NAME` finds this header beside it): the CUDA error check, and
+// `nvcc -O2 -arch=sm_90 NAME.cu -o NAME` finds this header beside it): the CUDA error check,
 // 16-byte volatile loads and stores the compiler neither splits nor moves (also the bench
-// kernels' raw ring, bench/rtt/rtt_kernels.cu).
+// kernels' raw ring, bench/rtt/rtt_kernels.cu), and one bulk copy engine transfer into shared
+// memory (bulk_in).
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 
@@ -30,6 +32,31 @@ static __device__ __forceinline__ void store16(volatile uint4 *p, uint4 v) {
   asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y),
                "r"(v.z), "r"(v.w)
                : "memory");
+}
+
+// The bulk copy engine (sm_90 and newer): `bytes` (a multiple of 16) from global memory at
+// `from` into shared memory at `to`, counted on the mbarrier `bar` (initialised for one arrival),
+// waited for at parity `phase`, which it flips. The proxy fence orders this thread's earlier
+// accesses before the engine's.
+static __device__ __forceinline__ void bulk_in(void *to, const void *from, uint32_t bytes,
+                                               unsigned long long *bar, uint32_t &phase) {
+  const uint32_t b = (uint32_t)__cvta_generic_to_shared(bar);
+  asm volatile("fence.proxy.async;" ::: "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes)
+               : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+               "%2, [%3];" ::"r"((uint32_t)__cvta_generic_to_shared(to)),
+               "l"(from), "r"(bytes), "r"(b)
+               : "memory");
+  uint32_t done = 0;
+  do
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
+                 "selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done)
+                 : "r"(b), "r"(phase)
+                 : "memory");
+  while (!done);
+  phase ^= 1u;
 }
 
 // A request ring and a response ring of `bytes` each and a shutdown flag in mapped pinned host
