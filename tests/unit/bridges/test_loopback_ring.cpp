@@ -375,6 +375,70 @@ TEST_CASE("the unified kernel with the bulk copy engine: small frames as cells")
   CHECK(response_only.text() == "response_bulk=33,bulk=281");
 }
 
+// What stage_tail (loopback_device.cu) does with the bulk copy engine, on the CPU: it copies the
+// whole blocks of 64 cells that start the slot's tail, and reads tail cell t (frame cell 5 + t) of
+// the copy at cudaq_rt_loopback_tail_cell(0, t, tail_cells), taking the frame only when every
+// half is stamped.
+std::optional<Bytes> engine_tail(const std::vector<uint64_t> &copy, uint32_t tail_cells,
+                                 uint32_t need, uint32_t lap) {
+  Bytes tail(8 * size_t(need));
+  for (uint32_t t = 0; t < need; ++t) {
+    const uint64_t *h = copy.data() + 2 * cudaq_rt_loopback_tail_cell(0, t, tail_cells);
+    if (!cudaq_rt_loopback_stamped(stamp_of(h[0]), stamp_of(h[1]), lap))
+      return std::nullopt;
+    const uint32_t d[2] = {data_of(h[0]), data_of(h[1])};
+    std::memcpy(tail.data() + 8 * size_t(t), d, 8);
+  }
+  return tail;
+}
+
+TEST_CASE("tails by the engine: the first blocks of a slot's tail hold its first tail cells") {
+  for (uint32_t slot_size : {64u, 1024u, 16448u}) {
+    const uint32_t tail_cells = cudaq_rt_loopback_tail_cells(slot_size);
+    CAPTURE(slot_size);
+    for (uint32_t slot : {0u, 1u, 5u})
+      for (uint32_t t = 0; t < tail_cells; ++t) {
+        const uint64_t in_copy = cudaq_rt_loopback_tail_cell(0, t, tail_cells);
+        CHECK(cudaq_rt_loopback_tail_cell(slot, t, tail_cells) ==
+              uint64_t(slot) * tail_cells + in_copy);
+        // stage_tail copies the first need cells rounded up to a block: cell t is in it.
+        CHECK(in_copy < (t + CUDAQ_RT_LOOPBACK_TAIL_BLOCK) / CUDAQ_RT_LOOPBACK_TAIL_BLOCK *
+                            CUDAQ_RT_LOOPBACK_TAIL_BLOCK);
+      }
+  }
+}
+
+TEST_CASE("tails by the engine: a copy taken before the host's stores is refused, one after is the "
+          "frame") {
+  // Frames up to CUDAQ_RT_LOOPBACK_ENGINE_CELLS_MAX bytes: their tails fit one copy.
+  const uint32_t copy_halves = 2 * CUDAQ_RT_LOOPBACK_ENGINE_TAIL_CELLS;
+  for (uint32_t payload : {9u, 64u, 200u, 256u}) {
+    CAPTURE(payload);
+    // A slot of lap 1 never written, then one written for lap 1 and taken, then lap 2.
+    TestBridge r(1, 1024, CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS, CUDAQ_RT_LOOPBACK_ENGINE_BULK_MIN);
+    for (uint32_t lap = 1; lap <= 2; ++lap) {
+      const Bytes f = request(payload, lap);
+      const uint32_t need =
+          cudaq_rt_loopback_frame_cells(uint32_t(f.size())) - CUDAQ_RT_LOOPBACK_HEAD_CELLS;
+      REQUIRE(need <= CUDAQ_RT_LOOPBACK_ENGINE_TAIL_CELLS);
+      const uint64_t *base = r.request_half(0, CUDAQ_RT_LOOPBACK_HEAD_CELLS);
+      const std::vector<uint64_t> before(base, base + copy_halves);
+      REQUIRE(send_request(&r.b, f.data(), f.size()) == CUDAQ_RT_BRIDGE_OK);
+      const std::vector<uint64_t> after(base, base + copy_halves);
+      CHECK_FALSE(engine_tail(before, r.b.tail_cells, need, lap)); // zeroes, or lap 1's cells
+      const auto tail = engine_tail(after, r.b.tail_cells, need, lap);
+      REQUIRE(tail);
+      const size_t head_bytes = 8 * (CUDAQ_RT_LOOPBACK_HEAD_CELLS - 1);
+      CHECK(std::equal(f.begin() + head_bytes, f.end(), tail->begin()));
+      // The host takes the slot back only with its answer: answer it for the next lap.
+      Bytes staging(1024);
+      REQUIRE(device_unpack(r, 0, lap, staging));
+      device_publish(r, 0, lap, Bytes(f.begin(), f.begin() + CUDAQ_RT_HEADER_SIZE));
+      receive(r);
+    }
+  }
+}
+
 TEST_CASE("a torn cell is not accepted until both halves carry the lap") {
   TestBridge t(2, 256);
   Bytes staging(256, 0xEE);
