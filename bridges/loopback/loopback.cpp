@@ -118,53 +118,12 @@ cudaq_rt_bridge_result receive(cudaq_rt_bridge *b, void *buffer, size_t capacity
 
 cudaq_rt_bridge_result send_batch(cudaq_rt_bridge *b, const void *const *frames,
                                   const size_t *sizes, size_t count, size_t *queued) {
-  size_t done = 0;
-  cudaq_rt_bridge_result r = CUDAQ_RT_BRIDGE_OK;
-  for (; done < count; ++done)
-    if ((r = send_request(b, frames[done], sizes[done], false)) != CUDAQ_RT_BRIDGE_OK)
-      break;
-  if (CUDAQ_RT_LOOPBACK_REQUEST_WC)
-    flush_stores();
-  *queued = done;
-  return done > 0 && r == CUDAQ_RT_BRIDGE_AGAIN ? CUDAQ_RT_BRIDGE_OK : r;
-}
-
-// Responses whose lines receive_batch asks for ahead of the one it takes.
-constexpr size_t kPrefetchResponses = 8;
-
-// The head lines of the response in `slot` (which receive_batch advances, never divides).
-void prefetch_response(const cudaq_rt_bridge *b, uint32_t slot) {
-  for (uint32_t c = 0; c < CUDAQ_RT_LOOPBACK_HEAD_CELLS; ++c)
-    __builtin_prefetch(b->response_heads + 2 * cudaq_rt_loopback_head_cell(b->layout, slot, c));
+  return send_requests(b, frames, sizes, count, queued);
 }
 
 cudaq_rt_bridge_result receive_batch(cudaq_rt_bridge *b, void *buffer, size_t stride, size_t *sizes,
                                      size_t count, size_t *taken) {
-  size_t done = 0;
-  cudaq_rt_bridge_result r = CUDAQ_RT_BRIDGE_OK;
-  // The GPU's stores took the response lines out of this CPU's caches: each is a miss. Asking for
-  // the lines of the next responses ahead of time overlaps those misses instead of taking them one
-  // after another.
-  const uint64_t outstanding = b->sent - b->received;
-  const size_t ahead = static_cast<size_t>(std::min<uint64_t>(outstanding, count));
-  const uint32_t n = b->num_slots;
-  // The slot of the response prefetched next: from the receive position, one step at a time
-  // (a 64-bit division per response cost the host thread more than the prefetch saved).
-  uint32_t slot = position(b->receive_at, b->received, n).slot;
-  const auto advance = [n](uint32_t s) { return s + 1 == n ? 0u : s + 1; };
-  for (size_t i = 0; i < ahead && i < kPrefetchResponses; ++i, slot = advance(slot))
-    prefetch_response(b, slot);
-  for (; done < count; ++done) {
-    if (done + kPrefetchResponses < ahead) {
-      prefetch_response(b, slot);
-      slot = advance(slot);
-    }
-    if ((r = receive_response(b, static_cast<unsigned char *>(buffer) + done * stride, stride,
-                              &sizes[done])) != CUDAQ_RT_BRIDGE_OK)
-      break;
-  }
-  *taken = done;
-  return done > 0 && r == CUDAQ_RT_BRIDGE_AGAIN ? CUDAQ_RT_BRIDGE_OK : r;
+  return receive_responses(b, buffer, stride, sizes, count, taken);
 }
 
 // The name users pass to --bridge; bench/CMakeLists.txt builds variants of this bridge (other

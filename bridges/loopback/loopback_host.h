@@ -17,6 +17,7 @@
 #include "cudaq_rt/wire.h"
 #include "loopback_ring.h"
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #if defined(__x86_64__) || defined(__i386__)
@@ -366,6 +367,61 @@ inline cudaq_rt_bridge_result receive_response(cudaq_rt_bridge *b, void *buffer,
   *size = len;
   ++b->received;
   return CUDAQ_RT_BRIDGE_OK;
+}
+
+// The bridge's send_batch: the frames in order until one does not fit (AGAIN) or is refused, one
+// store fence for all where the request ring is write-combined.
+inline cudaq_rt_bridge_result send_requests(cudaq_rt_bridge *b, const void *const *frames,
+                                            const size_t *sizes, size_t count, size_t *queued) {
+  size_t done = 0;
+  cudaq_rt_bridge_result r = CUDAQ_RT_BRIDGE_OK;
+  for (; done < count; ++done)
+    if ((r = send_request(b, frames[done], sizes[done], false)) != CUDAQ_RT_BRIDGE_OK)
+      break;
+  if (CUDAQ_RT_LOOPBACK_REQUEST_WC)
+    flush_stores();
+  *queued = done;
+  return done > 0 && r == CUDAQ_RT_BRIDGE_AGAIN ? CUDAQ_RT_BRIDGE_OK : r;
+}
+
+// Responses whose lines receive_responses asks for ahead of the one it takes.
+constexpr size_t kPrefetchResponses = 8;
+
+// The head lines of the response in `slot` (which receive_responses advances, never divides).
+inline void prefetch_response(const cudaq_rt_bridge *b, uint32_t slot) {
+  for (uint32_t c = 0; c < CUDAQ_RT_LOOPBACK_HEAD_CELLS; ++c)
+    __builtin_prefetch(b->response_heads + 2 * cudaq_rt_loopback_head_cell(b->layout, slot, c));
+}
+
+// The bridge's receive_batch: up to `count` responses, in order, into buffer (`stride` bytes
+// apart), their sizes into sizes; OK with *taken > 0, AGAIN when none has come.
+inline cudaq_rt_bridge_result receive_responses(cudaq_rt_bridge *b, void *buffer, size_t stride,
+                                                size_t *sizes, size_t count, size_t *taken) {
+  size_t done = 0;
+  cudaq_rt_bridge_result r = CUDAQ_RT_BRIDGE_OK;
+  // The GPU's stores took the response lines out of this CPU's caches: each is a miss. Asking for
+  // the lines of the next responses ahead of time overlaps those misses instead of taking them one
+  // after another.
+  const uint64_t outstanding = b->sent - b->received;
+  const size_t ahead = static_cast<size_t>(std::min<uint64_t>(outstanding, count));
+  const uint32_t n = b->num_slots;
+  // The slot of the response prefetched next: from the receive position, one step at a time
+  // (a 64-bit division per response cost the host thread more than the prefetch saved).
+  uint32_t slot = position(b->receive_at, b->received, n).slot;
+  const auto advance = [n](uint32_t s) { return s + 1 == n ? 0u : s + 1; };
+  for (size_t i = 0; i < ahead && i < kPrefetchResponses; ++i, slot = advance(slot))
+    prefetch_response(b, slot);
+  for (; done < count; ++done) {
+    if (done + kPrefetchResponses < ahead) {
+      prefetch_response(b, slot);
+      slot = advance(slot);
+    }
+    if ((r = receive_response(b, static_cast<unsigned char *>(buffer) + done * stride, stride,
+                              &sizes[done])) != CUDAQ_RT_BRIDGE_OK)
+      break;
+  }
+  *taken = done;
+  return done > 0 && r == CUDAQ_RT_BRIDGE_AGAIN ? CUDAQ_RT_BRIDGE_OK : r;
 }
 
 } // namespace cudaq_rt::loopback

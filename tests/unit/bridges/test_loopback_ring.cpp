@@ -439,6 +439,52 @@ TEST_CASE("tails by the engine: a copy taken before the host's stores is refused
   }
 }
 
+TEST_CASE("the batched send and receive: in order, up to what fits and what has come") {
+  for (uint32_t layout : {CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS, CUDAQ_RT_LOOPBACK_LAYOUT_LANES}) {
+    CAPTURE(layout);
+    TestBridge t(32, 256, layout, 0);
+    std::vector<Bytes> frames;
+    std::vector<const void *> ptrs;
+    std::vector<size_t> sizes;
+    for (uint32_t i = 0; i < 40; ++i)
+      frames.push_back(request(i % 9 * 8, i));
+    for (const Bytes &f : frames) {
+      ptrs.push_back(f.data());
+      sizes.push_back(f.size());
+    }
+    size_t queued = 99;
+    // 40 frames, 32 slots: the first 32 go, and that is OK (AGAIN only when none fits).
+    REQUIRE(send_requests(&t.b, ptrs.data(), sizes.data(), 40, &queued) == CUDAQ_RT_BRIDGE_OK);
+    CHECK(queued == 32);
+    REQUIRE(send_requests(&t.b, ptrs.data() + 32, sizes.data() + 32, 8, &queued) ==
+            CUDAQ_RT_BRIDGE_AGAIN);
+    CHECK(queued == 0);
+    Bytes buffer(40 * 256);
+    std::vector<size_t> got(40);
+    size_t taken = 99;
+    CHECK(receive_responses(&t.b, buffer.data(), 256, got.data(), 40, &taken) ==
+          CUDAQ_RT_BRIDGE_AGAIN);
+    CHECK(taken == 0);
+    // The device answers the first 20 (each response its request's first 24 + 8 bytes).
+    Position at;
+    for (uint32_t i = 0; i < 20; ++i, at.next(32)) {
+      Bytes staging(256);
+      REQUIRE(device_unpack(t, at.slot, at.lap, staging));
+      const size_t n = std::min<size_t>(frames[i].size(), 32);
+      device_publish(t, at.slot, at.lap, Bytes(staging.begin(), staging.begin() + n));
+    }
+    REQUIRE(receive_responses(&t.b, buffer.data(), 256, got.data(), 40, &taken) ==
+            CUDAQ_RT_BRIDGE_OK);
+    REQUIRE(taken == 20);
+    for (uint32_t i = 0; i < 20; ++i) {
+      CAPTURE(i);
+      const size_t n = std::min<size_t>(frames[i].size(), 32);
+      CHECK(got[i] == n);
+      CHECK(std::equal(frames[i].begin(), frames[i].begin() + n, buffer.begin() + i * 256));
+    }
+  }
+}
+
 TEST_CASE("a torn cell is not accepted until both halves carry the lap") {
   TestBridge t(2, 256);
   Bytes staging(256, 0xEE);
