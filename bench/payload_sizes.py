@@ -8,8 +8,8 @@ engine's round trip measured in the same run.
 BUILD_OR_BUNDLE is a build tree or a bundle from scripts/gpu-bundle.sh. FLOOR_BIN is
 ../shared/probe/floor.cu built (its line A: one 16-byte word each way), COPY_RTT_BIN
 bench/probe/copy_rtt.cu built. Rows, each a cudaq-rt-run process of its own:
-  unified, bulk   the unified kernel, the ring's default (on sm_90 and later, frames up to a
-                  1 KB payload as cells whose tails the engine brings in, larger ones in bulk)
+  unified, bulk   the unified kernel, the ring's default (on sm_90 and later, requests up to a
+                  256-byte payload as cells whose tails the engine brings in, larger ones in bulk)
   unified, bulk=33  every frame over 32 bytes in bulk (the default before the engine's tails)
   unified, cells  the same with bulk=0 (every frame as stamped cells: the ring before bulk frames)
   warp, bulk      the warp dispatcher (layout=lanes, 256 slots)

@@ -27,7 +27,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // The response the dispatch kernel would publish for request `frame` (an echo), in `slot` for
-// `lap`, stored as tx_publish stores it: the cells, then the control cell.
+// `lap`, stored as tx_publish stores it (MemoryRing::publish_cells).
 void answer(MemoryRing &r, uint32_t slot, uint32_t lap, const std::vector<uint8_t> &frame) {
   std::vector<uint8_t> response(frame);
   cudaq_rt_response_header h{CUDAQ_RT_RESPONSE_MAGIC, 0,
@@ -35,16 +35,7 @@ void answer(MemoryRing &r, uint32_t slot, uint32_t lap, const std::vector<uint8_
   std::memcpy(&h.request_id, frame.data() + 12, 4);
   std::memcpy(&h.ptp_timestamp, frame.data() + 16, 8);
   std::memcpy(response.data(), &h, sizeof h);
-  const uint32_t len = uint32_t(response.size());
-  response.resize((len + 7) / 8 * 8, 0);
-  for (uint32_t c = 1; c < cudaq_rt_loopback_frame_cells(len); ++c) {
-    uint32_t d[2];
-    std::memcpy(d, response.data() + 8 * (c - 1), 8);
-    store_half(r.response_half(slot, c), lap, d[0]);
-    store_half(r.response_half(slot, c) + 1, lap, d[1]);
-  }
-  store_half(r.response_half(slot, 0) + 1, lap, CUDAQ_RT_LOOPBACK_KIND_CELLS);
-  store_half(r.response_half(slot, 0), lap, len);
+  r.publish_cells(slot, lap, response);
 }
 
 void flush(const void *p, size_t bytes) {

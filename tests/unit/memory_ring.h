@@ -7,6 +7,7 @@
 #include "loopback_host.h"
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 // Frames travel as cells unless bulk_min says otherwise (the bridge's default sends every frame
@@ -46,6 +47,23 @@ struct MemoryRing {
   uint64_t *response_half(uint32_t slot, uint32_t c) {
     return cudaq_rt::loopback::cell_half(b.response_heads, b.response_tails, b.tail_cells, b.layout,
                                          slot, c);
+  }
+
+  // What tx_publish stores for a response that travels as cells: its cells, then its control
+  // cell, each half stamped `lap`.
+  void publish_cells(uint32_t slot, uint32_t lap, const std::vector<uint8_t> &response) {
+    using cudaq_rt::loopback::store_half;
+    const uint32_t len = uint32_t(response.size());
+    std::vector<uint8_t> padded(response);
+    padded.resize((len + 7) / 8 * 8, 0);
+    for (uint32_t c = 1; c < cudaq_rt_loopback_frame_cells(len); ++c) {
+      uint32_t d[2];
+      std::memcpy(d, padded.data() + 8 * (c - 1), 8);
+      store_half(response_half(slot, c), lap, d[0]);
+      store_half(response_half(slot, c) + 1, lap, d[1]);
+    }
+    store_half(response_half(slot, 0) + 1, lap, CUDAQ_RT_LOOPBACK_KIND_CELLS);
+    store_half(response_half(slot, 0), lap, len);
   }
 };
 

@@ -86,16 +86,7 @@ void device_publish(TestBridge &t, uint32_t slot, uint32_t lap, const Bytes &res
     store_half(t.response_half(slot, 0), lap, len);
     return;
   }
-  Bytes padded(response);
-  padded.resize((len + 7) / 8 * 8, 0);
-  for (uint32_t c = 1; c < cudaq_rt_loopback_frame_cells(len); ++c) {
-    uint32_t d[2];
-    std::memcpy(d, padded.data() + 8 * (c - 1), 8);
-    store_half(t.response_half(slot, c), lap, d[0]);
-    store_half(t.response_half(slot, c) + 1, lap, d[1]);
-  }
-  store_half(t.response_half(slot, 0) + 1, lap, 0);
-  store_half(t.response_half(slot, 0), lap, len);
+  t.publish_cells(slot, lap, response);
 }
 
 // The device's running position (slot, lap), advanced as next_slot() does.
