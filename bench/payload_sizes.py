@@ -13,8 +13,9 @@ bench/probe/copy_rtt.cu built. Rows, each a cudaq-rt-run process of its own:
   unified, bulk=33  every frame over 32 bytes in bulk (the default before the engine's tails)
   unified, cells  the same with bulk=0 (every frame as stamped cells: the ring before bulk frames)
   warp, bulk      the warp dispatcher (layout=lanes, 256 slots)
+  unified, ARGS   with --args-row ARGS: the default and ARGS (thresholds, compared)
 then throughput at 32 in flight (1 KB and 16 KB) and the warp dispatcher's 8-byte echo at 256 in
-flight. The goal column is issue 27's: the floor's p50 plus the payload's time each way at the
+flight (and, with --depths, requests/s by requests in flight). The goal column is issue 27's: the floor's p50 plus the payload's time each way at the
 copy probe's rate for that size, times two. It prints; it asserts nothing."""
 import argparse
 import json
@@ -84,6 +85,12 @@ def main():
                     "row of its own, linked at load")
     ap.add_argument("--bridge-row", action="append", default=[],
                     help="a bridge (name or library) for a row of its own: a bench variant")
+    ap.add_argument("--args-row", action="append", default=[],
+                    help="bridge options added to the unified kernel's for a row of its own "
+                    "(e.g. bulk=1057,response_bulk=129): thresholds compared in one run")
+    ap.add_argument("--depths", action="store_true",
+                    help="also requests/s by requests in flight (1 to 32) at 1 KB and 16 KB, for "
+                    "the default and --before")
     ap.add_argument("--handler", default="echo", help="the handler (default echo; sum_i32 reads "
                     "the payload and answers 8 bytes)")
     a = ap.parse_args()
@@ -113,6 +120,8 @@ def main():
         for bridge in a.bridge_row:
             rows.append((f"unified, {os.path.basename(bridge)}", ["--bridge", bridge],
                          f"slots=64,slot_size={SLOT_SIZE}"))
+        for extra in a.args_row:
+            rows.append((f"unified, {extra}", [], f"slots=64,slot_size={SLOT_SIZE},{extra}"))
         global HANDLER
         HANDLER = a.handler
         print(f"\n1 in flight, p50 / p99 us (slot_size={SLOT_SIZE}; goal: 2 x (floor p50 + "
@@ -137,7 +146,12 @@ def main():
             print(f"| {size} B | " + " | ".join(cells) + f" | {goal} |")
             sys.stdout.flush()
         print("\nthroughput")
-        for label, args, bridge_arg, size, inflight in [
+        extra_rows = [(f"unified, {extra}", [], f"slots=64,slot_size={SLOT_SIZE},{extra}", 1024, 32)
+                      for extra in a.args_row]
+        if a.before:
+            extra_rows += [("unified, --before", ["--bridge", os.path.abspath(a.before)],
+                            f"slots=64,slot_size={SLOT_SIZE}", size, 32) for size in (1024, 16384)]
+        for label, args, bridge_arg, size, inflight in extra_rows + [
                 ("unified, bulk", [], f"slots=64,slot_size={SLOT_SIZE}", 1024, 32),
                 ("unified, bulk", [], f"slots=64,slot_size={SLOT_SIZE}", 16384, 32),
                 ("unified, bulk=33", [], f"slots=64,slot_size={SLOT_SIZE},bulk=33", 1024, 32),
@@ -157,6 +171,30 @@ def main():
                   f"{rps * size / 1e9:.3f} GB/s of payload each way, p50 "
                   f"{doc['latency_us']['p50']:.2f} us, {doc['wrong']} wrong")
             sys.stdout.flush()
+
+        if a.depths:
+            print("\nby requests in flight, M requests/s (GB/s of payload each way)")
+            variants = [("unified, bulk", [])]
+            if a.before:
+                variants.append(("unified, --before", ["--bridge", os.path.abspath(a.before)]))
+            depths = [1, 2, 4, 8, 16, 32]
+            print("| payload | row | " + " | ".join(str(d) for d in depths) + " |")
+            print("|" + " --- |" * (len(depths) + 2))
+            for size in (1024, 16384):
+                for label, args in variants:
+                    cells = []
+                    for d in depths:
+                        doc, err = run_bench(build, package, size, args,
+                                             f"slots=64,slot_size={SLOT_SIZE}",
+                                             4000 if a.quick else 20000, d, tmp)
+                        if doc is None:
+                            cells.append(f"failed: {err}")
+                            continue
+                        rps = doc["requests_per_s"]
+                        wrong = f", {doc['wrong']} wrong" if doc["wrong"] else ""
+                        cells.append(f"{rps / 1e6:.3f} ({rps * size / 1e9:.2f}){wrong}")
+                    print(f"| {size} B | {label} | " + " | ".join(cells) + " |")
+                    sys.stdout.flush()
 
 
 if __name__ == "__main__":

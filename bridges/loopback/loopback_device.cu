@@ -69,7 +69,11 @@ struct Session {
   uint8_t busy;          // the last probe found every slot it loaded ready (CUDAQ_RT_LOOPBACK_PUSH)
   uint8_t shared_ok;     // batches may be staged in shared memory (see kShared below)
   uint8_t bulk_engine;   // this session may use the bulk copy engine (bulk_barrier is its own)
+  uint8_t ahead_copy;    // the chain: the request at fetched_slot is on its way into the shared
+                         // staging (on bulk_barrier), with the control cell after it
   uint32_t tail_slot;    // the slot the last copy into tail_buffer was of
+  uint32_t ahead_len;    // not 0: the request at fetched_slot is a bulk frame of these bytes,
+                         // its control cell seen stamped (the chain: start_ahead)
   uint64_t tail_lens;    // 16 bits per batch position: the tail_pending frames' lengths
   cudaq_rt_loopback_warp_probe warp;  // the warp form: which lanes probe (warp_poll); the same in
                                       // every lane's session
@@ -149,6 +153,14 @@ __shared__ __align__(128) unsigned char shared_staging[kSharedBytes];
 #define CUDAQ_RT_LOOPBACK_BULK_COPY 1
 #endif
 __shared__ __align__(8) unsigned long long bulk_barrier;
+/* 1: bulk requests back to back are brought in while the last response goes out (start_ahead);
+ * 0: each after its own probe (a bench variant). */
+#ifndef CUDAQ_RT_LOOPBACK_AHEAD
+#define CUDAQ_RT_LOOPBACK_AHEAD 1
+#endif
+// The chain (start_ahead): the control cell of the request after the one whose bytes are on
+// their way, copied with them.
+__shared__ __align__(16) uint4 ahead_cell;
 
 // Frames of cells whose tail the bulk copy engine brings in (loopback_ring.h, "Tails by the
 // engine"): up to kTailCells tail cells of one slot, copied as they lie in the ring (blocks of 64
@@ -275,20 +287,36 @@ __device__ __forceinline__ uint32_t shared_address(const void *p) {
 }
 #endif
 
-// The bulk copy engine's half: `bytes` from mapped host memory into shared memory, waited for on
-// bulk_barrier. The proxy fence orders this thread's earlier accesses (the control cell's load;
-// the last handler's reads of the staging frame) before the engine's.
-__device__ __forceinline__ void bulk_copy_in(Session *s, void *to, const void *from,
-                                             uint32_t bytes) {
+// The bulk copy engine's half: `bytes` from mapped host memory into shared memory, counted on
+// bulk_barrier (bulk_in_wait waits for it), and with them, where `cell_from` is not null, the
+// 16-byte cell there into cell_to (the chain's next control cell). The proxy fence orders this
+// thread's earlier accesses (the control cell's load; the last handler's reads of the staging
+// frame) before the engine's.
+__device__ __forceinline__ void bulk_in_start(void *to, const void *from, uint32_t bytes,
+                                              const volatile void *cell_from, void *cell_to) {
 #if CUDAQ_RT_LOOPBACK_HAS_BULK_COPY
   const uint32_t bar = shared_address(&bulk_barrier);
   asm volatile("fence.proxy.async;" ::: "memory");
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
+               "r"(bytes + (cell_from ? 16u : 0u))
                : "memory");
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
                "[%3];" ::"r"(shared_address(to)),
                "l"(from), "r"(bytes), "r"(bar)
                : "memory");
+  if (cell_from)
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+                 "16, [%2];" ::"r"(shared_address(cell_to)),
+                 "l"(cell_from), "r"(bar)
+                 : "memory");
+#else
+  (void)to, (void)from, (void)bytes, (void)cell_from, (void)cell_to;
+#endif
+}
+
+__device__ __forceinline__ void bulk_in_wait(Session *s) {
+#if CUDAQ_RT_LOOPBACK_HAS_BULK_COPY
+  const uint32_t bar = shared_address(&bulk_barrier);
   uint32_t done = 0;
   do
     asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
@@ -299,12 +327,19 @@ __device__ __forceinline__ void bulk_copy_in(Session *s, void *to, const void *f
   while (!done);
   s->bulk_phase ^= 1u;
 #else
-  (void)s, (void)to, (void)from, (void)bytes;
+  (void)s;
 #endif
 }
 
-// The other half: `bytes` from shared memory out to mapped host memory, waited for until written.
-__device__ __forceinline__ void bulk_copy_out(void *to, const void *from, uint32_t bytes) {
+__device__ __forceinline__ void bulk_copy_in(Session *s, void *to, const void *from,
+                                             uint32_t bytes) {
+  bulk_in_start(to, from, bytes, nullptr, nullptr);
+  bulk_in_wait(s);
+}
+
+// The other half: `bytes` from shared memory out to mapped host memory (bulk_out_wait waits until
+// they are written).
+__device__ __forceinline__ void bulk_out_start(void *to, const void *from, uint32_t bytes) {
 #if CUDAQ_RT_LOOPBACK_HAS_BULK_COPY
   asm volatile("fence.proxy.async.shared::cta;" ::
                    : "memory"); // the handler's stores, to the engine
@@ -312,9 +347,14 @@ __device__ __forceinline__ void bulk_copy_out(void *to, const void *from, uint32
                "r"(shared_address(from)), "r"(bytes)
                : "memory");
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 #else
   (void)to, (void)from, (void)bytes;
+#endif
+}
+
+__device__ __forceinline__ void bulk_out_wait() {
+#if CUDAQ_RT_LOOPBACK_HAS_BULK_COPY
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 #endif
 }
 
@@ -434,6 +474,34 @@ __device__ __forceinline__ int stage_bulk(Session *s, uint32_t slot, void *stagi
   return CUDAQ_DEV_RX_READY;
 }
 
+// Tail cells g .. g + 7 (g a multiple of 8: one cell on each of a block's 8 lines, `cells` the
+// first, the others 8 cells apart: cudaq_rt_loopback_tail_cell) from shared memory into frame
+// words 4 + g .., those below `need`; the stamps of those that are not `lap`, folded (zero: all
+// are). All 8 loads are issued before the first store: `frame` is a generic pointer the compiler
+// cannot tell from `cells`, so a load after a store waits for it, and a cell at a time cost the
+// serving thread a shared-memory round trip each (27 cycles a cell on the H200,
+// bench/payload_sizes.md). Pairs of words go in one 16-byte store (word 4 + g is 16-aligned in a
+// 16-aligned frame); the second word of the last pair may lie past the frame's end, never past
+// its slot (slot_size is a multiple of 16).
+constexpr uint32_t kGroup = CUDAQ_RT_LOOPBACK_LINE_CELLS;
+__device__ __forceinline__ uint32_t unpack_group(uint2 *frame, const uint4 *cells, uint32_t g,
+                                                 uint32_t need, uint32_t lap) {
+  uint4 v[kGroup];
+#pragma unroll
+  for (uint32_t k = 0; k < kGroup; ++k)
+    v[k] = cells[k * CUDAQ_RT_LOOPBACK_LINE_CELLS];
+  uint32_t unstamped = 0;
+#pragma unroll
+  for (uint32_t k = 0; k < kGroup; ++k)
+    unstamped |= g + k < need ? (v[k].x ^ lap) | (v[k].z ^ lap) : 0u;
+  uint4 *pairs = reinterpret_cast<uint4 *>(frame + kHead - 1u + g);
+#pragma unroll
+  for (uint32_t k = 0; k < kGroup; k += 2)
+    if (g + k < need)
+      pairs[k / 2] = make_uint4(v[k].y, v[k].w, v[k + 1].y, v[k + 1].w);
+  return unstamped;
+}
+
 // The tail of a frame of cells (len bytes, as its control cell said) in `slot`, stamped `lap`,
 // into the staging frame past its head words (unpack put those there): from the copy fetch_one
 // started with its probe where that was of this slot and reached far enough, else from a copy
@@ -456,11 +524,9 @@ __device__ __forceinline__ int stage_tail(Session *s, uint32_t slot, uint32_t la
       tail_arrived(s, true);
     }
     uint32_t unstamped = 0;
-    for (uint32_t t = 0; t < need; ++t) {
-      const uint4 v = tail_buffer[cudaq_rt_loopback_tail_cell(0u, t, s->tail_cells)];
-      unstamped |= (v.x ^ lap) | (v.z ^ lap);
-      frame[kHead - 1u + t] = make_uint2(v.y, v.w);
-    }
+    for (uint32_t g = 0; g < need; g += kGroup)
+      unstamped |=
+          unpack_group(frame, tail_buffer + cudaq_rt_loopback_tail_cell(0u, g, 0u), g, need, lap);
     if (unstamped == 0)
       break;
     have = false;
@@ -609,6 +675,11 @@ __device__ bool fetch_one(Session *s, uint32_t L) {
       // client's every request was found by fetch's wider probe: 2.72 -> 2.41 us a round trip
       // on the H200, same call (bench/loopback_rtt.md).
       s->width = !CUDAQ_RT_LOOPBACK_PEEK || stamped(after, next_lap) ? (2u < W ? 2u : W) : 1u;
+      // A bulk request after it, already there: the chain (start_ahead) may bring it in.
+      s->ahead_len = peek && stamped(after, next_lap) && after.w == CUDAQ_RT_LOOPBACK_KIND_BULK &&
+                             after.y >= CUDAQ_RT_HEADER_SIZE
+                         ? after.y
+                         : 0u;
       s->shared_batch = shared;
       if (shared)
         s->batch_first = slot;
@@ -742,6 +813,7 @@ __device__ bool fetch(Session *s) {
   s->pending = ready;
   s->handout_pos = 0;
   s->busy = ready == W;
+  s->ahead_len = 0; // fetched_slot moved past what fetch_one saw after its request
   return true;
 }
 
@@ -755,10 +827,31 @@ __device__ __forceinline__ bool push_wanted(const Session *s) {
   return CUDAQ_RT_LOOPBACK_PUSH == 1 || (CUDAQ_RT_LOOPBACK_PUSH == 2 && !s->busy);
 }
 
-// Packs the response frame staged at `response` into the response cells of `slot`, stamped
-// `lap`: the header and the first payload bytes in one batch of loads; result_len is header
-// word 2. A frame that fits the head cells (the small ones, whose latency matters) takes the
-// short way: four loads, its head cells, done.
+// Bulk requests back to back (loopback_ring.h, "The chain"). The request at fetched_slot is known
+// to be a bulk frame whose bytes are there (ahead_len: its control cell was seen stamped), and
+// nothing is held: every frame handed out has been published, none of a probe's batch waits. Its
+// bytes then start into the shared staging frame the probe would have put them in, while the
+// response just published is still being written out, and the control cell of the slot after it
+// comes in the same copy; rx_poll hands the frame out without a probe (handout_ahead). Called by
+// tx_publish once the response's frame no longer needs the request's.
+__device__ __forceinline__ void start_ahead(Session *s) {
+  if (!CUDAQ_RT_LOOPBACK_AHEAD || s->ahead_len == 0 || s->ahead_copy || s->pending != 0 ||
+      s->outstanding != 0 || !s->shared_ok || !s->bulk_engine)
+    return;
+  const uint32_t len = s->ahead_len < s->slot_size ? s->ahead_len : s->slot_size;
+  const uint32_t slot = s->fetched_slot;
+  const uint32_t after = slot + 1u == s->num_slots ? 0u : slot + 1u;
+  const volatile uint4 *after_cell =
+      s->request_heads + cudaq_rt_loopback_head_cell(s->lanes_layout
+                                                         ? CUDAQ_RT_LOOPBACK_LAYOUT_LANES
+                                                         : CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS,
+                                                     after, 0);
+  bulk_in_start(shared_staging, s->request_bulk + cudaq_rt_loopback_bulk_offset(slot, s->slot_size),
+                (len + 15u) & ~15u, after != slot ? after_cell : nullptr, &ahead_cell);
+  s->ahead_len = len;
+  s->ahead_copy = 1;
+}
+
 // A bulk response of len bytes from the staged `response`: the bytes to the slot's bulk area,
 // written for certain (the engine's wait, or the fence) before the control cell says they are
 // there. Inlined, as stage_bulk; `push` as tx_publish's.
@@ -771,11 +864,17 @@ __device__ __forceinline__ void publish_bulk(Session *s, uint32_t slot, uint32_t
                                                           : CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS,
                                                       slot, 0);
   unsigned char *to = s->response_bulk + cudaq_rt_loopback_bulk_offset(slot, s->slot_size);
-  if (use_bulk_engine(s, response))
-    bulk_copy_out(to, response, bytes);
-  else
+  if (use_bulk_engine(s, response)) {
+    bulk_out_start(to, response, bytes);
+    if (CUDAQ_RT_LOOPBACK_AHEAD == 1)
+      start_ahead(s); // the next request's bytes come in while these go out
+    bulk_out_wait();
+    if (CUDAQ_RT_LOOPBACK_AHEAD == 2)
+      start_ahead(s);
+  } else {
     store_cells(reinterpret_cast<volatile uint4 *>(to), static_cast<const uint4 *>(response),
                 bytes / 16u);
+  }
   __threadfence_system();
   store_cell(control, make_uint4(lap, len, lap, CUDAQ_RT_LOOPBACK_KIND_BULK));
   if (push)
@@ -789,14 +888,17 @@ __device__ __forceinline__ uint32_t response_len(const Session *s, uint32_t resu
   return CUDAQ_RT_HEADER_SIZE + (result_len < max_result ? result_len : max_result);
 }
 
+// Packs the response frame staged at `response` into the response cells of `slot`, stamped
+// `lap`: the head cells' words (the header and the first 8 payload bytes, result_len in header
+// word 2) in one batch of loads. A frame that fits the head cells (the small ones, whose latency
+// matters) takes the short way: four loads, its head cells, done.
 template <uint32_t L>
 __device__ __forceinline__ void publish_frame(Session *s, uint32_t slot, uint32_t lap,
                                               const void *response) {
-  constexpr uint32_t kFirst = 8; // uint2 words: the 24-byte header + 40 payload bytes
-  static_assert(kHead - 1 <= CUDAQ_RT_LOOPBACK_MIN_SLOT_SIZE / 8 && kHead - 1 < kFirst,
+  static_assert(kHead - 1 <= CUDAQ_RT_LOOPBACK_MIN_SLOT_SIZE / 8,
                 "a frame has the head cells' words");
   const uint2 *frame = static_cast<const uint2 *>(response);
-  uint2 first[kFirst];
+  uint2 first[kHead - 1];
 #pragma unroll
   for (uint32_t i = 0; i < kHead - 1; ++i)
     first[i] = frame[i];
@@ -805,32 +907,66 @@ __device__ __forceinline__ void publish_frame(Session *s, uint32_t slot, uint32_
   volatile uint4 *head = s->response_heads + cudaq_rt_loopback_head_cell(L, slot, 0);
   const uint32_t stride = cudaq_rt_loopback_head_stride(L);
   // Posted stores, in any order: each half carries its own stamp, so no fence is needed. (The
-  // addresses from the slot's first head and tail cells: c is a constant after unrolling.)
-  if (cells <= kHead) {
+  // addresses from the slot's first head cell: c is a constant after unrolling.)
 #pragma unroll
-    for (uint32_t c = 1; c < kHead; ++c)
-      if (c < cells)
-        store_cell(head + c * stride, make_uint4(lap, first[c - 1].x, lap, first[c - 1].y));
-    store_cell(head, make_uint4(lap, len, lap, 0u));
-    return;
-  }
-  const uint32_t slot_words = s->slot_size / 8;
-#pragma unroll
-  for (uint32_t i = kHead - 1; i < kFirst; ++i)
-    first[i] = i < slot_words ? frame[i] : make_uint2(0u, 0u);
-  volatile uint4 *tail = s->response_tails + (size_t)slot * s->tail_cells;
-#pragma unroll
-  for (uint32_t c = 1; c <= kFirst; ++c)
+  for (uint32_t c = 1; c < kHead; ++c)
     if (c < cells)
-      store_cell(c < kHead ? head + c * stride
-                           : tail + cudaq_rt_loopback_tail_cell(0u, c - kHead, s->tail_cells),
-                 make_uint4(lap, first[c - 1].x, lap, first[c - 1].y));
-  for (uint32_t c = kFirst + 1; c < cells; ++c) {
-    const uint2 d = frame[c - 1];
-    store_cell(cell_at(s, L, s->response_heads, s->response_tails, slot, c),
-               make_uint4(lap, d.x, lap, d.y));
+      store_cell(head + c * stride, make_uint4(lap, first[c - 1].x, lap, first[c - 1].y));
+  if (cells > kHead) {
+    // The tail, 8 cells at a time (one on each line of a block: cudaq_rt_loopback_tail_cell): the
+    // group's words loaded in 16-byte pairs, all before its stores, whose "memory" clobber keeps a
+    // load after one from issuing early (a load then a store per cell cost the serving thread a
+    // staging round trip each). Word pairs from word 4 on are 16-aligned and inside the slot.
+    volatile uint4 *tail = s->response_tails + (size_t)slot * s->tail_cells;
+    const uint32_t need = cells - kHead;
+    for (uint32_t g = 0; g < need; g += kGroup) {
+      const uint4 *pairs = reinterpret_cast<const uint4 *>(frame + kHead - 1u + g);
+      uint4 w[kGroup / 2];
+#pragma unroll
+      for (uint32_t k = 0; k < kGroup; k += 2)
+        w[k / 2] = g + k < need ? pairs[k / 2] : make_uint4(0u, 0u, 0u, 0u);
+      volatile uint4 *at = tail + cudaq_rt_loopback_tail_cell(0u, g, s->tail_cells);
+#pragma unroll
+      for (uint32_t k = 0; k < kGroup; ++k)
+        if (g + k < need)
+          store_cell(at + k * CUDAQ_RT_LOOPBACK_LINE_CELLS,
+                     k % 2 ? make_uint4(lap, w[k / 2].z, lap, w[k / 2].w)
+                           : make_uint4(lap, w[k / 2].x, lap, w[k / 2].y));
+    }
   }
   store_cell(head, make_uint4(lap, len, lap, 0u));
+}
+
+// The request start_ahead brought in: handed out as fetch_one would have (its position, the
+// shared staging's first frames), its bytes checked as stage_bulk checks them. The control cell
+// that came with them says whether the chain goes on.
+__device__ __forceinline__ int handout_ahead(Session *s, void **request, void **response) {
+  bulk_in_wait(s);
+  s->ahead_copy = 0;
+  const uint32_t slot = s->fetched_slot, lap = s->fetched_lap, len = s->ahead_len;
+  uint32_t next = slot, next_lap = lap;
+  next_slot(next, next_lap, s->num_slots);
+  const uint4 after = ahead_cell;
+  s->ahead_len = next != slot && stamped(after, next_lap) &&
+                         after.w == CUDAQ_RT_LOOPBACK_KIND_BULK && after.y >= CUDAQ_RT_HEADER_SIZE
+                     ? after.y
+                     : 0u;
+  uint2 *frame = reinterpret_cast<uint2 *>(shared_staging);
+  if (!cudaq_rt_loopback_request_whole(len, len >= 12u ? frame[1].x : 0xFFFFFFFFu))
+    mark_truncated(frame, len);
+  *request = shared_staging;
+  *response = shared_staging + (size_t)s->batch_frames * s->slot_size;
+  s->shared_batch = 1;
+  s->batch_first = slot;
+  s->fetched_slot = next;
+  s->fetched_lap = next_lap;
+  s->head_slot = next;
+  s->handout_pos = 0;
+  s->last_slot = slot;
+  s->last_lap = lap;
+  s->last_response = static_cast<const unsigned char *>(*response);
+  ++s->outstanding;
+  return CUDAQ_DEV_RX_READY;
 }
 
 } // namespace
@@ -892,6 +1028,8 @@ extern "C" __device__ void *cudaq_dev_enter_kernel(void *storage, void *ctx,
   s->tail_phase = 0;
   s->tail_slot = 0xFFFFFFFFu;
   s->tail_copied = 0;
+  s->ahead_len = 0;
+  s->ahead_copy = 0;
   // The engine's barrier is the block's: only a one-thread block's session uses it.
   s->bulk_engine = CUDAQ_RT_LOOPBACK_HAS_BULK_COPY && one_thread_block();
 #if CUDAQ_RT_LOOPBACK_HAS_BULK_COPY
@@ -908,6 +1046,8 @@ extern "C" __device__ void *cudaq_dev_enter_kernel(void *storage, void *ctx,
 
 extern "C" __device__ int cudaq_dev_rx_poll(void *session, void **request, void **response) {
   Session *s = static_cast<Session *>(session);
+  if (CUDAQ_RT_LOOPBACK_AHEAD && s->ahead_copy)
+    return handout_ahead(s, request, response);
   if (s->pending == 0 && !fetch(s)) {
     // Every frame fetched has been handed out (pending == 0, so head_slot == fetched_slot), and
     // the dispatch loop has published each before polling again (cudaq_rt/dispatch.h): the next
@@ -986,9 +1126,15 @@ extern "C" __device__ void cudaq_dev_tx_publish(void *session, void *response) {
 
   if (CUDAQ_RT_LOOPBACK_BULK) {
     const uint32_t len = response_len(s, static_cast<const uint2 *>(response)[1].x);
-    if (cudaq_rt_loopback_is_bulk(len, s->bulk_min))
-      return publish_bulk(s, slot, lap, response, len, s->pending == 0 && push_wanted(s));
+    if (cudaq_rt_loopback_is_bulk(len, s->bulk_min)) {
+      publish_bulk(s, slot, lap, response, len, s->pending == 0 && push_wanted(s));
+      if (CUDAQ_RT_LOOPBACK_AHEAD == 3)
+        start_ahead(s);
+      return;
+    }
   }
+  if (CUDAQ_RT_LOOPBACK_AHEAD != 3)
+    start_ahead(s); // the response is in its own frame: the request's may take the next one
   if (s->lanes_layout)
     publish_frame<CUDAQ_RT_LOOPBACK_LAYOUT_LANES>(s, slot, lap, response);
   else
@@ -997,6 +1143,8 @@ extern "C" __device__ void cudaq_dev_tx_publish(void *session, void *response) {
   // across polls gets its responses out on the next push or later.)
   if (s->pending == 0 && push_wanted(s))
     __threadfence_system();
+  if (CUDAQ_RT_LOOPBACK_AHEAD == 3)
+    start_ahead(s);
 }
 
 // The warp form (cudaq_rt/dispatch.h). Every lane has a Session of its own, used differently:

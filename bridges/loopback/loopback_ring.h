@@ -115,7 +115,20 @@
  * ones in bulk (bulk=CUDAQ_RT_LOOPBACK_ENGINE_BULK_MIN, response_bulk=
  * CUDAQ_RT_LOOPBACK_ENGINE_RESPONSE_BULK_MIN unless configured: lay_out_for); a frame of cells
  * longer than CUDAQ_RT_LOOPBACK_ENGINE_CELLS_MAX (bulk= set higher) has its tail loaded as before,
- * 8 cells a round trip. */
+ * 8 cells a round trip.
+ *
+ * The chain
+ * ---------
+ * Bulk requests queued back to back (a client with several in flight) were served one after
+ * another: probe, the engine's copy in, the handler, the copy out, and only then the next probe.
+ * The one-slot probe already loads the next slot's control cell (the peek). Where it shows a bulk
+ * request there, and the serving thread holds no frame, tx_publish starts that request's bytes
+ * into the shared staging frame the next probe would have used while the response goes out (the
+ * request's frame is free once the handler has returned), and the control cell of the slot after
+ * it comes in the same copy; rx_poll then hands the request out without a probe, and the control
+ * cell that came with it says whether the chain goes on. The protocol is unchanged: the bytes are
+ * copied only after their control cell was seen stamped, as in "Bulk frames" above. Only where
+ * the serving thread has the engine and shared staging (the unified kernel on sm_90 and later). */
 #ifndef CUDAQ_RT_LOOPBACK_RING_H
 #define CUDAQ_RT_LOOPBACK_RING_H
 
@@ -173,7 +186,7 @@
  * 4.38, 256 B 5.04 -> 4.84, while at 512 B and 1 KB the one thread's unpack costs more than the
  * round trip it saves (5.43 -> 5.75, 5.10 -> 7.26); responses of up to 128 bytes (64 B payload:
  * 4.21 -> 3.81 us as cells; 128 B even) as cells, larger ones by the engine. */
-#define CUDAQ_RT_LOOPBACK_ENGINE_TAIL_CELLS 64u
+#define CUDAQ_RT_LOOPBACK_ENGINE_TAIL_CELLS 128u
 #define CUDAQ_RT_LOOPBACK_ENGINE_CELLS_MAX                                                         \
   ((CUDAQ_RT_LOOPBACK_HEAD_CELLS - 1u + CUDAQ_RT_LOOPBACK_ENGINE_TAIL_CELLS) *                     \
    CUDAQ_RT_LOOPBACK_CELL_DATA)

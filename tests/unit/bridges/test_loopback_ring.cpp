@@ -349,7 +349,7 @@ TEST_CASE("the unified kernel with the bulk copy engine: small frames as cells")
       cudaq_rt_loopback_is_bulk(256 + CUDAQ_RT_HEADER_SIZE, CUDAQ_RT_LOOPBACK_ENGINE_BULK_MIN));
   CHECK(cudaq_rt_loopback_is_bulk(257 + CUDAQ_RT_HEADER_SIZE, CUDAQ_RT_LOOPBACK_ENGINE_BULK_MIN));
   CHECK(CUDAQ_RT_LOOPBACK_ENGINE_BULK_MIN - 1 <= CUDAQ_RT_LOOPBACK_ENGINE_CELLS_MAX);
-  CHECK(CUDAQ_RT_LOOPBACK_ENGINE_CELLS_MAX == 544u);
+  CHECK(CUDAQ_RT_LOOPBACK_ENGINE_CELLS_MAX == 1056u); // a 1 KB payload's frame, 1048 bytes
   CHECK(cudaq_rt_loopback_frame_cells(CUDAQ_RT_LOOPBACK_ENGINE_CELLS_MAX) -
             CUDAQ_RT_LOOPBACK_HEAD_CELLS ==
         CUDAQ_RT_LOOPBACK_ENGINE_TAIL_CELLS);
@@ -367,19 +367,20 @@ TEST_CASE("the unified kernel with the bulk copy engine: small frames as cells")
 }
 
 // What stage_tail (loopback_device.cu) does with the bulk copy engine, on the CPU: it copies the
-// whole blocks of 64 cells that start the slot's tail, and reads tail cell t (frame cell 5 + t) of
-// the copy at cudaq_rt_loopback_tail_cell(0, t, tail_cells), taking the frame only when every
-// half is stamped.
-std::optional<Bytes> engine_tail(const std::vector<uint64_t> &copy, uint32_t tail_cells,
-                                 uint32_t need, uint32_t lap) {
+// whole blocks of 64 cells that start the slot's tail and reads it 8 tail cells at a time, cells
+// g + k (g a multiple of 8) at cudaq_rt_loopback_tail_cell(0, g, 0) + 8 k of the copy, taking the
+// frame only when every half of its need cells is stamped.
+std::optional<Bytes> engine_tail(const std::vector<uint64_t> &copy, uint32_t need, uint32_t lap) {
   Bytes tail(8 * size_t(need));
-  for (uint32_t t = 0; t < need; ++t) {
-    const uint64_t *h = copy.data() + 2 * cudaq_rt_loopback_tail_cell(0, t, tail_cells);
-    if (!cudaq_rt_loopback_stamped(stamp_of(h[0]), stamp_of(h[1]), lap))
-      return std::nullopt;
-    const uint32_t d[2] = {data_of(h[0]), data_of(h[1])};
-    std::memcpy(tail.data() + 8 * size_t(t), d, 8);
-  }
+  for (uint32_t g = 0; g < need; g += CUDAQ_RT_LOOPBACK_LINE_CELLS)
+    for (uint32_t k = 0; k < CUDAQ_RT_LOOPBACK_LINE_CELLS && g + k < need; ++k) {
+      const uint64_t *h = copy.data() + 2 * (cudaq_rt_loopback_tail_cell(0, g, 0) +
+                                             k * CUDAQ_RT_LOOPBACK_LINE_CELLS);
+      if (!cudaq_rt_loopback_stamped(stamp_of(h[0]), stamp_of(h[1]), lap))
+        return std::nullopt;
+      const uint32_t d[2] = {data_of(h[0]), data_of(h[1])};
+      std::memcpy(tail.data() + 8 * size_t(g + k), d, 8);
+    }
   return tail;
 }
 
@@ -395,6 +396,11 @@ TEST_CASE("tails by the engine: the first blocks of a slot's tail hold its first
         // stage_tail copies the first need cells rounded up to a block: cell t is in it.
         CHECK(in_copy < (t + CUDAQ_RT_LOOPBACK_TAIL_BLOCK) / CUDAQ_RT_LOOPBACK_TAIL_BLOCK *
                             CUDAQ_RT_LOOPBACK_TAIL_BLOCK);
+        // It reads them 8 at a time (unpack_group), and publish_frame writes them so: the 8 cells
+        // from a multiple of 8 are one a line, 8 cells apart, from the first's.
+        const uint32_t g = t & ~(CUDAQ_RT_LOOPBACK_LINE_CELLS - 1u);
+        CHECK(in_copy == cudaq_rt_loopback_tail_cell(0, g, 0) +
+                             (t - g) * CUDAQ_RT_LOOPBACK_LINE_CELLS);
       }
   }
 }
@@ -403,10 +409,13 @@ TEST_CASE("tails by the engine: a copy taken before the host's stores is refused
           "frame") {
   // Frames up to CUDAQ_RT_LOOPBACK_ENGINE_CELLS_MAX bytes: their tails fit one copy.
   const uint32_t copy_halves = 2 * CUDAQ_RT_LOOPBACK_ENGINE_TAIL_CELLS;
-  for (uint32_t payload : {9u, 64u, 200u, 256u}) {
+  const uint32_t slot_size = 2048;
+  for (uint32_t payload : {9u, 64u, 200u, 256u, 512u, 1000u, 1024u, 1032u}) {
     CAPTURE(payload);
-    // A slot of lap 1 never written, then one written for lap 1 and taken, then lap 2.
-    TestBridge r(1, 1024, CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS, CUDAQ_RT_LOOPBACK_ENGINE_BULK_MIN);
+    // A slot of lap 1 never written, then one written for lap 1 and taken, then lap 2; every
+    // frame as cells.
+    TestBridge r(1, slot_size, CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS,
+                 CUDAQ_RT_LOOPBACK_ENGINE_CELLS_MAX + 1u);
     for (uint32_t lap = 1; lap <= 2; ++lap) {
       const Bytes f = request(payload, lap);
       const uint32_t need =
@@ -416,13 +425,13 @@ TEST_CASE("tails by the engine: a copy taken before the host's stores is refused
       const std::vector<uint64_t> before(base, base + copy_halves);
       REQUIRE(send_request(&r.b, f.data(), f.size()) == CUDAQ_RT_BRIDGE_OK);
       const std::vector<uint64_t> after(base, base + copy_halves);
-      CHECK_FALSE(engine_tail(before, r.b.tail_cells, need, lap)); // zeroes, or lap 1's cells
-      const auto tail = engine_tail(after, r.b.tail_cells, need, lap);
+      CHECK_FALSE(engine_tail(before, need, lap)); // zeroes, or lap 1's cells
+      const auto tail = engine_tail(after, need, lap);
       REQUIRE(tail);
       const size_t head_bytes = 8 * (CUDAQ_RT_LOOPBACK_HEAD_CELLS - 1);
       CHECK(std::equal(f.begin() + head_bytes, f.end(), tail->begin()));
       // The host takes the slot back only with its answer: answer it for the next lap.
-      Bytes staging(1024);
+      Bytes staging(slot_size);
       REQUIRE(device_unpack(r, 0, lap, staging));
       device_publish(r, 0, lap, Bytes(f.begin(), f.begin() + CUDAQ_RT_HEADER_SIZE));
       receive(r);
