@@ -9,14 +9,15 @@ BUILD_OR_BUNDLE is a build tree or a bundle from scripts/gpu-bundle.sh. FLOOR_BI
 ../shared/probe/floor.cu built (its line A: one 16-byte word each way), COPY_RTT_BIN
 bench/probe/copy_rtt.cu built. Rows, each a cudaq-rt-run process of its own:
   unified, bulk   the unified kernel, the ring's default (on sm_90 and later, requests up to a
-                  256-byte payload as cells whose tails the engine brings in, larger ones in bulk)
+                  512-byte payload as cells whose tails the engine brings in, larger ones in bulk)
   unified, bulk=33  every frame over 32 bytes in bulk (the default before the engine's tails)
   unified, cells  the same with bulk=0 (every frame as stamped cells: the ring before bulk frames)
   warp, bulk      the warp dispatcher (layout=lanes, 256 slots)
   unified, ARGS   with --args-row ARGS: the default and ARGS (thresholds, compared)
 then throughput at 32 in flight (1 KB and 16 KB) and the warp dispatcher's 8-byte echo at 256 in
-flight (and, with --depths, requests/s by requests in flight). The goal column is issue 27's: the floor's p50 plus the payload's time each way at the
-copy probe's rate for that size, times two. It prints; it asserts nothing."""
+flight, and with --depths requests/s by requests in flight. The goal column is issue 27's: the
+floor's p50 plus the payload's time each way at the copy probe's rate for that size, times two.
+It prints; it asserts nothing."""
 import argparse
 import json
 import os

@@ -158,6 +158,15 @@ __shared__ __align__(8) unsigned long long bulk_barrier;
 #ifndef CUDAQ_RT_LOOPBACK_AHEAD
 #define CUDAQ_RT_LOOPBACK_AHEAD 1
 #endif
+/* 1: a chained request's response is not pushed when the chain goes on after it (0: pushed, a
+ * bench variant). */
+#ifndef CUDAQ_RT_LOOPBACK_CHAIN_BUSY
+#define CUDAQ_RT_LOOPBACK_CHAIN_BUSY 1
+#endif
+/* Bytes per engine copy of a bulk request (0: the whole frame in one; a bench variant). */
+#ifndef CUDAQ_RT_LOOPBACK_BULK_CHUNK
+#define CUDAQ_RT_LOOPBACK_BULK_CHUNK 0
+#endif
 // The chain (start_ahead): the control cell of the request after the one whose bytes are on
 // their way, copied with them.
 __shared__ __align__(16) uint4 ahead_cell;
@@ -300,10 +309,15 @@ __device__ __forceinline__ void bulk_in_start(void *to, const void *from, uint32
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
                "r"(bytes + (cell_from ? 16u : 0u))
                : "memory");
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
-               "[%3];" ::"r"(shared_address(to)),
-               "l"(from), "r"(bytes), "r"(bar)
-               : "memory");
+  constexpr uint32_t kChunk =
+      CUDAQ_RT_LOOPBACK_BULK_CHUNK ? CUDAQ_RT_LOOPBACK_BULK_CHUNK : 1u << 31;
+  for (uint32_t off = 0; off < bytes; off += kChunk) {
+    const uint32_t n = bytes - off < kChunk ? bytes - off : kChunk;
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+                 "%2, [%3];" ::"r"(shared_address(to) + off),
+                 "l"(static_cast<const unsigned char *>(from) + off), "r"(n), "r"(bar)
+                 : "memory");
+  }
   if (cell_from)
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
                  "16, [%2];" ::"r"(shared_address(cell_to)),
@@ -966,6 +980,9 @@ __device__ __forceinline__ int handout_ahead(Session *s, void **request, void **
   s->last_lap = lap;
   s->last_response = static_cast<const unsigned char *>(*response);
   ++s->outstanding;
+  // The ring is busy while the chain goes on: the next response follows at once, and its fence
+  // pushes this one out (CUDAQ_RT_LOOPBACK_PUSH). The last of a chain is pushed.
+  s->busy = CUDAQ_RT_LOOPBACK_CHAIN_BUSY && s->ahead_len != 0;
   return CUDAQ_DEV_RX_READY;
 }
 

@@ -178,20 +178,21 @@
 #define CUDAQ_RT_LOOPBACK_DEFAULT_BULK_MIN (CUDAQ_RT_LOOPBACK_BULK ? 33u : 0u)
 /* response_bulk= not given: responses go in bulk from bulk= bytes on, as requests do. */
 #define CUDAQ_RT_LOOPBACK_RESPONSE_BULK_AS_REQUESTS 0xFFFFFFFFu
-/* Tails by the engine (above): the tail cells one copy brings in (a block of 64: 1 KB of shared
- * memory), so the frames whose tail it can bring (4 head cells and the tail, 8 bytes a cell:
- * 544 bytes); and the thresholds the unified kernel gets where the engine is there, chosen from
- * measurements (bench/payload_sizes.md, H200, 1 in flight, against bulk=33): requests of up to a
- * 256-byte payload with its header (280 bytes) as cells, 64 B 4.97 -> 3.72 us, 128 B 4.94 ->
- * 4.38, 256 B 5.04 -> 4.84, while at 512 B and 1 KB the one thread's unpack costs more than the
- * round trip it saves (5.43 -> 5.75, 5.10 -> 7.26); responses of up to 128 bytes (64 B payload:
- * 4.21 -> 3.81 us as cells; 128 B even) as cells, larger ones by the engine. */
+/* Tails by the engine (above): the tail cells one copy brings in (two blocks of 64: 2 KB of
+ * shared memory), so the frames whose tail it can bring (4 head cells and the tail, 8 bytes a
+ * cell: 1056 bytes, a 1 KB payload); and the thresholds the unified kernel gets where the engine
+ * is there, chosen from measurements (bench/payload_sizes.md, H200, 1 in flight, two calls, with
+ * the tail unpacked and packed 8 cells at a time): requests of up to a 512-byte payload with its
+ * header (536 bytes) as cells, answers of up to a 256-byte one (280 bytes). Against bulk both ways
+ * (bulk=281 and response_bulk=129 before): 256 B 4.30 -> 4.07 us and 4.41 -> 4.00, 512 B 5.30 ->
+ * 4.93 and 5.36 -> 5.03; a 1 KB payload is even either way (5.15 as cells, 5.08 to 5.27 in
+ * bulk), and its answer as cells loses (7.36). */
 #define CUDAQ_RT_LOOPBACK_ENGINE_TAIL_CELLS 128u
 #define CUDAQ_RT_LOOPBACK_ENGINE_CELLS_MAX                                                         \
   ((CUDAQ_RT_LOOPBACK_HEAD_CELLS - 1u + CUDAQ_RT_LOOPBACK_ENGINE_TAIL_CELLS) *                     \
    CUDAQ_RT_LOOPBACK_CELL_DATA)
-#define CUDAQ_RT_LOOPBACK_ENGINE_BULK_MIN (CUDAQ_RT_LOOPBACK_BULK ? 281u : 0u)
-#define CUDAQ_RT_LOOPBACK_ENGINE_RESPONSE_BULK_MIN (CUDAQ_RT_LOOPBACK_BULK ? 129u : 0u)
+#define CUDAQ_RT_LOOPBACK_ENGINE_BULK_MIN (CUDAQ_RT_LOOPBACK_BULK ? 537u : 0u)
+#define CUDAQ_RT_LOOPBACK_ENGINE_RESPONSE_BULK_MIN (CUDAQ_RT_LOOPBACK_BULK ? 281u : 0u)
 
 #define CUDAQ_RT_LOOPBACK_DEFAULT_SLOTS 64u
 #define CUDAQ_RT_LOOPBACK_DEFAULT_SLOT_SIZE 1024u

@@ -342,19 +342,21 @@ TEST_CASE("the unified kernel with the bulk copy engine: small frames as cells")
   cudaq_rt::BridgeOptions options;
   REQUIRE(options.parse("slots=64").empty());
   lay_out_for({sizeof(cudaq_rt_bridge_launch), 1, 0}, options, true);
-  CHECK(options.text() == "slots=64,bulk=281,response_bulk=129");
-  // Requests of up to a 256-byte payload go as cells, and their tails fit one engine copy;
-  // responses of up to 128 bytes as cells.
+  CHECK(options.text() == "slots=64,bulk=537,response_bulk=281");
+  // Requests of up to a 512-byte payload go as cells, and their tails fit one engine copy;
+  // responses of up to a 256-byte payload as cells.
   CHECK_FALSE(
-      cudaq_rt_loopback_is_bulk(256 + CUDAQ_RT_HEADER_SIZE, CUDAQ_RT_LOOPBACK_ENGINE_BULK_MIN));
-  CHECK(cudaq_rt_loopback_is_bulk(257 + CUDAQ_RT_HEADER_SIZE, CUDAQ_RT_LOOPBACK_ENGINE_BULK_MIN));
+      cudaq_rt_loopback_is_bulk(512 + CUDAQ_RT_HEADER_SIZE, CUDAQ_RT_LOOPBACK_ENGINE_BULK_MIN));
+  CHECK(cudaq_rt_loopback_is_bulk(513 + CUDAQ_RT_HEADER_SIZE, CUDAQ_RT_LOOPBACK_ENGINE_BULK_MIN));
   CHECK(CUDAQ_RT_LOOPBACK_ENGINE_BULK_MIN - 1 <= CUDAQ_RT_LOOPBACK_ENGINE_CELLS_MAX);
   CHECK(CUDAQ_RT_LOOPBACK_ENGINE_CELLS_MAX == 1056u); // a 1 KB payload's frame, 1048 bytes
   CHECK(cudaq_rt_loopback_frame_cells(CUDAQ_RT_LOOPBACK_ENGINE_CELLS_MAX) -
             CUDAQ_RT_LOOPBACK_HEAD_CELLS ==
         CUDAQ_RT_LOOPBACK_ENGINE_TAIL_CELLS);
-  CHECK_FALSE(cudaq_rt_loopback_is_bulk(128, CUDAQ_RT_LOOPBACK_ENGINE_RESPONSE_BULK_MIN));
-  CHECK(cudaq_rt_loopback_is_bulk(129, CUDAQ_RT_LOOPBACK_ENGINE_RESPONSE_BULK_MIN));
+  CHECK_FALSE(cudaq_rt_loopback_is_bulk(256 + CUDAQ_RT_HEADER_SIZE,
+                                        CUDAQ_RT_LOOPBACK_ENGINE_RESPONSE_BULK_MIN));
+  CHECK(cudaq_rt_loopback_is_bulk(257 + CUDAQ_RT_HEADER_SIZE,
+                                  CUDAQ_RT_LOOPBACK_ENGINE_RESPONSE_BULK_MIN));
   // Options that name bulk keep it, and responses follow it.
   cudaq_rt::BridgeOptions given;
   REQUIRE(given.parse("bulk=33").empty());
@@ -363,7 +365,7 @@ TEST_CASE("the unified kernel with the bulk copy engine: small frames as cells")
   cudaq_rt::BridgeOptions response_only;
   REQUIRE(response_only.parse("response_bulk=33").empty());
   lay_out_for({sizeof(cudaq_rt_bridge_launch), 1, 0}, response_only, true);
-  CHECK(response_only.text() == "response_bulk=33,bulk=281");
+  CHECK(response_only.text() == "response_bulk=33,bulk=537");
 }
 
 // What stage_tail (loopback_device.cu) does with the bulk copy engine, on the CPU: it copies the

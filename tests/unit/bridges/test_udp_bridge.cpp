@@ -237,7 +237,7 @@ TEST_CASE("each instance's configuration: port=N becomes N+i, the warp form gets
   CHECK(config(0, 0, "") == ""); // a custom kernel: the default layout
   // The unified kernel on a GPU with the bulk copy engine: small frames as cells
   // (loopback_ring.h, "Tails by the engine"), unless bulk is given; a custom kernel, never.
-  CHECK(config(1, 1, "port=5000", true) == "port=5001,bulk=281,response_bulk=129");
+  CHECK(config(1, 1, "port=5000", true) == "port=5001,bulk=537,response_bulk=281");
   CHECK(config(1, 0, "bulk=33", true) == "bulk=33");
   CHECK(config(0, 0, "", true) == "");
   CHECK(config(32, 0, "", true) == "layout=lanes,bulk=0");
