@@ -401,8 +401,8 @@ TEST_CASE("tails by the engine: the first blocks of a slot's tail hold its first
         // It reads them 8 at a time (unpack_group), and publish_frame writes them so: the 8 cells
         // from a multiple of 8 are one a line, 8 cells apart, from the first's.
         const uint32_t g = t & ~(CUDAQ_RT_LOOPBACK_LINE_CELLS - 1u);
-        CHECK(in_copy == cudaq_rt_loopback_tail_cell(0, g, 0) +
-                             (t - g) * CUDAQ_RT_LOOPBACK_LINE_CELLS);
+        CHECK(in_copy ==
+              cudaq_rt_loopback_tail_cell(0, g, 0) + (t - g) * CUDAQ_RT_LOOPBACK_LINE_CELLS);
       }
   }
 }
