@@ -163,10 +163,6 @@ __shared__ __align__(8) unsigned long long bulk_barrier;
 #ifndef CUDAQ_RT_LOOPBACK_CHAIN_BUSY
 #define CUDAQ_RT_LOOPBACK_CHAIN_BUSY 1
 #endif
-/* Bytes per engine copy of a bulk request (0: the whole frame in one; a bench variant). */
-#ifndef CUDAQ_RT_LOOPBACK_BULK_CHUNK
-#define CUDAQ_RT_LOOPBACK_BULK_CHUNK 0
-#endif
 // The chain (start_ahead): the control cell of the request after the one whose bytes are on
 // their way, copied with them.
 __shared__ __align__(16) uint4 ahead_cell;
@@ -296,11 +292,11 @@ __device__ __forceinline__ uint32_t shared_address(const void *p) {
 }
 #endif
 
-// The bulk copy engine's half: `bytes` from mapped host memory into shared memory, counted on
-// bulk_barrier (bulk_in_wait waits for it), and with them, where `cell_from` is not null, the
-// 16-byte cell there into cell_to (the chain's next control cell). The proxy fence orders this
-// thread's earlier accesses (the control cell's load; the last handler's reads of the staging
-// frame) before the engine's.
+// The bulk copy engine's half: `bytes` (not 0) from mapped host memory into shared memory,
+// counted on bulk_barrier (bulk_in_wait waits for it), and with them, where `cell_from` is not
+// null, the 16-byte cell there into cell_to (the chain's next control cell). The proxy fence
+// orders this thread's earlier accesses (the control cell's load; the last handler's reads of the
+// staging frame) before the engine's.
 __device__ __forceinline__ void bulk_in_start(void *to, const void *from, uint32_t bytes,
                                               const volatile void *cell_from, void *cell_to) {
 #if CUDAQ_RT_LOOPBACK_HAS_BULK_COPY
@@ -309,15 +305,10 @@ __device__ __forceinline__ void bulk_in_start(void *to, const void *from, uint32
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
                "r"(bytes + (cell_from ? 16u : 0u))
                : "memory");
-  constexpr uint32_t kChunk =
-      CUDAQ_RT_LOOPBACK_BULK_CHUNK ? CUDAQ_RT_LOOPBACK_BULK_CHUNK : 1u << 31;
-  for (uint32_t off = 0; off < bytes; off += kChunk) {
-    const uint32_t n = bytes - off < kChunk ? bytes - off : kChunk;
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
-                 "%2, [%3];" ::"r"(shared_address(to) + off),
-                 "l"(static_cast<const unsigned char *>(from) + off), "r"(n), "r"(bar)
-                 : "memory");
-  }
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
+               "[%3];" ::"r"(shared_address(to)),
+               "l"(from), "r"(bytes), "r"(bar)
+               : "memory");
   if (cell_from)
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
                  "16, [%2];" ::"r"(shared_address(cell_to)),
