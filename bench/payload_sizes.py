@@ -49,6 +49,13 @@ def run_bench(build, package, size, args, bridge_arg, requests, inflight, tmp):
     return json.loads(p.stdout)["bench"], None
 
 
+def table_cell(doc, err, show):
+    """A table's cell for one run: show(doc), with the wrong answers if any, or the failure."""
+    if doc is None:
+        return f"failed: {err}"
+    return show(doc) + (f", {doc['wrong']} wrong" if doc["wrong"] else "")
+
+
 def floor_p50(floor_bin):
     if not floor_bin:
         return None, None
@@ -135,12 +142,8 @@ def main():
             for _, args, bridge_arg in rows:
                 doc, err = run_bench(build, package, size, args, bridge_arg,
                                      requests_for(size, a.quick), 1, tmp)
-                if doc is None:
-                    cells.append(f"failed: {err}")
-                    continue
-                lat = doc["latency_us"]
-                wrong = f", {doc['wrong']} wrong" if doc["wrong"] else ""
-                cells.append(f"{lat['p50']:.2f} / {lat['p99']:.2f}{wrong}")
+                cells.append(table_cell(doc, err, lambda d: "{p50:.2f} / {p99:.2f}".format(
+                    **d["latency_us"])))
             goal = "-"
             if f50 is not None and size in rates:
                 goal = f"{2 * (f50 + 2 * size / (rates[size][1] * 1e3)):.2f}"
@@ -188,12 +191,8 @@ def main():
                         doc, err = run_bench(build, package, size, args,
                                              f"slots=64,slot_size={SLOT_SIZE}",
                                              4000 if a.quick else 20000, d, tmp)
-                        if doc is None:
-                            cells.append(f"failed: {err}")
-                            continue
-                        rps = doc["requests_per_s"]
-                        wrong = f", {doc['wrong']} wrong" if doc["wrong"] else ""
-                        cells.append(f"{rps / 1e6:.3f} ({rps * size / 1e9:.2f}){wrong}")
+                        cells.append(table_cell(doc, err, lambda r: "{:.3f} ({:.2f})".format(
+                            r["requests_per_s"] / 1e6, r["requests_per_s"] * size / 1e9)))
                     print(f"| {size} B | {label} | " + " | ".join(cells) + " |")
                     sys.stdout.flush()
 
