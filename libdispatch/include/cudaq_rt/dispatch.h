@@ -19,7 +19,9 @@
  *     in the session without atomics (a kernel with several serving threads needs a bridge
  *     instance, and a transport_ctx, per thread);
  *   - every frame rx_poll hands out is published with tx_publish exactly once, before the kernel
- *     ends (one still held when rx_poll answers SHUTDOWN too);
+ *     ends (one still held when rx_poll answers SHUTDOWN too), and neither the request nor the
+ *     response frame is touched after it: they are the bridge's again (the loopback bridge may
+ *     start bringing the next request into that request frame within tx_publish);
  *   - it stops serving only when rx_poll answers SHUTDOWN. A bridge may keep its ring position in
  *     transport_ctx at that point (the loopback bridge does), so that a later launch on the same
  *     instance resumes where this one stopped; a kernel that returns earlier leaves that position
