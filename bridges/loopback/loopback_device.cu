@@ -292,15 +292,16 @@ __device__ __forceinline__ uint32_t shared_address(const void *p) {
 }
 #endif
 
-// The bulk copy engine's half: `bytes` (not 0) from mapped host memory into shared memory,
-// counted on bulk_barrier (bulk_in_wait waits for it), and with them, where `cell_from` is not
-// null, the 16-byte cell there into cell_to (the chain's next control cell). The proxy fence
-// orders this thread's earlier accesses (the control cell's load; the last handler's reads of the
-// staging frame) before the engine's.
-__device__ __forceinline__ void bulk_in_start(void *to, const void *from, uint32_t bytes,
-                                              const volatile void *cell_from, void *cell_to) {
+// One engine copy of `bytes` (not 0) from mapped host memory into shared memory, and with it,
+// where `cell_from` is not null, of the 16-byte cell there into cell_to, both counted on the
+// mbarrier `barrier` (phase_done waits for them). The proxy fence orders this thread's earlier
+// accesses (the control cell's load; the last reads of the place copied into) before the
+// engine's.
+__device__ __forceinline__ void engine_in(unsigned long long *barrier, void *to, const void *from,
+                                          uint32_t bytes, const volatile void *cell_from = nullptr,
+                                          void *cell_to = nullptr) {
 #if CUDAQ_RT_LOOPBACK_HAS_BULK_COPY
-  const uint32_t bar = shared_address(&bulk_barrier);
+  const uint32_t bar = shared_address(barrier);
   asm volatile("fence.proxy.async;" ::: "memory");
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
                "r"(bytes + (cell_from ? 16u : 0u))
@@ -315,30 +316,47 @@ __device__ __forceinline__ void bulk_in_start(void *to, const void *from, uint32
                  "l"(cell_from), "r"(bar)
                  : "memory");
 #else
-  (void)to, (void)from, (void)bytes, (void)cell_from, (void)cell_to;
+  (void)barrier, (void)to, (void)from, (void)bytes, (void)cell_from, (void)cell_to;
 #endif
 }
 
-__device__ __forceinline__ void bulk_in_wait(Session *s) {
+// Whether the phase of `parity` of the mbarrier `barrier` has completed; with `block`, waits
+// until it has.
+__device__ __forceinline__ bool phase_done(unsigned long long *barrier, uint32_t parity,
+                                           bool block) {
 #if CUDAQ_RT_LOOPBACK_HAS_BULK_COPY
-  const uint32_t bar = shared_address(&bulk_barrier);
+  const uint32_t bar = shared_address(barrier);
   uint32_t done = 0;
-  do
-    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
+  if (block)
+    do
+      asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
+                   "selp.u32 %0, 1, 0, p; }"
+                   : "=r"(done)
+                   : "r"(bar), "r"(parity)
+                   : "memory");
+    while (!done);
+  else
+    asm volatile("{ .reg .pred p; mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2; "
                  "selp.u32 %0, 1, 0, p; }"
                  : "=r"(done)
-                 : "r"(bar), "r"(s->bulk_phase)
+                 : "r"(bar), "r"(parity)
                  : "memory");
-  while (!done);
-  s->bulk_phase ^= 1u;
+  return done;
 #else
-  (void)s;
+  (void)barrier, (void)parity, (void)block;
+  return true;
 #endif
+}
+
+// A bulk request's copy in (on bulk_barrier) is waited for.
+__device__ __forceinline__ void bulk_in_wait(Session *s) {
+  phase_done(&bulk_barrier, s->bulk_phase, true);
+  s->bulk_phase ^= 1u;
 }
 
 __device__ __forceinline__ void bulk_copy_in(Session *s, void *to, const void *from,
                                              uint32_t bytes) {
-  bulk_in_start(to, from, bytes, nullptr, nullptr);
+  engine_in(&bulk_barrier, to, from, bytes);
   bulk_in_wait(s);
 }
 
@@ -368,14 +386,9 @@ __device__ __forceinline__ void bulk_out_wait() {
 // tail_buffer (the previous unpack) before the engine's writes.
 __device__ __forceinline__ void tail_copy(Session *s, uint32_t slot, uint32_t cells) {
 #if CUDAQ_RT_LOOPBACK_HAS_BULK_COPY
-  const uint32_t bar = shared_address(&tail_barrier);
-  asm volatile("fence.proxy.async;" ::: "memory");
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(cells * 16u)
-               : "memory");
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
-               "[%3];" ::"r"(shared_address(tail_buffer)),
-               "l"(s->request_tails + (size_t)slot * s->tail_cells), "r"(cells * 16u), "r"(bar)
-               : "memory");
+  engine_in(&tail_barrier, tail_buffer,
+            const_cast<const uint4 *>(s->request_tails + (size_t)slot * s->tail_cells),
+            cells * 16u);
   s->tail_inflight = 1;
   s->tail_slot = slot;
   s->tail_copied = cells;
@@ -388,15 +401,7 @@ __device__ __forceinline__ void tail_copy(Session *s, uint32_t slot, uint32_t ce
 // false); true when it has.
 __device__ __forceinline__ bool tail_arrived(Session *s, bool block) {
 #if CUDAQ_RT_LOOPBACK_HAS_BULK_COPY
-  const uint32_t bar = shared_address(&tail_barrier);
-  uint32_t done = 0;
-  do
-    asm volatile("{ .reg .pred p; mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2; "
-                 "selp.u32 %0, 1, 0, p; }"
-                 : "=r"(done)
-                 : "r"(bar), "r"((uint32_t)s->tail_phase)
-                 : "memory");
-  while (!done && block);
+  const bool done = phase_done(&tail_barrier, s->tail_phase, block);
   if (done) {
     s->tail_phase ^= 1u;
     s->tail_inflight = 0;
@@ -406,6 +411,12 @@ __device__ __forceinline__ bool tail_arrived(Session *s, bool block) {
   (void)s, (void)block;
   return true;
 #endif
+}
+
+// The heads' layout of the session's ring (CUDAQ_RT_LOOPBACK_LAYOUT_*), where code is not compiled
+// per layout.
+__device__ __forceinline__ uint32_t layout_of(const Session *s) {
+  return s->lanes_layout ? CUDAQ_RT_LOOPBACK_LAYOUT_LANES : CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS;
 }
 
 __device__ __forceinline__ bool use_bulk_engine(const Session *s, const void *staging) {
@@ -708,8 +719,7 @@ __device__ bool fetch_one(Session *s, uint32_t L) {
 __device__ bool fetch(Session *s) {
   // The layout at run time here: a select per probed slot, before the loads (an instance per
   // layout would double this function's code for nothing measurable).
-  const uint32_t L =
-      s->lanes_layout ? CUDAQ_RT_LOOPBACK_LAYOUT_LANES : CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS;
+  const uint32_t L = layout_of(s);
   constexpr uint32_t W = CUDAQ_RT_LOOPBACK_PROBE_SLOTS, P = kHead;
 #if CUDAQ_RT_LOOPBACK_ADAPTIVE_PROBE
   if (s->width <= 1)
@@ -847,12 +857,10 @@ __device__ __forceinline__ void start_ahead(Session *s) {
   const uint32_t slot = s->fetched_slot;
   const uint32_t after = slot + 1u == s->num_slots ? 0u : slot + 1u;
   const volatile uint4 *after_cell =
-      s->request_heads + cudaq_rt_loopback_head_cell(s->lanes_layout
-                                                         ? CUDAQ_RT_LOOPBACK_LAYOUT_LANES
-                                                         : CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS,
-                                                     after, 0);
-  bulk_in_start(shared_staging, s->request_bulk + cudaq_rt_loopback_bulk_offset(slot, s->slot_size),
-                (len + 15u) & ~15u, after != slot ? after_cell : nullptr, &ahead_cell);
+      s->request_heads + cudaq_rt_loopback_head_cell(layout_of(s), after, 0);
+  engine_in(&bulk_barrier, shared_staging,
+            s->request_bulk + cudaq_rt_loopback_bulk_offset(slot, s->slot_size), (len + 15u) & ~15u,
+            after != slot ? after_cell : nullptr, &ahead_cell);
   s->ahead_len = len;
   s->ahead_copy = 1;
 }
@@ -863,11 +871,7 @@ __device__ __forceinline__ void start_ahead(Session *s) {
 __device__ __forceinline__ void publish_bulk(Session *s, uint32_t slot, uint32_t lap,
                                              const void *response, uint32_t len, bool push) {
   const uint32_t bytes = (len + 15u) & ~15u;
-  volatile uint4 *control =
-      s->response_heads + cudaq_rt_loopback_head_cell(s->lanes_layout
-                                                          ? CUDAQ_RT_LOOPBACK_LAYOUT_LANES
-                                                          : CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS,
-                                                      slot, 0);
+  volatile uint4 *control = s->response_heads + cudaq_rt_loopback_head_cell(layout_of(s), slot, 0);
   unsigned char *to = s->response_bulk + cudaq_rt_loopback_bulk_offset(slot, s->slot_size);
   if (use_bulk_engine(s, response)) {
     bulk_out_start(to, response, bytes);
