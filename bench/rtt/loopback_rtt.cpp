@@ -232,13 +232,15 @@ void print_rounds(Server &server, double ghz) {
   }
 }
 
-// Where the one host thread's time goes with `inflight` echoes in flight through the batched
-// send and receive (the loop of cudaq_rt::bench, timed in parts): per request, the time inside
-// send_batch, inside receive_batch calls that took responses, and in calls that found none (the
-// thread waiting for the GPU).
-void host_split(Server &server, uint32_t inflight, uint64_t requests) {
+// Where the one host thread's time goes with `inflight` echoes of `payload_bytes` in flight through
+// the batched send and receive (the loop of cudaq_rt::bench, timed in parts): per request, the
+// time inside send_batch, inside receive_batch calls that took responses, in checking each
+// answer's payload against the request's (as the bench does), and in calls that found none (the
+// thread waiting for the GPU). Little waiting means the host thread, not the GPU, is the limit.
+void host_split(Server &server, uint32_t inflight, uint64_t requests, size_t payload_bytes) {
   using Clock = std::chrono::steady_clock;
-  auto frame = build_request_frame("echo", std::vector<uint8_t>(8, 0x5a), 0, 0);
+  const std::vector<uint8_t> payload(payload_bytes, 0x5a);
+  auto frame = build_request_frame("echo", payload, 0, 0);
   if (!frame) {
     std::printf("host split: %s\n", frame.error().str().c_str());
     return;
@@ -247,8 +249,8 @@ void host_split(Server &server, uint32_t inflight, uint64_t requests) {
   std::vector<const void *> ptrs(inflight, frame->data());
   std::vector<size_t> sizes(inflight, frame->size()), got(inflight);
   std::vector<uint8_t> responses(size_t(inflight) * stride);
-  uint64_t sent = 0, received = 0, empty_polls = 0;
-  double send_ns = 0, take_ns = 0, wait_ns = 0;
+  uint64_t sent = 0, received = 0, empty_polls = 0, wrong = 0;
+  double send_ns = 0, take_ns = 0, check_ns = 0, wait_ns = 0;
   const auto t0 = Clock::now();
   const auto give_up = t0 + std::chrono::seconds(20);
   while (received < requests) {
@@ -279,14 +281,22 @@ void host_split(Server &server, uint32_t inflight, uint64_t requests) {
     }
     (*r ? take_ns : wait_ns) += std::chrono::duration<double, std::nano>(c - b).count();
     empty_polls += *r == 0;
+    for (size_t i = 0; i < *r; ++i) {
+      const uint8_t *answer = responses.data() + i * stride + CUDAQ_RT_HEADER_SIZE;
+      wrong += got[i] != CUDAQ_RT_HEADER_SIZE + payload_bytes ||
+               !std::equal(payload.begin(), payload.end(), answer);
+    }
+    check_ns += std::chrono::duration<double, std::nano>(Clock::now() - c).count();
     received += *r;
   }
   const double total_ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
   const double n = double(requests);
-  std::printf("| host thread, %u in flight | %.1f M req/s | send %.1f ns | receive %.1f ns | "
-              "waiting %.1f ns (%llu empty polls) | other %.1f ns |\n",
-              inflight, n / total_ns * 1e3, send_ns / n, take_ns / n, wait_ns / n,
-              (unsigned long long)empty_polls, (total_ns - send_ns - take_ns - wait_ns) / n);
+  std::printf("| host thread, %zu B, %u in flight | %.3f M req/s | send %.1f ns | receive %.1f ns "
+              "| check %.1f ns | waiting %.1f ns (%llu empty polls) | other %.1f ns | wrong %llu "
+              "|\n",
+              payload_bytes, inflight, n / total_ns * 1e3, send_ns / n, take_ns / n, check_ns / n,
+              wait_ns / n, (unsigned long long)empty_polls,
+              (total_ns - send_ns - take_ns - check_ns - wait_ns) / n, (unsigned long long)wrong);
   std::fflush(stdout);
 }
 
@@ -328,7 +338,7 @@ int main(int argc, char **argv) {
   auto run = [&](const char *label, const char *bridge, const char *dispatcher,
                  const std::vector<uint32_t> &inflight, bool stages, unsigned threads = 0,
                  bool rounds = false, const char *extra = "", bool split = false,
-                 bool whole = false) {
+                 bool whole = false, size_t split_bytes = 8) {
     if (!only.empty() && std::string(label).find(only) == std::string::npos)
       return;
     LoadOptions o;
@@ -361,7 +371,7 @@ int main(int argc, char **argv) {
     }
     if (split) // while the kernel runs
       for (uint32_t k : inflight)
-        host_split(**server, k, requests * 4);
+        host_split(**server, k, requests * 4, split_bytes);
     if (auto st = (*server)->stop(); !st) {
       std::printf("%s: stop: %s\n", label, st.error().str().c_str());
       return;
@@ -418,6 +428,11 @@ int main(int argc, char **argv) {
                                 " layout" + (bridge[8] ? ", write-combined request ring" : "");
       run(label.c_str(), bridge, "warp", {256, 1024}, false, 0, false, layout, true);
     }
+  // The unified kernel with kilobyte echoes (bulk frames, the chain): is the host thread or the GPU
+  // the limit at 32 in flight?
+  for (size_t bytes : {size_t{1024}, size_t{16384}})
+    run(bytes == 1024 ? "unified, 1 KB echoes" : "unified, 16 KB echoes", "loopback", "builtin",
+        {32}, false, 0, false, ",slot_size=16448", true, false, bytes);
   // The probe's own time in the warp form's round (the unified form's: the span rows above).
   run("warp round stamps, lanes layout, responses pushed, probe stamped", "loopback_stamps_pushed",
       "cudaq_rt_bench_warp_rounds", {1}, false, 32, true, ",layout=lanes");
