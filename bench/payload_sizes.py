@@ -82,6 +82,35 @@ def copy_rates(copy_bin):
     return rates
 
 
+def ab_rounds(build, package, extra, rounds, quick, tmp):
+    """The default configuration against `extra` added to it, one run of each after the other,
+    so that a drift of the host between runs lands on both: p50 us at 1 in flight, M requests/s
+    at 32."""
+    base = f"slots=64,slot_size={SLOT_SIZE}"
+    print(f"\ndefault against {extra}, alternating, {rounds} rounds (p50 us at 1 in flight, "
+          "M requests/s at 32)")
+    print("| payload | in flight | default | " + extra + " |")
+    print("| --- | --- | --- | --- |")
+    for size in (1024, 4096, 16384):
+        for inflight in (1, 32):
+            got = {False: [], True: []}
+            for _ in range(rounds):
+                for with_extra in (False, True):
+                    doc, err = run_bench(build, package, size, [],
+                                         base + ("," + extra if with_extra else ""),
+                                         requests_for(size, quick) * (4 if inflight > 1 else 1),
+                                         inflight, tmp)
+                    if doc is None or doc["wrong"]:
+                        got[with_extra].append(f"failed: {err}" if doc is None else "wrong")
+                    elif inflight == 1:
+                        got[with_extra].append(f"{doc['latency_us']['p50']:.2f}")
+                    else:
+                        got[with_extra].append(f"{doc['requests_per_s'] / 1e6:.3f}")
+            print(f"| {size} B | {inflight} | " + ", ".join(got[False]) + " | " +
+                  ", ".join(got[True]) + " |")
+            sys.stdout.flush()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("build")
@@ -99,6 +128,10 @@ def main():
     ap.add_argument("--depths", action="store_true",
                     help="also requests/s by requests in flight (1 to 32) at 1 KB and 16 KB, for "
                     "the default and --before")
+    ap.add_argument("--ab", metavar="ARGS",
+                    help="only this: the default against the bridge options ARGS, alternating run "
+                    "by run (--rounds times), at 1 and 32 in flight, 1 KB to 16 KB")
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--handler", default="echo", help="the handler (default echo; sum_i32 reads "
                     "the payload and answers 8 bytes)")
     a = ap.parse_args()
@@ -116,6 +149,9 @@ def main():
                             os.path.join(build, "examples", "cudaq_rt_example_app"),
                             os.path.join(tmp, "example")], check=True, stdout=subprocess.DEVNULL)
             package = os.path.join(tmp, "example", "example.cudaqpkg")
+        if a.ab:
+            ab_rounds(build, package, a.ab, a.rounds, a.quick, tmp)
+            return
         f50, _ = floor_p50(a.floor)
         rates = copy_rates(a.copy)
         rows = [("unified, bulk", [], f"slots=64,slot_size={SLOT_SIZE}"),
@@ -150,8 +186,8 @@ def main():
             print(f"| {size} B | " + " | ".join(cells) + f" | {goal} |")
             sys.stdout.flush()
         print("\nthroughput")
-        extra_rows = [(f"unified, {extra}", [], f"slots=64,slot_size={SLOT_SIZE},{extra}", 1024, 32)
-                      for extra in a.args_row]
+        extra_rows = [(f"unified, {extra}", [], f"slots=64,slot_size={SLOT_SIZE},{extra}", size, 32)
+                      for extra in a.args_row for size in (1024, 16384)]
         if a.before:
             extra_rows += [("unified, --before", ["--bridge", os.path.abspath(a.before)],
                             f"slots=64,slot_size={SLOT_SIZE}", size, 32) for size in (1024, 16384)]

@@ -430,9 +430,14 @@ int main(int argc, char **argv) {
     }
   // The unified kernel with kilobyte echoes (bulk frames, the chain): is the host thread or the GPU
   // the limit at 32 in flight?
-  for (size_t bytes : {size_t{1024}, size_t{16384}})
-    run(bytes == 1024 ? "unified, 1 KB echoes" : "unified, 16 KB echoes", "loopback", "builtin",
-        {32}, false, 0, false, ",slot_size=16448", true, false, bytes);
+  for (const char *spare : {"", ",spare_frame=0"})
+    for (size_t bytes : {size_t{1024}, size_t{16384}}) {
+      const std::string label =
+          std::string(bytes == 1024 ? "unified, 1 KB echoes" : "unified, 16 KB echoes") +
+          (*spare ? ", no spare frame" : "");
+      run(label.c_str(), "loopback", "builtin", {32}, false, 0, false,
+          (std::string(",slot_size=16448") + spare).c_str(), true, false, bytes);
+    }
   // The probe's own time in the warp form's round (the unified form's: the span rows above).
   run("warp round stamps, lanes layout, responses pushed, probe stamped", "loopback_stamps_pushed",
       "cudaq_rt_bench_warp_rounds", {1}, false, 32, true, ",layout=lanes");

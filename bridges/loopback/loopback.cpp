@@ -22,7 +22,7 @@ bool fail_create(std::string message) {
 }
 
 bool parse_config(std::string_view config, uint32_t &slots, uint32_t &slot_size, uint32_t &layout,
-                  uint32_t &bulk_min, uint32_t &response_bulk_min) {
+                  uint32_t &bulk_min, uint32_t &response_bulk_min, uint32_t &spare_frame) {
   BridgeOptions options;
   if (std::string why = options.parse(config); !why.empty())
     return fail_create(std::move(why));
@@ -30,6 +30,11 @@ bool parse_config(std::string_view config, uint32_t &slots, uint32_t &slot_size,
     if (key == "layout") {
       if (!parse_layout(value, layout))
         return fail_create("option 'layout' is slots or lanes, got '" + value + "'");
+      continue;
+    }
+    if (key == "spare_frame") {
+      if (!parse_flag(value, spare_frame))
+        return fail_create("option 'spare_frame' is 0 or 1, got '" + value + "'");
       continue;
     }
     uint32_t *target = key == "slots"           ? &slots
@@ -40,7 +45,7 @@ bool parse_config(std::string_view config, uint32_t &slots, uint32_t &slot_size,
     if (!target)
       return fail_create("unknown option '" + key +
                          "' (known: slots=N, slot_size=BYTES, layout=slots|lanes, bulk=BYTES, "
-                         "response_bulk=BYTES)");
+                         "response_bulk=BYTES, spare_frame=0|1)");
     if (!parse_u32(value, *target))
       return fail_create("option '" + key + "' needs a number, got '" + value + "'");
   }
@@ -63,12 +68,14 @@ cudaq_rt_bridge_result create(const char *config, cudaq_rt_bridge **out) {
   *out = nullptr;
   uint32_t slots = CUDAQ_RT_LOOPBACK_DEFAULT_SLOTS, slot_size = CUDAQ_RT_LOOPBACK_DEFAULT_SLOT_SIZE;
   uint32_t layout = CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS, bulk_min = CUDAQ_RT_LOOPBACK_DEFAULT_BULK_MIN;
-  uint32_t response_bulk_min = CUDAQ_RT_LOOPBACK_RESPONSE_BULK_AS_REQUESTS;
-  if (!parse_config(config ? config : "", slots, slot_size, layout, bulk_min, response_bulk_min))
+  uint32_t response_bulk_min = CUDAQ_RT_LOOPBACK_RESPONSE_BULK_AS_REQUESTS, spare_frame = 0;
+  if (!parse_config(config ? config : "", slots, slot_size, layout, bulk_min, response_bulk_min,
+                    spare_frame))
     return CUDAQ_RT_BRIDGE_ERROR;
 
   auto *b = new cudaq_rt_bridge;
-  if (!allocate_ring(b, slots, slot_size, layout, bulk_min, response_bulk_min, create_error)) {
+  if (!allocate_ring(b, slots, slot_size, layout, bulk_min, response_bulk_min, spare_frame != 0,
+                     create_error)) {
     delete b;
     return CUDAQ_RT_BRIDGE_ERROR;
   }
@@ -105,6 +112,9 @@ uint32_t slot_size(cudaq_rt_bridge *b) {
 }
 uint32_t num_slots(cudaq_rt_bridge *b) {
   return b->num_slots;
+}
+uint32_t dispatch_shared_bytes(cudaq_rt_bridge *b) {
+  return b->spare_bytes;
 }
 
 // The ring work is in loopback_host.h, where the tests reach it.
@@ -150,6 +160,7 @@ const cudaq_rt_bridge_ops loopback_ops = {
     .send_batch = send_batch,
     .receive_batch = receive_batch,
     .instance_config = instance_config,
+    .dispatch_shared_bytes = dispatch_shared_bytes,
 };
 
 } // namespace

@@ -15,10 +15,12 @@ namespace cudaq_rt::loopback {
 // Allocates the rings (mapped pinned host memory) and the device context and staging frames
 // (device memory) of `b` for that shape (check_ring_shape, loopback_host.h, said yes), in the
 // current CUDA context; requests of at least bulk_min bytes travel in bulk (0: never), and
-// responses of at least response_bulk_min (CUDAQ_RT_LOOPBACK_RESPONSE_BULK_AS_REQUESTS: bulk_min).
-// On failure, says why in `error` and leaves nothing allocated.
+// responses of at least response_bulk_min (CUDAQ_RT_LOOPBACK_RESPONSE_BULK_AS_REQUESTS: bulk_min);
+// with spare_frame, the device hooks want slot_size bytes of dynamic shared memory (the chain's
+// spare frame, loopback_ring.h). On failure, says why in `error` and leaves nothing allocated.
 bool allocate_ring(cudaq_rt_bridge *b, uint32_t slots, uint32_t slot_size, uint32_t layout,
-                   uint32_t bulk_min, uint32_t response_bulk_min, std::string &error);
+                   uint32_t bulk_min, uint32_t response_bulk_min, bool spare_frame,
+                   std::string &error);
 
 // Frees what allocate_ring allocated (the dispatch kernel must have stopped).
 void release_ring(cudaq_rt_bridge *b);

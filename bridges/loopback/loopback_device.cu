@@ -71,6 +71,8 @@ struct Session {
   uint8_t bulk_engine;   // this session may use the bulk copy engine (bulk_barrier is its own)
   uint8_t ahead_copy;    // the chain: the request at fetched_slot is on its way into the shared
                          // staging (on bulk_barrier), with the control cell after it
+  uint8_t ahead_spare;   // and into the spare frame, not the staging's first
+  uint8_t has_spare;     // the chain's second request frame, spare_staging, is there
   uint32_t tail_slot;    // the slot the last copy into tail_buffer was of
   uint32_t ahead_len;    // not 0: the request at fetched_slot is a bulk frame of these bytes,
                          // its control cell seen stamped (the chain: start_ahead)
@@ -166,6 +168,22 @@ __shared__ __align__(8) unsigned long long bulk_barrier;
 // The chain (start_ahead): the control cell of the request after the one whose bytes are on
 // their way, copied with them.
 __shared__ __align__(16) uint4 ahead_cell;
+// The spare frame (loopback_ring.h, "The chain"): slot_size bytes of the dynamic shared memory the
+// launcher gives the dispatch kernel where the instance was created with spare_frame=1 (the ctx's
+// spare_bytes), so that a chained request's bytes come in while the handler of the one before it
+// runs. Only where the kernel has at least those bytes (%dynamic_smem_size): a launcher that gave
+// fewer gets the chain of one request frame.
+/* 1: the spare frame where the launcher gives it; 0: never (a bench variant). */
+#ifndef CUDAQ_RT_LOOPBACK_SPARE
+#define CUDAQ_RT_LOOPBACK_SPARE 1
+#endif
+extern __shared__ __align__(128) unsigned char spare_staging[];
+
+__device__ __forceinline__ uint32_t dynamic_shared_bytes() {
+  uint32_t bytes;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
+  return bytes;
+}
 
 // Frames of cells whose tail the bulk copy engine brings in (loopback_ring.h, "Tails by the
 // engine"): up to kTailCells tail cells of one slot, copied as they lie in the ring (blocks of 64
@@ -843,26 +861,48 @@ __device__ __forceinline__ bool push_wanted(const Session *s) {
 }
 
 // Bulk requests back to back (loopback_ring.h, "The chain"). The request at fetched_slot is known
-// to be a bulk frame whose bytes are there (ahead_len: its control cell was seen stamped), and
-// nothing is held: every frame handed out has been published, none of a probe's batch waits. Its
-// bytes then start into the shared staging frame the probe would have put them in, while the
-// response just published is still being written out, and the control cell of the slot after it
-// comes in the same copy; rx_poll hands the frame out without a probe (handout_ahead). Called by
-// tx_publish once the response's frame no longer needs the request's.
-__device__ __forceinline__ void start_ahead(Session *s) {
-  if (!CUDAQ_RT_LOOPBACK_AHEAD || s->ahead_len == 0 || s->ahead_copy || s->pending != 0 ||
-      s->outstanding != 0 || !s->shared_ok || !s->bulk_engine)
-    return;
+// to be a bulk frame whose bytes are there (ahead_len: its control cell was seen stamped); its
+// bytes start into the shared frame `into`, which nothing held uses, and the control cell of the
+// slot after it comes in the same copy; rx_poll hands the frame out without a probe
+// (handout_ahead).
+__device__ __forceinline__ void start_ahead_into(Session *s, unsigned char *into) {
   const uint32_t len = s->ahead_len < s->slot_size ? s->ahead_len : s->slot_size;
   const uint32_t slot = s->fetched_slot;
   const uint32_t after = slot + 1u == s->num_slots ? 0u : slot + 1u;
   const volatile uint4 *after_cell =
       s->request_heads + cudaq_rt_loopback_head_cell(layout_of(s), after, 0);
-  engine_in(&bulk_barrier, shared_staging,
+  engine_in(&bulk_barrier, into,
             s->request_bulk + cudaq_rt_loopback_bulk_offset(slot, s->slot_size), (len + 15u) & ~15u,
             after != slot ? after_cell : nullptr, &ahead_cell);
   s->ahead_len = len;
   s->ahead_copy = 1;
+  s->ahead_spare = into == spare_staging;
+}
+
+__device__ __forceinline__ bool chain_wanted(const Session *s) {
+  return CUDAQ_RT_LOOPBACK_AHEAD && s->ahead_len != 0 && !s->ahead_copy && s->pending == 0 &&
+         s->shared_ok && s->bulk_engine;
+}
+
+// The chain from tx_publish, once the response's frame no longer needs the request's: where
+// nothing is held (every frame handed out has been published, none of a probe's batch waits),
+// into the shared staging frame the probe would have put the request in, while the response just
+// published is still being written out.
+__device__ __forceinline__ void start_ahead(Session *s) {
+  if (chain_wanted(s) && s->outstanding == 0)
+    start_ahead_into(s, shared_staging);
+}
+
+// The chain from rx_poll, with the spare frame: where the request just handed out (`held`, in the
+// staging's first frame or the spare one) is the only frame held, the next one's bytes start into
+// the other frame at once, and come in while the handler runs. The ring is busy while the chain
+// goes on (handout_ahead).
+__device__ __forceinline__ void start_ahead_early(Session *s, const void *held) {
+  if (!s->has_spare || !chain_wanted(s) || s->outstanding != 1u ||
+      (held != shared_staging && held != spare_staging))
+    return;
+  start_ahead_into(s, held == spare_staging ? shared_staging : spare_staging);
+  s->busy = CUDAQ_RT_LOOPBACK_CHAIN_BUSY;
 }
 
 // A bulk response of len bytes from the staged `response`: the bytes to the slot's bulk area,
@@ -947,8 +987,10 @@ __device__ __forceinline__ void publish_frame(Session *s, uint32_t slot, uint32_
 }
 
 // The request start_ahead brought in: handed out as fetch_one would have (its position, the
-// shared staging's first frames), its bytes checked as stage_bulk checks them. The control cell
-// that came with them says whether the chain goes on.
+// shared staging's response frame), its bytes checked as stage_bulk checks them. The control cell
+// that came with them says whether the chain goes on. Where the kernel still holds the frame
+// before it (it polled before publishing: only after start_ahead_early), the shared response frame
+// is that one's, and this frame's response is built in its slot's frame in device memory.
 __device__ __forceinline__ int handout_ahead(Session *s, void **request, void **response) {
   bulk_in_wait(s);
   s->ahead_copy = 0;
@@ -960,13 +1002,18 @@ __device__ __forceinline__ int handout_ahead(Session *s, void **request, void **
                          after.w == CUDAQ_RT_LOOPBACK_KIND_BULK && after.y >= CUDAQ_RT_HEADER_SIZE
                      ? after.y
                      : 0u;
-  uint2 *frame = reinterpret_cast<uint2 *>(shared_staging);
+  unsigned char *const into = s->ahead_spare ? spare_staging : shared_staging;
+  uint2 *frame = reinterpret_cast<uint2 *>(into);
   if (!cudaq_rt_loopback_request_whole(len, len >= 12u ? frame[1].x : 0xFFFFFFFFu))
     mark_truncated(frame, len);
-  *request = shared_staging;
-  *response = shared_staging + (size_t)s->batch_frames * s->slot_size;
-  s->shared_batch = 1;
-  s->batch_first = slot;
+  *request = into;
+  if (s->outstanding == 0) {
+    *response = shared_staging + (size_t)s->batch_frames * s->slot_size;
+    s->shared_batch = 1;
+    s->batch_first = slot;
+  } else {
+    *response = s->response_frames + (size_t)slot * s->slot_size;
+  }
   s->fetched_slot = next;
   s->fetched_lap = next_lap;
   s->head_slot = next;
@@ -978,6 +1025,7 @@ __device__ __forceinline__ int handout_ahead(Session *s, void **request, void **
   // The ring is busy while the chain goes on: the next response follows at once, and its fence
   // pushes this one out (CUDAQ_RT_LOOPBACK_PUSH). The last of a chain is pushed.
   s->busy = CUDAQ_RT_LOOPBACK_CHAIN_BUSY && s->ahead_len != 0;
+  start_ahead_early(s, into);
   return CUDAQ_DEV_RX_READY;
 }
 
@@ -1042,6 +1090,7 @@ extern "C" __device__ void *cudaq_dev_enter_kernel(void *storage, void *ctx,
   s->tail_copied = 0;
   s->ahead_len = 0;
   s->ahead_copy = 0;
+  s->ahead_spare = 0;
   // The engine's barrier is the block's: only a one-thread block's session uses it.
   s->bulk_engine = CUDAQ_RT_LOOPBACK_HAS_BULK_COPY && one_thread_block();
 #if CUDAQ_RT_LOOPBACK_HAS_BULK_COPY
@@ -1053,6 +1102,9 @@ extern "C" __device__ void *cudaq_dev_enter_kernel(void *storage, void *ctx,
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); // to the engine
   }
 #endif
+  s->has_spare = CUDAQ_RT_LOOPBACK_SPARE && CUDAQ_RT_LOOPBACK_AHEAD && s->bulk_engine &&
+                 s->shared_ok && c->spare_bytes >= s->slot_size &&
+                 dynamic_shared_bytes() >= c->spare_bytes;
   return s;
 }
 
@@ -1100,16 +1152,17 @@ extern "C" __device__ int cudaq_dev_rx_poll(void *session, void **request, void 
   --s->pending;
   ++s->outstanding;
   const uint32_t pos = s->handout_pos++;
+  int ready = CUDAQ_DEV_RX_READY;
   if (CUDAQ_RT_LOOPBACK_BULK && (s->bulk_pending >> pos & 1u)) {
     s->bulk_pending = uint16_t(s->bulk_pending & ~(1u << pos));
-    return stage_bulk(s, s->last_slot, *request);
-  }
-  if (CUDAQ_RT_LOOPBACK_TAIL_COPY && (s->tail_pending >> pos & 1u)) {
+    ready = stage_bulk(s, s->last_slot, *request);
+  } else if (CUDAQ_RT_LOOPBACK_TAIL_COPY && (s->tail_pending >> pos & 1u)) {
     s->tail_pending = uint16_t(s->tail_pending & ~(1u << pos));
-    return stage_tail(s, s->last_slot, s->last_lap, *request,
-                      (uint32_t)(s->tail_lens >> 16u * pos) & 0xFFFFu);
+    ready = stage_tail(s, s->last_slot, s->last_lap, *request,
+                       (uint32_t)(s->tail_lens >> 16u * pos) & 0xFFFFu);
   }
-  return CUDAQ_DEV_RX_READY;
+  start_ahead_early(s, *request); // after stage_bulk's copy: one copy at a time on bulk_barrier
+  return ready;
 }
 
 extern "C" __device__ void cudaq_dev_tx_publish(void *session, void *response) {

@@ -41,9 +41,10 @@ struct cudaq_rt_bridge {
   unsigned char *request_bulk = nullptr; // host view of the bulk areas (loopback_ring.h)
   unsigned char *response_bulk = nullptr;
   uint32_t bulk_min = CUDAQ_RT_LOOPBACK_DEFAULT_BULK_MIN; // frames this long travel in bulk
-  void *request_block = nullptr;                          // cudaHostAlloc: the request ring
-  void *response_block = nullptr;                         // cudaHostAlloc: the response ring
-  void *device_block = nullptr;                           // cudaMalloc: device ctx + staging frames
+  uint32_t spare_bytes = 0;       // dynamic shared memory the hooks want (spare_frame=1: slot_size)
+  void *request_block = nullptr;  // cudaHostAlloc: the request ring
+  void *response_block = nullptr; // cudaHostAlloc: the response ring
+  void *device_block = nullptr;   // cudaMalloc: device ctx + staging frames
   cudaq_rt_loopback_device_ctx *device_ctx = nullptr;
   // Sequence numbers of the next request to write and the next response to take. They go on
   // across kernel launches: the device ctx keeps the device's side of the same position.
@@ -75,6 +76,11 @@ inline bool parse_u32(std::string_view text, uint32_t &out) {
     return false;
   out = uint32_t(v);
   return true;
+}
+
+// The value of a spare_frame= option: 0 or 1 (loopback_ring.h, "The chain").
+inline bool parse_flag(std::string_view text, uint32_t &out) {
+  return parse_u32(text, out) && out <= 1;
 }
 
 // The value of a layout= option: "slots" or "lanes" (loopback_ring.h).
@@ -117,12 +123,18 @@ inline std::string check_ring_shape(uint32_t slots, uint32_t slot_size,
 // later, current_gpu_has_bulk_engine) gets bulk=CUDAQ_RT_LOOPBACK_ENGINE_BULK_MIN and
 // response_bulk=CUDAQ_RT_LOOPBACK_ENGINE_RESPONSE_BULK_MIN unless the options name bulk: requests
 // below that size go as cells, whose tails the engine brings in with the probe (loopback_ring.h,
-// "Tails by the engine"), and responses from the other size on in bulk.
+// "Tails by the engine"), and responses from the other size on in bulk. It also gets
+// spare_frame=1 unless the options name it: the chain's second request frame, in dynamic shared
+// memory the launcher gives that kernel (loopback_ring.h, "The chain").
 inline void lay_out_for(const cudaq_rt_bridge_launch &launch, BridgeOptions &options, bool engine) {
-  if (launch.polling_lanes == 1 && engine && !options.find("bulk")) {
-    options.set("bulk", std::to_string(CUDAQ_RT_LOOPBACK_ENGINE_BULK_MIN));
-    if (!options.find("response_bulk"))
-      options.set("response_bulk", std::to_string(CUDAQ_RT_LOOPBACK_ENGINE_RESPONSE_BULK_MIN));
+  if (launch.polling_lanes == 1 && engine) {
+    if (!options.find("spare_frame"))
+      options.set("spare_frame", "1");
+    if (!options.find("bulk")) {
+      options.set("bulk", std::to_string(CUDAQ_RT_LOOPBACK_ENGINE_BULK_MIN));
+      if (!options.find("response_bulk"))
+        options.set("response_bulk", std::to_string(CUDAQ_RT_LOOPBACK_ENGINE_RESPONSE_BULK_MIN));
+    }
     return;
   }
   if (launch.polling_lanes != CUDAQ_RT_LOOPBACK_LANES)

@@ -128,7 +128,16 @@
  * it comes in the same copy; rx_poll then hands the request out without a probe, and the control
  * cell that came with it says whether the chain goes on. The protocol is unchanged: the bytes are
  * copied only after their control cell was seen stamped, as in "Bulk frames" above. Only where
- * the serving thread has the engine and shared staging (the unified kernel on sm_90 and later). */
+ * the serving thread has the engine and shared staging (the unified kernel on sm_90 and later).
+ *   the spare frame: a 16 KB request fills the shared staging's request frame, so the chain above
+ *     can bring the next request in only once the handler has returned, and each request then
+ *     waits for its own copy (about 2.5 us at 16 KB) after the handler of the one before. Where the
+ *     instance has spare_frame=1, the launcher gives the dispatch kernel slot_size bytes of dynamic
+ *     shared memory (cudaq_rt_bridge_ops::dispatch_shared_bytes) as a second request frame:
+ *     chained requests alternate between the two, and the next one's copy starts as soon as a
+ *     request is handed out (rx_poll), while its handler runs. A kernel that polls again before it
+ *     publishes gets the chained request with its response frame in device memory (the shared one
+ *     is the held request's). */
 #ifndef CUDAQ_RT_LOOPBACK_RING_H
 #define CUDAQ_RT_LOOPBACK_RING_H
 
@@ -420,6 +429,10 @@ typedef struct cudaq_rt_loopback_device_ctx {
   uint32_t bulk_min;   /* responses of at least this many bytes go in bulk (0: never) */
   void *request_bulk;  /* mapped host memory: num_slots * slot_size bytes, plain frames */
   void *response_bulk; /* the same for responses */
+  /* The spare frame ("The chain"): bytes of dynamic shared memory the launcher gives the dispatch
+   * kernel for it (slot_size with spare_frame=1, else 0); the device uses it only where the
+   * kernel has at least that many (%dynamic_smem_size). */
+  uint32_t spare_bytes;
 } cudaq_rt_loopback_device_ctx;
 
 #endif /* CUDAQ_RT_LOOPBACK_RING_H */

@@ -66,7 +66,8 @@ cudaq_rt_bridge_result create(const char *config, cudaq_rt_bridge **out) {
   if (!udp::open_socket(u->config, u->socket, create_error))
     return CUDAQ_RT_BRIDGE_ERROR;
   if (!loopback::allocate_ring(&u->ring, u->config.slots, u->config.slot_size, u->config.layout,
-                               u->config.bulk_min, u->config.response_bulk_min, create_error)) {
+                               u->config.bulk_min, u->config.response_bulk_min,
+                               u->config.spare_frame != 0, create_error)) {
     ::close(u->socket.fd);
     return CUDAQ_RT_BRIDGE_ERROR;
   }
@@ -105,6 +106,9 @@ uint32_t slot_size(cudaq_rt_bridge *b) {
 }
 uint32_t num_slots(cudaq_rt_bridge *b) {
   return self(b)->ring.num_slots;
+}
+uint32_t dispatch_shared_bytes(cudaq_rt_bridge *b) {
+  return self(b)->ring.spare_bytes;
 }
 
 cudaq_rt_bridge_result start(cudaq_rt_bridge *b) {
@@ -157,6 +161,7 @@ const cudaq_rt_bridge_ops udp_ops = {
     .counters = counters,
     .latency = latency,
     .instance_config = instance_config,
+    .dispatch_shared_bytes = dispatch_shared_bytes,
 };
 
 } // namespace

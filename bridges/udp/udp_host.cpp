@@ -75,6 +75,9 @@ std::string parse_config(std::string_view text, Config &out) {
       if (value != "spin" && value != "block")
         return "option 'wait' is 'spin' or 'block', got '" + value + "'";
       out.spin = value == "spin";
+    } else if (key == "spare_frame") {
+      if (!loopback::parse_flag(value, out.spare_frame))
+        return "option 'spare_frame' is 0 or 1, got '" + value + "'";
     } else if (key == "layout") {
       if (!loopback::parse_layout(value, out.layout))
         return "option 'layout' is slots or lanes, got '" + value + "'";
@@ -92,7 +95,7 @@ std::string parse_config(std::string_view text, Config &out) {
     } else {
       return "unknown option '" + key +
              "' (known: bind=ADDR, port=N, slots=N, slot_size=BYTES, wait=spin|block, "
-             "layout=slots|lanes, bulk=BYTES, response_bulk=BYTES)";
+             "layout=slots|lanes, bulk=BYTES, response_bulk=BYTES, spare_frame=0|1)";
     }
   }
   return {};

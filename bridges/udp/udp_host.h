@@ -57,6 +57,7 @@ struct Config {
   uint32_t slot_size = CUDAQ_RT_LOOPBACK_DEFAULT_SLOT_SIZE;
   uint32_t bulk_min = CUDAQ_RT_LOOPBACK_DEFAULT_BULK_MIN; // frames this long go in bulk (0: never)
   uint32_t response_bulk_min = CUDAQ_RT_LOOPBACK_RESPONSE_BULK_AS_REQUESTS; // the same, responses
+  uint32_t spare_frame = 0; // the chain's spare frame in dynamic shared memory (loopback_ring.h)
   bool spin = true; // wait=spin: threads poll without sleeping; wait=block: they sleep when idle
 };
 

@@ -3,7 +3,8 @@
  * has no socket; its counters say how often the launcher called start, drain and stop, and in what
  * order (last_op: 1 start, 2 drain, 3 stop), and responses_sent grows by one on each read of the
  * counters, so that a --count bound is reached without traffic. They also say what the launcher
- * told instance_config (polling_lanes, instance), passed on to create in the configuration. */
+ * told instance_config (polling_lanes, instance), passed on to create in the configuration. It
+ * asks for 512 bytes of dynamic shared memory per polling lane (dispatch_shared_bytes). */
 #include "cudaq_rt/bridge_plugin.h"
 
 #include <stdio.h>
@@ -81,6 +82,10 @@ static uint32_t counters(const cudaq_rt_bridge *b, cudaq_rt_bridge_counter *out,
   return n;
 }
 
+static uint32_t dispatch_shared_bytes(cudaq_rt_bridge *b) {
+  return 512u * b->polling_lanes;
+}
+
 static const cudaq_rt_bridge_ops ops = {
     .abi_version = CUDAQ_RT_BRIDGE_ABI_VERSION,
     .struct_size = sizeof(cudaq_rt_bridge_ops),
@@ -99,6 +104,7 @@ static const cudaq_rt_bridge_ops ops = {
     .address = address,
     .counters = counters,
     .instance_config = instance_config,
+    .dispatch_shared_bytes = dispatch_shared_bytes,
 };
 
 __attribute__((visibility("default"))) const cudaq_rt_bridge_ops *cudaq_rt_bridge_entry(void) {

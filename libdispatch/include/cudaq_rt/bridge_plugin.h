@@ -203,6 +203,13 @@ typedef struct cudaq_rt_bridge_ops {
   cudaq_rt_bridge_result (*instance_config)(const cudaq_rt_bridge_launch *launch,
                                             const char *config, char *out, size_t capacity,
                                             size_t *needed);
+  /* Optional (NULL, or a struct_size that ends before it: 0). Bytes of dynamic shared memory the
+   * instance's device hooks want the dispatch kernel launched with (the loopback and UDP bridges:
+   * slot_size with spare_frame=1, a second request frame for chained bulk requests). The launcher
+   * gives them where the GPU can (past 48 KB a kernel opts in); the hooks check
+   * %dynamic_smem_size and go without where they did not get them. Only for a dispatch kernel
+   * that uses no dynamic shared memory of its own: the hooks' bytes start at its base. */
+  uint32_t (*dispatch_shared_bytes)(cudaq_rt_bridge *bridge);
 } cudaq_rt_bridge_ops;
 
 /* The size of the table as ABI version 1 first defined it (up to receive). */

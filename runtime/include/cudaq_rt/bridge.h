@@ -68,6 +68,9 @@ public:
   void *device_context() const { return ops_->device_context(bridge_); }
   uint32_t slot_size() const { return ops_->slot_size(bridge_); }
   uint32_t num_slots() const { return ops_->num_slots(bridge_); }
+  // Dynamic shared memory the device hooks want the dispatch kernel launched with (0: none, also
+  // for a bridge without the operation).
+  uint32_t dispatch_shared_bytes() const;
   const cudaq_rt_bridge_ops &ops() const { return *ops_; }
   cudaq_rt_bridge *get() const { return bridge_; }
   // Gives up the instance without destroying it: for an instance a hung kernel still uses, whose

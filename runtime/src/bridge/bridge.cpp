@@ -244,6 +244,11 @@ Error Bridge::error(std::string_view op) const {
   return make_error("", "bridge ", quote(ops_->name), ": ", op, ": ", why && *why ? why : "failed");
 }
 
+uint32_t Bridge::dispatch_shared_bytes() const {
+  auto op = CUDAQ_RT_APPENDED(ops_, dispatch_shared_bytes);
+  return op ? op(bridge_) : 0u;
+}
+
 Expected<bool> Bridge::send(std::span<const uint8_t> frame) {
   if (!ops_->send)
     return make_error("", "bridge ", quote(ops_->name), " is not fed from the host");

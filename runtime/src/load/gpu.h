@@ -43,6 +43,7 @@ struct MappedMemory {
 struct LaunchShape {
   unsigned blocks = 1;
   unsigned threads = 1;
+  unsigned shared_bytes = 0; // dynamic shared memory per block (Gpu::allow_dynamic_shared)
 };
 
 // What a stream's work has come to.
@@ -89,6 +90,9 @@ public:
   // then works within a block, where a launch without a cluster faults on it with an illegal
   // instruction (bench/probe/smem_bulk.cu). A handler that uses it checks %is_explicit_cluster.
   virtual Status launch(GpuFunction kernel, LaunchShape shape, void **args, GpuStream stream) = 0;
+  // Lets `kernel` be launched with `bytes` of dynamic shared memory a block (past 48 KB a kernel
+  // must opt in); false where this GPU cannot give it that many beside its static shared memory.
+  virtual bool allow_dynamic_shared(GpuFunction kernel, unsigned bytes) { return bytes == 0; }
   virtual StreamState query(GpuStream stream) = 0;
 };
 

@@ -53,6 +53,7 @@ struct DriverApi {
   decltype(&cuStreamQuery) streamQuery = nullptr;
   decltype(&cuLaunchKernel) launchKernel = nullptr;
   decltype(&cuLaunchKernelEx) launchKernelEx = nullptr;
+  decltype(&cuFuncSetAttribute) funcSetAttribute = nullptr;
 };
 
 // Loads libcuda and resolves the entry points once; nullopt-like failure is kept as an Error.
@@ -110,6 +111,7 @@ const Expected<DriverApi> &driver_api() {
     resolve(a.streamQuery, "cuStreamQuery");
     resolve(a.launchKernel, "cuLaunchKernel");
     resolve(a.launchKernelEx, "cuLaunchKernelEx");
+    resolve(a.funcSetAttribute, "cuFuncSetAttribute");
     if (stub) {
       // The CUDA Toolkit's stubs/libcuda.so (for linking, not a driver) on the loader's path:
       // every call answers CUDA_ERROR_STUB_LIBRARY. Not "too old": no driver at all.
@@ -302,6 +304,7 @@ public:
       CUlaunchConfig config{};
       config.gridDimX = shape.blocks, config.gridDimY = config.gridDimZ = 1;
       config.blockDimX = shape.threads, config.blockDimY = config.blockDimZ = 1;
+      config.sharedMemBytes = shape.shared_bytes;
       config.hStream = static_cast<CUstream>(stream);
       config.attrs = &cluster, config.numAttrs = 1;
       if ((rc = api().launchKernelEx(&config, static_cast<CUfunction>(kernel), args, nullptr)) !=
@@ -312,10 +315,18 @@ public:
       return Status::ok();
     }
     if ((rc = api().launchKernel(static_cast<CUfunction>(kernel), shape.blocks, 1, 1, shape.threads,
-                                 1, 1, 0, static_cast<CUstream>(stream), args, nullptr)) !=
-        CUDA_SUCCESS)
+                                 1, 1, shape.shared_bytes, static_cast<CUstream>(stream), args,
+                                 nullptr)) != CUDA_SUCCESS)
       return failure(cat("launching ", shape.blocks, "x", shape.threads, " (cuLaunchKernel)"), rc);
     return Status::ok();
+  }
+
+  bool allow_dynamic_shared(GpuFunction kernel, unsigned bytes) override {
+    // The driver refuses (CUDA_ERROR_INVALID_VALUE) more than the GPU has beside the kernel's
+    // static shared memory.
+    return api().funcSetAttribute(static_cast<CUfunction>(kernel),
+                                  CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                  static_cast<int>(bytes)) == CUDA_SUCCESS;
   }
 
   StreamState query(GpuStream stream) override {

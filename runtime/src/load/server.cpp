@@ -263,6 +263,17 @@ Expected<std::unique_ptr<Server>> Server::load(const LoadOptions &opt, Gpu &gpu)
   if (builtin)
     shape.threads = builtin->threads;
   r.shape = opt.shape.value_or(shape);
+  // What the bridge's hooks ask for (the loopback ring's spare frame), where the GPU can give it:
+  // else they go without, and say nothing is wrong.
+  if (const uint32_t want = s->bridge_->dispatch_shared_bytes(); want > 0) {
+    if (gpu.allow_dynamic_shared(s->kernel_, want)) {
+      r.shape.shared_bytes = want;
+      r.notes.push_back(cat("the dispatch kernel is launched with ", want,
+                            " bytes of dynamic shared memory for the bridge's hooks"));
+    } else
+      r.notes.push_back(cat("the bridge's ", want, " bytes of dynamic shared memory do not fit ",
+                            r.device.arch(), " beside the kernel's own: launched without them"));
+  }
   r.times.load_ms = ms_since(t);
   return s;
 }

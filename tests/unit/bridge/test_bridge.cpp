@@ -103,7 +103,7 @@ TEST_CASE("loopback rejects a bad configuration with a clear message") {
   REQUIRE(!bridge);
   CHECK(bridge.error().message ==
         "bridge 'loopback': unknown option 'colour' (known: slots=N, slot_size=BYTES, "
-        "layout=slots|lanes, bulk=BYTES, response_bulk=BYTES)");
+        "layout=slots|lanes, bulk=BYTES, response_bulk=BYTES, spare_frame=0|1)");
   auto lanes = lib->create("slots=48,layout=lanes");
   REQUIRE(!lanes);
   CHECK(lanes.error().message ==

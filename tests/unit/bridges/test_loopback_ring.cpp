@@ -338,11 +338,11 @@ TEST_CASE("the warp form's ring: lanes and no bulk frames, unless the options na
   CHECK(laid_out(0, "slots=64", true) == "slots=64");
 }
 
-TEST_CASE("the unified kernel with the bulk copy engine: small frames as cells") {
+TEST_CASE("the unified kernel with the bulk copy engine: small frames as cells, a spare frame") {
   cudaq_rt::BridgeOptions options;
   REQUIRE(options.parse("slots=64").empty());
   lay_out_for({sizeof(cudaq_rt_bridge_launch), 1, 0}, options, true);
-  CHECK(options.text() == "slots=64,bulk=537,response_bulk=281");
+  CHECK(options.text() == "slots=64,spare_frame=1,bulk=537,response_bulk=281");
   // Requests of up to a 512-byte payload go as cells, and their tails fit one engine copy;
   // responses of up to a 256-byte payload as cells.
   CHECK_FALSE(
@@ -357,15 +357,30 @@ TEST_CASE("the unified kernel with the bulk copy engine: small frames as cells")
                                         CUDAQ_RT_LOOPBACK_ENGINE_RESPONSE_BULK_MIN));
   CHECK(cudaq_rt_loopback_is_bulk(257 + CUDAQ_RT_HEADER_SIZE,
                                   CUDAQ_RT_LOOPBACK_ENGINE_RESPONSE_BULK_MIN));
-  // Options that name bulk keep it, and responses follow it.
+  // Options that name bulk keep it, and responses follow it; the spare frame comes either way,
+  // unless the options name it.
   cudaq_rt::BridgeOptions given;
   REQUIRE(given.parse("bulk=33").empty());
   lay_out_for({sizeof(cudaq_rt_bridge_launch), 1, 0}, given, true);
-  CHECK(given.text() == "bulk=33");
+  CHECK(given.text() == "bulk=33,spare_frame=1");
   cudaq_rt::BridgeOptions response_only;
   REQUIRE(response_only.parse("response_bulk=33").empty());
   lay_out_for({sizeof(cudaq_rt_bridge_launch), 1, 0}, response_only, true);
-  CHECK(response_only.text() == "response_bulk=33,bulk=537");
+  CHECK(response_only.text() == "response_bulk=33,spare_frame=1,bulk=537");
+  cudaq_rt::BridgeOptions no_spare;
+  REQUIRE(no_spare.parse("spare_frame=0").empty());
+  lay_out_for({sizeof(cudaq_rt_bridge_launch), 1, 0}, no_spare, true);
+  CHECK(no_spare.text() == "spare_frame=0,bulk=537,response_bulk=281");
+  // Without the engine there is no chain, so no spare frame.
+  cudaq_rt::BridgeOptions no_engine;
+  REQUIRE(no_engine.parse("").empty());
+  lay_out_for({sizeof(cudaq_rt_bridge_launch), 1, 0}, no_engine, false);
+  CHECK(no_engine.text() == "");
+  uint32_t flag = 7;
+  CHECK((parse_flag("0", flag) && flag == 0));
+  CHECK((parse_flag("1", flag) && flag == 1));
+  CHECK_FALSE(parse_flag("2", flag));
+  CHECK_FALSE(parse_flag("yes", flag));
 }
 
 // What stage_tail (loopback_device.cu) does with the bulk copy engine, on the CPU: it copies the

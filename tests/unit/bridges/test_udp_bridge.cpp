@@ -203,11 +203,14 @@ TEST_CASE("configuration: defaults, every key, and exact refusals") {
         "option 'response_bulk' needs a number, got '-1'");
   CHECK(udp::parse_config("layout=lanes", c).empty());
   CHECK(c.layout == CUDAQ_RT_LOOPBACK_LAYOUT_LANES);
+  CHECK(udp::parse_config("spare_frame=1", c).empty());
+  CHECK(c.spare_frame == 1);
+  CHECK(udp::parse_config("spare_frame=2", c) == "option 'spare_frame' is 0 or 1, got '2'");
   CHECK(udp::parse_config("layout=diagonal", c) ==
         "option 'layout' is slots or lanes, got 'diagonal'");
   CHECK(udp::parse_config("bogus=1", c) ==
         "unknown option 'bogus' (known: bind=ADDR, port=N, slots=N, slot_size=BYTES, "
-        "wait=spin|block, layout=slots|lanes, bulk=BYTES, response_bulk=BYTES)");
+        "wait=spin|block, layout=slots|lanes, bulk=BYTES, response_bulk=BYTES, spare_frame=0|1)");
   CHECK(udp::parse_config("port=65536", c) == "port=65536 is out of range 0..65535");
   CHECK(udp::parse_config("port=x", c) == "option 'port' needs a number, got 'x'");
   CHECK(udp::parse_config("wait=sometimes", c) ==
@@ -237,8 +240,8 @@ TEST_CASE("each instance's configuration: port=N becomes N+i, the warp form gets
   CHECK(config(0, 0, "") == ""); // a custom kernel: the default layout
   // The unified kernel on a GPU with the bulk copy engine: small frames as cells
   // (loopback_ring.h, "Tails by the engine"), unless bulk is given; a custom kernel, never.
-  CHECK(config(1, 1, "port=5000", true) == "port=5001,bulk=537,response_bulk=281");
-  CHECK(config(1, 0, "bulk=33", true) == "bulk=33");
+  CHECK(config(1, 1, "port=5000", true) == "port=5001,spare_frame=1,bulk=537,response_bulk=281");
+  CHECK(config(1, 0, "bulk=33", true) == "bulk=33,spare_frame=1");
   CHECK(config(0, 0, "", true) == "");
   CHECK(config(32, 0, "", true) == "layout=lanes,bulk=0");
   CHECK(config(32, 1, "port=5000,port=5001") == "error: option 'port' is given twice");
@@ -445,7 +448,8 @@ TEST_CASE("the plugin refuses an unknown option and a port in use before touchin
       bogus.error().str() ==
       "'" + std::string(CUDAQ_RT_TEST_UDP_BRIDGE) +
           "': bridge 'udp': unknown option 'bogus' (known: bind=ADDR, port=N, slots=N, "
-          "slot_size=BYTES, wait=spin|block, layout=slots|lanes, bulk=BYTES, response_bulk=BYTES)");
+          "slot_size=BYTES, wait=spin|block, layout=slots|lanes, bulk=BYTES, response_bulk=BYTES, "
+          "spare_frame=0|1)");
   // A port some other socket holds.
   udp::Config config;
   udp::Socket taken;

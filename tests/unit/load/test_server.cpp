@@ -44,6 +44,8 @@ public:
   std::map<GpuPointer, std::vector<uint8_t>> written;
   std::atomic<int> launches = 0, releases = 0, unloads = 0, streams_destroyed = 0,
                    mapped_released = 0;
+  unsigned dynamic_shared_limit = 48 * 1024; // what allow_dynamic_shared grants
+  std::atomic<unsigned> dynamic_shared_asked = 0, launched_shared_bytes = 0;
 
   Expected<GpuDevice> open(int ordinal) override {
     if (ordinal < 0 || ordinal >= gpus)
@@ -97,8 +99,13 @@ public:
     return reinterpret_cast<GpuStream>(uintptr_t(0x3 + streams_created++));
   }
   void destroy_stream(GpuStream) override { ++streams_destroyed; }
-  Status launch(GpuFunction, LaunchShape, void **args, GpuStream stream) override {
+  bool allow_dynamic_shared(GpuFunction, unsigned bytes) override {
+    dynamic_shared_asked = bytes;
+    return bytes <= dynamic_shared_limit;
+  }
+  Status launch(GpuFunction, LaunchShape shape, void **args, GpuStream stream) override {
     ++launches;
+    launched_shared_bytes = shape.shared_bytes;
     std::lock_guard lock(m);
     params = *static_cast<cudaq_rt_dispatch_params *>(args[0]);
     launched[stream] = params;
@@ -640,8 +647,26 @@ TEST_CASE("serving: a stop request drains the bridge, then stops the kernel, the
   CHECK(c.get("stops") == 1);
   CHECK(c.get("last_op") == 3); // stop last: after the kernel ended
   CHECK(gpu.launches == 1);
+  // The bridge's hooks asked for dynamic shared memory (512 bytes for the unified kernel's one
+  // polling thread), and the kernel was launched with it.
+  CHECK(gpu.dynamic_shared_asked == 512);
+  CHECK(gpu.launched_shared_bytes == 512);
+  CHECK((*s)->instances()[0].report.shape.shared_bytes == 512);
   CHECK(r.seconds >= 0.05);
   CHECK(format_serve_report(r, true).starts_with("served for 0.0"));
+}
+
+TEST_CASE("serving: dynamic shared memory the GPU cannot give is left out, with a note") {
+  FakeGpu gpu;
+  gpu.dynamic_shared_limit = 256;
+  auto s = Service::start(serve_fixture().options(), gpu);
+  REQUIRE_MESSAGE(s, (s ? "" : s.error().str()));
+  const LoadReport &report = (*s)->instances()[0].report;
+  CHECK(report.shape.shared_bytes == 0);
+  CHECK(gpu.launched_shared_bytes == 0);
+  CHECK(std::find(report.notes.begin(), report.notes.end(),
+                  "the bridge's 512 bytes of dynamic shared memory do not fit sm_90 beside the "
+                  "kernel's own: launched without them") != report.notes.end());
 }
 
 TEST_CASE("serving stops by itself at --count and --duration") {
