@@ -86,11 +86,18 @@ constexpr uint32_t kEngineBytes = 512;
 constexpr uint32_t kBatch = 2;
 static __device__ int echo(const void *input, void *output, uint32_t arg_len,
                            uint32_t max_result_len, uint32_t *result_len) {
-  if (max_result_len < arg_len)
-    return 2;
   const uint8_t *in = static_cast<const uint8_t *>(input);
   uint8_t *out = static_cast<uint8_t *>(output);
   const uintptr_t a = reinterpret_cast<uintptr_t>(in), b = reinterpret_cast<uintptr_t>(out);
+  // One word (a syndrome, a counter), the latency-critical case: one load, one store and the
+  // result, before any of the general copy's tests. The frames' payloads are 8-aligned.
+  if ((arg_len == 8) & (max_result_len >= 8) & (((a | b) & 7u) == 0)) {
+    *reinterpret_cast<uint64_t *>(out) = *reinterpret_cast<const uint64_t *>(in);
+    *result_len = 8;
+    return 0;
+  }
+  if (max_result_len < arg_len)
+    return 2;
   uint32_t i = 0;
   // Words where both sides allow it (frames are 16-aligned, so a payload at frame + 24 is
   // 8-aligned, 8 past a 16-byte boundary): one thread runs this, and a byte loop costs a load and
