@@ -22,7 +22,7 @@ for f in "$build"/lib/cudaq-rt/bridges/*.so; do copy "$f" "$out/lib/cudaq-rt/bri
 copy "$build/examples/cudaq_rt_example_app" "$out/examples/cudaq_rt_example_app"
 for f in "$build"/examples/*.a; do copy "$f" "$out/examples/${f##*/}"; done
 copy "$build/tests/capi/capi_test" "$out/tests/capi/capi_test"
-for f in loopback_dispatch_test cudaq_rt_fault_app; do
+for f in loopback_dispatch_test cudaq_rt_fault_app libcudaq_rt_test_hold_pairs.a; do
   copy "$build/tests/gpu/$f" "$out/tests/gpu/$f"
 done
 for f in loopback_rtt libcudaq_rt_bench_kernels.a udp_echo udp_rtt_client; do

@@ -43,6 +43,17 @@ if bash "$here/tests/gpu/link_example.sh" "$b/bin/cudaq-rt-pack" "$b/bin/cudaq-r
       --bulk 33 --mixed 1000000
     echo "== gpu.loopback_dispatch_cells"
     loopback "$tmp/example/example.cudaqpkg" --slot-size 16448 --bulk 0 --mixed 100000
+    echo "== gpu.hold_pairs_package + gpu.loopback_dispatch_hold_pairs (+ _one_frame)"
+    if "$b/bin/cudaq-rt-pack" "$b/examples/cudaq_rt_example_app" --dispatcher \
+         "$b/tests/gpu/libcudaq_rt_test_hold_pairs.a" --name hold -o "$tmp/hold" >/dev/null; then
+      loopback "$tmp/hold/hold.cudaqpkg" --dispatcher hold_pairs_dispatch --link-at-load \
+        --slot-size 16448 --bridge-arg spare_frame=1 --expect-spare --only-mixed --mixed 200000
+      echo "== gpu.loopback_dispatch_hold_pairs_one_frame"
+      loopback "$tmp/hold/hold.cudaqpkg" --dispatcher hold_pairs_dispatch --link-at-load \
+        --slot-size 16448 --only-mixed --mixed 200000
+    else
+      echo "packing the hold_pairs kernel failed"; status=1
+    fi
   fi
 else
   echo "link_example.sh failed"; status=1

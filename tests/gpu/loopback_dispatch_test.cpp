@@ -146,7 +146,9 @@ struct TestOptions {
   cudaq_rt::LoadOptions load;
   int latency_requests = 20000;
   uint64_t many = 0;
-  uint64_t mixed = 0; // echoes of mixed sizes, 8 bytes to the slot's payload
+  uint64_t mixed = 0;        // echoes of mixed sizes, 8 bytes to the slot's payload
+  bool only_mixed = false;   // nothing but the mixed echoes (a kernel that serves pairs only)
+  bool expect_spare = false; // the kernel must have been given the ring's spare frame
 };
 
 [[noreturn]] void usage_error(const std::string &message) {
@@ -159,6 +161,7 @@ TestOptions parse_options(int argc, char **argv) {
   options.load.link.bridge = "loopback";
   options.load.policy.allow_link = false;
   std::string layout, slots = "64", slot_size = "1024", bulk;
+  std::vector<std::string> bridge_args;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -186,6 +189,14 @@ TestOptions parse_options(int argc, char **argv) {
       options.mixed = std::stoull(value());
     else if (a == "--layout")
       layout = value();
+    else if (a == "--bridge-arg") // KEY=VALUE added to the bridge's configuration
+      bridge_args.push_back(value());
+    else if (a == "--link-at-load") // a package without this kernel's link: link it (cached)
+      options.load.policy.allow_link = true;
+    else if (a == "--only-mixed")
+      options.only_mixed = true;
+    else if (a == "--expect-spare") // launched with a slot of dynamic shared memory for the hooks
+      options.expect_spare = true;
     else
       usage_error("unknown argument '" + a + "'");
   }
@@ -196,6 +207,9 @@ TestOptions parse_options(int argc, char **argv) {
     config.push_back("bulk=" + bulk);
   if (!layout.empty())
     config.push_back("layout=" + layout);
+  config.insert(config.end(), bridge_args.begin(), bridge_args.end());
+  if (options.only_mixed && (options.mixed == 0 || options.mixed % 2 != 0))
+    usage_error("--only-mixed needs an even --mixed count (the kernel may serve in pairs)");
   for (const std::string &item : config)
     options.load.bridge_config += (options.load.bridge_config.empty() ? "" : ",") + item;
   return options;
@@ -240,6 +254,9 @@ void print_load(Session &s) {
   if (s.loopback)
     std::printf("ring: %u slots, %s layout\n", s.bridge.num_slots(),
                 s.bridge.get()->layout == CUDAQ_RT_LOOPBACK_LAYOUT_LANES ? "lanes" : "slots");
+  std::printf("kernel: %s, %u x %u threads, %u bytes of dynamic shared memory\n",
+              report.kernel.c_str(), report.shape.blocks, report.shape.threads,
+              report.shape.shared_bytes);
 }
 
 void check_sum_i32(Session &s) {
@@ -628,6 +645,23 @@ int main(int argc, char **argv) {
     fail(started.error().str());
   Session s(**started);
   print_load(s);
+  if (options.expect_spare)
+    expect(s.loaded.report().shape.shared_bytes == s.slot_size,
+           "the dispatch kernel was launched with " +
+               std::to_string(s.loaded.report().shape.shared_bytes) +
+               " bytes of dynamic shared memory, not the spare frame's " +
+               std::to_string(s.slot_size));
+  if (options.only_mixed) {
+    check_mixed_echoes(s, options.mixed);
+    s.stop();
+    check_final_counters(s);
+    if (failures) {
+      std::printf("%d check(s) failed\n", failures);
+      return 1;
+    }
+    std::printf("all checks passed\n");
+    return 0;
+  }
 
   check_sum_i32(s);
   check_axpy_f32(s);

@@ -457,10 +457,10 @@ class LoadPathTest(RunCase):
         # load, and the next start takes the cache's. Times are printed beside the package's.
         import sys
         sys.path.insert(0, os.path.join(HERE, "../integration"))
-        from harness import stored_forms
         from registry import Registry, registry_available
         if not registry_available():
             self.skipTest("no docker-registry (set DOCKER_REGISTRY)")
+        from harness import stored_forms  # needs jsonschema, as the registry's tests do
         pkg, cache = self.fresh()
         with Registry(tmp=os.path.join(self.tmp, "registry")) as reg:
             ref = f"oci://{reg.url}/example:1"

@@ -92,7 +92,7 @@ public:
   virtual Status launch(GpuFunction kernel, LaunchShape shape, void **args, GpuStream stream) = 0;
   // Lets `kernel` be launched with `bytes` of dynamic shared memory a block (past 48 KB a kernel
   // must opt in); false where this GPU cannot give it that many beside its static shared memory.
-  virtual bool allow_dynamic_shared(GpuFunction kernel, unsigned bytes) { return bytes == 0; }
+  virtual bool allow_dynamic_shared(GpuFunction, unsigned bytes) { return bytes == 0; }
   virtual StreamState query(GpuStream stream) = 0;
 };
 
