@@ -247,6 +247,15 @@ inline std::string check_request(const void *frame, size_t size, uint32_t slot_s
   return {};
 }
 
+// The bulk area of the slot of request sent + ahead (ahead < the slots free): a writer may put a
+// frame's bytes there and pass write_request that address, which then copies nothing for a frame
+// in bulk (the UDP bridge receives datagrams there). Nothing reads a free slot's area: the GPU
+// reads a slot's bytes only after its control cell carries the lap they are sent with.
+inline unsigned char *request_area(const cudaq_rt_bridge *b, uint32_t ahead) {
+  const uint64_t k = b->sent + ahead;
+  return b->request_bulk + cudaq_rt_loopback_bulk_offset(uint32_t(k % b->num_slots), b->slot_size);
+}
+
 // write_request without the store fence that a write-combined request ring needs after it (a
 // batch fences once, after its last frame).
 inline cudaq_rt_bridge_result write_request_unfenced(cudaq_rt_bridge *b, const void *frame,
@@ -261,8 +270,9 @@ inline cudaq_rt_bridge_result write_request_unfenced(cudaq_rt_bridge *b, const v
   if (cudaq_rt_loopback_is_bulk(uint32_t(size), b->bulk_min)) {
     // Plain bytes, then the control cell: the GPU reads the bytes only after it has seen it
     // (loopback_ring.h, "Bulk frames"). The fence orders a memcpy that used streaming stores.
-    std::memcpy(b->request_bulk + cudaq_rt_loopback_bulk_offset(at.slot, b->slot_size), bytes,
-                size);
+    unsigned char *area = b->request_bulk + cudaq_rt_loopback_bulk_offset(at.slot, b->slot_size);
+    if (area != bytes) // not already there (request_area)
+      std::memcpy(area, bytes, size);
     flush_stores();
     store_half(control + 1, lap, CUDAQ_RT_LOOPBACK_KIND_BULK);
     store_half(control, lap, uint32_t(size));
@@ -327,11 +337,17 @@ inline cudaq_rt_bridge_result send_request(cudaq_rt_bridge *b, const void *frame
   return true;
 }
 
-// The bridge's receive operation; max_half_polls bounds the wait for a response's missing halves
-// (the tests shorten it).
-inline cudaq_rt_bridge_result receive_response(cudaq_rt_bridge *b, void *buffer, size_t capacity,
-                                               size_t *size,
-                                               uint64_t max_half_polls = kMaxHalfPolls) {
+// The bridge's receive operation, but a response in bulk is not copied: *bytes is where its bytes
+// are, in the slot's bulk area, where the GPU wrote them; a response of cells is unpacked into
+// `buffer`, and *bytes is buffer. The bulk area stays as it is until the host writes the slot's
+// next request, which a host that keeps at most num_slots requests in flight does only once it
+// has this response (b->received, advanced here): a caller that passes the bytes on (the UDP
+// bridge's sendmmsg) gives that credit to its writer when it is done with them. max_half_polls
+// bounds the wait for a response's missing halves (the tests shorten it).
+inline cudaq_rt_bridge_result receive_response_in_place(cudaq_rt_bridge *b, void *buffer,
+                                                        size_t capacity, const void **bytes,
+                                                        size_t *size,
+                                                        uint64_t max_half_polls = kMaxHalfPolls) {
   if (b->received == b->sent)
     return CUDAQ_RT_BRIDGE_AGAIN;
   const uint64_t k = b->received;
@@ -358,7 +374,7 @@ inline cudaq_rt_bridge_result receive_response(cudaq_rt_bridge *b, void *buffer,
     return CUDAQ_RT_BRIDGE_AGAIN;
   if (data_of(kind) == CUDAQ_RT_LOOPBACK_KIND_BULK) {
     // The GPU wrote the bytes and fenced before it stored the control cell (loopback_ring.h).
-    std::memcpy(out, b->response_bulk + cudaq_rt_loopback_bulk_offset(at.slot, b->slot_size), len);
+    *bytes = b->response_bulk + cudaq_rt_loopback_bulk_offset(at.slot, b->slot_size);
     *size = len;
     ++b->received;
     return CUDAQ_RT_BRIDGE_OK;
@@ -376,9 +392,22 @@ inline cudaq_rt_bridge_result receive_response(cudaq_rt_bridge *b, void *buffer,
     else
       std::memcpy(out + 8 * size_t(c), &d, len - 8 * size_t(c));
   }
+  *bytes = out;
   *size = len;
   ++b->received;
   return CUDAQ_RT_BRIDGE_OK;
+}
+
+// The bridge's receive operation: the next response into `buffer`.
+inline cudaq_rt_bridge_result receive_response(cudaq_rt_bridge *b, void *buffer, size_t capacity,
+                                               size_t *size,
+                                               uint64_t max_half_polls = kMaxHalfPolls) {
+  const void *bytes = nullptr;
+  const cudaq_rt_bridge_result r =
+      receive_response_in_place(b, buffer, capacity, &bytes, size, max_half_polls);
+  if (r == CUDAQ_RT_BRIDGE_OK && bytes != buffer)
+    std::memcpy(buffer, bytes, *size);
+  return r;
 }
 
 // The bridge's send_batch: the frames in order until one does not fit (AGAIN) or is refused, one

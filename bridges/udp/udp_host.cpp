@@ -301,7 +301,6 @@ void Pump::add_latency(uint64_t *buckets) const {
 }
 
 void Pump::rx_loop() {
-  std::vector<uint8_t> buffers(size_t(kBatch) * slot_size_);
   std::array<mmsghdr, kBatch> msgs{};
   std::array<iovec, kBatch> iov{};
   std::array<sockaddr_storage, kBatch> from{};
@@ -310,13 +309,29 @@ void Pump::rx_loop() {
   std::array<std::array<uint8_t, CUDAQ_RT_HEADER_SIZE>, kBatch> answers{};
   std::array<mmsghdr, kBatch> answer_msgs{};
   std::array<iovec, kBatch> answer_iov{};
+  bool woken = false; // a sleeping TX thread was woken while every slot was in flight
 
   for (;;) {
     const bool open = intake_open_.load(std::memory_order_acquire);
     if (stopping_.load(std::memory_order_acquire))
-      break;
-    for (unsigned i = 0; i < kBatch; ++i) {
-      iov[i] = {buffers.data() + size_t(i) * slot_size_, slot_size_};
+      break; // stopped, maybe with every slot in flight: the kernel is gone
+    // Datagrams are received straight into the bulk areas of the free slots, in ring order
+    // (loopback::request_area), so that a request in bulk is not copied again on its way to the
+    // GPU. With every slot in flight, further datagrams wait in the socket's receive buffer until
+    // the GPU frees one (within microseconds); a sleeping TX thread is woken first: it frees them.
+    rx_ring_.received = received_.load(std::memory_order_acquire);
+    const uint32_t free = slots_ - uint32_t(rx_ring_.sent - rx_ring_.received);
+    if (free == 0) {
+      if (!woken && !spin_)
+        wake_tx();
+      woken = true;
+      relax();
+      continue;
+    }
+    woken = false;
+    const unsigned want = std::min<unsigned>(kBatch, free);
+    for (unsigned i = 0; i < want; ++i) {
+      iov[i] = {loopback::request_area(&rx_ring_, i), slot_size_};
       msgs[i].msg_hdr = {};
       msgs[i].msg_hdr.msg_name = &from[i];
       msgs[i].msg_hdr.msg_namelen = sizeof from[i];
@@ -328,7 +343,7 @@ void Pump::rx_loop() {
     }
     // MSG_TRUNC: msg_len is a datagram's real length even when it did not fit the slot.
     const int flags = MSG_TRUNC | ((spin_ || !open) ? MSG_DONTWAIT : MSG_WAITFORONE);
-    const int n = ::recvmmsg(fd_, msgs.data(), kBatch, flags, nullptr);
+    const int n = ::recvmmsg(fd_, msgs.data(), want, flags, nullptr);
     if (n <= 0) {
       if (!open && (n == 0 || errno == EAGAIN || errno == EWOULDBLOCK))
         break; // drained: everything that arrived before the drain was taken
@@ -370,20 +385,9 @@ void Pump::rx_loop() {
         ++answers_n;
         continue;
       }
-      // A whole request: wait for a free slot (the GPU frees one within microseconds). A sleeping
-      // TX thread is woken first: it frees the slots.
-      for (bool woken = false;; woken = true) {
-        rx_ring_.received = received_.load(std::memory_order_acquire);
-        if (rx_ring_.sent - rx_ring_.received < slots_)
-          break;
-        if (!woken && !spin_)
-          wake_tx();
-        if (stopping_.load(std::memory_order_acquire)) {
-          rx_done_.store(true, std::memory_order_release);
-          return; // stopped with every slot in flight: the kernel is gone
-        }
-        relax();
-      }
+      // A whole request, received into the area of slot sent + i; it goes to slot sent (the next
+      // free one), and where a datagram before it in this batch was answered or dropped,
+      // write_request copies it down there (the areas between are of datagrams already taken).
       const uint32_t slot = uint32_t(rx_ring_.sent % slots_);
       std::memcpy(&senders_[slot], &from[i], h.msg_namelen);
       sender_lengths_[slot] = h.msg_namelen;
@@ -412,28 +416,31 @@ void Pump::tx_loop() {
   for (;;) {
     tx_ring_.sent = sent_.load(std::memory_order_acquire);
     unsigned k = 0;
+    bool in_place = false; // a response of the batch is sent from the ring's bulk area
     while (k < kBatch) {
       size_t len = 0;
       uint8_t *buffer = buffers.data() + size_t(k) * slot_size_;
+      const void *bytes = nullptr;
       const cudaq_rt_bridge_result rc =
-          loopback::receive_response(&tx_ring_, buffer, slot_size_, &len);
+          loopback::receive_response_in_place(&tx_ring_, buffer, slot_size_, &bytes, &len);
       if (rc == CUDAQ_RT_BRIDGE_AGAIN)
         break;
       if (rc != CUDAQ_RT_BRIDGE_OK) {
         count(ring_errors);
         return;
       }
+      in_place |= bytes != buffer;
       const uint32_t slot = uint32_t((tx_ring_.received - 1) % slots_);
       std::memcpy(&to[k], &senders_[slot], sender_lengths_[slot]);
       arrivals[k] = arrivals_ns_[slot];
-      iov[k] = {buffer, len};
+      iov[k] = {const_cast<void *>(bytes), len};
       msgs[k].msg_hdr = {};
       msgs[k].msg_hdr.msg_name = &to[k];
       msgs[k].msg_hdr.msg_namelen = sender_lengths_[slot];
       msgs[k].msg_hdr.msg_iov = &iov[k];
       msgs[k].msg_hdr.msg_iovlen = 1;
       int32_t status = 0;
-      std::memcpy(&status, buffer + 4, sizeof status);
+      std::memcpy(&status, static_cast<const uint8_t *>(bytes) + 4, sizeof status);
       count(status == CUDAQ_RT_STATUS_OK                 ? answered_ok
             : status > 0                                 ? handler_errors
             : status == CUDAQ_RT_STATUS_UNKNOWN_FUNCTION ? unknown_function
@@ -443,9 +450,14 @@ void Pump::tx_loop() {
       ++k;
     }
     if (k) {
-      // The slots are free once their senders are copied out.
-      received_.store(tx_ring_.received, std::memory_order_release);
+      // The slots are free once their senders are copied out, and their responses, where some
+      // are sent from the ring's bulk areas, once they are sent: the RX thread then writes the
+      // next requests there.
+      if (!in_place)
+        received_.store(tx_ring_.received, std::memory_order_release);
       const uint64_t failed = send_all(fd_, msgs.data(), k);
+      if (in_place)
+        received_.store(tx_ring_.received, std::memory_order_release);
       const uint64_t departure = now_ns();
       for (unsigned i = 0; i < k; ++i)
         latency_[cudaq_rt_latency_bucket(departure - arrivals[i])].fetch_add(

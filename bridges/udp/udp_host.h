@@ -7,18 +7,25 @@
 //
 // How a request travels
 // ---------------------
-//   RX thread: recvmmsg takes up to kBatch datagrams at once. Each is classified; a whole request
-//     frame is written into the next ring slot (write_request), and the slot remembers the sender's
-//     address and the arrival time. The ring's order is the sequence the RX thread wrote, so slot k
-//     % N holds request k, and its response comes back in that slot: the sender is found by slot,
-//     never by request_id (two clients may use the same ids). With every slot in flight, the RX
-//     thread waits for a credit, and further datagrams wait in the socket's receive buffer.
-//   TX thread: takes every response that is ready, in ring order (receive_response), copies the
-//     slot's sender, returns the slot (the credit) and sends the batch with sendmmsg.
+//   RX thread: recvmmsg takes up to kBatch datagrams at once, at most one per free slot, each
+//     straight into the bulk area of one of the free slots in ring order (loopback::request_area),
+//     so that a request in bulk is not copied on its way to the GPU. Each is classified; a whole
+//     request frame is written into the next ring slot (write_request: its cells, or its control
+//     cell where its bytes are already in the slot's area; moved down first where a datagram
+//     before it in the batch was answered or dropped), and the slot remembers the sender's
+//     address and the arrival time. The ring's order is the sequence the RX thread wrote, so slot
+//     k % N holds request k, and its response comes back in that slot: the sender is found by
+//     slot, never by request_id (two clients may use the same ids). With every slot in flight, the
+//     RX thread waits for a credit, and further datagrams wait in the socket's receive buffer.
+//   TX thread: takes every response that is ready, in ring order (receive_response_in_place: a
+//     response in bulk stays where the GPU wrote it, in the slot's bulk area), copies the slot's
+//     sender, and sends the batch with sendmmsg; it returns the slots (the credits) once it has
+//     copied the senders out, or, where a response of the batch was sent from the ring, once
+//     sendmmsg has taken the bytes.
 //   The ring's host side (cudaq_rt_bridge) is not thread-safe: each thread works on its own copy
 //   of it (rx_ring_, tx_ring_: same memory, own counters), and they exchange only the two sequence
 //   numbers, as atomics: RX publishes `sent` after the slot's sender is stored, TX publishes
-//   `received` after it copied the sender out.
+//   `received` as above.
 //
 // What the bridge answers itself (the GPU never sees these; wire.h has the statuses):
 //   under 16 bytes                dropped, counted (no request_id to answer with: a client could

@@ -435,6 +435,83 @@ TEST_CASE("malformed datagrams among valid ones: answered or dropped, counted, s
   ::close(socket.fd);
 }
 
+TEST_CASE("a burst taken in one receive: requests move past the datagrams answered between them") {
+  // Datagrams are received straight into the free slots' bulk areas, one slot each; a request
+  // after a datagram the bridge answers or drops moves down to the next slot of the ring. All
+  // of them wait in the socket before the pump starts, so that its first recvmmsg takes them
+  // together, and the ring's 8 slots have been used once (the second lap's slots start at 3).
+  Ring ring(8, 256, CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS, CUDAQ_RT_LOOPBACK_DEFAULT_BULK_MIN);
+  DeviceModel device(ring);
+  udp::Config config;
+  udp::Socket socket;
+  std::string error;
+  REQUIRE_MESSAGE(udp::open_socket(config, socket, error), error);
+  udp::Pump pump(ring.b, socket.fd, true);
+  ClientSocket s(socket.address);
+  auto payload = [](uint32_t id, size_t n) {
+    Bytes p(n);
+    for (size_t i = 0; i < n; ++i)
+      p[i] = uint8_t(id * 7 + i);
+    return p;
+  };
+  // Warm-up: 11 echoes one at a time, so that the burst starts in the middle of the second lap.
+  REQUIRE_MESSAGE(pump.start(error), error);
+  for (uint32_t id = 1; id <= 11; ++id) {
+    s.send(frame(kEcho, payload(id, 100), id));
+    auto r = s.receive();
+    REQUIRE(r);
+    REQUIRE(header_of(*r).request_id == id);
+  }
+  REQUIRE(pump.drain(5));
+  pump.stop();
+  struct Sent {
+    Bytes datagram;
+    int32_t status; // what comes back; 1: nothing (dropped)
+    Bytes result;
+  };
+  const Bytes good = frame(kEcho, payload(20, 8), 20);
+  const std::vector<Sent> burst = {
+      {frame(kEcho, payload(21, 200), 21), 0, payload(21, 200)}, // bulk
+      {Bytes{0x52, 0x51}, 1, {}},                                // runt: dropped
+      {frame(kEcho, payload(22, 4), 22, UINT32_MAX, 0x11223344), CUDAQ_RT_STATUS_BAD_MAGIC, {}},
+      {frame(kEcho, payload(23, 4), 23), 0, payload(23, 4)}, // cells
+      {frame(kEcho, payload(24, 300), 24), CUDAQ_RT_STATUS_PAYLOAD_TOO_LARGE, {}},
+      {frame(kEcho, payload(25, 150), 25), 0, payload(25, 150)},
+      {frame(kEcho, payload(26, 4), 26, 30), CUDAQ_RT_STATUS_TRUNCATED, {}},
+      {frame(kEcho, payload(27, 232), 27), 0, payload(27, 232)}, // a whole slot
+      {frame(kEcho, payload(28, 60), 28), 0, payload(28, 60)},
+      {frame(kEcho, payload(29, 9), 29), 0, payload(29, 9)},
+  };
+  for (const Sent &d : burst)
+    s.send(d.datagram);
+  REQUIRE_MESSAGE(pump.start(error), error);
+  std::map<uint32_t, Bytes> answers;
+  for (size_t expected = 9; answers.size() < expected;) {
+    auto r = s.receive();
+    REQUIRE(r);
+    answers[header_of(*r).request_id] = *r;
+  }
+  for (const Sent &d : burst) {
+    cudaq_rt_request_header rq{};
+    std::memcpy(&rq, d.datagram.data(), std::min(d.datagram.size(), sizeof rq));
+    if (d.status == 1)
+      continue;
+    CAPTURE(rq.request_id);
+    REQUIRE(answers.count(rq.request_id) == 1);
+    const Bytes &r = answers[rq.request_id];
+    CHECK(header_of(r).status == d.status);
+    CHECK(Bytes(r.begin() + 24, r.end()) == d.result);
+  }
+  CHECK(pump.drain(5));
+  auto n = counters_of(pump);
+  CHECK(n["datagrams_received"] == 11 + burst.size());
+  CHECK(n["requests_forwarded"] == 11 + 6);
+  CHECK(n["answered_ok"] == 11 + 6);
+  CHECK(n["dropped_runt"] == 1);
+  pump.stop();
+  ::close(socket.fd);
+}
+
 #ifdef CUDAQ_RT_TEST_UDP_BRIDGE
 TEST_CASE("the plugin refuses an unknown option and a port in use before touching CUDA") {
   auto lib = BridgeLibrary::open(CUDAQ_RT_TEST_UDP_BRIDGE);
