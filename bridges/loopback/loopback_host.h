@@ -247,13 +247,12 @@ inline std::string check_request(const void *frame, size_t size, uint32_t slot_s
   return {};
 }
 
-// The bulk area of the slot of request sent + ahead (ahead < the slots free): a writer may put a
-// frame's bytes there and pass write_request that address, which then copies nothing for a frame
-// in bulk (the UDP bridge receives datagrams there). Nothing reads a free slot's area: the GPU
-// reads a slot's bytes only after its control cell carries the lap they are sent with.
-inline unsigned char *request_area(const cudaq_rt_bridge *b, uint32_t ahead) {
-  const uint64_t k = b->sent + ahead;
-  return b->request_bulk + cudaq_rt_loopback_bulk_offset(uint32_t(k % b->num_slots), b->slot_size);
+// The bulk area of `slot`'s requests. A writer may put the bytes of the frame that goes to a free
+// slot there and pass write_request that address, which then copies nothing for a frame in bulk
+// (the UDP bridge receives datagrams there). Nothing reads a free slot's area: the GPU reads a
+// slot's bytes only after its control cell carries the lap they are sent with.
+inline unsigned char *request_area(const cudaq_rt_bridge *b, uint32_t slot) {
+  return b->request_bulk + cudaq_rt_loopback_bulk_offset(slot, b->slot_size);
 }
 
 // write_request without the store fence that a write-combined request ring needs after it (a

@@ -330,8 +330,9 @@ void Pump::rx_loop() {
     }
     woken = false;
     const unsigned want = std::min<unsigned>(kBatch, free);
-    for (unsigned i = 0; i < want; ++i) {
-      iov[i] = {loopback::request_area(&rx_ring_, i), slot_size_};
+    uint32_t slot = uint32_t(rx_ring_.sent % slots_); // one division a batch, not one a datagram
+    for (unsigned i = 0; i < want; ++i, slot = slot + 1 == slots_ ? 0 : slot + 1) {
+      iov[i] = {loopback::request_area(&rx_ring_, slot), slot_size_};
       msgs[i].msg_hdr = {};
       msgs[i].msg_hdr.msg_name = &from[i];
       msgs[i].msg_hdr.msg_namelen = sizeof from[i];
