@@ -111,6 +111,16 @@ void expect(bool ok, const std::string &what) {
   }
 }
 
+// The run's last line and exit status.
+int verdict() {
+  if (failures) {
+    std::printf("%d check(s) failed\n", failures);
+    return 1;
+  }
+  std::printf("all checks passed\n");
+  return 0;
+}
+
 cudaq_rt_response_header header_of(const Bytes &r) {
   cudaq_rt_response_header h{};
   if (r.size() >= sizeof h)
@@ -655,12 +665,7 @@ int main(int argc, char **argv) {
     check_mixed_echoes(s, options.mixed);
     s.stop();
     check_final_counters(s);
-    if (failures) {
-      std::printf("%d check(s) failed\n", failures);
-      return 1;
-    }
-    std::printf("all checks passed\n");
-    return 0;
+    return verdict();
   }
 
   check_sum_i32(s);
@@ -687,11 +692,5 @@ int main(int argc, char **argv) {
   check_relaunch(s);
   s.stop();
   check_final_counters(s);
-
-  if (failures) {
-    std::printf("%d check(s) failed\n", failures);
-    return 1;
-  }
-  std::printf("all checks passed\n");
-  return 0;
+  return verdict();
 }
