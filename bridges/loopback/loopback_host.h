@@ -269,8 +269,8 @@ inline cudaq_rt_bridge_result write_request_unfenced(cudaq_rt_bridge *b, const v
   if (cudaq_rt_loopback_is_bulk(uint32_t(size), b->bulk_min)) {
     // Plain bytes, then the control cell: the GPU reads the bytes only after it has seen it
     // (loopback_ring.h, "Bulk frames"). The fence orders a memcpy that used streaming stores.
-    unsigned char *area = b->request_bulk + cudaq_rt_loopback_bulk_offset(at.slot, b->slot_size);
-    if (area != bytes) // not already there (request_area)
+    unsigned char *area = request_area(b, at.slot);
+    if (area != bytes) // not already there
       std::memcpy(area, bytes, size);
     flush_stores();
     store_half(control + 1, lap, CUDAQ_RT_LOOPBACK_KIND_BULK);

@@ -330,8 +330,11 @@ void Pump::rx_loop() {
     }
     woken = false;
     const unsigned want = std::min<unsigned>(kBatch, free);
-    uint32_t slot = uint32_t(rx_ring_.sent % slots_); // one division a batch, not one a datagram
-    for (unsigned i = 0; i < want; ++i, slot = slot + 1 == slots_ ? 0 : slot + 1) {
+    // The slot of request sent: one division a batch, the others advanced from it.
+    const uint32_t first = uint32_t(rx_ring_.sent % slots_);
+    const auto after = [this](uint32_t slot) { return slot + 1 == slots_ ? 0u : slot + 1; };
+    uint32_t next = first; // the slot the batch's next request goes to
+    for (unsigned i = 0, slot = first; i < want; ++i, slot = after(slot)) {
       iov[i] = {loopback::request_area(&rx_ring_, slot), slot_size_};
       msgs[i].msg_hdr = {};
       msgs[i].msg_hdr.msg_name = &from[i];
@@ -389,7 +392,8 @@ void Pump::rx_loop() {
       // A whole request, received into the area of slot sent + i; it goes to slot sent (the next
       // free one), and where a datagram before it in this batch was answered or dropped,
       // write_request copies it down there (the areas between are of datagrams already taken).
-      const uint32_t slot = uint32_t(rx_ring_.sent % slots_);
+      const uint32_t slot = next;
+      next = after(next);
       std::memcpy(&senders_[slot], &from[i], h.msg_namelen);
       sender_lengths_[slot] = h.msg_namelen;
       arrivals_ns_[slot] = arrival;

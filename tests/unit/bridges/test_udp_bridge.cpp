@@ -15,6 +15,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <map>
 #include <thread>
 #include <vector>
@@ -469,7 +470,6 @@ TEST_CASE("a burst taken in one receive: requests move past the datagrams answer
     int32_t status; // what comes back; 1: nothing (dropped)
     Bytes result;
   };
-  const Bytes good = frame(kEcho, payload(20, 8), 20);
   const std::vector<Sent> burst = {
       {frame(kEcho, payload(21, 200), 21), 0, payload(21, 200)}, // bulk
       {Bytes{0x52, 0x51}, 1, {}},                                // runt: dropped
@@ -485,8 +485,10 @@ TEST_CASE("a burst taken in one receive: requests move past the datagrams answer
   for (const Sent &d : burst)
     s.send(d.datagram);
   REQUIRE_MESSAGE(pump.start(error), error);
+  const size_t answered = size_t(
+      std::count_if(burst.begin(), burst.end(), [](const Sent &d) { return d.status != 1; }));
   std::map<uint32_t, Bytes> answers;
-  for (size_t expected = 9; answers.size() < expected;) {
+  while (answers.size() < answered) {
     auto r = s.receive();
     REQUIRE(r);
     answers[header_of(*r).request_id] = *r;
