@@ -4,12 +4,19 @@
  * default wait=spin (recvmmsg with MSG_DONTWAIT in a loop), so that the difference between the two
  * is the GPU's part.
  *
- *   udp_echo PORT [spin|block]      prints "echo on 127.0.0.1:PORT", serves until SIGTERM/SIGINT
+ * `handoff` serves as the bridge's two threads do with no GPU between them: a receiving thread
+ * takes the datagrams and hands them, through a ring of buffers in memory, to a sending thread
+ * that polls the ring and sends them back; both spin. Against `spin` (one thread receives and
+ * sends) it measures what the hand-over from one thread (and core) to another costs.
+ *
+ *   udp_echo PORT [spin|block|handoff]   prints "echo on 127.0.0.1:PORT", serves until SIGTERM
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +28,81 @@
 
 static volatile sig_atomic_t stop;
 
+static unsigned char buffers[BATCH][SLOT];
+static char control[BATCH][CMSG_SPACE(sizeof(unsigned))];
+
+/* handoff: the receiving thread fills buffers in ring order (datagram k in buffers[k % BATCH]) and
+ * publishes `taken`; the sending thread sends what lies between `sent` and `taken`, then publishes
+ * `sent`, which frees those buffers. */
+static _Atomic unsigned long taken, sent;
+static struct sockaddr_storage senders[BATCH];
+static socklen_t sender_lengths[BATCH];
+static unsigned lengths[BATCH];
+
+static void *send_loop(void *arg) {
+  const int fd = *(const int *)arg;
+  struct mmsghdr msgs[BATCH];
+  struct iovec iov[BATCH];
+  unsigned long done = 0;
+  while (!stop) {
+    const unsigned long ready = atomic_load_explicit(&taken, memory_order_acquire);
+    if (ready == done)
+      continue;
+    unsigned n = 0;
+    for (unsigned long k = done; k != ready; ++k, ++n) {
+      const unsigned b = (unsigned)(k % BATCH);
+      iov[n].iov_base = buffers[b];
+      iov[n].iov_len = lengths[b];
+      memset(&msgs[n], 0, sizeof msgs[n]);
+      msgs[n].msg_hdr.msg_name = &senders[b];
+      msgs[n].msg_hdr.msg_namelen = sender_lengths[b];
+      msgs[n].msg_hdr.msg_iov = &iov[n];
+      msgs[n].msg_hdr.msg_iovlen = 1;
+    }
+    for (unsigned i = 0; i < n;) {
+      int rc = sendmmsg(fd, msgs + i, n - i, 0);
+      i += rc > 0 ? (unsigned)rc : 1;
+    }
+    done = ready;
+    atomic_store_explicit(&sent, done, memory_order_release);
+  }
+  return NULL;
+}
+
+static void receive_loop(int fd) {
+  struct mmsghdr msgs[BATCH];
+  struct iovec iov[BATCH];
+  unsigned long next = 0;
+  while (!stop) {
+    const unsigned free =
+        BATCH - (unsigned)(next - atomic_load_explicit(&sent, memory_order_acquire));
+    if (free == 0)
+      continue;
+    for (unsigned i = 0; i < free; ++i) {
+      const unsigned b = (unsigned)((next + i) % BATCH);
+      iov[i].iov_base = buffers[b];
+      iov[i].iov_len = SLOT;
+      memset(&msgs[i], 0, sizeof msgs[i]);
+      msgs[i].msg_hdr.msg_name = &senders[b];
+      msgs[i].msg_hdr.msg_namelen = sizeof senders[b];
+      msgs[i].msg_hdr.msg_iov = &iov[i];
+      msgs[i].msg_hdr.msg_iovlen = 1;
+      msgs[i].msg_hdr.msg_control = control[b];
+      msgs[i].msg_hdr.msg_controllen = sizeof control[b];
+    }
+    int n = recvmmsg(fd, msgs, free, MSG_DONTWAIT, NULL);
+    if (n <= 0)
+      continue;
+    for (int i = 0; i < n; ++i) {
+      const unsigned b = (unsigned)((next + (unsigned)i) % BATCH);
+      lengths[b] = msgs[i].msg_len;
+      sender_lengths[b] = msgs[i].msg_hdr.msg_namelen;
+    }
+    next += (unsigned)n;
+    atomic_store_explicit(&taken, next, memory_order_release);
+  }
+}
+
 static void on_signal(int sig) {
   (void)sig;
   stop = 1;
@@ -31,7 +113,12 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: udp_echo PORT [spin|block]\n");
     return 2;
   }
-  const int spin = argc < 3 || strcmp(argv[2], "block") != 0;
+  const char *mode = argc < 3 ? "spin" : argv[2];
+  const int spin = strcmp(mode, "block") != 0, handoff = strcmp(mode, "handoff") == 0;
+  if (strcmp(mode, "spin") != 0 && strcmp(mode, "block") != 0 && !handoff) {
+    fprintf(stderr, "udp_echo: the mode is spin, block or handoff, got '%s'\n", mode);
+    return 2;
+  }
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
@@ -59,8 +146,17 @@ int main(int argc, char **argv) {
   printf("echo on 127.0.0.1:%d\n", ntohs(addr.sin_port));
   fflush(stdout);
 
-  static unsigned char buffers[BATCH][SLOT];
-  static char control[BATCH][CMSG_SPACE(sizeof(unsigned))];
+  if (handoff) {
+    pthread_t sender;
+    if (pthread_create(&sender, NULL, send_loop, &fd) != 0) {
+      fprintf(stderr, "udp_echo: cannot start the sending thread\n");
+      return 1;
+    }
+    receive_loop(fd);
+    pthread_join(sender, NULL);
+    close(fd);
+    return 0;
+  }
   struct mmsghdr msgs[BATCH];
   struct iovec iov[BATCH];
   struct sockaddr_storage from[BATCH];

@@ -21,6 +21,11 @@ Goal: UDP via GPU <= bare echo + loopback + 1 us (p50).
 of that size (rings of slot_size 16448 for them), against issue 27's goal for datagrams of a
 kilobyte and more: UDP via GPU <= bare echo + loopback of the same size.
 
+--ab ARGS --rounds N measures, in place of the tables above, N alternating rounds for each size of
+--sizes: the bare echo, the bare echo with its two threads handing each datagram over (udp_echo
+handoff), the server as configured, and the server with the bridge arguments ARGS added (for
+example threads=1); p50 / p99 us, and the server's part of each.
+
 --bridge serves the main rows through another bridge; --compare-bridge serves the spinning row
 again through a second one. Both take a variant of the udp bridge (udp_no_push, built
 by the bench_loopback_rtt_build target: the bridge without the push of its responses).
@@ -60,8 +65,9 @@ def echo_row(echo, client, n, wait="spin", size=8):
         p.wait(10)
 
 
-def serve_row(run, pkg, client, n, env, wait="spin", bridge="udp", size=8):
+def serve_row(run, pkg, client, n, env, wait="spin", bridge="udp", size=8, extra=""):
     bridge_arg = "wait=" + wait + ("" if size == 8 else f",slot_size={SLOT_SIZE}")
+    bridge_arg += "," + extra if extra else ""
     p = subprocess.Popen([run, pkg, "--serve", "--json", "--bridge", bridge, "--bridge-arg",
                           bridge_arg],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -82,6 +88,24 @@ def serve_row(run, pkg, client, n, env, wait="spin", bridge="udp", size=8):
     return row, (lat["p50"], lat["p99"])
 
 
+def ab_rounds(a, pkg, env):
+    """--ab: alternating rounds, each size, the bridge as configured against it with a.ab."""
+    n = a.requests
+    for size in [int(x) for x in a.sizes.split(",")]:
+        print(f"\n{size} B, {n} requests a row, p50 / p99 us (the server's part in brackets)")
+        print(f"| round | bare echo | bare echo, handoff | --serve | --serve, {a.ab} |")
+        print("| --- | --- | --- | --- | --- |")
+        for r in range(a.rounds):
+            e = echo_row(a.echo, a.client, n, size=size)
+            h = echo_row(a.echo, a.client, n, wait="handoff", size=size)
+            u, us = serve_row(a.run, pkg, a.client, n, env, bridge=a.bridge, size=size)
+            v, vs = serve_row(a.run, pkg, a.client, n, env, bridge=a.bridge, size=size,
+                              extra=a.ab)
+            print(f"| {r + 1} | {e[0]:.2f} / {e[1]:.2f} | {h[0]:.2f} / {h[1]:.2f} | "
+                  f"{u[0]:.2f} / {u[1]:.2f} ({us[0]:.2f}) | {v[0]:.2f} / {v[1]:.2f} ({vs[0]:.2f}) |")
+            sys.stdout.flush()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     for k in ("pack", "link", "run", "app", "echo", "client"):
@@ -93,6 +117,9 @@ def main():
                     "bench/CMakeLists.txt) to serve the same way, for a row of its own")
     ap.add_argument("--sizes", default="8", help="payload sizes, comma-separated; the first is "
                     "the main table's (default 8), each other one adds its rows")
+    ap.add_argument("--ab", help="bridge arguments to measure against the bridge as configured, "
+                    "in alternating rounds (replaces the tables)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of --ab (default 3)")
     a = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="cudaq-rt-udp-rtt.")
@@ -106,6 +133,8 @@ def main():
         for bridge in (a.bridge, "loopback") + ((a.compare_bridge,) if a.compare_bridge else ()):
             subprocess.run([a.link, pkg, "--arch", "sm_" + arch, "--bridge", bridge], check=True,
                            capture_output=True, env=env)
+        if a.ab:
+            return ab_rounds(a, pkg, env)
         rows = []
         echo = echo_row(a.echo, a.client, a.requests)
         rows.append(("bare UDP echo (C, no GPU)", echo[0], echo[1]))

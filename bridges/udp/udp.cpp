@@ -3,7 +3,8 @@
 // memory is allocated the loopback bridge's way (loopback_alloc.h), and its host threads
 // (udp_host.h) move datagrams between the socket and the ring. Configuration, from
 // --bridge-arg: bind=ADDR (default 127.0.0.1), port=N (default 0: a free one), slots=N,
-// slot_size=BYTES, layout=slots|lanes (as the loopback bridge), wait=spin|block (default spin);
+// slot_size=BYTES, layout=slots|lanes (as the loopback bridge), wait=spin|block (default spin),
+// threads=1|2 (default 2: a receiving and a sending thread);
 // instance_config adds the layout for the warp form and puts GPU i of several on port N+i.
 #include "loopback_alloc.h"
 #include "udp_host.h"
@@ -71,7 +72,7 @@ cudaq_rt_bridge_result create(const char *config, cudaq_rt_bridge **out) {
     ::close(u->socket.fd);
     return CUDAQ_RT_BRIDGE_ERROR;
   }
-  u->pump = std::make_unique<udp::Pump>(u->ring, u->socket.fd, u->config.spin);
+  u->pump = std::make_unique<udp::Pump>(u->ring, u->socket.fd, u->config.spin, u->config.threads);
   *out = reinterpret_cast<cudaq_rt_bridge *>(u.release());
   return CUDAQ_RT_BRIDGE_OK;
 }

@@ -75,6 +75,10 @@ std::string parse_config(std::string_view text, Config &out) {
       if (value != "spin" && value != "block")
         return "option 'wait' is 'spin' or 'block', got '" + value + "'";
       out.spin = value == "spin";
+    } else if (key == "threads") {
+      if (value != "1" && value != "2")
+        return "option 'threads' is 1 or 2, got '" + value + "'";
+      out.threads = value == "1" ? 1 : 2;
     } else if (key == "spare_frame") {
       if (!loopback::parse_flag(value, out.spare_frame))
         return "option 'spare_frame' is 0 or 1, got '" + value + "'";
@@ -94,7 +98,7 @@ std::string parse_config(std::string_view text, Config &out) {
         return "port=" + std::to_string(out.port) + " is out of range 0..65535";
     } else {
       return "unknown option '" + key +
-             "' (known: bind=ADDR, port=N, slots=N, slot_size=BYTES, wait=spin|block, "
+             "' (known: bind=ADDR, port=N, slots=N, slot_size=BYTES, wait=spin|block, threads=1|2, "
              "layout=slots|lanes, bulk=BYTES, response_bulk=BYTES, spare_frame=0|1)";
     }
   }
@@ -229,10 +233,11 @@ const char *counter_name(uint32_t counter) {
   return counter < counter_count ? names[counter] : "";
 }
 
-Pump::Pump(const cudaq_rt_bridge &ring, int fd, bool spin)
-    : fd_(fd), spin_(spin), slots_(ring.num_slots), slot_size_(ring.slot_size), rx_ring_(ring),
-      tx_ring_(ring), senders_(ring.num_slots), sender_lengths_(ring.num_slots),
-      arrivals_ns_(ring.num_slots), latency_(CUDAQ_RT_LATENCY_BUCKETS) {
+Pump::Pump(const cudaq_rt_bridge &ring, int fd, bool spin, uint32_t threads)
+    : fd_(fd), spin_(spin), one_thread_(threads == 1), slots_(ring.num_slots),
+      slot_size_(ring.slot_size), rx_ring_(ring), tx_ring_(ring), senders_(ring.num_slots),
+      sender_lengths_(ring.num_slots), arrivals_ns_(ring.num_slots),
+      latency_(CUDAQ_RT_LATENCY_BUCKETS) {
   sent_ = ring.sent;
   received_ = ring.received;
   answered_ = ring.received;
@@ -251,8 +256,12 @@ bool Pump::start(std::string &error) {
   intake_open_ = true;
   rx_done_ = false;
   try {
-    tx_ = std::thread([this] { tx_loop(); });
-    rx_ = std::thread([this] { rx_loop(); });
+    if (one_thread_) {
+      rx_ = std::thread([this] { serve_loop(); });
+    } else {
+      tx_ = std::thread([this] { tx_loop(); });
+      rx_ = std::thread([this] { rx_loop(); });
+    }
   } catch (const std::system_error &e) {
     error = std::string("start: cannot start a thread: ") + e.what();
     stop();
@@ -300,199 +309,256 @@ void Pump::add_latency(uint64_t *buckets) const {
     buckets[i] += latency_[i].load(std::memory_order_relaxed);
 }
 
-void Pump::rx_loop() {
+// What one receive needs between calls: the batch's messages, addresses and control data, and
+// the answers the bridge gives itself.
+struct Pump::Intake {
   std::array<mmsghdr, kBatch> msgs{};
   std::array<iovec, kBatch> iov{};
   std::array<sockaddr_storage, kBatch> from{};
   alignas(cmsghdr) std::array<std::array<char, CMSG_SPACE(sizeof(uint32_t))>, kBatch> control{};
-  // Answers the bridge gives itself, sent at the end of each batch.
   std::array<std::array<uint8_t, CUDAQ_RT_HEADER_SIZE>, kBatch> answers{};
   std::array<mmsghdr, kBatch> answer_msgs{};
   std::array<iovec, kBatch> answer_iov{};
   bool woken = false; // a sleeping TX thread was woken while every slot was in flight
+};
 
-  for (;;) {
-    const bool open = intake_open_.load(std::memory_order_acquire);
-    if (stopping_.load(std::memory_order_acquire))
-      break; // stopped, maybe with every slot in flight: the kernel is gone
-    // Datagrams are received straight into the bulk areas of the free slots, in ring order
-    // (loopback::request_area), so that a request in bulk is not copied again on its way to the
-    // GPU. With every slot in flight, further datagrams wait in the socket's receive buffer until
-    // the GPU frees one (within microseconds); a sleeping TX thread is woken first: it frees them.
-    rx_ring_.received = received_.load(std::memory_order_acquire);
-    const uint32_t free = slots_ - uint32_t(rx_ring_.sent - rx_ring_.received);
-    if (free == 0) {
-      if (!woken && !spin_)
-        wake_tx();
-      woken = true;
-      relax();
-      continue;
-    }
-    woken = false;
-    const unsigned want = std::min<unsigned>(kBatch, free);
-    // The slot of request sent: one division a batch, the others advanced from it.
-    const uint32_t first = uint32_t(rx_ring_.sent % slots_);
-    const auto after = [this](uint32_t slot) { return slot + 1 == slots_ ? 0u : slot + 1; };
-    uint32_t next = first; // the slot the batch's next request goes to
-    for (unsigned i = 0, slot = first; i < want; ++i, slot = after(slot)) {
-      iov[i] = {loopback::request_area(&rx_ring_, slot), slot_size_};
-      msgs[i].msg_hdr = {};
-      msgs[i].msg_hdr.msg_name = &from[i];
-      msgs[i].msg_hdr.msg_namelen = sizeof from[i];
-      msgs[i].msg_hdr.msg_iov = &iov[i];
-      msgs[i].msg_hdr.msg_iovlen = 1;
-      msgs[i].msg_hdr.msg_control = control[i].data();
-      msgs[i].msg_hdr.msg_controllen = control[i].size();
-      msgs[i].msg_len = 0;
-    }
-    // MSG_TRUNC: msg_len is a datagram's real length even when it did not fit the slot.
-    const int flags = MSG_TRUNC | ((spin_ || !open) ? MSG_DONTWAIT : MSG_WAITFORONE);
-    const int n = ::recvmmsg(fd_, msgs.data(), want, flags, nullptr);
-    if (n <= 0) {
-      if (!open && (n == 0 || errno == EAGAIN || errno == EWOULDBLOCK))
-        break; // drained: everything that arrived before the drain was taken
-      if (spin_)
-        relax();
-      continue;
-    }
-    const uint64_t arrival = now_ns();
-    count(datagrams_received, uint64_t(n));
-    unsigned answers_n = 0;
-    for (int i = 0; i < n; ++i) {
-      const msghdr &h = msgs[i].msg_hdr;
-      for (cmsghdr *c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(const_cast<msghdr *>(&h), c))
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL) {
-          uint32_t dropped = 0;
-          std::memcpy(&dropped, CMSG_DATA(c), sizeof dropped);
-          counters_[dropped_socket].store(dropped, std::memory_order_relaxed);
-        }
-      const uint8_t *data = static_cast<const uint8_t *>(iov[i].iov_base);
-      const size_t size = msgs[i].msg_len;
-      const Kind kind = classify(data, size, slot_size_);
-      if (kind == Kind::runt) {
-        count(dropped_runt);
-        continue;
-      }
-      if (kind != Kind::request) {
-        count(kind == Kind::bad_magic   ? bad_magic
-              : kind == Kind::truncated ? truncated
-              : kind == Kind::oversize  ? oversize
-                                        : bad_length);
-        answers[answers_n] =
-            error_response(data, std::min<size_t>(size, slot_size_), answer_status(kind));
-        answer_iov[answers_n] = {answers[answers_n].data(), CUDAQ_RT_HEADER_SIZE};
-        answer_msgs[answers_n].msg_hdr = {};
-        answer_msgs[answers_n].msg_hdr.msg_name = &from[i];
-        answer_msgs[answers_n].msg_hdr.msg_namelen = h.msg_namelen;
-        answer_msgs[answers_n].msg_hdr.msg_iov = &answer_iov[answers_n];
-        answer_msgs[answers_n].msg_hdr.msg_iovlen = 1;
-        ++answers_n;
-        continue;
-      }
-      // A whole request, received into the area of slot sent + i; it goes to slot sent (the next
-      // free one), and where a datagram before it in this batch was answered or dropped,
-      // write_request copies it down there (the areas between are of datagrams already taken).
-      const uint32_t slot = next;
-      next = after(next);
-      std::memcpy(&senders_[slot], &from[i], h.msg_namelen);
-      sender_lengths_[slot] = h.msg_namelen;
-      arrivals_ns_[slot] = arrival;
-      loopback::write_request(&rx_ring_, data, size);
-      sent_.store(rx_ring_.sent, std::memory_order_release);
-      count(requests_forwarded);
-    }
-    if (!spin_)
+// What one send needs between calls: a buffer per message for answers of cells, and the batch.
+struct Pump::Outlet {
+  explicit Outlet(uint32_t slot_size) : buffers(size_t(kBatch) * slot_size) {}
+  std::vector<uint8_t> buffers;
+  std::array<mmsghdr, kBatch> msgs{};
+  std::array<iovec, kBatch> iov{};
+  std::array<sockaddr_storage, kBatch> to{};
+  std::array<uint64_t, kBatch> arrivals{};
+};
+
+int Pump::receive(Intake &in, bool wait) {
+  const bool open = intake_open_.load(std::memory_order_acquire);
+  // Datagrams are received straight into the bulk areas of the free slots, in ring order
+  // (loopback::request_area), so that a request in bulk is not copied again on its way to the
+  // GPU. With every slot in flight, further datagrams wait in the socket's receive buffer until
+  // the GPU frees one (within microseconds); a sleeping TX thread is woken first: it frees them.
+  rx_ring_.received = received_.load(std::memory_order_acquire);
+  const uint32_t free = slots_ - uint32_t(rx_ring_.sent - rx_ring_.received);
+  if (free == 0) {
+    if (!in.woken && !spin_ && !one_thread_)
       wake_tx();
-    if (answers_n)
-      count(send_errors, send_all(fd_, answer_msgs.data(), answers_n));
+    in.woken = true;
+    if (!one_thread_)
+      relax();
+    return 0;
+  }
+  in.woken = false;
+  const unsigned want = std::min<unsigned>(kBatch, free);
+  // The slot of request sent: one division a batch, the others advanced from it.
+  const uint32_t first = uint32_t(rx_ring_.sent % slots_);
+  const auto after = [this](uint32_t slot) { return slot + 1 == slots_ ? 0u : slot + 1; };
+  uint32_t next = first; // the slot the batch's next request goes to
+  for (unsigned i = 0, slot = first; i < want; ++i, slot = after(slot)) {
+    in.iov[i] = {loopback::request_area(&rx_ring_, slot), slot_size_};
+    mmsghdr &m = in.msgs[i];
+    m.msg_hdr = {};
+    m.msg_hdr.msg_name = &in.from[i];
+    m.msg_hdr.msg_namelen = sizeof in.from[i];
+    m.msg_hdr.msg_iov = &in.iov[i];
+    m.msg_hdr.msg_iovlen = 1;
+    m.msg_hdr.msg_control = in.control[i].data();
+    m.msg_hdr.msg_controllen = in.control[i].size();
+    m.msg_len = 0;
+  }
+  // MSG_TRUNC: msg_len is a datagram's real length even when it did not fit the slot.
+  const int flags = MSG_TRUNC | ((wait && open) ? MSG_WAITFORONE : MSG_DONTWAIT);
+  const int n = ::recvmmsg(fd_, in.msgs.data(), want, flags, nullptr);
+  if (n <= 0) {
+    if (!open && (n == 0 || errno == EAGAIN || errno == EWOULDBLOCK))
+      return -1; // drained: everything that arrived before the drain was taken
+    if (spin_ && !one_thread_)
+      relax();
+    return 0;
+  }
+  const uint64_t arrival = now_ns();
+  count(datagrams_received, uint64_t(n));
+  unsigned answers_n = 0;
+  for (int i = 0; i < n; ++i) {
+    const msghdr &h = in.msgs[i].msg_hdr;
+    for (cmsghdr *c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(const_cast<msghdr *>(&h), c))
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL) {
+        uint32_t dropped = 0;
+        std::memcpy(&dropped, CMSG_DATA(c), sizeof dropped);
+        counters_[dropped_socket].store(dropped, std::memory_order_relaxed);
+      }
+    const uint8_t *data = static_cast<const uint8_t *>(in.iov[i].iov_base);
+    const size_t size = in.msgs[i].msg_len;
+    const Kind kind = classify(data, size, slot_size_);
+    if (kind == Kind::runt) {
+      count(dropped_runt);
+      continue;
+    }
+    if (kind != Kind::request) {
+      count(kind == Kind::bad_magic   ? bad_magic
+            : kind == Kind::truncated ? truncated
+            : kind == Kind::oversize  ? oversize
+                                      : bad_length);
+      in.answers[answers_n] =
+          error_response(data, std::min<size_t>(size, slot_size_), answer_status(kind));
+      in.answer_iov[answers_n] = {in.answers[answers_n].data(), CUDAQ_RT_HEADER_SIZE};
+      mmsghdr &m = in.answer_msgs[answers_n];
+      m.msg_hdr = {};
+      m.msg_hdr.msg_name = &in.from[i];
+      m.msg_hdr.msg_namelen = h.msg_namelen;
+      m.msg_hdr.msg_iov = &in.answer_iov[answers_n];
+      m.msg_hdr.msg_iovlen = 1;
+      ++answers_n;
+      continue;
+    }
+    // A whole request, received into the area of slot sent + i; it goes to slot sent (the next
+    // free one), and where a datagram before it in this batch was answered or dropped,
+    // write_request copies it down there (the areas between are of datagrams already taken).
+    const uint32_t slot = next;
+    next = after(next);
+    std::memcpy(&senders_[slot], &in.from[i], h.msg_namelen);
+    sender_lengths_[slot] = h.msg_namelen;
+    arrivals_ns_[slot] = arrival;
+    loopback::write_request(&rx_ring_, data, size);
+    sent_.store(rx_ring_.sent, std::memory_order_release);
+    count(requests_forwarded);
+  }
+  if (!spin_ && !one_thread_)
+    wake_tx();
+  if (answers_n)
+    count(send_errors, send_all(fd_, in.answer_msgs.data(), answers_n));
+  return n;
+}
+
+int Pump::send(Outlet &out) {
+  tx_ring_.sent = sent_.load(std::memory_order_acquire);
+  unsigned k = 0;
+  bool in_place = false; // a response of the batch is sent from the ring's bulk area
+  while (k < kBatch) {
+    size_t len = 0;
+    uint8_t *buffer = out.buffers.data() + size_t(k) * slot_size_;
+    const void *bytes = nullptr;
+    const cudaq_rt_bridge_result rc =
+        loopback::receive_response_in_place(&tx_ring_, buffer, slot_size_, &bytes, &len);
+    if (rc == CUDAQ_RT_BRIDGE_AGAIN)
+      break;
+    if (rc != CUDAQ_RT_BRIDGE_OK) {
+      count(ring_errors);
+      return -1;
+    }
+    in_place |= bytes != buffer;
+    const uint32_t slot = uint32_t((tx_ring_.received - 1) % slots_);
+    std::memcpy(&out.to[k], &senders_[slot], sender_lengths_[slot]);
+    out.arrivals[k] = arrivals_ns_[slot];
+    out.iov[k] = {const_cast<void *>(bytes), len};
+    mmsghdr &m = out.msgs[k];
+    m.msg_hdr = {};
+    m.msg_hdr.msg_name = &out.to[k];
+    m.msg_hdr.msg_namelen = sender_lengths_[slot];
+    m.msg_hdr.msg_iov = &out.iov[k];
+    m.msg_hdr.msg_iovlen = 1;
+    int32_t status = 0;
+    std::memcpy(&status, static_cast<const uint8_t *>(bytes) + 4, sizeof status);
+    count(status == CUDAQ_RT_STATUS_OK                 ? answered_ok
+          : status > 0                                 ? handler_errors
+          : status == CUDAQ_RT_STATUS_UNKNOWN_FUNCTION ? unknown_function
+          : status == CUDAQ_RT_STATUS_RESULT_TOO_LARGE ? result_too_large
+          : status == CUDAQ_RT_STATUS_HANDLER_FAULT    ? handler_fault
+                                                       : other_protocol_error);
+    ++k;
+  }
+  if (k == 0)
+    return 0;
+  // The slots are free once their senders are copied out, and their responses, where some are
+  // sent from the ring's bulk areas, once they are sent: the RX side then writes the next
+  // requests there.
+  if (!in_place)
+    received_.store(tx_ring_.received, std::memory_order_release);
+  const uint64_t failed = send_all(fd_, out.msgs.data(), k);
+  if (in_place)
+    received_.store(tx_ring_.received, std::memory_order_release);
+  const uint64_t departure = now_ns();
+  for (unsigned i = 0; i < k; ++i)
+    latency_[cudaq_rt_latency_bucket(departure - out.arrivals[i])].fetch_add(
+        1, std::memory_order_relaxed);
+  count(responses_sent, k - failed);
+  count(send_errors, failed);
+  answered_.fetch_add(k, std::memory_order_release);
+  return int(k);
+}
+
+bool Pump::finished_after_stop(std::chrono::steady_clock::time_point &stop_seen) {
+  if (rx_done_.load(std::memory_order_acquire) &&
+      tx_ring_.received == sent_.load(std::memory_order_acquire))
+    return true; // everything taken was answered
+  const auto now = std::chrono::steady_clock::now();
+  if (stop_seen == std::chrono::steady_clock::time_point{})
+    stop_seen = now;
+  return now - stop_seen > std::chrono::seconds(1); // the kernel is gone with requests in flight
+}
+
+void Pump::idle_until_woken() {
+  const uint32_t seen = wake_.load(std::memory_order_acquire);
+  if (sent_.load(std::memory_order_acquire) == tx_ring_.sent &&
+      !stopping_.load(std::memory_order_acquire))
+    wake_.wait(seen, std::memory_order_acquire);
+}
+
+void Pump::rx_loop() {
+  Intake in;
+  // Stopped, maybe with every slot in flight: the kernel is gone.
+  while (!stopping_.load(std::memory_order_acquire) && receive(in, !spin_) >= 0) {
   }
   rx_done_.store(true, std::memory_order_release);
 }
 
 void Pump::tx_loop() {
-  std::vector<uint8_t> buffers(size_t(kBatch) * slot_size_);
-  std::array<mmsghdr, kBatch> msgs{};
-  std::array<iovec, kBatch> iov{};
-  std::array<sockaddr_storage, kBatch> to{};
-  std::array<uint64_t, kBatch> arrivals{};
+  Outlet out(slot_size_);
   std::chrono::steady_clock::time_point stop_seen{};
-  bool stop_noticed = false;
-
   for (;;) {
-    tx_ring_.sent = sent_.load(std::memory_order_acquire);
-    unsigned k = 0;
-    bool in_place = false; // a response of the batch is sent from the ring's bulk area
-    while (k < kBatch) {
-      size_t len = 0;
-      uint8_t *buffer = buffers.data() + size_t(k) * slot_size_;
-      const void *bytes = nullptr;
-      const cudaq_rt_bridge_result rc =
-          loopback::receive_response_in_place(&tx_ring_, buffer, slot_size_, &bytes, &len);
-      if (rc == CUDAQ_RT_BRIDGE_AGAIN)
-        break;
-      if (rc != CUDAQ_RT_BRIDGE_OK) {
-        count(ring_errors);
-        return;
-      }
-      in_place |= bytes != buffer;
-      const uint32_t slot = uint32_t((tx_ring_.received - 1) % slots_);
-      std::memcpy(&to[k], &senders_[slot], sender_lengths_[slot]);
-      arrivals[k] = arrivals_ns_[slot];
-      iov[k] = {const_cast<void *>(bytes), len};
-      msgs[k].msg_hdr = {};
-      msgs[k].msg_hdr.msg_name = &to[k];
-      msgs[k].msg_hdr.msg_namelen = sender_lengths_[slot];
-      msgs[k].msg_hdr.msg_iov = &iov[k];
-      msgs[k].msg_hdr.msg_iovlen = 1;
-      int32_t status = 0;
-      std::memcpy(&status, static_cast<const uint8_t *>(bytes) + 4, sizeof status);
-      count(status == CUDAQ_RT_STATUS_OK                 ? answered_ok
-            : status > 0                                 ? handler_errors
-            : status == CUDAQ_RT_STATUS_UNKNOWN_FUNCTION ? unknown_function
-            : status == CUDAQ_RT_STATUS_RESULT_TOO_LARGE ? result_too_large
-            : status == CUDAQ_RT_STATUS_HANDLER_FAULT    ? handler_fault
-                                                         : other_protocol_error);
-      ++k;
-    }
-    if (k) {
-      // The slots are free once their senders are copied out, and their responses, where some
-      // are sent from the ring's bulk areas, once they are sent: the RX thread then writes the
-      // next requests there.
-      if (!in_place)
-        received_.store(tx_ring_.received, std::memory_order_release);
-      const uint64_t failed = send_all(fd_, msgs.data(), k);
-      if (in_place)
-        received_.store(tx_ring_.received, std::memory_order_release);
-      const uint64_t departure = now_ns();
-      for (unsigned i = 0; i < k; ++i)
-        latency_[cudaq_rt_latency_bucket(departure - arrivals[i])].fetch_add(
-            1, std::memory_order_relaxed);
-      count(responses_sent, k - failed);
-      count(send_errors, failed);
-      answered_.fetch_add(k, std::memory_order_release);
+    const int k = send(out);
+    if (k < 0)
+      return;
+    if (k > 0)
       continue;
-    }
-    if (stopping_.load(std::memory_order_acquire)) {
-      if (rx_done_.load(std::memory_order_acquire) &&
-          tx_ring_.received == sent_.load(std::memory_order_acquire))
-        return; // everything taken was answered
-      const auto now = std::chrono::steady_clock::now();
-      if (!stop_noticed) {
-        stop_noticed = true;
-        stop_seen = now;
-      } else if (now - stop_seen > std::chrono::seconds(1)) {
-        return; // the kernel is gone with requests in flight
-      }
-    }
+    if (stopping_.load(std::memory_order_acquire) && finished_after_stop(stop_seen))
+      return;
     if (spin_ || tx_ring_.received != tx_ring_.sent) {
       relax(); // a response is on its way: poll for it
       continue;
     }
-    // Nothing in flight: sleep until the RX thread writes a request (or stop() wakes us).
-    const uint32_t seen = wake_.load(std::memory_order_acquire);
-    if (sent_.load(std::memory_order_acquire) == tx_ring_.sent &&
-        !stopping_.load(std::memory_order_acquire))
-      wake_.wait(seen, std::memory_order_acquire);
+    idle_until_woken(); // nothing in flight: until the RX thread writes a request, or stop()
+  }
+}
+
+void Pump::serve_loop() {
+  Intake in;
+  Outlet out(slot_size_);
+  std::chrono::steady_clock::time_point stop_seen{};
+  bool intake = true;
+  for (;;) {
+    if (intake) {
+      // With wait=block the receive sleeps only while nothing is in flight: a response on its
+      // way is polled for between receives that do not wait.
+      const bool idle = tx_ring_.received == rx_ring_.sent;
+      if (stopping_.load(std::memory_order_acquire) || receive(in, !spin_ && idle) < 0) {
+        intake = false;
+        rx_done_.store(true, std::memory_order_release);
+      }
+    }
+    const int k = send(out);
+    if (k < 0) {
+      rx_done_.store(true, std::memory_order_release);
+      return;
+    }
+    if (intake || k > 0)
+      continue;
+    if (stopping_.load(std::memory_order_acquire) && finished_after_stop(stop_seen))
+      return;
+    if (spin_ || tx_ring_.received != tx_ring_.sent)
+      relax();
+    else
+      idle_until_woken(); // drained, nothing in flight: until stop()
   }
 }
 

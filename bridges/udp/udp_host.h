@@ -48,6 +48,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -66,11 +67,11 @@ struct Config {
   uint32_t response_bulk_min = CUDAQ_RT_LOOPBACK_RESPONSE_BULK_AS_REQUESTS; // the same, responses
   uint32_t spare_frame = 0; // the chain's spare frame in dynamic shared memory (loopback_ring.h)
   bool spin = true; // wait=spin: threads poll without sleeping; wait=block: they sleep when idle
+  uint32_t threads = 2; // threads=2: a receiving and a sending thread; threads=1: one for both
 };
 
-// Parses "bind=ADDR,port=N,slots=N,slot_size=BYTES,wait=spin|block,layout=slots|lanes,bulk=BYTES,
-// response_bulk=BYTES" into
-// `out`; returns why it cannot, or empty.
+// Parses "bind=ADDR,port=N,slots=N,slot_size=BYTES,wait=spin|block,threads=1|2,layout=slots|lanes,
+// bulk=BYTES,response_bulk=BYTES,spare_frame=0|1" into `out`; returns why it cannot, or empty.
 std::string parse_config(std::string_view text, Config &out);
 
 // The options instance `launch` is created with (cudaq_rt_bridge_ops::instance_config), from the
@@ -135,7 +136,8 @@ const char *counter_name(uint32_t counter);
 // to the caller and must outlive the pump.
 class Pump {
 public:
-  Pump(const cudaq_rt_bridge &ring, int fd, bool spin);
+  // threads: 2, a receiving and a sending thread; 1, one thread that does both in turn.
+  Pump(const cudaq_rt_bridge &ring, int fd, bool spin, uint32_t threads = 2);
   ~Pump();
   Pump(const Pump &) = delete;
   Pump &operator=(const Pump &) = delete;
@@ -152,8 +154,21 @@ public:
   void add_latency(uint64_t *buckets) const;
 
 private:
+  struct Intake;
+  struct Outlet;
+  // Takes the datagrams waiting, at most one per free slot (sleeping in recvmmsg for the first
+  // where `wait`), writes the requests into the ring and answers the rest: how many datagrams
+  // it took, or -1 once the intake is closed and the socket has nothing more.
+  int receive(Intake &in, bool wait);
+  // Sends every response that is ready: how many, or -1 where the ring could not give one back.
+  int send(Outlet &out);
+  // After stop(): whether the sending side is done (everything taken was answered, or a second
+  // has gone by since `stop_seen`, which the first call sets).
+  bool finished_after_stop(std::chrono::steady_clock::time_point &stop_seen);
+  void idle_until_woken();
   void rx_loop();
   void tx_loop();
+  void serve_loop(); // threads=1
   void wake_tx() {
     wake_.fetch_add(1, std::memory_order_release);
     wake_.notify_one();
@@ -161,7 +176,7 @@ private:
   void count(Counter c, uint64_t n = 1) { counters_[c].fetch_add(n, std::memory_order_relaxed); }
 
   int fd_;
-  bool spin_;
+  bool spin_, one_thread_;
   uint32_t slots_, slot_size_;
   cudaq_rt_bridge rx_ring_, tx_ring_;
   std::atomic<uint64_t> sent_{0}, received_{0}; // rx_ring_.sent and tx_ring_.received, published

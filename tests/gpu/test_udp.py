@@ -291,7 +291,7 @@ class RefusalTest(UdpCase):
     def test_unknown_bridge_arg(self):
         r = self.run_tool("--serve", "--bridge-arg", "bogus=1")
         self.assert_one_error(r, "bridge 'udp': unknown option 'bogus' (known: bind=ADDR, port=N, "
-                                 "slots=N, slot_size=BYTES, wait=spin|block, layout=slots|lanes, bulk=BYTES, response_bulk=BYTES, spare_frame=0|1)")
+                                 "slots=N, slot_size=BYTES, wait=spin|block, threads=1|2, layout=slots|lanes, bulk=BYTES, response_bulk=BYTES, spare_frame=0|1)")
 
     def test_device_out_of_range(self):
         r = self.run_tool("--serve", "--device", "9")

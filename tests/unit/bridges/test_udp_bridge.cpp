@@ -211,12 +211,17 @@ TEST_CASE("configuration: defaults, every key, and exact refusals") {
         "option 'layout' is slots or lanes, got 'diagonal'");
   CHECK(udp::parse_config("bogus=1", c) ==
         "unknown option 'bogus' (known: bind=ADDR, port=N, slots=N, slot_size=BYTES, "
-        "wait=spin|block, layout=slots|lanes, bulk=BYTES, response_bulk=BYTES, spare_frame=0|1)");
+        "wait=spin|block, threads=1|2, layout=slots|lanes, bulk=BYTES, response_bulk=BYTES, "
+        "spare_frame=0|1)");
   CHECK(udp::parse_config("port=65536", c) == "port=65536 is out of range 0..65535");
   CHECK(udp::parse_config("port=x", c) == "option 'port' needs a number, got 'x'");
   CHECK(udp::parse_config("wait=sometimes", c) ==
         "option 'wait' is 'spin' or 'block', got 'sometimes'");
   CHECK(udp::parse_config("bind=", c) == "option 'bind' needs an address");
+  CHECK(c.threads == 2);
+  CHECK(udp::parse_config("threads=1", c).empty());
+  CHECK(c.threads == 1);
+  CHECK(udp::parse_config("threads=3", c) == "option 'threads' is 1 or 2, got '3'");
 }
 
 TEST_CASE("each instance's configuration: port=N becomes N+i, the warp form gets lanes, no bulk") {
@@ -291,12 +296,20 @@ TEST_CASE("every malformed datagram kind is classified, and answered with its st
 TEST_CASE("many clients at once, same request_ids: each gets exactly its own answers") {
   // Fewer slots than requests in flight: slots are reused, the RX thread waits. Frames as cells,
   // and frames over 32 bytes in bulk (the bridge's default).
-  uint32_t bulk_min = 0;
-  SUBCASE("as cells") {}
-  SUBCASE("in bulk") {
+  uint32_t bulk_min = 0, threads = 2;
+  SUBCASE("as cells, two threads") {}
+  SUBCASE("as cells, one thread") {
+    threads = 1;
+  }
+  SUBCASE("in bulk, two threads") {
     bulk_min = CUDAQ_RT_LOOPBACK_DEFAULT_BULK_MIN;
   }
+  SUBCASE("in bulk, one thread") {
+    bulk_min = CUDAQ_RT_LOOPBACK_DEFAULT_BULK_MIN;
+    threads = 1;
+  }
   CAPTURE(bulk_min);
+  CAPTURE(threads);
   Ring ring(8, 128, CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS, bulk_min);
   DeviceModel device(ring);
   udp::Config config;
@@ -307,7 +320,7 @@ TEST_CASE("many clients at once, same request_ids: each gets exactly its own ans
   CHECK(socket.address.starts_with("127.0.0.1:"));
   CHECK(socket.address != "127.0.0.1:0");
   {
-    udp::Pump pump(ring.b, socket.fd, false);
+    udp::Pump pump(ring.b, socket.fd, false, threads);
     REQUIRE_MESSAGE(pump.start(error), error);
     constexpr int kClients = 4, kRequests = 3000, kWindow = 6;
     std::vector<std::thread> clients;
@@ -368,13 +381,19 @@ TEST_CASE("many clients at once, same request_ids: each gets exactly its own ans
 }
 
 TEST_CASE("malformed datagrams among valid ones: answered or dropped, counted, serving goes on") {
+  uint32_t threads = 2;
+  SUBCASE("two threads") {}
+  SUBCASE("one thread") {
+    threads = 1;
+  }
+  CAPTURE(threads);
   Ring ring(4, 64);
   DeviceModel device(ring);
   udp::Config config;
   udp::Socket socket;
   std::string error;
   REQUIRE_MESSAGE(udp::open_socket(config, socket, error), error);
-  udp::Pump pump(ring.b, socket.fd, false);
+  udp::Pump pump(ring.b, socket.fd, false, threads);
   REQUIRE_MESSAGE(pump.start(error), error);
   ClientSocket s(socket.address);
   const Bytes good = frame(kEcho, Bytes{1, 2, 3}, 77);
@@ -441,13 +460,19 @@ TEST_CASE("a burst taken in one receive: requests move past the datagrams answer
   // after a datagram the bridge answers or drops moves down to the next slot of the ring. All
   // of them wait in the socket before the pump starts, so that its first recvmmsg takes them
   // together, and the ring's 8 slots have been used once (the second lap's slots start at 3).
+  uint32_t threads = 2;
+  SUBCASE("two threads") {}
+  SUBCASE("one thread") {
+    threads = 1;
+  }
+  CAPTURE(threads);
   Ring ring(8, 256, CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS, CUDAQ_RT_LOOPBACK_DEFAULT_BULK_MIN);
   DeviceModel device(ring);
   udp::Config config;
   udp::Socket socket;
   std::string error;
   REQUIRE_MESSAGE(udp::open_socket(config, socket, error), error);
-  udp::Pump pump(ring.b, socket.fd, true);
+  udp::Pump pump(ring.b, socket.fd, true, threads);
   ClientSocket s(socket.address);
   auto payload = [](uint32_t id, size_t n) {
     Bytes p(n);
@@ -523,12 +548,11 @@ TEST_CASE("the plugin refuses an unknown option and a port in use before touchin
   CHECK((lib->ops().capabilities & CUDAQ_RT_BRIDGE_CAP_HOST_FRAMES) == 0);
   auto bogus = lib->create("bogus=1");
   REQUIRE(!bogus);
-  CHECK(
-      bogus.error().str() ==
-      "'" + std::string(CUDAQ_RT_TEST_UDP_BRIDGE) +
-          "': bridge 'udp': unknown option 'bogus' (known: bind=ADDR, port=N, slots=N, "
-          "slot_size=BYTES, wait=spin|block, layout=slots|lanes, bulk=BYTES, response_bulk=BYTES, "
-          "spare_frame=0|1)");
+  CHECK(bogus.error().str() ==
+        "'" + std::string(CUDAQ_RT_TEST_UDP_BRIDGE) +
+            "': bridge 'udp': unknown option 'bogus' (known: bind=ADDR, port=N, slots=N, "
+            "slot_size=BYTES, wait=spin|block, threads=1|2, layout=slots|lanes, bulk=BYTES, "
+            "response_bulk=BYTES, spare_frame=0|1)");
   // A port some other socket holds.
   udp::Config config;
   udp::Socket taken;
