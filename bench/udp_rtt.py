@@ -24,7 +24,9 @@ kilobyte and more: UDP via GPU <= bare echo + loopback of the same size.
 --ab ARGS --rounds N measures, in place of the tables above, N alternating rounds for each size of
 --sizes: the bare echo, the bare echo with its two threads handing each datagram over (udp_echo
 handoff), the server as configured, and the server with the bridge arguments ARGS added (for
-example threads=1); p50 / p99 us, and the server's part of each.
+example threads=1); p50 / p99 us, and the server's part of each: its p50, and the bridge's
+split of it as means (arrival to the request written into the ring, arrival to the answer seen,
+the answer seen to sendmmsg returned).
 
 --bridge serves the main rows through another bridge; --compare-bridge serves the spinning row
 again through a second one. Both take a variant of the udp bridge (udp_no_push, built
@@ -84,8 +86,20 @@ def serve_row(run, pkg, client, n, env, wait="spin", bridge="udp", size=8, extra
         p.send_signal(signal.SIGTERM)
         out = p.stdout.read()
         p.wait(30)
-    lat = json.loads(out)["total"]["latency_us"]
-    return row, (lat["p50"], lat["p99"])
+    total = json.loads(out)["total"]
+    lat, c = total["latency_us"], total["bridge"]
+    # The bridge's split of a request's time in the server, per request (means, us).
+    n_in, n_out = max(1, c.get("requests_forwarded", 0)), max(1, c.get("responses_sent", 0))
+    split = (c.get("intake_ns", 0) / n_in / 1000, c.get("to_answer_ns", 0) / n_out / 1000,
+             c.get("send_ns", 0) / n_out / 1000)
+    return row, (lat["p50"], lat["p99"], split)
+
+
+def split(server):
+    """The server's part: its p50, then the means of the bridge's split of it."""
+    intake, to_answer, send = server[2]
+    return (f"{server[0]:.2f}: in {intake:.2f}, to answer {to_answer:.2f}, "
+            f"send {send:.2f}")
 
 
 def ab_rounds(a, pkg, env):
@@ -102,7 +116,7 @@ def ab_rounds(a, pkg, env):
             v, vs = serve_row(a.run, pkg, a.client, n, env, bridge=a.bridge, size=size,
                               extra=a.ab)
             print(f"| {r + 1} | {e[0]:.2f} / {e[1]:.2f} | {h[0]:.2f} / {h[1]:.2f} | "
-                  f"{u[0]:.2f} / {u[1]:.2f} ({us[0]:.2f}) | {v[0]:.2f} / {v[1]:.2f} ({vs[0]:.2f}) |")
+                  f"{u[0]:.2f} / {u[1]:.2f} ({split(us)}) | {v[0]:.2f} / {v[1]:.2f} ({split(vs)}) |")
             sys.stdout.flush()
 
 

@@ -229,7 +229,7 @@ const char *counter_name(uint32_t counter) {
       "handler_errors",       "unknown_function",   "result_too_large", "handler_fault",
       "other_protocol_error", "bad_magic",          "truncated",        "oversize",
       "bad_length",           "dropped_runt",       "dropped_socket",   "send_errors",
-      "ring_errors"};
+      "ring_errors",          "intake_ns",          "to_answer_ns",     "send_ns"};
   return counter < counter_count ? names[counter] : "";
 }
 
@@ -378,7 +378,7 @@ int Pump::receive(Intake &in, bool wait) {
   }
   const uint64_t arrival = now_ns();
   count(datagrams_received, uint64_t(n));
-  unsigned answers_n = 0;
+  unsigned answers_n = 0, forwarded = 0;
   for (int i = 0; i < n; ++i) {
     const msghdr &h = in.msgs[i].msg_hdr;
     for (cmsghdr *c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(const_cast<msghdr *>(&h), c))
@@ -421,7 +421,11 @@ int Pump::receive(Intake &in, bool wait) {
     arrivals_ns_[slot] = arrival;
     loopback::write_request(&rx_ring_, data, size);
     sent_.store(rx_ring_.sent, std::memory_order_release);
-    count(requests_forwarded);
+    ++forwarded;
+  }
+  if (forwarded) {
+    count(requests_forwarded, forwarded);
+    count(intake_ns, (now_ns() - arrival) * forwarded);
   }
   if (!spin_ && !one_thread_)
     wake_tx();
@@ -434,6 +438,7 @@ int Pump::send(Outlet &out) {
   tx_ring_.sent = sent_.load(std::memory_order_acquire);
   unsigned k = 0;
   bool in_place = false; // a response of the batch is sent from the ring's bulk area
+  uint64_t seen = 0;     // when the batch's first answer was taken
   while (k < kBatch) {
     size_t len = 0;
     uint8_t *buffer = out.buffers.data() + size_t(k) * slot_size_;
@@ -446,6 +451,8 @@ int Pump::send(Outlet &out) {
       count(ring_errors);
       return -1;
     }
+    if (k == 0)
+      seen = now_ns();
     in_place |= bytes != buffer;
     const uint32_t slot = uint32_t((tx_ring_.received - 1) % slots_);
     std::memcpy(&out.to[k], &senders_[slot], sender_lengths_[slot]);
@@ -478,9 +485,14 @@ int Pump::send(Outlet &out) {
   if (in_place)
     received_.store(tx_ring_.received, std::memory_order_release);
   const uint64_t departure = now_ns();
-  for (unsigned i = 0; i < k; ++i)
+  uint64_t to_answer = 0;
+  for (unsigned i = 0; i < k; ++i) {
     latency_[cudaq_rt_latency_bucket(departure - out.arrivals[i])].fetch_add(
         1, std::memory_order_relaxed);
+    to_answer += seen - out.arrivals[i];
+  }
+  count(to_answer_ns, to_answer);
+  count(send_ns, (departure - seen) * k);
   count(responses_sent, k - failed);
   count(send_errors, failed);
   answered_.fetch_add(k, std::memory_order_release);

@@ -128,6 +128,12 @@ enum Counter : uint32_t {
   dropped_socket, // the socket's receive buffer overflowed (SO_RXQ_OVFL): never received
   send_errors,    // responses sendmmsg could not send
   ring_errors,    // a response the ring could not give back (the TX thread then stops)
+  // Where a request's time in the server goes, summed over requests, in nanoseconds: from its
+  // arrival (recvmmsg returned) to its frame written into the ring; from its arrival to its
+  // answer seen in the ring; from its answer seen to sendmmsg returned.
+  intake_ns,
+  to_answer_ns,
+  send_ns,
   counter_count
 };
 const char *counter_name(uint32_t counter);
