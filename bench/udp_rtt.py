@@ -26,7 +26,8 @@ kilobyte and more: UDP via GPU <= bare echo + loopback of the same size.
 handoff), the server as configured, and the server with the bridge arguments ARGS added (for
 example threads=1); p50 / p99 us, and the server's part of each: its p50, and the bridge's
 split of it as means (arrival to the request written into the ring, arrival to the answer seen,
-the answer seen to sendmmsg returned).
+the answer seen to sendmmsg returned). --clients K runs K clients at once in each row (the
+median client's p50 / p99, and the requests a second of all of them).
 
 --bridge serves the main rows through another bridge; --compare-bridge serves the spinning row
 again through a second one. Both take a variant of the udp bridge (udp_no_push, built
@@ -47,27 +48,38 @@ import time
 from payload_sizes import SLOT_SIZE  # the ring payload_sizes.py measures: 16 KB + the header
 
 
-def client_run(client, address, n, size=8):
-    out = subprocess.run([client, address, str(n), str(size)], capture_output=True, text=True,
-                         timeout=600)
-    m = re.search(r"p50=([\d.]+) p90=([\d.]+) p99=([\d.]+).*lost=(\d+) wrong=(\d+)", out.stdout)
-    if out.returncode != 0 or not m or m.group(5) != "0":
-        raise RuntimeError(f"{client}: {out.stdout}{out.stderr}")
-    return float(m.group(1)), float(m.group(3)), out.stdout.strip()
+def client_run(client, address, n, size=8, clients=1):
+    """p50 and p99 us of one client's run; with several clients at once, the medians of theirs,
+    and the requests a second they had answered together (from the first start to the last end)."""
+    start = time.monotonic()
+    procs = [subprocess.Popen([client, address, str(n), str(size)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(clients)]
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        m = re.search(r"p50=([\d.]+) p90=([\d.]+) p99=([\d.]+).*lost=(\d+) wrong=(\d+)", out)
+        if p.returncode != 0 or not m or m.group(5) != "0":
+            raise RuntimeError(f"{client}: {out}{err}")
+        results.append((float(m.group(1)), float(m.group(3)), out.strip()))
+    rate = clients * n / (time.monotonic() - start)
+    if clients == 1:
+        return results[0][0], results[0][1], results[0][2], rate
+    p50s, p99s = sorted(r[0] for r in results), sorted(r[1] for r in results)
+    return p50s[clients // 2], p99s[clients // 2], f"{clients} clients", rate
 
 
-def echo_row(echo, client, n, wait="spin", size=8):
+def echo_row(echo, client, n, wait="spin", size=8, clients=1):
     p = subprocess.Popen([echo, "0", wait], stdout=subprocess.PIPE, text=True)
     try:
         line = p.stdout.readline()
         address = line.split()[-1]
-        return client_run(client, address, n, size)
+        return client_run(client, address, n, size, clients)
     finally:
         p.send_signal(signal.SIGTERM)
         p.wait(10)
 
 
-def serve_row(run, pkg, client, n, env, wait="spin", bridge="udp", size=8, extra=""):
+def serve_row(run, pkg, client, n, env, wait="spin", bridge="udp", size=8, extra="", clients=1):
     bridge_arg = "wait=" + wait + ("" if size == 8 else f",slot_size={SLOT_SIZE}")
     bridge_arg += "," + extra if extra else ""
     p = subprocess.Popen([run, pkg, "--serve", "--json", "--bridge", bridge, "--bridge-arg",
@@ -81,7 +93,7 @@ def serve_row(run, pkg, client, n, env, wait="spin", bridge="udp", size=8, extra
         m = re.match(r"cudaq-rt-run: serving on (\S+) ", line)
         address = m.group(1) if m else None
     try:
-        row = client_run(client, address, n, size)
+        row = client_run(client, address, n, size, clients)
     finally:
         p.send_signal(signal.SIGTERM)
         out = p.stdout.read()
@@ -104,19 +116,26 @@ def split(server):
 
 def ab_rounds(a, pkg, env):
     """--ab: alternating rounds, each size, the bridge as configured against it with a.ab."""
-    n = a.requests
+    n, k = a.requests, a.clients
     for size in [int(x) for x in a.sizes.split(",")]:
-        print(f"\n{size} B, {n} requests a row, p50 / p99 us (the server's part in brackets)")
+        who = "one client" if k == 1 else f"{k} clients at once (the median client's p50 / p99)"
+        print(f"\n{size} B, {n} requests a client, {who}, one request at a time each; p50 / p99 "
+              "us, the server's part in brackets" + ("" if k == 1 else ", requests a second"))
         print(f"| round | bare echo | bare echo, handoff | --serve | --serve, {a.ab} |")
         print("| --- | --- | --- | --- | --- |")
+
+        def cell(row, server=None):
+            text = f"{row[0]:.2f} / {row[1]:.2f}"
+            text += f" ({split(server)})" if server else ""
+            return text + ("" if k == 1 else f", {row[3] / 1e3:.0f} k/s")
+
         for r in range(a.rounds):
-            e = echo_row(a.echo, a.client, n, size=size)
-            h = echo_row(a.echo, a.client, n, wait="handoff", size=size)
-            u, us = serve_row(a.run, pkg, a.client, n, env, bridge=a.bridge, size=size)
+            e = echo_row(a.echo, a.client, n, size=size, clients=k)
+            h = echo_row(a.echo, a.client, n, wait="handoff", size=size, clients=k)
+            u, us = serve_row(a.run, pkg, a.client, n, env, bridge=a.bridge, size=size, clients=k)
             v, vs = serve_row(a.run, pkg, a.client, n, env, bridge=a.bridge, size=size,
-                              extra=a.ab)
-            print(f"| {r + 1} | {e[0]:.2f} / {e[1]:.2f} | {h[0]:.2f} / {h[1]:.2f} | "
-                  f"{u[0]:.2f} / {u[1]:.2f} ({split(us)}) | {v[0]:.2f} / {v[1]:.2f} ({split(vs)}) |")
+                              extra=a.ab, clients=k)
+            print(f"| {r + 1} | {cell(e)} | {cell(h)} | {cell(u, us)} | {cell(v, vs)} |")
             sys.stdout.flush()
 
 
@@ -134,6 +153,7 @@ def main():
     ap.add_argument("--ab", help="bridge arguments to measure against the bridge as configured, "
                     "in alternating rounds (replaces the tables)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of --ab (default 3)")
+    ap.add_argument("--clients", type=int, default=1, help="--ab: clients at once (default 1)")
     a = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="cudaq-rt-udp-rtt.")

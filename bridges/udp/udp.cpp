@@ -4,7 +4,7 @@
 // (udp_host.h) move datagrams between the socket and the ring. Configuration, from
 // --bridge-arg: bind=ADDR (default 127.0.0.1), port=N (default 0: a free one), slots=N,
 // slot_size=BYTES, layout=slots|lanes (as the loopback bridge), wait=spin|block (default spin),
-// threads=1|2 (default 2: a receiving and a sending thread);
+// threads=1|2 (default 1: one thread receives and sends; 2: a thread each);
 // instance_config adds the layout for the warp form and puts GPU i of several on port N+i.
 #include "loopback_alloc.h"
 #include "udp_host.h"

@@ -1,6 +1,6 @@
 // The UDP bridge's host side, as far as it needs no CUDA: the configuration, what a datagram is
 // (classify: a request for the GPU, or something the bridge answers or drops itself), the
-// socket, and the two threads that move datagrams between the socket and a loopback ring
+// socket, and the thread or threads that move datagrams between the socket and a loopback ring
 // (loopback_host.h). udp.cpp allocates the ring with CUDA and exports the plugin; the unit test
 // (tests/unit/test_udp_bridge.cpp) runs this code on a ring in ordinary memory against a CPU model
 // of the device side.
@@ -22,10 +22,17 @@
 //     sender, and sends the batch with sendmmsg; it returns the slots (the credits) once it has
 //     copied the senders out, or, where a response of the batch was sent from the ring, once
 //     sendmmsg has taken the bytes.
-//   The ring's host side (cudaq_rt_bridge) is not thread-safe: each thread works on its own copy
+//   The ring's host side (cudaq_rt_bridge) is not thread-safe: each side works on its own copy
 //   of it (rx_ring_, tx_ring_: same memory, own counters), and they exchange only the two sequence
 //   numbers, as atomics: RX publishes `sent` after the slot's sender is stored, TX publishes
 //   `received` as above.
+//   threads=1 (the default) runs both sides on one thread, in turn (serve_loop): a receive that
+//   does not wait, then a sweep of the answers. An answer then leaves from the CPU that received
+//   its request, and sendmmsg on a socket the CPU just received on costs less: on the H200 host,
+//   one client's 8-byte round trip was 9.2 us against 10.0 with a thread each (means of 9
+//   alternating pairs), the send part of it 2.6 to 3.5 us against 3.0 to 4.2. threads=2 runs the
+//   sides on two threads, which serve more requests a second from many clients at once (8 clients:
+//   290 to 340 thousand a second against 250 to 260); bench/udp_rtt.md has the runs.
 //
 // What the bridge answers itself (the GPU never sees these; wire.h has the statuses):
 //   under 16 bytes                dropped, counted (no request_id to answer with: a client could
@@ -67,7 +74,7 @@ struct Config {
   uint32_t response_bulk_min = CUDAQ_RT_LOOPBACK_RESPONSE_BULK_AS_REQUESTS; // the same, responses
   uint32_t spare_frame = 0; // the chain's spare frame in dynamic shared memory (loopback_ring.h)
   bool spin = true; // wait=spin: threads poll without sleeping; wait=block: they sleep when idle
-  uint32_t threads = 2; // threads=2: a receiving and a sending thread; threads=1: one for both
+  uint32_t threads = 1; // threads=1: one thread receives and sends; threads=2: a thread each
 };
 
 // Parses "bind=ADDR,port=N,slots=N,slot_size=BYTES,wait=spin|block,threads=1|2,layout=slots|lanes,
@@ -142,8 +149,8 @@ const char *counter_name(uint32_t counter);
 // to the caller and must outlive the pump.
 class Pump {
 public:
-  // threads: 2, a receiving and a sending thread; 1, one thread that does both in turn.
-  Pump(const cudaq_rt_bridge &ring, int fd, bool spin, uint32_t threads = 2);
+  // threads: 1, one thread that receives and sends in turn; 2, a receiving and a sending thread.
+  Pump(const cudaq_rt_bridge &ring, int fd, bool spin, uint32_t threads = 1);
   ~Pump();
   Pump(const Pump &) = delete;
   Pump &operator=(const Pump &) = delete;
