@@ -14,4 +14,7 @@ trap 'rm -rf "$tmp"' EXIT
 export CUDAQ_RT_BRIDGE_PATH="$build/lib/cudaq-rt/bridges" CUDAQ_RT_CACHE_DIR="$tmp/cache"
 "$build/bin/cudaq-rt-pack" "$build/examples/cudaq_rt_example_app" \
   --dispatcher "$build/bench/libcudaq_rt_bench_kernels.a" --name rtt -o "$tmp" >/dev/null
-"$build/bench/loopback_rtt" --package "$tmp/rtt.cudaqpkg" "$@"
+# The warp kernel with stamps, a package of its own (bench/rtt/warp_rounds.cu says why).
+"$build/bin/cudaq-rt-pack" "$build/examples/cudaq_rt_example_app" \
+  --dispatcher "$build/bench/libcudaq_rt_bench_warp_kernels.a" --name rtt_warp -o "$tmp" >/dev/null
+"$build/bench/loopback_rtt" --package "$tmp/rtt.cudaqpkg" --warp-package "$tmp/rtt_warp.cudaqpkg" "$@"

@@ -25,7 +25,7 @@ copy "$build/tests/capi/capi_test" "$out/tests/capi/capi_test"
 for f in loopback_dispatch_test cudaq_rt_fault_app libcudaq_rt_test_hold_pairs.a; do
   copy "$build/tests/gpu/$f" "$out/tests/gpu/$f"
 done
-for f in loopback_rtt libcudaq_rt_bench_kernels.a udp_echo udp_rtt_client; do
+for f in loopback_rtt libcudaq_rt_bench_kernels.a libcudaq_rt_bench_warp_kernels.a udp_echo udp_rtt_client; do
   copy "$build/bench/$f" "$out/bench/$f"
 done
 copy "$build/lib/libcudaq_rt_nvjitlink.so" "$out/lib/libcudaq_rt_nvjitlink.so"

@@ -1,10 +1,12 @@
 // bench/loopback_rtt: the loopback round trip through the runtime's load path, one table per run.
 // Not a test: it prints and asserts nothing (bench/loopback_rtt.md holds the results).
 //
-//   loopback_rtt --package PKG [--requests N] [--sm-ghz F] [--only TEXT]
+//   loopback_rtt --package PKG --warp-package PKG [--requests N] [--sm-ghz F] [--only TEXT]
 //
 // PKG: the example handlers packed with the bench's dispatch kernels (bench/rtt/rtt_kernels.cu:
-// `cudaq-rt-pack cudaq_rt_example_app --dispatcher libcudaq_rt_bench_kernels.a`). For each
+// `cudaq-rt-pack cudaq_rt_example_app --dispatcher libcudaq_rt_bench_kernels.a`); the second PKG
+// the same with libcudaq_rt_bench_warp_kernels.a (bench/rtt/warp_rounds.cu), for the rows of
+// cudaq_rt_bench_warp_rounds. loopback_rtt.sh packs both. For each
 // configuration below (bridge x dispatch kernel) it starts a Server, as cudaq-rt-run does, and
 // sends the 8-byte echo with 1, 4, 16 and 64 requests in flight; with cudaq_rt_bench_stages it
 // also prints where the GPU's time goes after a request is ready, from the kernel's own stamps.
@@ -303,7 +305,7 @@ void host_split(Server &server, uint32_t inflight, uint64_t requests, size_t pay
 } // namespace
 
 int main(int argc, char **argv) {
-  std::string package;
+  std::string package, warp_package; // the bench kernels; the warp kernel with stamps
   uint64_t requests = 100000;
   double ghz = 1.98;
   std::string only;
@@ -311,6 +313,8 @@ int main(int argc, char **argv) {
     std::string a = argv[i];
     if (a == "--package" && i + 1 < argc)
       package = argv[++i];
+    else if (a == "--warp-package" && i + 1 < argc)
+      warp_package = argv[++i];
     else if (a == "--requests" && i + 1 < argc)
       requests = std::strtoull(argv[++i], nullptr, 10);
     else if (a == "--sm-ghz" && i + 1 < argc)
@@ -318,13 +322,13 @@ int main(int argc, char **argv) {
     else if (a == "--only" && i + 1 < argc)
       only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: loopback_rtt --package PKG [--requests N] [--sm-ghz F] "
-                           "[--only TEXT]\n");
+      std::fprintf(stderr, "usage: loopback_rtt --package PKG --warp-package PKG [--requests N] "
+                           "[--sm-ghz F] [--only TEXT]\n");
       return 2;
     }
   }
-  if (package.empty()) {
-    std::fprintf(stderr, "loopback_rtt: --package is required\n");
+  if (package.empty() || warp_package.empty()) {
+    std::fprintf(stderr, "loopback_rtt: --package and --warp-package are required\n");
     return 2;
   }
   if (auto why = no_gpu_reason()) {
@@ -342,7 +346,7 @@ int main(int argc, char **argv) {
     if (!only.empty() && std::string(label).find(only) == std::string::npos)
       return;
     LoadOptions o;
-    o.package = package;
+    o.package = std::string(dispatcher) == "cudaq_rt_bench_warp_rounds" ? warp_package : package;
     if (whole)
       o.link.lto_mode = LtoMode::whole;
     o.link.bridge = bridge;
