@@ -31,6 +31,21 @@ static volatile sig_atomic_t stop;
 static unsigned char buffers[BATCH][SLOT];
 static char control[BATCH][CMSG_SPACE(sizeof(unsigned))];
 
+/* Sets up message `m` to receive a datagram into buffers[b] (and its control data), the sender's
+ * address into `from`. */
+static void receive_into(struct mmsghdr *m, struct iovec *iov, unsigned b,
+                         struct sockaddr_storage *from) {
+  iov->iov_base = buffers[b];
+  iov->iov_len = SLOT;
+  memset(m, 0, sizeof *m);
+  m->msg_hdr.msg_name = from;
+  m->msg_hdr.msg_namelen = sizeof *from;
+  m->msg_hdr.msg_iov = iov;
+  m->msg_hdr.msg_iovlen = 1;
+  m->msg_hdr.msg_control = control[b];
+  m->msg_hdr.msg_controllen = sizeof control[b];
+}
+
 /* handoff: the receiving thread fills buffers in ring order (datagram k in buffers[k % BATCH]) and
  * publishes `taken`; the sending thread sends what lies between `sent` and `taken`, then publishes
  * `sent`, which frees those buffers. */
@@ -80,15 +95,7 @@ static void receive_loop(int fd) {
       continue;
     for (unsigned i = 0; i < free; ++i) {
       const unsigned b = (unsigned)((next + i) % BATCH);
-      iov[i].iov_base = buffers[b];
-      iov[i].iov_len = SLOT;
-      memset(&msgs[i], 0, sizeof msgs[i]);
-      msgs[i].msg_hdr.msg_name = &senders[b];
-      msgs[i].msg_hdr.msg_namelen = sizeof senders[b];
-      msgs[i].msg_hdr.msg_iov = &iov[i];
-      msgs[i].msg_hdr.msg_iovlen = 1;
-      msgs[i].msg_hdr.msg_control = control[b];
-      msgs[i].msg_hdr.msg_controllen = sizeof control[b];
+      receive_into(&msgs[i], &iov[i], b, &senders[b]);
     }
     int n = recvmmsg(fd, msgs, free, MSG_DONTWAIT, NULL);
     if (n <= 0)
@@ -161,17 +168,8 @@ int main(int argc, char **argv) {
   struct iovec iov[BATCH];
   struct sockaddr_storage from[BATCH];
   while (!stop) {
-    for (int i = 0; i < BATCH; ++i) {
-      iov[i].iov_base = buffers[i];
-      iov[i].iov_len = SLOT;
-      memset(&msgs[i], 0, sizeof msgs[i]);
-      msgs[i].msg_hdr.msg_name = &from[i];
-      msgs[i].msg_hdr.msg_namelen = sizeof from[i];
-      msgs[i].msg_hdr.msg_iov = &iov[i];
-      msgs[i].msg_hdr.msg_iovlen = 1;
-      msgs[i].msg_hdr.msg_control = control[i];
-      msgs[i].msg_hdr.msg_controllen = sizeof control[i];
-    }
+    for (int i = 0; i < BATCH; ++i)
+      receive_into(&msgs[i], &iov[i], (unsigned)i, &from[i]);
     int n = recvmmsg(fd, msgs, BATCH, spin ? MSG_DONTWAIT : MSG_WAITFORONE, NULL);
     if (n <= 0)
       continue;
