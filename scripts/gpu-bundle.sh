@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Copies what the GPU tests and benchmarks need from a build tree into a bundle (stripped of debug
 # info) that can travel to a GPU machine which has no LLVM or toolchain of ours:
-#   gpu-bundle.sh BUILD_DIR OUT_DIR
+#   gpu-bundle.sh BUILD_DIR OUT_DIR [BRIDGES]
+# BRIDGES: the bridges to take, comma-separated names (loopback,udp,loopback_stamps); default
+# every one the build tree has. A tree where the bench's bridge variants were built holds a dozen
+# of them, and with bench/loopback_rtt the bundle then passes 64 MiB.
 # Layout: bin/, lib/libcudaq_rt.so.0, lib/cudaq-rt/bridges/, lib/libcudaq_rt_nvjitlink.so,
 # examples/, tests/gpu/, bench/
 # and bench/jit_start/ (as in the build tree), so that bench/loopback_rtt.sh,
 # bench/jit_start/jit_start.sh and scripts/gpu-tests.sh take the bundle for a build directory.
 set -euo pipefail
-build=${1:?build directory} out=${2:?output directory}
+build=${1:?build directory} out=${2:?output directory} bridges=${3:-}
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib/cudaq-rt/bridges" "$out/examples" "$out/tests/gpu" "$out/tests/capi" \
   "$out/bench"
@@ -16,7 +19,12 @@ copy() { # SRC DST: stripped when it is an ELF file, skipped when it was not bui
   if head -c 4 "$1" | grep -q ELF; then strip --strip-debug -o "$2" "$1"; else cp "$1" "$2"; fi
 }
 for f in "$build"/bin/*; do copy "$f" "$out/bin/${f##*/}"; done
-for f in "$build"/lib/cudaq-rt/bridges/*.so; do copy "$f" "$out/lib/cudaq-rt/bridges/${f##*/}"; done
+for f in "$build"/lib/cudaq-rt/bridges/*.so; do
+  name=${f##*/libcudaq_rt_bridge_}
+  name=${name%.so}
+  [ -z "$bridges" ] || [[ ",$bridges," == *",$name,"* ]] || continue
+  copy "$f" "$out/lib/cudaq-rt/bridges/${f##*/}"
+done
 # The dispatchers' units the build ships (a link cache directory beside the bridges).
 [ -d "$build/lib/cudaq-rt/units" ] && cp -r "$build/lib/cudaq-rt/units" "$out/lib/cudaq-rt/units"
 copy "$build/examples/cudaq_rt_example_app" "$out/examples/cudaq_rt_example_app"
