@@ -55,12 +55,18 @@ def client_run(client, address, n, size=8, clients=1):
     procs = [subprocess.Popen([client, address, str(n), str(size)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(clients)]
     results = []
-    for p in procs:
-        out, err = p.communicate(timeout=600)
-        m = re.search(r"p50=([\d.]+) p90=([\d.]+) p99=([\d.]+).*lost=(\d+) wrong=(\d+)", out)
-        if p.returncode != 0 or not m or m.group(5) != "0":
-            raise RuntimeError(f"{client}: {out}{err}")
-        results.append((float(m.group(1)), float(m.group(3)), out.strip()))
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=600)
+            m = re.search(r"p50=([\d.]+) p90=([\d.]+) p99=([\d.]+).*lost=(\d+) wrong=(\d+)", out)
+            if p.returncode != 0 or not m or m.group(5) != "0":
+                raise RuntimeError(f"{client}: {out}{err}")
+            results.append((float(m.group(1)), float(m.group(3)), out.strip()))
+    finally:
+        for p in procs:  # a failed run leaves no client behind
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     rate = clients * n / (time.monotonic() - start)
     if clients == 1:
         return results[0][0], results[0][1], results[0][2], rate
