@@ -320,6 +320,11 @@ struct Pump::Intake {
   std::array<mmsghdr, kBatch> answer_msgs{};
   std::array<iovec, kBatch> answer_iov{};
   bool woken = false; // a sleeping TX thread was woken while every slot was in flight
+  // The messages are set up for `prepared` free slots from request `prepared_at` on. recvmmsg
+  // changes them only when it takes a datagram, so a receive that finds none leaves them ready
+  // for the next: a spinning loop does not write 64 headers before every empty recvmmsg.
+  uint64_t prepared_at = 0;
+  unsigned prepared = 0;
 };
 
 // What one send needs between calls: a buffer per message for answers of cells, and the batch.
@@ -350,21 +355,24 @@ int Pump::receive(Intake &in, bool wait) {
   }
   in.woken = false;
   const unsigned want = std::min<unsigned>(kBatch, free);
-  // The slot of request sent: one division a batch, the others advanced from it.
-  const uint32_t first = uint32_t(rx_ring_.sent % slots_);
   const auto after = [this](uint32_t slot) { return slot + 1 == slots_ ? 0u : slot + 1; };
-  uint32_t next = first; // the slot the batch's next request goes to
-  for (unsigned i = 0, slot = first; i < want; ++i, slot = after(slot)) {
-    in.iov[i] = {loopback::request_area(&rx_ring_, slot), slot_size_};
-    mmsghdr &m = in.msgs[i];
-    m.msg_hdr = {};
-    m.msg_hdr.msg_name = &in.from[i];
-    m.msg_hdr.msg_namelen = sizeof in.from[i];
-    m.msg_hdr.msg_iov = &in.iov[i];
-    m.msg_hdr.msg_iovlen = 1;
-    m.msg_hdr.msg_control = in.control[i].data();
-    m.msg_hdr.msg_controllen = in.control[i].size();
-    m.msg_len = 0;
+  if (in.prepared_at != rx_ring_.sent || in.prepared < want) {
+    // The slot of request sent: one division a batch, the others advanced from it.
+    for (unsigned i = 0, slot = uint32_t(rx_ring_.sent % slots_); i < want;
+         ++i, slot = after(slot)) {
+      in.iov[i] = {loopback::request_area(&rx_ring_, slot), slot_size_};
+      mmsghdr &m = in.msgs[i];
+      m.msg_hdr = {};
+      m.msg_hdr.msg_name = &in.from[i];
+      m.msg_hdr.msg_namelen = sizeof in.from[i];
+      m.msg_hdr.msg_iov = &in.iov[i];
+      m.msg_hdr.msg_iovlen = 1;
+      m.msg_hdr.msg_control = in.control[i].data();
+      m.msg_hdr.msg_controllen = in.control[i].size();
+      m.msg_len = 0;
+    }
+    in.prepared_at = rx_ring_.sent;
+    in.prepared = want;
   }
   // MSG_TRUNC: msg_len is a datagram's real length even when it did not fit the slot.
   const int flags = MSG_TRUNC | ((wait && open) ? MSG_WAITFORONE : MSG_DONTWAIT);
@@ -376,6 +384,10 @@ int Pump::receive(Intake &in, bool wait) {
       relax();
     return 0;
   }
+  in.prepared = 0; // the taken messages' lengths changed: set up again next time
+  // The slot of the first datagram's area; the batch's next request goes there (write_request
+  // moves it down where one before it was answered or dropped).
+  uint32_t next = uint32_t(rx_ring_.sent % slots_);
   const uint64_t arrival = now_ns();
   count(datagrams_received, uint64_t(n));
   unsigned answers_n = 0, forwarded = 0;
