@@ -21,8 +21,9 @@
 # install, not one per tool) and other projects use. A static library would hand those LLVM's,
 # nvJitLink's, libcrypto's and libcurl's link lines too (a find_dependency(OpenSSL) and (CURL) in
 # the config). Into the shared one LLVM goes
-# into it statically with its symbols hidden (--exclude-libs), nvJitLink and NVRTC stay shared
-# dependencies, found through the RUNPATH of the toolkit the build used, and libcrypto (OpenSSL 3)
+# into it statically with its symbols hidden (--exclude-libs), NVRTC stays a shared dependency,
+# found through the RUNPATH of the toolkit the build used (nvJitLink is loaded at run time, through
+# the same RUNPATH by default: base/nvjitlink_library.cpp), and libcrypto (OpenSSL 3)
 # and libcurl (the remote link cache) ones found in the system's library path; the config needs
 # none of them.
 include(GNUInstallDirs)
@@ -45,7 +46,7 @@ target_include_directories(cudaq_rt_shared PUBLIC
 target_compile_features(cudaq_rt_shared PUBLIC cxx_std_20)
 target_link_libraries(cudaq_rt_shared
   PUBLIC cudaq_rt_device_headers nlohmann_json::nlohmann_json ${CMAKE_DL_LIBS}
-  PRIVATE cudaq_rt_llvm CUDA::nvJitLink CUDA::nvrtc OpenSSL::Crypto CURL::libcurl cudaq_rt_zstd)
+  PRIVATE cudaq_rt_llvm CUDA::nvrtc OpenSSL::Crypto CURL::libcurl cudaq_rt_zstd)
 # --exclude-libs hides what comes from LLVM's archives; the version script hides the LLVM
 # template instances our own objects hold (llvm::Expected<...>), so that neither can bind to, or be
 # bound by, another LLVM in the same process.
@@ -86,9 +87,11 @@ install(TARGETS cudaq-rt-pack cudaq-rt-link cudaq-rt-run cudaq_rt_shared cudaq_r
 # bridges, where links look for them.
 install(DIRECTORY "${CMAKE_BINARY_DIR}/lib/cudaq-rt/units" DESTINATION lib/cudaq-rt
         PATTERN "stats" EXCLUDE)
-# The nvJitLink interposer (man/cudaq-rt-nvjitlink.7): preloaded, or put ahead of the real library
-# on the loader's path; nothing links against it.
-install(TARGETS cudaq_rt_nvjitlink LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+# The nvJitLink interposers, one per major (man/cudaq-rt-nvjitlink.7): preloaded, or put ahead of
+# the real library on the loader's path; nothing links against them. libcudaq_rt_nvjitlink.so is
+# the CUDA 13 one under the name it had before there were two.
+install(TARGETS ${CUDAQ_RT_INTERPOSERS} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(FILES "${CMAKE_BINARY_DIR}/lib/libcudaq_rt_nvjitlink.so" DESTINATION ${CMAKE_INSTALL_LIBDIR})
 # The reference client of the wire format over UDP (cudaq-rt-run --serve): the launcher, and the
 # package it puts on sys.path (`pip install ./python` installs the same package as a wheel).
 install(PROGRAMS tools/cudaq-rt-client.py DESTINATION ${CMAKE_INSTALL_BINDIR}

@@ -41,7 +41,7 @@
 // up only when the module misses, so a change to one unit costs that unit and the final link.
 #include "cache/link_key.h"
 
-#include <nvJitLink.h>
+#include "base/nvjitlink_library.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -58,46 +58,19 @@ using json = nlohmann::json;
 namespace cudaq_rt {
 namespace {
 
-// The real nvJitLinkVersion: under the interposer, &nvJitLinkVersion is the interposer's.
-void *real_nvjitlink_version() {
-  using Hook = void *(*)(const char *);
-  if (auto hook = reinterpret_cast<Hook>(::dlsym(RTLD_DEFAULT, nvjitlink_real_symbol_hook)))
-    if (void *real = hook("nvJitLinkVersion"))
-      return real;
-  return reinterpret_cast<void *>(&nvJitLinkVersion);
-}
-
-Expected<NvJitLinkIdentity> find_nvjitlink_identity() {
+// The identity of the library that holds `version` (its nvJitLinkVersion), which answers
+// `major`.`minor`.
+Expected<NvJitLinkIdentity> identity_of(void *version, unsigned major, unsigned minor) {
   NvJitLinkIdentity id;
-  if (nvJitLinkVersion(&id.major, &id.minor) != NVJITLINK_SUCCESS)
-    return make_error("libnvJitLink", "nvJitLinkVersion failed");
-  // In a PIE, &nvJitLinkVersion is the library's own definition; a non-PIE executable that takes
-  // the address gets a canonical PLT entry instead, so fall back to asking the loader by soname.
-  std::string loaded;
-  void *version = real_nvjitlink_version();
+  id.major = major;
+  id.minor = minor;
   Dl_info info{};
-  if (::dladdr(version, &info) && info.dli_fname &&
-      fs::path(info.dli_fname).filename().string().find("nvJitLink") != std::string::npos) {
-    loaded = info.dli_fname;
-    id.build_id = loaded_build_id(version);
-  }
-  if (loaded.empty()) {
-    std::string soname = cat("libnvJitLink.so.", id.major);
-    if (void *handle = ::dlopen(soname.c_str(), RTLD_LAZY | RTLD_NOLOAD)) {
-      link_map *map = nullptr;
-      if (::dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name) {
-        loaded = map->l_name;
-        if (void *sym = ::dlsym(handle, "nvJitLinkVersion"))
-          id.build_id = loaded_build_id(sym);
-      }
-      ::dlclose(handle);
-    }
-  }
-  if (loaded.empty())
+  if (!::dladdr(version, &info) || !info.dli_fname || !*info.dli_fname)
     return make_error("libnvJitLink", "cannot find where the loaded library lives");
-  char *real = ::realpath(loaded.c_str(), nullptr);
+  id.build_id = loaded_build_id(version);
+  char *real = ::realpath(info.dli_fname, nullptr);
   if (!real)
-    return make_error(loaded, "cannot resolve the path: ", std::strerror(errno));
+    return make_error(info.dli_fname, "cannot resolve the path: ", std::strerror(errno));
   id.path = real;
   std::free(real);
   struct stat st;
@@ -106,6 +79,16 @@ Expected<NvJitLinkIdentity> find_nvjitlink_identity() {
   id.size = static_cast<uint64_t>(st.st_size);
   id.mtime_ns = int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
   return id;
+}
+
+Expected<NvJitLinkIdentity> find_nvjitlink_identity() {
+  auto lib = process_nvjitlink();
+  if (!lib)
+    return lib.error();
+  // Where the library is the interposer standing in for the real one, the real one links.
+  void *version = (*lib)->real_version ? (*lib)->real_version
+                                       : reinterpret_cast<void *>((*lib)->api.version);
+  return identity_of(version, (*lib)->major, (*lib)->minor);
 }
 
 struct BuildIdSearch {
@@ -187,6 +170,13 @@ json NvJitLinkIdentity::to_json() const {
 Expected<NvJitLinkIdentity> loaded_nvjitlink_identity() {
   static const Expected<NvJitLinkIdentity> identity = find_nvjitlink_identity();
   return identity;
+}
+
+Expected<NvJitLinkIdentity> nvjitlink_identity(nvJitLinkResult (*version)(unsigned *, unsigned *)) {
+  unsigned major = 0, minor = 0;
+  if (!version || version(&major, &minor) != NVJITLINK_SUCCESS)
+    return make_error("libnvJitLink", "nvJitLinkVersion failed");
+  return identity_of(reinterpret_cast<void *>(version), major, minor);
 }
 
 std::vector<std::string> normalize_link_options(std::span<const std::string> options) {

@@ -8,6 +8,7 @@
 #include "formats/target.h"
 
 #include <nlohmann/json.hpp>
+#include <nvJitLink.h>
 
 #include <cstdint>
 #include <optional>
@@ -34,10 +35,14 @@ struct NvJitLinkIdentity {
   friend bool operator==(const NvJitLinkIdentity &, const NvJitLinkIdentity &) = default;
 };
 
-// The identity of the libnvJitLink this process has loaded (found through dladdr on
-// nvJitLinkVersion, or, where the nvJitLink interposer defines that, on the real library's),
-// computed on the first call and remembered.
+// The identity of the libnvJitLink this process links with (base/nvjitlink_library.h: the one a
+// tool or the C API chose, else the environment's, else the toolkit's; where that is the
+// interposer standing in for the real library, the real one's), computed on the first call and
+// remembered.
 Expected<NvJitLinkIdentity> loaded_nvjitlink_identity();
+
+// The identity of the library whose nvJitLinkVersion is `version` (the interposer's real one).
+Expected<NvJitLinkIdentity> nvjitlink_identity(nvJitLinkResult (*version)(unsigned *, unsigned *));
 
 // The build ID of the loaded ELF object that holds `address`, read from its notes in memory, as
 // hex; empty when it has none.

@@ -14,7 +14,17 @@
 //  - an entry is used only after the cache has checked it against its key and its digest (and a
 //    remote one is a cubin, where the link made one); anything else is a miss;
 //  - a cache that cannot be opened or written costs one warning on stderr per process, never a
-//    failed link.
+//    failed link;
+//  - every call on a handle the interposer keeps a record of holds that handle's lock across the
+//    real call and the record's update, so that the inputs a key names are exactly those the real
+//    library received, in the order it received them. Without it, two threads adding to one
+//    handle could record A, B while the real library got B, A, or only one of them: nvJitLink
+//    13.0 itself drops one input in about 2% of links whose inputs two threads add at once, and
+//    that incomplete cubin was stored under the key of all of them.
+//
+// A hit answers the cubin (or PTX) from the entry. What only the real link makes, the linked
+// LTO-IR that nvJitLink 13 returns after a -lto link, is made on request: the real handle holds
+// every input, so its Complete runs then, and the program gets the real answer.
 //
 // Measured, CUDA 13.0: on a handle that has not completed, GetLinkedPtxSize answers
 // INVALID_INPUT, as it does after a link that made a cubin, and GetLinkedCubinSize answers
@@ -75,10 +85,10 @@ std::optional<std::string> read_whole_file(const char *path) {
 // What the real library logged, without its terminating NUL.
 std::string real_log(const RealNvJitLink &real, nvJitLinkHandle h) {
   size_t n = 0;
-  if (real.info_log_size(h, &n) != NVJITLINK_SUCCESS || n == 0)
+  if (real.api.info_log_size(h, &n) != NVJITLINK_SUCCESS || n == 0)
     return {};
   std::string s(n, '\0');
-  if (real.info_log(h, s.data()) != NVJITLINK_SUCCESS)
+  if (real.api.info_log(h, s.data()) != NVJITLINK_SUCCESS)
     return {};
   s.resize(std::strlen(s.c_str()));
   return s;
@@ -94,6 +104,8 @@ struct ApiLinks::Handle {
   std::vector<RecipeInput> recipe; // names and sizes, for a recording
   std::vector<std::string> bytes;  // the inputs' bytes, kept only when recording
   std::string uncacheable;         // why this link is not keyed, or empty
+  // open: inputs come; linked: the real library completed (or refused) it; cached: answered from
+  // the cache, the real handle not completed.
   enum class State { open, linked, cached } state = State::open;
   std::vector<uint8_t> output; // a hit's
   std::string log;             // a hit's info log
@@ -115,14 +127,14 @@ std::string cache_hit_log_line(const LinkKey &key, bool remote) {
              key.digest.short_str(), "); nvJitLink did not link\n");
 }
 
-ApiLinks::ApiLinks(const RealNvJitLink &real, std::shared_ptr<const LinkCache> cache,
-                   InterposerSettings settings)
-    : real_(real), cache_(std::move(cache)), settings_(std::move(settings)) {}
+ApiLinks::ApiLinks(const RealNvJitLink &real, const NvJitLinkMajor &major,
+                   std::shared_ptr<const LinkCache> cache, InterposerSettings settings)
+    : real_(real), major_(major), cache_(std::move(cache)), settings_(std::move(settings)) {}
 
-ApiLinks *ApiLinks::process() {
+ApiLinks *ApiLinks::process(const NvJitLinkMajor &major) {
   // Never destroyed: a program may link from its own static destructors.
-  static ApiLinks *links = []() -> ApiLinks * {
-    auto real = real_nvjitlink();
+  static ApiLinks *links = [&major]() -> ApiLinks * {
+    auto real = real_nvjitlink(major);
     if (!real) {
       std::fprintf(stderr, "%s: error: %s\n", tool, real.error().str().c_str());
       return nullptr;
@@ -136,7 +148,7 @@ ApiLinks *ApiLinks::process() {
       cache = std::make_shared<const LinkCache>(std::move(*opened));
     else
       warn_once("not using a link cache: " + opened.error().str());
-    return new ApiLinks(**real, std::move(cache), InterposerSettings::of_process());
+    return new ApiLinks(**real, major, std::move(cache), InterposerSettings::of_process());
   }();
   return links;
 }
@@ -151,6 +163,11 @@ std::shared_ptr<ApiLinks::Handle> ApiLinks::find(nvJitLinkHandle h) const {
   return it == handles_.end() ? nullptr : it->second;
 }
 
+const Expected<NvJitLinkIdentity> &ApiLinks::identity() const {
+  std::call_once(identity_once_, [this] { identity_ = nvjitlink_identity(real_.api.version); });
+  return *identity_;
+}
+
 void ApiLinks::say(const std::string &line) const {
   if (settings_.verbose)
     std::fprintf(stderr, "%s: %s\n", tool, line.c_str());
@@ -163,9 +180,9 @@ void ApiLinks::report(const LinkCache::RemoteLog &log) const {
     say(note);
 }
 
-nvJitLinkResult ApiLinks::create(nvJitLinkHandle *handle, uint32_t count,
+nvJitLinkResult ApiLinks::create(CreateFn real, nvJitLinkHandle *handle, uint32_t count,
                                  const char *const *options) {
-  nvJitLinkResult r = real_.create(handle, count, options);
+  nvJitLinkResult r = real(handle, count, options);
   if (r != NVJITLINK_SUCCESS || !handle || !*handle || bypass)
     return r;
   auto state = std::make_shared<Handle>();
@@ -183,22 +200,16 @@ nvJitLinkResult ApiLinks::create(nvJitLinkHandle *handle, uint32_t count,
   return r;
 }
 
-nvJitLinkResult ApiLinks::destroy(nvJitLinkHandle *handle) {
-  if (handle && *handle) {
+nvJitLinkResult ApiLinks::destroy(DestroyFn real, nvJitLinkHandle *handle) {
+  std::shared_ptr<Handle> state = handle ? find(*handle) : nullptr;
+  if (!state)
+    return real(handle);
+  std::lock_guard hold(state->mutex);
+  {
     std::lock_guard lock(mutex_);
     handles_.erase(*handle);
   }
-  return real_.destroy(handle);
-}
-
-ApiLinks::OpenRecord ApiLinks::open_record(nvJitLinkResult r, nvJitLinkHandle h) const {
-  OpenRecord out;
-  if (r != NVJITLINK_SUCCESS || !(out.state = find(h)))
-    return out;
-  out.lock = std::unique_lock(out.state->mutex);
-  if (out.state->state != Handle::State::open)
-    out.state.reset();
-  return out;
+  return real(handle);
 }
 
 void ApiLinks::Handle::add(nvJitLinkInputType type, std::string name, std::string_view data,
@@ -210,56 +221,64 @@ void ApiLinks::Handle::add(nvJitLinkInputType type, std::string name, std::strin
     bytes.emplace_back(data);
 }
 
-nvJitLinkResult ApiLinks::add_data(nvJitLinkHandle h, nvJitLinkInputType type, const void *data,
-                                   size_t size, const char *name) {
-  nvJitLinkResult r = real_.add_data(h, type, data, size, name);
-  if (OpenRecord rec = open_record(r, h); rec.state)
-    rec.state->add(type, name ? name : "", std::string_view(static_cast<const char *>(data), size),
-                   !settings_.record_dir.empty());
+nvJitLinkResult ApiLinks::add_data(AddDataFn real, nvJitLinkHandle h, nvJitLinkInputType type,
+                                   const void *data, size_t size, const char *name) {
+  auto state = find(h);
+  if (!state)
+    return real(h, type, data, size, name);
+  std::lock_guard lock(state->mutex);
+  nvJitLinkResult r = real(h, type, data, size, name);
+  if (r == NVJITLINK_SUCCESS && state->state == Handle::State::open)
+    state->add(type, name ? name : "", std::string_view(static_cast<const char *>(data), size),
+               !settings_.record_dir.empty());
   return r;
 }
 
-nvJitLinkResult ApiLinks::add_file(nvJitLinkHandle h, nvJitLinkInputType type, const char *path) {
-  nvJitLinkResult r = real_.add_file(h, type, path);
-  OpenRecord rec = open_record(r, h);
-  if (!rec.state)
+nvJitLinkResult ApiLinks::add_file(AddFileFn real, nvJitLinkHandle h, nvJitLinkInputType type,
+                                   const char *path) {
+  auto state = find(h);
+  if (!state)
+    return real(h, type, path);
+  std::lock_guard lock(state->mutex);
+  nvJitLinkResult r = real(h, type, path);
+  if (r != NVJITLINK_SUCCESS || state->state != Handle::State::open)
     return r;
   // The key needs the bytes the real library read: read them again.
   if (std::optional<std::string> bytes = read_whole_file(path))
-    rec.state->add(type, path, *bytes, !settings_.record_dir.empty());
+    state->add(type, path, *bytes, !settings_.record_dir.empty());
   else
-    rec.state->uncacheable = cat("cannot read ", quote(path), " again to key it");
+    state->uncacheable = cat("cannot read ", quote(path), " again to key it");
   return r;
 }
 
-nvJitLinkResult ApiLinks::complete(nvJitLinkHandle h) {
+nvJitLinkResult ApiLinks::complete(CompleteFn real, nvJitLinkHandle h) {
   auto state = find(h);
   if (!state)
-    return real_.complete(h);
+    return real(h);
   std::lock_guard lock(state->mutex);
   switch (state->state) {
   case Handle::State::cached:
     return NVJITLINK_ERROR_INTERNAL; // the real library's answer to a second Complete
   case Handle::State::linked:
-    return real_.complete(h);
+    return real(h);
   case Handle::State::open:
     break;
   }
-  return complete_cached(h, *state);
+  return complete_cached(real, h, *state);
 }
 
-nvJitLinkResult ApiLinks::complete_cached(nvJitLinkHandle h, Handle &s) {
+nvJitLinkResult ApiLinks::complete_cached(CompleteFn real, nvJitLinkHandle h, Handle &s) {
   std::optional<LinkKey> key;
   if (s.uncacheable.empty()) {
-    if (auto identity = loaded_nvjitlink_identity(); !identity)
-      s.uncacheable = identity.error().str();
-    else if (key = api_link_key(s.options, *identity, s.inputs); !key)
+    if (const auto &id = identity(); !id)
+      s.uncacheable = id.error().str();
+    else if (key = api_link_key(s.options, *id, s.inputs); !key)
       s.uncacheable = "its options name no single -arch=sm_NN";
   }
   if (!key) {
     s.state = Handle::State::linked;
     say("not cached: " + s.uncacheable);
-    return real_.complete(h);
+    return real(h);
   }
   auto start = Clock::now();
   std::optional<CacheEntry> hit;
@@ -289,7 +308,7 @@ nvJitLinkResult ApiLinks::complete_cached(nvJitLinkHandle h, Handle &s) {
     record(s, *key);
     return NVJITLINK_SUCCESS;
   }
-  nvJitLinkResult r = real_.complete(h);
+  nvJitLinkResult r = real(h);
   double link_ms = ms_since(start);
   s.state = Handle::State::linked;
   if (r != NVJITLINK_SUCCESS) {
@@ -298,9 +317,10 @@ nvJitLinkResult ApiLinks::complete_cached(nvJitLinkHandle h, Handle &s) {
   }
   std::vector<uint8_t> out;
   size_t n = 0;
-  if ((s.ptx ? real_.ptx_size : real_.cubin_size)(h, &n) == NVJITLINK_SUCCESS && n) {
+  const NvJitLinkFunctions &api = real_.api;
+  if ((s.ptx ? api.ptx_size : api.cubin_size)(h, &n) == NVJITLINK_SUCCESS && n) {
     out.resize(n);
-    if ((s.ptx ? real_.ptx(h, reinterpret_cast<char *>(out.data())) : real_.cubin(h, out.data())) !=
+    if ((s.ptx ? api.ptx(h, reinterpret_cast<char *>(out.data())) : api.cubin(h, out.data())) !=
         NVJITLINK_SUCCESS)
       out.clear();
   }
@@ -318,6 +338,14 @@ nvJitLinkResult ApiLinks::complete_cached(nvJitLinkHandle h, Handle &s) {
           cache_ && cache_->config().enabled ? ", stored" : ""));
   record(s, *key);
   return r;
+}
+
+void ApiLinks::complete_for_real(nvJitLinkHandle h, Handle &s) {
+  s.state = Handle::State::linked;
+  s.output.clear();
+  s.output.shrink_to_fit();
+  nvJitLinkResult r = real_.api.complete(h);
+  say(cat("the linked LTO-IR asked of a hit: the real link made (", r, ")"));
 }
 
 void ApiLinks::record(const Handle &s, const LinkKey &key) const {
@@ -338,56 +366,94 @@ void ApiLinks::record(const Handle &s, const LinkKey &key) const {
     say("recorded under " + settings_.record_dir.string());
 }
 
-nvJitLinkResult ApiLinks::output_size(nvJitLinkHandle h, bool ptx, size_t *size) {
-  if (auto s = find(h)) {
-    std::lock_guard lock(s->mutex);
-    if (s->state == Handle::State::cached && s->ptx == ptx) {
+namespace {
+
+// Whether a hit's entry answers `which`: its cubin, or its PTX for a -ptx link.
+bool answers(bool ptx, LinkOutput which) {
+  return which == (ptx ? LinkOutput::ptx : LinkOutput::cubin);
+}
+
+} // namespace
+
+nvJitLinkResult ApiLinks::output_size(SizeFn real, LinkOutput which, nvJitLinkHandle h,
+                                      size_t *size) {
+  auto s = find(h);
+  if (!s)
+    return real(h, size);
+  std::lock_guard lock(s->mutex);
+  if (s->state == Handle::State::cached) {
+    if (answers(s->ptx, which)) {
       if (!size)
-        return NVJITLINK_ERROR_NULL_INPUT;
+        return major_.null_input;
       *size = s->output.size();
       return NVJITLINK_SUCCESS;
     }
+    if (which == LinkOutput::ltoir)
+      complete_for_real(h, *s);
   }
-  return ptx ? real_.ptx_size(h, size) : real_.cubin_size(h, size);
+  return real(h, size);
 }
 
-nvJitLinkResult ApiLinks::output(nvJitLinkHandle h, bool ptx, void *out) {
-  if (auto s = find(h)) {
-    std::lock_guard lock(s->mutex);
-    if (s->state == Handle::State::cached && s->ptx == ptx) {
+nvJitLinkResult ApiLinks::output(OutputFn real, LinkOutput which, nvJitLinkHandle h, void *out) {
+  auto s = find(h);
+  if (!s)
+    return real(h, out);
+  std::lock_guard lock(s->mutex);
+  if (s->state == Handle::State::cached) {
+    if (answers(s->ptx, which)) {
       if (!out)
-        return NVJITLINK_ERROR_NULL_INPUT;
+        return major_.null_input;
       std::memcpy(out, s->output.data(), s->output.size());
       return NVJITLINK_SUCCESS;
     }
+    if (which == LinkOutput::ltoir)
+      complete_for_real(h, *s);
   }
-  return ptx ? real_.ptx(h, static_cast<char *>(out)) : real_.cubin(h, out);
+  return real(h, out);
 }
 
-nvJitLinkResult ApiLinks::info_log_size(nvJitLinkHandle h, size_t *size) {
-  if (auto s = find(h)) {
-    std::lock_guard lock(s->mutex);
-    if (s->state == Handle::State::cached) {
-      if (!size)
-        return NVJITLINK_ERROR_NULL_INPUT;
-      *size = s->log.size() + 1;
-      return NVJITLINK_SUCCESS;
-    }
+nvJitLinkResult ApiLinks::info_log_size(SizeFn real, nvJitLinkHandle h, size_t *size) {
+  auto s = find(h);
+  if (!s)
+    return real(h, size);
+  std::lock_guard lock(s->mutex);
+  if (s->state == Handle::State::cached) {
+    if (!size)
+      return major_.null_input;
+    *size = s->log.size() + 1;
+    return NVJITLINK_SUCCESS;
   }
-  return real_.info_log_size(h, size);
+  return real(h, size);
 }
 
-nvJitLinkResult ApiLinks::info_log(nvJitLinkHandle h, char *out) {
-  if (auto s = find(h)) {
-    std::lock_guard lock(s->mutex);
-    if (s->state == Handle::State::cached) {
-      if (!out)
-        return NVJITLINK_ERROR_NULL_INPUT;
-      std::memcpy(out, s->log.c_str(), s->log.size() + 1);
-      return NVJITLINK_SUCCESS;
-    }
+nvJitLinkResult ApiLinks::info_log(LogFn real, nvJitLinkHandle h, char *out) {
+  auto s = find(h);
+  if (!s)
+    return real(h, out);
+  std::lock_guard lock(s->mutex);
+  if (s->state == Handle::State::cached) {
+    if (!out)
+      return major_.null_input;
+    std::memcpy(out, s->log.c_str(), s->log.size() + 1);
+    return NVJITLINK_SUCCESS;
   }
-  return real_.info_log(h, out);
+  return real(h, out);
+}
+
+nvJitLinkResult ApiLinks::error_log_size(SizeFn real, nvJitLinkHandle h, size_t *size) {
+  auto s = find(h);
+  if (!s)
+    return real(h, size);
+  std::lock_guard lock(s->mutex);
+  return real(h, size);
+}
+
+nvJitLinkResult ApiLinks::error_log(LogFn real, nvJitLinkHandle h, char *out) {
+  auto s = find(h);
+  if (!s)
+    return real(h, out);
+  std::lock_guard lock(s->mutex);
+  return real(h, out);
 }
 
 } // namespace cudaq_rt

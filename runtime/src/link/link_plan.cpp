@@ -45,6 +45,7 @@
 // own messages for these name neither the input nor the fix.
 #include "link/link.h"
 
+#include "base/nvjitlink_library.h"
 #include "cudaq_rt/bridge.h"
 #include "formats/export_records.h"
 #include "formats/fatbin.h"
@@ -111,7 +112,8 @@ Status check_ltoir_versions(const LinkPlan &plan, const EntryRecord &ours) {
       if (e.kind != "ltoir")
         continue;
       bool other_major = e.version_major != ours.version_major;
-      bool newer = !other_major && e.version_minor > ours.version_minor;
+      bool newer = !other_major && e.version_minor > ours.version_minor &&
+                   e.version_minor > plan.nvjitlink.minor;
       if (other_major || newer)
         return make_error(plan.subject, in.name, ": LTO-IR version ", e.version_major, ".",
                           e.version_minor, " was written by ",
@@ -489,9 +491,14 @@ struct LinkPlan::Steps {
     return Status::ok();
   }
 
-  // The built-in dispatcher's LTO-IR is this build's toolkit's: the reference for every input,
-  // whichever dispatch kernel is linked.
+  // The nvJitLink the process links with must read the LTO-IR of the toolkit that built the
+  // runtime's device code (the dispatchers, the bridges' hooks), and of every input.
   Status check_toolkit(std::optional<Container> unified) {
+    auto lib = process_nvjitlink();
+    if (!lib)
+      return std::move(lib).take_error();
+    if (std::string why = nvjitlink_refuses_runtime_code(**lib); !why.empty())
+      return make_error("", why);
     auto identity = loaded_nvjitlink_identity();
     if (!identity)
       return std::move(identity).take_error();

@@ -26,7 +26,7 @@
 //   unit is then a real call (ABI, no inlining), as with nvcc -rdc without -dlto.
 #include "link/nvjitlink.h"
 
-#include <nvJitLink.h>
+#include "base/nvjitlink_library.h"
 
 #include <algorithm>
 #include <chrono>
@@ -38,7 +38,7 @@ namespace {
 
 // nvJitLink's two logs, read the same way: size (with the NUL), then the text.
 template <class SizeFn, class GetFn>
-std::string read_log(nvJitLinkHandle h, SizeFn size, GetFn get) {
+std::string read_log(nvJitLinkHandle h, SizeFn *size, GetFn *get) {
   size_t n = 0;
   if (size(h, &n) != NVJITLINK_SUCCESS || n == 0)
     return {};
@@ -49,11 +49,11 @@ std::string read_log(nvJitLinkHandle h, SizeFn size, GetFn get) {
   return s;
 }
 
-std::string error_log(nvJitLinkHandle h) {
-  return read_log(h, nvJitLinkGetErrorLogSize, nvJitLinkGetErrorLog);
+std::string error_log(const NvJitLinkFunctions &api, nvJitLinkHandle h) {
+  return read_log(h, api.error_log_size, api.error_log);
 }
-std::string info_log(nvJitLinkHandle h) {
-  return read_log(h, nvJitLinkGetInfoLogSize, nvJitLinkGetInfoLog);
+std::string info_log(const NvJitLinkFunctions &api, nvJitLinkHandle h) {
+  return read_log(h, api.info_log_size, api.info_log);
 }
 
 } // namespace
@@ -85,11 +85,12 @@ const char *nvjitlink_result_name(int result) {
 
 namespace {
 
-// Under the nvJitLink interposer (libcudaq_rt_nvjitlink.so), cudaq-rt's own links go straight to
-// the real library: they go through the link cache already, and would be stored twice.
+// Where the library is the nvJitLink interposer standing in for the real one (on the loader's path
+// as libnvJitLink.so.13), cudaq-rt's own links go straight to the real library: they go through
+// the link cache already, and would be stored twice.
 class InterposerBypass {
 public:
-  InterposerBypass() {
+  explicit InterposerBypass(const NvJitLinkLibrary &lib) : hook_(lib.bypass) {
     if (hook_)
       hook_(1);
   }
@@ -99,62 +100,66 @@ public:
   }
 
 private:
-  using Hook = void (*)(int);
-  static inline const Hook hook_ =
-      reinterpret_cast<Hook>(::dlsym(RTLD_DEFAULT, "cudaq_rt_nvjitlink_bypass"));
+  void (*hook_)(int);
 };
 
 } // namespace
 
 NvJitLinkOutcome nvjitlink_link(std::span<const std::string> options,
                                 std::span<const NvJitLinkInput> inputs, bool ptx) {
-  InterposerBypass bypass;
   NvJitLinkOutcome out;
+  auto lib = process_nvjitlink();
+  if (!lib) {
+    out.failure = {NVJITLINK_ERROR_INTERNAL, "load", lib.error().str(), ""};
+    return out;
+  }
+  const NvJitLinkFunctions &api = (*lib)->api;
+  InterposerBypass bypass(**lib);
   auto start = std::chrono::steady_clock::now();
   std::vector<const char *> argv;
   for (const std::string &o : options)
     argv.push_back(o.c_str());
   nvJitLinkHandle h = nullptr;
-  nvJitLinkResult r = nvJitLinkCreate(&h, static_cast<uint32_t>(argv.size()), argv.data());
+  nvJitLinkResult r = api.create(&h, static_cast<uint32_t>(argv.size()), argv.data());
   if (r != NVJITLINK_SUCCESS) {
-    out.failure = {r, "create", h ? error_log(h) : "", ""};
+    out.failure = {r, "create", h ? error_log(api, h) : "", ""};
     if (h)
-      nvJitLinkDestroy(&h);
+      api.destroy(&h);
     return out;
   }
   for (const NvJitLinkInput &in : inputs) {
-    r = nvJitLinkAddData(h,
+    r = api.add_data(h,
                          in.type    ? static_cast<nvJitLinkInputType>(in.type)
                          : in.cubin ? NVJITLINK_INPUT_CUBIN
                          : in.ltoir ? NVJITLINK_INPUT_LTOIR
                                     : NVJITLINK_INPUT_FATBIN,
                          in.fatbin.data(), in.fatbin.size(), in.name.c_str());
     if (r != NVJITLINK_SUCCESS) {
-      out.failure = {r, "add " + in.name, error_log(h), info_log(h)};
-      nvJitLinkDestroy(&h);
+      out.failure = {r, "add " + in.name, error_log(api, h), info_log(api, h)};
+      api.destroy(&h);
       return out;
     }
   }
-  r = nvJitLinkComplete(h);
+  r = api.complete(h);
   if (r != NVJITLINK_SUCCESS) {
-    out.failure = {r, "complete", error_log(h), info_log(h)};
-    nvJitLinkDestroy(&h);
+    out.failure = {r, "complete", error_log(api, h), info_log(api, h)};
+    api.destroy(&h);
     return out;
   }
   size_t size = 0;
-  r = ptx ? nvJitLinkGetLinkedPtxSize(h, &size) : nvJitLinkGetLinkedCubinSize(h, &size);
+  r = ptx ? api.ptx_size(h, &size) : api.cubin_size(h, &size);
   if (r == NVJITLINK_SUCCESS) {
     out.result.cubin.resize(size);
-    r = ptx ? nvJitLinkGetLinkedPtx(h, reinterpret_cast<char *>(out.result.cubin.data()))
-            : nvJitLinkGetLinkedCubin(h, out.result.cubin.data());
+    r = ptx ? api.ptx(h, reinterpret_cast<char *>(out.result.cubin.data()))
+            : api.cubin(h, out.result.cubin.data());
   }
   if (r != NVJITLINK_SUCCESS) {
-    out.failure = {r, "get cubin", error_log(h), info_log(h)};
-    nvJitLinkDestroy(&h);
+    out.failure = {r, "get cubin", error_log(api, h), info_log(api, h)};
+    api.destroy(&h);
     return out;
   }
-  out.result.info_log = info_log(h);
-  nvJitLinkDestroy(&h);
+  out.result.info_log = info_log(api, h);
+  api.destroy(&h);
   out.result.link_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   out.ok = true;
@@ -171,9 +176,10 @@ namespace {
 // still defines the function nothing calls. What an ELF looks like is read from the header and
 // the symbol names in its string table; cubin.cpp's full reader is for linked modules.
 std::string try_unit_compile() {
-  unsigned major = 0, minor = 0;
-  nvJitLinkVersion(&major, &minor);
-  const std::string which = cat("nvJitLink ", major, ".", minor);
+  auto lib = process_nvjitlink();
+  if (!lib)
+    return lib.error().str();
+  const std::string which = "nvJitLink " + (*lib)->version();
   std::vector<std::string> options{"-arch=sm_80", "-lto"};
   options.insert(options.end(), std::begin(nvjitlink_unit_options),
                  std::end(nvjitlink_unit_options));

@@ -19,22 +19,30 @@ namespace {
 
 RealNvJitLink linked_nvjitlink() {
   RealNvJitLink r;
-  r.create = __nvJitLinkCreate_13_0;
-  r.destroy = __nvJitLinkDestroy_13_0;
-  r.add_data = __nvJitLinkAddData_13_0;
-  r.add_file = __nvJitLinkAddFile_13_0;
-  r.complete = __nvJitLinkComplete_13_0;
-  r.cubin_size = __nvJitLinkGetLinkedCubinSize_13_0;
-  r.cubin = __nvJitLinkGetLinkedCubin_13_0;
-  r.ptx_size = __nvJitLinkGetLinkedPtxSize_13_0;
-  r.ptx = __nvJitLinkGetLinkedPtx_13_0;
-  r.error_log_size = __nvJitLinkGetErrorLogSize_13_0;
-  r.error_log = __nvJitLinkGetErrorLog_13_0;
-  r.info_log_size = __nvJitLinkGetInfoLogSize_13_0;
-  r.info_log = __nvJitLinkGetInfoLog_13_0;
-  r.version = nvJitLinkVersion;
+  r.api.create = __nvJitLinkCreate_13_0;
+  r.api.destroy = __nvJitLinkDestroy_13_0;
+  r.api.add_data = __nvJitLinkAddData_13_0;
+  r.api.add_file = __nvJitLinkAddFile_13_0;
+  r.api.complete = __nvJitLinkComplete_13_0;
+  r.api.cubin_size = __nvJitLinkGetLinkedCubinSize_13_0;
+  r.api.cubin = __nvJitLinkGetLinkedCubin_13_0;
+  r.api.ptx_size = __nvJitLinkGetLinkedPtxSize_13_0;
+  r.api.ptx = __nvJitLinkGetLinkedPtx_13_0;
+  r.api.error_log_size = __nvJitLinkGetErrorLogSize_13_0;
+  r.api.error_log = __nvJitLinkGetErrorLog_13_0;
+  r.api.info_log_size = __nvJitLinkGetInfoLogSize_13_0;
+  r.api.info_log = __nvJitLinkGetInfoLog_13_0;
+  r.api.version = nvJitLinkVersion;
+  r.path = "linked";
   return r;
 }
+
+const NvJitLinkMajor cuda13 = {13,
+                               0,
+                               "libnvJitLink.so.13",
+                               "nvidia/cu13/lib",
+                               NVJITLINK_ERROR_NULL_INPUT,
+                               NVJITLINK_ERROR_OUTDATED_LIBRARY};
 
 std::shared_ptr<const LinkCache> cache_in(const std::filesystem::path &dir) {
   CacheConfig c;
@@ -51,27 +59,29 @@ struct Linked {
 };
 
 Linked link_probe(ApiLinks &links, std::vector<const char *> options = {"-arch=sm_80", "-lto"}) {
+  const NvJitLinkFunctions &api = links.real().api;
   Linked out;
   nvJitLinkHandle h = nullptr;
-  REQUIRE(links.create(&h, static_cast<uint32_t>(options.size()), options.data()) ==
+  REQUIRE(links.create(api.create, &h, static_cast<uint32_t>(options.size()), options.data()) ==
           NVJITLINK_SUCCESS);
-  REQUIRE(links.add_data(h, NVJITLINK_INPUT_FATBIN, cudaq_rt_unit_probe_fatbin_begin,
+  REQUIRE(links.add_data(api.add_data, h, NVJITLINK_INPUT_FATBIN, cudaq_rt_unit_probe_fatbin_begin,
                          cudaq_rt_unit_probe_fatbin_end - cudaq_rt_unit_probe_fatbin_begin,
                          "probe") == NVJITLINK_SUCCESS);
-  out.result = links.complete(h);
+  out.result = links.complete(api.complete, h);
   if (out.result == NVJITLINK_SUCCESS) {
     size_t n = 0;
-    REQUIRE(links.output_size(h, false, &n) == NVJITLINK_SUCCESS);
+    REQUIRE(links.output_size(api.cubin_size, LinkOutput::cubin, h, &n) == NVJITLINK_SUCCESS);
     out.cubin.resize(n);
-    REQUIRE(links.output(h, false, out.cubin.data()) == NVJITLINK_SUCCESS);
-    REQUIRE(links.info_log_size(h, &n) == NVJITLINK_SUCCESS);
+    REQUIRE(links.output(api.cubin, LinkOutput::cubin, h, out.cubin.data()) ==
+            NVJITLINK_SUCCESS);
+    REQUIRE(links.info_log_size(api.info_log_size, h, &n) == NVJITLINK_SUCCESS);
     out.info_log.resize(n);
-    REQUIRE(links.info_log(h, out.info_log.data()) == NVJITLINK_SUCCESS);
+    REQUIRE(links.info_log(api.info_log, h, out.info_log.data()) == NVJITLINK_SUCCESS);
     out.info_log.resize(std::strlen(out.info_log.c_str()));
     // A second Complete answers as the real library's does, hit or not.
-    CHECK(links.complete(h) == NVJITLINK_ERROR_INTERNAL);
+    CHECK(links.complete(api.complete, h) == NVJITLINK_ERROR_INTERNAL);
   }
-  REQUIRE(links.destroy(&h) == NVJITLINK_SUCCESS);
+  REQUIRE(links.destroy(api.destroy, &h) == NVJITLINK_SUCCESS);
   CHECK(h == nullptr);
   return out;
 }
@@ -90,7 +100,7 @@ size_t entries(const std::filesystem::path &dir) {
 TEST_CASE("a link is stored, and the next is a hit with the same cubin and a log line") {
   ScratchDir dir;
   RealNvJitLink real = linked_nvjitlink();
-  ApiLinks links(real, cache_in(dir.path), {});
+  ApiLinks links(real, cuda13, cache_in(dir.path), {});
   Linked cold = link_probe(links);
   REQUIRE(cold.result == NVJITLINK_SUCCESS);
   CHECK(cold.info_log.find("link cache") == std::string::npos);
@@ -100,7 +110,7 @@ TEST_CASE("a link is stored, and the next is a hit with the same cubin and a log
   CHECK(warm.info_log.find("cudaq-rt-nvjitlink: this output came from the link cache") !=
         std::string::npos);
   // Another process (another ApiLinks over the same directory) hits too.
-  ApiLinks other(real, cache_in(dir.path), {});
+  ApiLinks other(real, cuda13, cache_in(dir.path), {});
   CHECK(link_probe(other).cubin == cold.cubin);
   CHECK(entries(dir.path) == 1);
 }
@@ -108,7 +118,7 @@ TEST_CASE("a link is stored, and the next is a hit with the same cubin and a log
 TEST_CASE("links that cannot be keyed, and cudaq-rt's own, go to the real library uncached") {
   ScratchDir dir;
   RealNvJitLink real = linked_nvjitlink();
-  ApiLinks links(real, cache_in(dir.path), {});
+  ApiLinks links(real, cuda13, cache_in(dir.path), {});
   // Two -arch options: the key would have to guess which one nvJitLink takes.
   link_probe(links, {"-arch=sm_80", "-arch=sm_80", "-lto"});
   CHECK(entries(dir.path) == 0);
@@ -120,10 +130,11 @@ TEST_CASE("links that cannot be keyed, and cudaq-rt's own, go to the real librar
   // A handle it never saw (made before, or by another library) is the real library's.
   nvJitLinkHandle h = nullptr;
   const char *options[] = {"-arch=sm_80"};
-  REQUIRE(real.create(&h, 1, options) == NVJITLINK_SUCCESS);
+  REQUIRE(real.api.create(&h, 1, options) == NVJITLINK_SUCCESS);
   size_t n = 0;
-  CHECK(links.output_size(h, false, &n) == real.cubin_size(h, &n));
-  CHECK(links.destroy(&h) == NVJITLINK_SUCCESS);
+  CHECK(links.output_size(real.api.cubin_size, LinkOutput::cubin, h, &n) ==
+        real.api.cubin_size(h, &n));
+  CHECK(links.destroy(real.api.destroy, &h) == NVJITLINK_SUCCESS);
 }
 
 TEST_CASE("a recording is a package holding the recipe and its inputs, once per key") {
@@ -131,7 +142,7 @@ TEST_CASE("a recording is a package holding the recipe and its inputs, once per 
   RealNvJitLink real = linked_nvjitlink();
   InterposerSettings settings;
   settings.record_dir = dir.path / "recordings";
-  ApiLinks links(real, nullptr, settings);
+  ApiLinks links(real, cuda13, nullptr, settings);
   REQUIRE(link_probe(links).result == NVJITLINK_SUCCESS);
   REQUIRE(link_probe(links).result == NVJITLINK_SUCCESS);
   std::vector<std::filesystem::path> found;
@@ -153,7 +164,7 @@ TEST_CASE("a recording is a package holding the recipe and its inputs, once per 
   CHECK(blob->size() ==
         static_cast<size_t>(cudaq_rt_unit_probe_fatbin_end - cudaq_rt_unit_probe_fatbin_begin));
   // Its key is the one the cache would have used.
-  auto identity = loaded_nvjitlink_identity();
+  auto identity = nvjitlink_identity(nvJitLinkVersion);
   REQUIRE(identity);
   std::vector<ApiLinkInput> in = {{NVJITLINK_INPUT_FATBIN, r.inputs[0].digest}};
   CHECK(api_link_key(r.options, *identity, in)->digest == r.cache_key);
