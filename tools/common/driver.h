@@ -3,6 +3,7 @@
 // through a ToolOutput (base/tool_output.h).
 #pragma once
 
+#include "base/nvjitlink_library.h"
 #include "base/signing.h"
 #include "base/tool_output.h"
 #include "cache/link_key.h"
@@ -94,16 +95,43 @@ CLI::Option *add_optional(CLI::App &app, const std::string &name, std::optional<
       name, [&to](const T &value) { to = value; }, help);
 }
 
+// --nvjitlink PATH: the nvJitLink library the tool links with (base/nvjitlink_library.h), over
+// $CUDAQ_RT_NVJITLINK and the toolkit's.
+inline CLI::Option *add_nvjitlink_option(CLI::App &app, std::string &path,
+                                         const std::string &group) {
+  return app
+      .add_option("--nvjitlink", path,
+                  "The libnvJitLink to link with: a path or a soname (default "
+                  "$CUDAQ_RT_NVJITLINK, else the toolkit's libnvJitLink.so." CUDAQ_RT_CUDA_MAJOR_STR
+                  "); the cache keys name its version and build ID")
+      ->group(group);
+}
+
+// Loads the library --nvjitlink named, if any: a path that is no nvJitLink library is a usage
+// error, said once, before any work.
+inline std::optional<Error> apply_nvjitlink_option(const std::string &path) {
+  if (path.empty())
+    return std::nullopt;
+  auto lib = choose_nvjitlink(path);
+  if (!lib)
+    return lib.error();
+  return std::nullopt;
+}
+
 // --version: what a bug report and a cache key depend on. "cudaq-rt-link 0.1.0 (source
-// 83b2a2d0c1f4, CUDA 13.0.88, nvJitLink 13.0)": the source revision and the toolkit the tool was
-// built from, and the nvJitLink it loaded (cache keys hash that one).
+// 83b2a2d0c1f4, CUDA 13.0.88, nvJitLink 13.0 /usr/local/cuda/lib64/libnvJitLink.so.13)": the
+// source revision and the toolkit the tool was built from, and the nvJitLink it links with (cache
+// keys hash that one): --nvjitlink's where given with --version.
 inline void add_version_flag(CLI::App &app, const char *tool) {
-  app.set_version_flag("--version", [tool] {
-    auto nvjitlink = loaded_nvjitlink_identity();
+  app.set_version_flag("--version", [tool, &app] {
+    std::string chosen;
+    if (CLI::Option *o = app.get_option_no_throw("--nvjitlink"); o && o->count() > 0)
+      chosen = o->as<std::string>();
+    auto lib = chosen.empty() ? process_nvjitlink() : choose_nvjitlink(chosen);
     return cat(tool,
                " " CUDAQ_RT_VERSION " (source " CUDAQ_RT_SOURCE_REVISION
-               ", CUDA " CUDAQ_RT_CUDA_VERSION ", nvJitLink ",
-               nvjitlink ? nvjitlink->version() : "not loadable: " + nvjitlink.error().str(), ")");
+               ", CUDA " CUDAQ_RT_CUDA_VERSION ", ",
+               lib ? (*lib)->describe() : "nvJitLink not loadable: " + lib.error().str(), ")");
   });
 }
 

@@ -26,12 +26,12 @@ int tool_main(int argc, char **argv) {
   app.footer("Environment: CUDAQ_RT_CACHE_DIR, CUDAQ_RT_CACHE_DISABLE, CUDAQ_RT_CACHE_MAXSIZE, "
              "CUDAQ_RT_REMOTE_CACHE, CUDAQ_RT_BRIDGE_PATH, CUDAQ_RT_LTO, "
              "CUDAQ_RT_FORCE_WHOLE_LINK, CUDAQ_RT_NO_SHIPPED_UNITS, CUDAQ_RT_SIGN_KEY, "
-             "CUDAQ_RT_TRUST, SOURCE_DATE_EPOCH, MAKEFLAGS (make's jobserver), NO_COLOR, TERM.\n"
+             "CUDAQ_RT_TRUST, CUDAQ_RT_NVJITLINK, SOURCE_DATE_EPOCH, MAKEFLAGS (make's jobserver), NO_COLOR, TERM.\n"
              "See cudaq-rt-link(1).");
 
   LinkArgs args;
   bool no_kernels_used = false, quiet = false;
-  std::string save_temps, prune_text, opt_level, lto_text;
+  std::string save_temps, prune_text, opt_level, lto_text, nvjitlink;
 
   app.add_option("package", args.link.package, "The package to link (NAME.cudaqpkg)")
       ->group("Link");
@@ -56,6 +56,7 @@ int tool_main(int argc, char **argv) {
   app.add_option("-X,--Xnvjitlink", args.link.settings.extra_options,
                  "Pass an option to nvJitLink (part of the cache key)")
       ->group("nvJitLink");
+  driver::add_nvjitlink_option(app, nvjitlink, "nvJitLink");
   app.add_flag("--no-kernels-used", no_kernels_used,
                "Keep every kernel instead of passing -kernels-used/-variables-used")
       ->group("nvJitLink");
@@ -112,6 +113,8 @@ int tool_main(int argc, char **argv) {
 
   if (int rc = driver::parse(tool, app, argc, argv); rc >= 0)
     return rc;
+  if (auto bad = driver::apply_nvjitlink_option(nvjitlink))
+    return driver::usage(tool, bad->str());
   args.link.settings.opt_level = opt_level.empty() ? "" : "-O" + opt_level;
   args.link.settings.kernels_used = !no_kernels_used;
   if (!lto_text.empty())

@@ -89,6 +89,7 @@ void add_options(CLI::App &app, RunArgs &a) {
                "With an oci:// package: start the copy stored under the cache directory, "
                "fetching nothing")
       ->group("Loading");
+  driver::add_nvjitlink_option(app, a.nvjitlink, "Loading");
   app.add_flag("--no-link", a.no_link, "Never link at load: the package or the cache must have it")
       ->group("Loading");
   app.add_flag("--store", a.load.policy.store, "Store a cubin linked at load in the package too")
@@ -127,7 +128,8 @@ int tool_main(int argc, char **argv) {
   app.footer(
       "Environment: CUDAQ_RT_CACHE_DIR, CUDAQ_RT_CACHE_DISABLE, CUDAQ_RT_CACHE_MAXSIZE, "
       "CUDAQ_RT_REMOTE_CACHE, CUDAQ_RT_LTO, CUDAQ_RT_FORCE_WHOLE_LINK, CUDAQ_RT_NO_SHIPPED_UNITS, "
-      "CUDAQ_RT_BRIDGE_PATH, CUDAQ_RT_SIGN_KEY, CUDAQ_RT_TRUST, SOURCE_DATE_EPOCH, "
+      "CUDAQ_RT_BRIDGE_PATH, CUDAQ_RT_SIGN_KEY, CUDAQ_RT_TRUST, CUDAQ_RT_NVJITLINK, "
+      "SOURCE_DATE_EPOCH, "
       "CUDA_VISIBLE_DEVICES.\nSee cudaq-rt-run(1).");
   RunArgs args;
   add_options(app, args);

@@ -97,6 +97,10 @@ typedef struct cudaq_rt_config {
    * only link cache entries one of them signed. cudaq_rt_open_self's code is the program's own
    * and needs no signature. */
   const char *trust;
+  /* The libnvJitLink links at load use: a path or a soname. NULL: CUDAQ_RT_NVJITLINK, else the
+   * toolkit's. A process links with one: naming another than the one already in use is refused
+   * (CUDAQ_RT_E_INVALID), as is one that cannot read cudaq-rt's device code (another CUDA major). */
+  const char *nvjitlink;
 } cudaq_rt_config;
 
 /* Fills *config with the defaults above. */

@@ -156,6 +156,19 @@ Expected<const NvJitLinkLibrary *> choose_nvjitlink(const std::string &path) {
   return load_locked(p, path, false);
 }
 
+const NvJitLinkLibrary *loaded_nvjitlink() {
+  ProcessLibrary &p = process_library();
+  std::lock_guard lock(p.mutex);
+  return p.loaded.get();
+}
+
+nlohmann::json loaded_nvjitlink_json() {
+  const NvJitLinkLibrary *lib = loaded_nvjitlink();
+  if (!lib)
+    return nullptr;
+  return {{"version", lib->version()}, {"path", lib->resolved.empty() ? lib->path : lib->resolved}};
+}
+
 Expected<const NvJitLinkLibrary *> process_nvjitlink() {
   ProcessLibrary &p = process_library();
   std::lock_guard lock(p.mutex);

@@ -12,6 +12,7 @@
 
 #include "cudaq_rt/error.h"
 
+#include <nlohmann/json.hpp>
 #include <nvJitLink.h>
 
 #include <functional>
@@ -73,6 +74,11 @@ Expected<const NvJitLinkLibrary *> choose_nvjitlink(const std::string &path);
 // The process's library: the chosen one, else the environment's, else the toolkit's; loaded on
 // the first call and kept.
 Expected<const NvJitLinkLibrary *> process_nvjitlink();
+
+// The process's library if it has been loaded, else null (loads nothing: for reports).
+const NvJitLinkLibrary *loaded_nvjitlink();
+// The same for --json: {"version": "13.5", "path": "..."}, or null where nothing needed one.
+nlohmann::json loaded_nvjitlink_json();
 
 // Why `lib` cannot link the device code this runtime ships (the built-in dispatch kernels and the
 // bridges' hooks, LTO-IR made by the CUDA that built cudaq-rt), or empty: nvJitLink reads no LTO-IR

@@ -2,6 +2,7 @@
 #include "link/link_command.h"
 
 #include "base/jobserver.h"
+#include "base/nvjitlink_library.h"
 #include "cache/link_cache.h"
 #include "oci/transfer.h"
 #include "package/signatures.h"
@@ -280,6 +281,9 @@ int run_link_command(const LinkCommand &c, ToolOutput &output) {
     return output.fail(cache.error());
   for (const std::string &w : cache_warnings)
     output.warn(w);
+  if (c.link.settings.verbose && !c.link.package.empty())
+    if (auto lib = process_nvjitlink(); lib)
+      output.note("links with " + (*lib)->describe());
   if (c.link.settings.verbose)
     if (auto id = loaded_nvjitlink_identity(); id && id->build_id.empty())
       output.note(cat(quote(id->path), " has no build ID: cache keys name its path, size and "
@@ -332,6 +336,7 @@ int run_link_command(const LinkCommand &c, ToolOutput &output) {
            {"lto", lto_mode_name(report->mode)},
            {"dry_run", c.link.dry_run},
            {"ok", report->ok()},
+           {"nvjitlink", loaded_nvjitlink_json()},
            {"archs", json::array()}};
     if (report->verified_by)
       doc["verified_by"] = report->verified_by->hex();

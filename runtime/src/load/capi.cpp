@@ -20,6 +20,7 @@
 // the module itself.
 #include "cudaq_rt/cudaq_rt.h"
 
+#include "base/nvjitlink_library.h"
 #include "cudaq_rt/bridge_plugin.h"
 #include "formats/export_records.h"
 #include "formats/input_file.h"
@@ -115,6 +116,13 @@ Expected<OwnedConfig> own(const cudaq_rt_config &c) {
                       c.num_link_options);
   if (!(c.stop_timeout_s >= 0))
     return make_error("", "cudaq_rt_config: stop_timeout_s must be 0 or more");
+  if (c.nvjitlink && *c.nvjitlink) {
+    auto lib = choose_nvjitlink(c.nvjitlink);
+    if (!lib)
+      return make_error(lib.error().subject, "cudaq_rt_config: nvjitlink: ", lib.error().message);
+    if (std::string why = nvjitlink_refuses_runtime_code(**lib); !why.empty())
+      return make_error("", "cudaq_rt_config: nvjitlink: ", why);
+  }
   OwnedConfig o;
   o.device = c.device;
   auto str = [](const char *s) { return s ? std::string(s) : std::string(); };

@@ -1,5 +1,6 @@
 #include "load/run_session.h"
 
+#include "base/nvjitlink_library.h"
 #include "cudaq_rt/wire.h"
 #include "oci/store.h"
 
@@ -140,6 +141,7 @@ json report_json(const LoadReport &r) {
             {"size", r.record.cubin_size},
             {"link_ms", r.record.link_ms},
             {"nvjitlink", r.record.nvjitlink_version}}},
+          {"nvjitlink", loaded_nvjitlink_json()},
           {"bridge", r.bridge},
           {"dispatcher", r.dispatcher},
           {"kernel", r.kernel},
@@ -163,6 +165,8 @@ std::string format_verbose(const LoadReport &r) {
                 t.cubin_ms, t.load_ms, t.launch_ms);
   if (t.first_response_ms)
     text += formatted(", first response %.3f ms", *t.first_response_ms);
+  if (const NvJitLinkLibrary *lib = loaded_nvjitlink())
+    text += cat("\n", tool, ": links with ", lib->describe());
   return text + "\n";
 }
 
@@ -428,6 +432,9 @@ Expected<RunOptions> make_run_options(RunArgs args) {
     return *e;
   if (!args.args.empty() && !args.call)
     return usage("--arg needs --call");
+  if (!args.nvjitlink.empty())
+    if (auto lib = choose_nvjitlink(args.nvjitlink); !lib)
+      return usage("--nvjitlink: " + lib.error().str());
   RunOptions o;
   o.load = std::move(args.load);
   if (auto e = select_devices(args, o))

@@ -58,6 +58,7 @@ struct RunArgs {
   double timeout_s = 10;
   bool verbose = false;
   bool json = false;
+  std::string nvjitlink; // --nvjitlink PATH
 };
 
 enum class RunAction { call, calls, bench, serve, list };
