@@ -2,7 +2,7 @@
 """gen_handlers: the handler units of jit_start_app's device code, for N handlers.
 
 Usage:
-  gen_handlers.py --handlers N --per-unit K --out DIR
+  gen_handlers.py --handlers N --per-unit K [--work W] --out DIR
 
 Writes into DIR:
   jit_start_handlers_000.cu ...  ceil(N / K) units of at most K handlers each, as an application's
@@ -12,8 +12,12 @@ Writes into DIR:
                                  the handlers' addresses) and its size, jit_start_handler_count.
 
 Handler i answers a 4-byte x with the 4-byte x * (2i + 1) + i (mod 2^32), so that the host can
-check which handler answered (jit_start_app.cpp, expected_result). Files are rewritten only
-when their text changes, so that a rerun recompiles nothing that stayed the same.
+check which handler answered (jit_start_app.cpp, expected_result). With --work W, each handler
+also runs W unrolled rounds of a multiply-xorshift mix of x whose result decides a store to a
+global, so that the compiler keeps them: about 64 bytes of SASS a round, the code size of
+handlers that do real work (1,000 handlers of W 64 link into a cubin of several MB), with the
+same answers. Files are rewritten only when their text changes, so that a rerun recompiles
+nothing that stayed the same.
 """
 import argparse
 import os
@@ -28,10 +32,27 @@ extern "C" __device__ int jit_start_handler_{i}(const void *input, void *output,
                                                uint32_t max_result_len, uint32_t *result_len) {{
   if (arg_len < 4 || max_result_len < 4)
     return 1;
-  *static_cast<uint32_t *>(output) = *static_cast<const uint32_t *>(input) * {k}u + {i}u;
+  const uint32_t x = *static_cast<const uint32_t *>(input);{work}
+  *static_cast<uint32_t *>(output) = x * {k}u + {i}u;
   *result_len = 4;
   return 0;
 }}
+"""
+
+# W rounds whose outcome decides a store: the compiler can neither fold nor drop them.
+WORK = """
+  uint32_t m = x;
+#pragma unroll
+  for (uint32_t r = 0; r < {w}u; ++r) {{
+    m ^= m >> 13;
+    m *= 0x9E3779B1u + 2u * ({i}u * {w}u + r);
+    m += r;
+  }}
+  if (m == 0x5bd1e995u)
+    jit_start_sink = m;"""
+
+SINK = """
+__device__ uint32_t jit_start_sink;
 """
 
 TABLE = """
@@ -48,17 +69,20 @@ __device__ uint32_t jit_start_handler_count = {n};
 """
 
 
-def handler_unit(first, last):
+def handler_unit(first, last, work):
     """The unit of handlers first .. last - 1."""
-    return HEADER + "".join(HANDLER.format(i=i, k=2 * i + 1) for i in range(first, last))
+    body = "".join(HANDLER.format(i=i, k=2 * i + 1, work=WORK.format(i=i, w=work) if work else "")
+                   for i in range(first, last))
+    return HEADER + ("extern __device__ uint32_t jit_start_sink;\n" if work else "") + body
 
 
-def table_unit(n):
+def table_unit(n, work):
     declarations = "\n".join(
         f"__device__ int jit_start_handler_{i}(const void *, void *, uint32_t, uint32_t, "
         "uint32_t *);" for i in range(n))
     entries = "\n".join(f"    jit_start_handler_{i}," for i in range(n))
-    return HEADER + TABLE.format(declarations=declarations, entries=entries, n=n)
+    return HEADER + (SINK if work else "") + TABLE.format(declarations=declarations,
+                                                          entries=entries, n=n)
 
 
 def write_if_changed(path, text):
@@ -77,16 +101,17 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--handlers", type=int, required=True, help="N, the number of handlers")
     parser.add_argument("--per-unit", type=int, default=100, help="handlers per unit")
+    parser.add_argument("--work", type=int, default=0, help="W, mix rounds a handler runs")
     parser.add_argument("--out", required=True, help="directory to write the units into")
     args = parser.parse_args()
-    if args.handlers < 1 or args.per_unit < 1:
-        parser.error("--handlers and --per-unit must be at least 1")
+    if args.handlers < 1 or args.per_unit < 1 or args.work < 0:
+        parser.error("--handlers and --per-unit must be at least 1, --work at least 0")
     os.makedirs(args.out, exist_ok=True)
     for unit, first in enumerate(range(0, args.handlers, args.per_unit)):
         last = min(first + args.per_unit, args.handlers)
         write_if_changed(os.path.join(args.out, f"jit_start_handlers_{unit:03d}.cu"),
-                         handler_unit(first, last))
-    write_if_changed(os.path.join(args.out, "jit_start_table.cu"), table_unit(args.handlers))
+                         handler_unit(first, last, args.work))
+    write_if_changed(os.path.join(args.out, "jit_start_table.cu"), table_unit(args.handlers, args.work))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What the nvJitLink interposer buys an application that links with nvJitLink at every start
 # (bench/jit_start.md): jit_start_app's start on this machine's GPU, for 5, 100 and 1,000
-# handlers, with and without the interposer, with the driver's compute cache and cudaq-rt's link
+# handlers (and 1,000 of 64 mix rounds each, a cubin of several MB), with and without the interposer, with the driver's compute cache and cudaq-rt's link
 # cache cold or warm. Prints one markdown table; measures, asserts nothing about times. Exits 1
 # when a run failed (an error, or a wrong answer from a handler).
 #
@@ -18,7 +18,7 @@
 #   e  d with CUDA_CACHE_DISABLE=1
 # Warm cases (b, d, e) run JIT_START_WARM_RUNS times (5), cold ones JIT_START_COLD_RUNS times (3;
 # 1 at 1,000 handlers and more); each column is its own median. JIT_START_HANDLERS picks the sets
-# ("5 100 1000"). CUDA_MODULE_LOADING is EAGER unless set, as CUDA-Q realtime runs. One start of
+# ("5 100 1000 1000x64"). CUDA_MODULE_LOADING is EAGER unless set, as CUDA-Q realtime runs. One start of
 # the first set comes first and is not shown (the disk and the GPU's wake-up).
 set -uo pipefail
 b=${1:?build directory or bundle}
@@ -98,14 +98,14 @@ row() {
 
 # One start first, not shown: the first process on a machine reads libnvJitLink (98 MB) and the
 # driver from disk and wakes the GPU, which would otherwise land in the first set's case a only.
-for n in ${JIT_START_HANDLERS:-5 100 1000}; do
+for n in ${JIT_START_HANDLERS:-5 100 1000 1000x64}; do
   compgen -G "$b/bench/jit_start/n$n/*.fatbin" >/dev/null || continue
   mkdir -p "$tmp/warmup"
   run "$n" "$tmp/warmup.log" CUDA_CACHE_PATH="$tmp/warmup" >/dev/null || status=1
   break
 done
 
-for n in ${JIT_START_HANDLERS:-5 100 1000}; do
+for n in ${JIT_START_HANDLERS:-5 100 1000 1000x64}; do
   if ! compgen -G "$b/bench/jit_start/n$n/*.fatbin" >/dev/null; then
     echo "jit_start.sh: note: no device code for $n handlers in $b/bench/jit_start/n$n: skipped" >&2
     continue

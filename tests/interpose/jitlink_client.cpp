@@ -4,14 +4,20 @@
 // libcudaq_rt_nvjitlink.so preloaded and compare what it prints and writes.
 //
 //   jitlink_client [-O OPTION]... [--data TYPE:PATH | --file TYPE:PATH]... [--ptx] [-o OUT]
-//                  [--threads N] [--info-log] [--misuse] [--unversioned]
+//                  [--threads N] [--one-handle-threads N] [--info-log] [--misuse] [--unversioned]
 //
 // TYPE: any, cubin, ptx, ltoir, fatbin, object, library. --data reads the file and adds its bytes
 // (nvJitLinkAddData); --file hands nvJitLink the path (nvJitLinkAddFile). --threads N makes the
 // same link on N threads at once, each on its own handle, and checks that all outputs agree.
+// --one-handle-threads N deals the inputs round-robin to N threads that add them to one shared
+// handle at once, each its share in order, as a program that misuses one handle from several
+// threads does (the order the handle sees them in then varies from run to run).
 // --misuse calls the API out of order and with NULL arguments and prints every result code.
 // --unversioned calls the unversioned names (nvJitLinkCreate, ...), found with dlsym, as programs
 // that load nvJitLink by name do.
+//
+// It compiles against the nvJitLink header of any release (13.0, 13.5, 12.9): the calls go through
+// the header's inline wrappers, which bind to that release's versioned names.
 //
 // Exit status: 0 linked, 1 a call failed (its name, result code and error log on stderr), 2 usage.
 #include <nvJitLink.h>
@@ -42,27 +48,28 @@ struct Args {
   bool ptx = false;
   std::string out;
   int threads = 1;
+  int one_handle_threads = 1;
   bool info_log = false;
   bool misuse = false;
   bool unversioned = false;
 };
 
-// The API as the program calls it: the header's inline wrappers (versioned names), or the
-// unversioned names through dlsym.
+// The API as the program calls it: the header's inline wrappers (the versioned names of the
+// header's release), or the unversioned names through dlsym.
 struct Api {
-  decltype(&__nvJitLinkCreate_13_0) create = __nvJitLinkCreate_13_0;
-  decltype(&__nvJitLinkDestroy_13_0) destroy = __nvJitLinkDestroy_13_0;
-  decltype(&__nvJitLinkAddData_13_0) add_data = __nvJitLinkAddData_13_0;
-  decltype(&__nvJitLinkAddFile_13_0) add_file = __nvJitLinkAddFile_13_0;
-  decltype(&__nvJitLinkComplete_13_0) complete = __nvJitLinkComplete_13_0;
-  decltype(&__nvJitLinkGetLinkedCubinSize_13_0) cubin_size = __nvJitLinkGetLinkedCubinSize_13_0;
-  decltype(&__nvJitLinkGetLinkedCubin_13_0) cubin = __nvJitLinkGetLinkedCubin_13_0;
-  decltype(&__nvJitLinkGetLinkedPtxSize_13_0) ptx_size = __nvJitLinkGetLinkedPtxSize_13_0;
-  decltype(&__nvJitLinkGetLinkedPtx_13_0) ptx = __nvJitLinkGetLinkedPtx_13_0;
-  decltype(&__nvJitLinkGetErrorLogSize_13_0) error_log_size = __nvJitLinkGetErrorLogSize_13_0;
-  decltype(&__nvJitLinkGetErrorLog_13_0) error_log = __nvJitLinkGetErrorLog_13_0;
-  decltype(&__nvJitLinkGetInfoLogSize_13_0) info_log_size = __nvJitLinkGetInfoLogSize_13_0;
-  decltype(&__nvJitLinkGetInfoLog_13_0) info_log = __nvJitLinkGetInfoLog_13_0;
+  decltype(&nvJitLinkCreate) create = nvJitLinkCreate;
+  decltype(&nvJitLinkDestroy) destroy = nvJitLinkDestroy;
+  decltype(&nvJitLinkAddData) add_data = nvJitLinkAddData;
+  decltype(&nvJitLinkAddFile) add_file = nvJitLinkAddFile;
+  decltype(&nvJitLinkComplete) complete = nvJitLinkComplete;
+  decltype(&nvJitLinkGetLinkedCubinSize) cubin_size = nvJitLinkGetLinkedCubinSize;
+  decltype(&nvJitLinkGetLinkedCubin) cubin = nvJitLinkGetLinkedCubin;
+  decltype(&nvJitLinkGetLinkedPtxSize) ptx_size = nvJitLinkGetLinkedPtxSize;
+  decltype(&nvJitLinkGetLinkedPtx) ptx = nvJitLinkGetLinkedPtx;
+  decltype(&nvJitLinkGetErrorLogSize) error_log_size = nvJitLinkGetErrorLogSize;
+  decltype(&nvJitLinkGetErrorLog) error_log = nvJitLinkGetErrorLog;
+  decltype(&nvJitLinkGetInfoLogSize) info_log_size = nvJitLinkGetInfoLogSize;
+  decltype(&nvJitLinkGetInfoLog) info_log = nvJitLinkGetInfoLog;
 };
 
 template <class F> void find(F &f, const char *name) {
@@ -148,6 +155,8 @@ Args parse(int argc, char **argv) {
       a.out = value();
     else if (s == "--threads")
       a.threads = std::atoi(std::string(value()).c_str());
+    else if (s == "--one-handle-threads")
+      a.one_handle_threads = std::atoi(std::string(value()).c_str());
     else if (s == "--info-log")
       a.info_log = true;
     else if (s == "--misuse")
@@ -157,8 +166,8 @@ Args parse(int argc, char **argv) {
     else
       usage(("unknown argument " + std::string(s)).c_str());
   }
-  if (a.threads < 1)
-    usage("--threads takes a positive count");
+  if (a.threads < 1 || a.one_handle_threads < 1)
+    usage("--threads and --one-handle-threads take a positive count");
   return a;
 }
 
@@ -198,13 +207,35 @@ Outcome link_once(const Api &api, const Args &a) {
   };
   if (nvJitLinkResult r = api.create(&h, static_cast<uint32_t>(argv.size()), argv.data()))
     return fail("nvJitLinkCreate", r);
-  for (const Input &in : a.inputs) {
-    nvJitLinkResult r =
-        in.by_file ? api.add_file(h, in.type, in.path.c_str())
-                   : api.add_data(h, in.type, in.bytes.data(), in.bytes.size(), in.path.c_str());
-    if (r)
-      return fail(in.by_file ? "nvJitLinkAddFile" : "nvJitLinkAddData", r);
+  // With --one-handle-threads N, thread t adds inputs t, t + N, t + 2N, ... in that order and
+  // stops at its first failure; the lowest thread's failure is the one reported. With 1, the
+  // inputs are added in order on this thread.
+  const int threads = a.one_handle_threads;
+  std::vector<std::pair<const char *, nvJitLinkResult>> failed(threads); // {null, SUCCESS}
+  auto add_share = [&](int t) {
+    for (size_t i = t; i < a.inputs.size(); i += threads) {
+      const Input &in = a.inputs[i];
+      nvJitLinkResult r =
+          in.by_file ? api.add_file(h, in.type, in.path.c_str())
+                     : api.add_data(h, in.type, in.bytes.data(), in.bytes.size(), in.path.c_str());
+      if (r) {
+        failed[t] = {in.by_file ? "nvJitLinkAddFile" : "nvJitLinkAddData", r};
+        return;
+      }
+    }
+  };
+  if (threads == 1) {
+    add_share(0);
+  } else {
+    std::vector<std::thread> adders;
+    for (int t = 0; t < threads; ++t)
+      adders.emplace_back(add_share, t);
+    for (std::thread &t : adders)
+      t.join();
   }
+  for (auto [call, r] : failed)
+    if (call)
+      return fail(call, r);
   if (nvJitLinkResult r = api.complete(h))
     return fail("nvJitLinkComplete", r);
   size_t n = 0;

@@ -28,6 +28,14 @@ struct Digest {
 Digest sha256(std::span<const uint8_t> data);
 Digest sha256(std::string_view data);
 
+// SHA-256 runs at about 1.7 GB/s a core (SHA-NI): 2.8 ms for a 4.8 MB cubin, most of a link cache
+// hit. This digest splits the data into 1 MiB chunks, hashes them on up to 8 threads at once and
+// hashes their digests in order: SHA-256("cudaq-rt chunked sha256 v1" NUL || size as u64 little
+// endian || SHA-256(chunk 0) || SHA-256(chunk 1) || ...). As collision-resistant as SHA-256 (the
+// size and the fixed chunking leave one way to read the list), and as fast as the cores read.
+constexpr size_t chunked_sha256_chunk = size_t{1} << 20;
+Digest chunked_sha256(std::span<const uint8_t> data);
+
 // Incremental hashing, for keys built from several parts.
 class Sha256 {
 public:

@@ -4,16 +4,18 @@
 //
 //   offset size
 //        0    8  magic "CQRTLNK\0"
-//        8    4  entry format version, u32 little endian (2; 1 is still read)
+//        8    4  entry format version, u32 little endian: 3 (a local entry) or 2 (a remote one);
+//                1 is still read
 //       12    4  signatures' length S, u32 little endian (0: unsigned; a multiple of 96)
 //       16   32  the full key digest
 //       48    8  metadata length M, u64 little endian
 //       56    8  payload size C, u64 little endian
-//       64   32  SHA-256 of the cubin (uncompressed)
+//       64   32  the cubin's digest (of the cubin uncompressed): version 3, chunked_sha256
+//                (base/digest.h); 1 and 2, SHA-256
 //       96   32  SHA-256 of bytes 0..96 followed by the metadata
 //      128    M  metadata, JSON (arch, options, nvJitLink version, inputs, info log, time, created)
 //    128+M    C  payload: version 2, the cubin as one zstd frame (level 1, content size in its
-//                header); version 1, the cubin as it is
+//                header); versions 3 and 1, the cubin as it is
 //  128+M+C    S  signatures, 96 bytes each: the signer's key id (32), Ed25519 signature (64)
 //
 // Every byte is covered by a check: the file size must be exactly 128 + M + C + S, the header and
@@ -23,12 +25,21 @@
 // check (truncated, bit flips, garbage, another key's entry renamed into place) is a miss and is
 // removed, so the next link stores a good one. The cubin is never handed out unverified.
 // A cubin compresses about 4x at level 1 (the example's 111,840 bytes for sm_90 to 28,450), which
-// is what a remote cache moves, at a cost of well under a millisecond each way.
+// is what a remote cache moves, at a cost of well under a millisecond each way. A local entry is
+// written uncompressed (version 1): a hit is on a program's start path, and there the cubin is
+// read once, straight into the buffer the caller gets, and hashed there; decompressing it too
+// cost 1.2 ms against 0.4 for a 652 KB cubin (bench/jit_start.md, "A hit's cost"). Its digest is
+// chunked_sha256, which hashes 1 MiB chunks on several cores: SHA-256 alone took 2.8 of the 6.3
+// ms a 4.8 MB hit cost. Signatures sign whichever digest the header holds. An entry fetched
+// from the remote cache (version 2) is kept locally as fetched, signatures and all.
 #include "cache/cache_entry.h"
 #include "base/zstd.h"
 
+#include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <functional>
+#include <unistd.h>
 #include <stdexcept>
 
 using json = nlohmann::json;
@@ -37,10 +48,13 @@ namespace cudaq_rt {
 namespace {
 
 constexpr char entry_magic[8] = {'C', 'Q', 'R', 'T', 'L', 'N', 'K', '\0'};
-constexpr uint32_t entry_format_version = 2;
-constexpr uint32_t uncompressed_format_version = 1;
+constexpr uint32_t compressed_format_version = 2;   // zstd frame, SHA-256
+constexpr uint32_t plain_format_version = 3;        // as it is, chunked_sha256
+constexpr uint32_t uncompressed_format_version = 1; // as it is, SHA-256 (read only)
 // No linked module is near this; a frame that says more is not a cache entry's.
 constexpr uint64_t max_cubin_bytes = uint64_t{1} << 30;
+// A zstd frame is never much larger than what it holds.
+constexpr uint64_t max_frame_bytes = max_cubin_bytes + (max_cubin_bytes >> 7) + 4096;
 constexpr size_t header_size = 128;
 constexpr size_t checked_header_size = 96; // the part the header digest covers
 constexpr size_t signature_record_size = 32 + 64;
@@ -92,19 +106,22 @@ bool CacheEntry::signed_by(const TrustedKeys &trusted, const Digest &key) const 
 
 std::vector<uint8_t> encode_cache_entry(const Digest &key, std::span<const uint8_t> cubin,
                                         const LinkMetadata &link_metadata,
-                                        const SigningKey *signer) {
+                                        const SigningKey *signer, EntryPayload form) {
   const std::string metadata = link_metadata.to_json().dump();
   const size_t signatures = signer ? signature_record_size : 0;
-  const std::string payload = zstd_compress(cubin);
+  const bool compress = form == EntryPayload::compressed;
+  const std::string payload =
+      compress ? zstd_compress(cubin)
+               : std::string(reinterpret_cast<const char *>(cubin.data()), cubin.size());
   std::vector<uint8_t> out(header_size + metadata.size() + payload.size() + signatures);
   uint8_t *h = out.data();
   std::memcpy(h, entry_magic, 8);
-  put_le(h + 8, entry_format_version, 4);
+  put_le(h + 8, compress ? compressed_format_version : plain_format_version, 4);
   put_le(h + 12, signatures, 4);
   std::memcpy(h + 16, key.bytes.data(), 32);
   put_le(h + 48, metadata.size(), 8);
   put_le(h + 56, payload.size(), 8);
-  Digest cubin_digest = sha256(cubin);
+  Digest cubin_digest = compress ? sha256(cubin) : chunked_sha256(cubin);
   std::memcpy(h + 64, cubin_digest.bytes.data(), 32);
   Digest check = header_digest(h, metadata);
   std::memcpy(h + 96, check.bytes.data(), 32);
@@ -119,56 +136,110 @@ std::vector<uint8_t> encode_cache_entry(const Digest &key, std::span<const uint8
   return out;
 }
 
-std::optional<CacheEntry> decode_cache_entry(std::string_view file, const Digest &key) {
-  if (file.size() < header_size)
+namespace {
+
+// Reads `n` bytes at `offset` of the entry into `to`; false where the entry has fewer.
+using EntryReader = std::function<bool(uint64_t offset, void *to, size_t n)>;
+
+// The one decoder of both sources: a file's bytes in memory (a remote GET) and a local entry
+// read piece by piece from its descriptor, so that a hit reads its cubin once, into the buffer
+// the caller gets, and hashes it there.
+std::optional<CacheEntry> decode_entry(uint64_t file_size, const EntryReader &read,
+                                       const Digest &key) {
+  uint8_t h[header_size];
+  if (file_size < header_size || !read(0, h, header_size))
     return std::nullopt;
-  auto h = reinterpret_cast<const uint8_t *>(file.data());
   const uint64_t signatures_size = get_le(h + 12, 4);
   const uint64_t version = get_le(h + 8, 4);
-  if (std::memcmp(h, entry_magic, 8) != 0 ||
-      (version != entry_format_version && version != uncompressed_format_version) ||
+  const bool plain = version == plain_format_version || version == uncompressed_format_version;
+  if (std::memcmp(h, entry_magic, 8) != 0 || (!plain && version != compressed_format_version) ||
       signatures_size % signature_record_size != 0 ||
       signatures_size > max_entry_signatures * signature_record_size ||
       std::memcmp(h + 16, key.bytes.data(), 32) != 0)
     return std::nullopt;
   uint64_t metadata_size = get_le(h + 48, 8), payload_size = get_le(h + 56, 8);
-  uint64_t body = file.size() - header_size;
+  uint64_t body = file_size - header_size;
   if (signatures_size > body || metadata_size > body - signatures_size ||
       payload_size != body - signatures_size - metadata_size)
     return std::nullopt;
-  std::string_view metadata = file.substr(header_size, metadata_size);
+  if (plain ? payload_size > max_cubin_bytes : payload_size > max_frame_bytes)
+    return std::nullopt;
+  std::string metadata(metadata_size, '\0');
+  if (!read(header_size, metadata.data(), metadata_size))
+    return std::nullopt;
   Digest check = header_digest(h, metadata);
   if (std::memcmp(h + 96, check.bytes.data(), 32) != 0)
     return std::nullopt;
-  const uint8_t *payload = h + header_size + metadata_size;
+  const uint64_t payload_at = header_size + metadata_size;
   std::vector<uint8_t> cubin;
-  if (version == uncompressed_format_version) {
-    cubin.assign(payload, payload + payload_size);
+  if (plain) {
+    cubin.resize(payload_size);
+    if (!read(payload_at, cubin.data(), payload_size))
+      return std::nullopt;
   } else {
-    auto unpacked = zstd_decompress({payload, payload_size}, max_cubin_bytes, "");
+    std::vector<uint8_t> frame(payload_size);
+    if (!read(payload_at, frame.data(), payload_size))
+      return std::nullopt;
+    auto unpacked = zstd_decompress(frame, max_cubin_bytes, "");
     if (!unpacked)
       return std::nullopt;
     cubin.assign(unpacked->begin(), unpacked->end());
   }
-  Digest cubin_digest = sha256(cubin);
+  Digest cubin_digest = version == plain_format_version ? chunked_sha256(cubin) : sha256(cubin);
   if (std::memcmp(h + 64, cubin_digest.bytes.data(), 32) != 0)
     return std::nullopt;
   json j = json::parse(metadata, nullptr, /*allow_exceptions=*/false);
   auto parsed = LinkMetadata::from_json(j);
   if (!parsed)
     return std::nullopt;
+  std::vector<uint8_t> signatures(signatures_size);
+  if (!read(payload_at + payload_size, signatures.data(), signatures_size))
+    return std::nullopt;
   CacheEntry entry;
   entry.cubin = std::move(cubin);
   entry.metadata = std::move(*parsed);
   entry.cubin_digest = cubin_digest;
-  for (const uint8_t *p = payload + payload_size, *end = p + signatures_size; p < end;
-       p += signature_record_size) {
-    EntrySignature s;
-    std::memcpy(s.key.digest.bytes.data(), p, 32);
-    std::memcpy(s.signature.data(), p + 32, 64);
-    entry.signatures.push_back(s);
+  for (size_t at = 0; at < signatures.size(); at += signature_record_size) {
+    EntrySignature sig;
+    std::memcpy(sig.key.digest.bytes.data(), signatures.data() + at, 32);
+    std::memcpy(sig.signature.data(), signatures.data() + at + 32, 64);
+    entry.signatures.push_back(sig);
   }
   return entry;
+}
+
+} // namespace
+
+std::optional<CacheEntry> decode_cache_entry(std::string_view file, const Digest &key) {
+  return decode_entry(
+      file.size(),
+      [file](uint64_t offset, void *to, size_t n) {
+        if (offset > file.size() || n > file.size() - offset)
+          return false;
+        std::memcpy(to, file.data() + offset, n);
+        return true;
+      },
+      key);
+}
+
+std::optional<CacheEntry> read_cache_entry(int fd, uint64_t file_size, const Digest &key) {
+  return decode_entry(
+      file_size,
+      [fd](uint64_t offset, void *to, size_t n) {
+        auto *p = static_cast<uint8_t *>(to);
+        while (n > 0) {
+          ssize_t got = ::pread(fd, p, n, static_cast<off_t>(offset));
+          if (got < 0 && errno == EINTR)
+            continue;
+          if (got <= 0)
+            return false; // shrank since it was opened, or an I/O error: not this entry
+          p += got;
+          offset += static_cast<uint64_t>(got);
+          n -= static_cast<size_t>(got);
+        }
+        return true;
+      },
+      key);
 }
 
 LinkMetadata LinkMetadata::from_key(const LinkKey &key) {

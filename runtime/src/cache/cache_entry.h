@@ -59,9 +59,16 @@ std::string cache_entry_signature_message(const Digest &key, const Digest &cubin
 // The bytes of an entry file, local or remote (the format is in cache_entry.cpp), signed by
 // `signer` when there is one, and back: a decoded entry has passed every check the format has,
 // against `key`; its signatures are checked by whoever trusts keys (CacheEntry::signed_by).
+// The payload's form: a zstd frame (version 2: what a remote cache moves) or the cubin as it is
+// (version 3: a local entry, read at every hit).
+enum class EntryPayload { compressed, plain };
 std::vector<uint8_t> encode_cache_entry(const Digest &key, std::span<const uint8_t> cubin,
                                         const LinkMetadata &metadata,
-                                        const SigningKey *signer = nullptr);
+                                        const SigningKey *signer = nullptr,
+                                        EntryPayload form = EntryPayload::compressed);
 std::optional<CacheEntry> decode_cache_entry(std::string_view file, const Digest &key);
+// The same from an open entry file of `size` bytes, read piece by piece (pread): the cubin of a
+// plain entry goes straight into the entry's buffer, with no copy of the file in between.
+std::optional<CacheEntry> read_cache_entry(int fd, uint64_t size, const Digest &key);
 
 } // namespace cudaq_rt

@@ -142,14 +142,12 @@ std::optional<CacheEntry> LinkCache::get(const LinkKey &key) const {
   const std::string name = path.filename().string();
   auto file = shard < 0 ? Expected<std::optional<RegularFile>>(std::optional<RegularFile>())
                         : RegularFile::open_at(shard, name, path, {.max_bytes = limit});
-  std::optional<std::string> bytes;
-  if (file && *file)
-    if (auto read = (*file)->read())
-      bytes = std::move(*read);
+  // Read piece by piece: the cubin of a plain entry lands once, in the buffer the caller gets.
+  const bool opened = file && *file;
   std::optional<CacheEntry> entry;
-  if (bytes)
-    entry = decode_cache_entry(*bytes, key.digest);
-  bool corrupt = bytes && !entry;
+  if (opened)
+    entry = read_cache_entry((*file)->fd(), (*file)->size(), key.digest);
+  bool corrupt = opened && !entry;
   const bool untrusted = entry && !trusted(*entry, key.digest);
   if (untrusted)
     entry.reset();
@@ -175,8 +173,8 @@ std::optional<CacheEntry> LinkCache::get(const LinkKey &key) const {
       ++stats.counters.untrusted;
     if (corrupt) {
       ++stats.counters.corrupt;
-      if (stats.counters.bytes && bytes)
-        *stats.counters.bytes -= std::min<uint64_t>(*stats.counters.bytes, bytes->size());
+      if (stats.counters.bytes && opened)
+        *stats.counters.bytes -= std::min<uint64_t>(*stats.counters.bytes, (*file)->size());
     }
   }
   stats.save();
@@ -187,12 +185,12 @@ Status LinkCache::put(const LinkKey &key, std::span<const uint8_t> cubin,
                       const LinkMetadata &metadata) const {
   if (!config_.enabled)
     return Status::ok();
-  return put_encoded(key.digest, encode(key.digest, cubin, metadata));
+  return put_encoded(key.digest, encode(key.digest, cubin, metadata, EntryPayload::plain));
 }
 
 std::vector<uint8_t> LinkCache::encode(const Digest &key, std::span<const uint8_t> cubin,
-                                       const LinkMetadata &metadata) const {
-  return encode_cache_entry(key, cubin, metadata, trust_.signer.get());
+                                       const LinkMetadata &metadata, EntryPayload form) const {
+  return encode_cache_entry(key, cubin, metadata, trust_.signer.get(), form);
 }
 
 bool LinkCache::trusted(const CacheEntry &entry, const Digest &key) const {

@@ -58,9 +58,11 @@ public:
   // entries if the cache has grown past its limit.
   Status put(const LinkKey &key, std::span<const uint8_t> cubin,
              const LinkMetadata &metadata) const;
-  // An entry file's bytes, signed with the process's signing key when it has one.
+  // An entry file's bytes, signed with the process's signing key when it has one; compressed
+  // unless `form` says plain (a local entry: cache_entry.cpp says why).
   std::vector<uint8_t> encode(const Digest &key, std::span<const uint8_t> cubin,
-                              const LinkMetadata &metadata) const;
+                              const LinkMetadata &metadata,
+                              EntryPayload form = EntryPayload::compressed) const;
 
   // The remote tier, or null. get() and put() never touch it: link_arch asks it on a local miss
   // and stores into it after a link, so that a remote entry is checked before it is used.

@@ -3,11 +3,20 @@
 // Preloaded, the interposer comes first in the loader's search and the program's own libnvJitLink
 // next: RTLD_NEXT finds it. Standing in for it (the interposer on the loader's path under the
 // library's file name, or already loaded when a Python program asks for the library by name), no
-// definition follows, and the real library is loaded by path. A CUDA-Q Python install loads the
-// library from NVIDIA's wheel: <site-packages>/nvidia/cu13/lib/libnvJitLink.so.13 (cu13) or
-// nvidia/nvjitlink/lib/libnvJitLink.so.12 (cu12), so the site-packages directories the process
-// already loads objects from, and those of $VIRTUAL_ENV, $CONDA_PREFIX and $PYTHONPATH, are
-// searched after the toolkit's.
+// definition follows, and the real library is loaded by path: $CUDAQ_RT_NVJITLINK_REAL, else the
+// first of these that is a real library of the major (the interposer itself never is):
+//  1. the loader's own search path for the program (LD_LIBRARY_PATH, its RUNPATH, the system's
+//     directories: dlinfo's RTLD_DI_SERINFO), the library the program would have loaded without
+//     the interposer. A program built against a 13.5 wheel's header with that wheel in its RUNPATH
+//     calls __nvJitLinkCreate_13_5, which the toolkit's 13.0 lacks: taking the toolkit's first
+//     would stop a program that runs without the interposer;
+//  2. NVIDIA's wheels, where a CUDA-Q Python install loads the library from:
+//     <site-packages>/nvidia/cu13/lib/libnvJitLink.so.13 (cu13) or
+//     nvidia/nvjitlink/lib/libnvJitLink.so.12 (cu12), in the site-packages directories the
+//     process already loads objects from and those of $VIRTUAL_ENV, $CONDA_PREFIX and $PYTHONPATH
+//     (a Python program looks in its site-packages before the system's libraries);
+//  3. the CUDA toolkit's: $CUDA_HOME/lib64, $CUDA_PATH/lib64, the one cudaq-rt was built with,
+//     /usr/local/cuda/lib64, /usr/local/cuda-<major>/lib64.
 #include "interpose/real_nvjitlink.h"
 
 #include <cstdlib>
@@ -17,6 +26,7 @@
 #include <link.h>
 #include <vector>
 #include <algorithm>
+#include <cstddef>
 
 #ifndef CUDAQ_RT_CUDA_LIBDIR
 #define CUDAQ_RT_CUDA_LIBDIR "/usr/local/cuda/lib64"
@@ -85,19 +95,46 @@ std::vector<fs::path> site_dirs() {
   return dirs;
 }
 
+// The directories the loader searches for the program's libraries, in its order.
+std::vector<fs::path> loader_dirs() {
+  std::vector<fs::path> dirs;
+  void *program = ::dlopen(nullptr, RTLD_LAZY | RTLD_NOLOAD);
+  Dl_serinfo size{};
+  if (!program || ::dlinfo(program, RTLD_DI_SERINFOSIZE, &size) != 0 || size.dls_size == 0)
+    return dirs;
+  std::vector<std::max_align_t> storage(size.dls_size / sizeof(std::max_align_t) + 1);
+  auto *info = reinterpret_cast<Dl_serinfo *>(storage.data());
+  *info = size;
+  if (::dlinfo(program, RTLD_DI_SERINFO, info) == 0)
+    for (unsigned i = 0; i < info->dls_cnt; ++i)
+      if (info->dls_serpath[i].dls_name && *info->dls_serpath[i].dls_name)
+        dirs.emplace_back(info->dls_serpath[i].dls_name);
+  return dirs;
+}
+
 // Where a real library of `m` may be, in order.
 std::vector<std::string> candidates(const NvJitLinkMajor &m) {
   const std::string file = m.version_node;
   std::vector<std::string> out;
+  for (const fs::path &dir : loader_dirs())
+    out.push_back((dir / file).string());
+  for (const fs::path &site : site_dirs())
+    out.push_back((site / m.wheel_lib_dir / file).string());
   for (const char *env : {"CUDA_HOME", "CUDA_PATH"})
     if (const char *home = std::getenv(env); home && *home)
       out.push_back((fs::path(home) / "lib64" / file).string());
   out.push_back(CUDAQ_RT_CUDA_LIBDIR "/" + file);
   out.push_back("/usr/local/cuda/lib64/" + file);
   out.push_back(cat("/usr/local/cuda-", m.major, "/lib64/", file));
-  for (const fs::path &site : site_dirs())
-    out.push_back((site / m.wheel_lib_dir / file).string());
   return out;
+}
+
+// Whether `path` is this interposer's own file (under the library's name on the loader's path).
+bool is_this_library(const std::string &path) {
+  static int anchor;
+  Dl_info mine{};
+  std::error_code ec;
+  return ::dladdr(&anchor, &mine) && mine.dli_fname && fs::equivalent(path, mine.dli_fname, ec);
 }
 
 // The library at `path`, if it is a real one of `m`; else why not.
@@ -152,7 +189,7 @@ Expected<RealNvJitLink> find_real(const NvJitLinkMajor &m) {
   std::string tried;
   for (const std::string &path : candidates(m)) {
     std::error_code ec;
-    if (!fs::exists(path, ec))
+    if (!fs::exists(path, ec) || is_this_library(path))
       continue;
     auto real = open_real(path, m);
     if (real)
