@@ -7,7 +7,10 @@
 
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 using namespace cudaq_rt;
 
@@ -72,8 +75,7 @@ Linked link_probe(ApiLinks &links, std::vector<const char *> options = {"-arch=s
     size_t n = 0;
     REQUIRE(links.output_size(api.cubin_size, LinkOutput::cubin, h, &n) == NVJITLINK_SUCCESS);
     out.cubin.resize(n);
-    REQUIRE(links.output(api.cubin, LinkOutput::cubin, h, out.cubin.data()) ==
-            NVJITLINK_SUCCESS);
+    REQUIRE(links.output(api.cubin, LinkOutput::cubin, h, out.cubin.data()) == NVJITLINK_SUCCESS);
     REQUIRE(links.info_log_size(api.info_log_size, h, &n) == NVJITLINK_SUCCESS);
     out.info_log.resize(n);
     REQUIRE(links.info_log(api.info_log, h, out.info_log.data()) == NVJITLINK_SUCCESS);
@@ -168,4 +170,79 @@ TEST_CASE("a recording is a package holding the recipe and its inputs, once per 
   REQUIRE(identity);
   std::vector<ApiLinkInput> in = {{NVJITLINK_INPUT_FATBIN, r.inputs[0].digest}};
   CHECK(api_link_key(r.options, *identity, in)->digest == r.cache_key);
+}
+
+namespace {
+
+// Four PTX units that link together (no -lto: each is compiled by ptxas, then linked), each a
+// function of its own. nvJitLink reads PTX up to its NUL.
+std::string ptx_unit(int n) {
+  return cat(".version 8.0\n.target sm_80\n.address_size 64\n.visible .func (.param .b32 out) "
+             "cudaq_rt_test_f",
+             n,
+             "(.param .b32 in)\n{\n  .reg .b32 %r<2>;\n  ld.param.b32 %r0, [in];\n  add.s32 "
+             "%r1, %r0, ",
+             n, ";\n  st.param.b32 [out], %r1;\n  ret;\n}\n", '\0');
+}
+
+// The "real" AddData of the test below: the real library's, in the order it is called (kept in
+// `received`), then, every other call, a pause before it returns, as a real AddData that parses a
+// larger input takes longer: a call that came second returns first where nothing holds it back.
+std::mutex received_mutex;
+std::vector<std::string> received;
+
+nvJitLinkResult slow_add_data(nvJitLinkHandle h, nvJitLinkInputType type, const void *data,
+                              size_t size, const char *name) {
+  nvJitLinkResult r;
+  bool slow;
+  {
+    std::lock_guard lock(received_mutex);
+    received.emplace_back(name);
+    slow = received.size() % 2 == 1;
+    r = __nvJitLinkAddData_13_0(h, type, data, size, name);
+  }
+  if (slow)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  return r;
+}
+
+} // namespace
+
+TEST_CASE("two threads on one handle: the record is the order the real library received") {
+  ScratchDir dir;
+  RealNvJitLink real = linked_nvjitlink();
+  const std::vector<std::string> units = {ptx_unit(0), ptx_unit(1), ptx_unit(2), ptx_unit(3)};
+  for (int round = 0; round < 8; ++round) {
+    CAPTURE(round);
+    received.clear();
+    InterposerSettings settings;
+    settings.record_dir = dir.path / cat("round", round);
+    ApiLinks links(real, cuda13, nullptr, settings);
+    nvJitLinkHandle h = nullptr;
+    const char *options[] = {"-arch=sm_80"};
+    REQUIRE(links.create(real.api.create, &h, 1, options) == NVJITLINK_SUCCESS);
+    auto add = [&](int first) {
+      for (int k = first; k < 4; k += 2) {
+        const std::string name = cat("unit", k);
+        CHECK(links.add_data(slow_add_data, h, NVJITLINK_INPUT_PTX, units[k].data(),
+                             units[k].size(), name.c_str()) == NVJITLINK_SUCCESS);
+      }
+    };
+    std::thread a(add, 0), b(add, 1);
+    a.join();
+    b.join();
+    REQUIRE(links.complete(real.api.complete, h) == NVJITLINK_SUCCESS);
+    REQUIRE(links.destroy(real.api.destroy, &h) == NVJITLINK_SUCCESS);
+    std::vector<std::filesystem::path> found;
+    for (auto &e : std::filesystem::directory_iterator(settings.record_dir))
+      found.push_back(e.path());
+    REQUIRE(found.size() == 1);
+    auto pkg = Package::open(found[0]);
+    REQUIRE(pkg);
+    REQUIRE(pkg->manifest().recipe);
+    std::vector<std::string> recorded;
+    for (const RecipeInput &in : pkg->manifest().recipe->inputs)
+      recorded.push_back(in.name);
+    CHECK(recorded == received);
+  }
 }
