@@ -103,7 +103,11 @@ class InterposerTest(unittest.TestCase):
         self.assertEqual(r.returncode, expect, r.stdout + r.stderr)
         r.output = read(out) if os.path.exists(out) else None
         r.hit = HIT_LINE in r.stdout + r.stderr  # the info log, printed on success or failure
-        self.assertEqual(r.hit, "cudaq-rt-nvjitlink: hit" in r.stderr, r.stderr)
+        # A hit reads its cubin when the program asks for it: one found corrupt then is linked
+        # for real, and its info log is the real link's.
+        r.hit_then_corrupt = "no longer matched its digest" in r.stderr
+        self.assertEqual(r.hit, "cudaq-rt-nvjitlink: hit" in r.stderr and not r.hit_then_corrupt,
+                         r.stderr)
         return r
 
     def entries(self, cache):
@@ -142,17 +146,27 @@ class InterposerTest(unittest.TestCase):
         self.assertTrue(self.client(cache).hit)
 
     def test_a_corrupt_entry_is_a_miss_and_is_replaced(self):
-        cache = self.fresh()
-        self.client(cache)
-        [entry] = self.entries(cache)
-        data = bytearray(read(entry))
-        data[-100] ^= 0x40
-        with open(entry, "wb") as f:
-            f.write(data)
-        r = self.client(cache)
-        self.assertFalse(r.hit)
-        self.assertEqual(r.output, self.expected)
-        self.assertTrue(self.client(cache).hit)
+        # A flipped bit in the header's part (the metadata) is found at nvJitLinkComplete: a miss.
+        # One in the cubin is found when the hit reads it into the program's buffer: the entry is
+        # removed and the real link answers, the same bytes. Either way the next run stores it
+        # anew and the one after hits.
+        for where, at in (("metadata", 200), ("cubin", -100)):
+            with self.subTest(where=where):
+                cache = self.fresh()
+                self.client(cache)
+                [entry] = self.entries(cache)
+                data = bytearray(read(entry))
+                data[at] ^= 0x40
+                with open(entry, "wb") as f:
+                    f.write(data)
+                r = self.client(cache)
+                self.assertFalse(r.hit)
+                self.assertEqual(r.hit_then_corrupt, where == "cubin", r.stderr)
+                self.assertEqual(r.output, self.expected)
+                if where == "cubin":
+                    self.assertEqual(self.entries(cache), [])
+                    self.assertFalse(self.client(cache).hit)
+                self.assertTrue(self.client(cache).hit)
 
     def test_under_trust_only_a_signed_entry_hits(self):
         # The interposer reads CUDAQ_RT_TRUST and CUDAQ_RT_SIGN_KEY as the tools do: an entry that

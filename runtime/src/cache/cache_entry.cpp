@@ -38,7 +38,9 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <fcntl.h>
 #include <functional>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <stdexcept>
 
@@ -141,28 +143,40 @@ namespace {
 // Reads `n` bytes at `offset` of the entry into `to`; false where the entry has fewer.
 using EntryReader = std::function<bool(uint64_t offset, void *to, size_t n)>;
 
-// The one decoder of both sources: a file's bytes in memory (a remote GET) and a local entry
-// read piece by piece from its descriptor, so that a hit reads its cubin once, into the buffer
-// the caller gets, and hashes it there.
-std::optional<CacheEntry> decode_entry(uint64_t file_size, const EntryReader &read,
-                                       const Digest &key) {
+// An entry's parts other than its payload, each checked: the header against the key and the
+// file's size, the header and metadata against their digest, the metadata parsed.
+struct EntryParts {
+  uint64_t version = 0;
+  uint64_t payload_at = 0, payload_size = 0;
+  bool plain = false;
+  Digest cubin_digest;
+  LinkMetadata metadata;
+  std::vector<EntrySignature> signatures;
+};
+
+std::optional<EntryParts> read_parts(uint64_t file_size, const EntryReader &read,
+                                     const Digest &key) {
   uint8_t h[header_size];
   if (file_size < header_size || !read(0, h, header_size))
     return std::nullopt;
+  EntryParts parts;
   const uint64_t signatures_size = get_le(h + 12, 4);
-  const uint64_t version = get_le(h + 8, 4);
-  const bool plain = version == plain_format_version || version == uncompressed_format_version;
-  if (std::memcmp(h, entry_magic, 8) != 0 || (!plain && version != compressed_format_version) ||
+  parts.version = get_le(h + 8, 4);
+  parts.plain =
+      parts.version == plain_format_version || parts.version == uncompressed_format_version;
+  if (std::memcmp(h, entry_magic, 8) != 0 ||
+      (!parts.plain && parts.version != compressed_format_version) ||
       signatures_size % signature_record_size != 0 ||
       signatures_size > max_entry_signatures * signature_record_size ||
       std::memcmp(h + 16, key.bytes.data(), 32) != 0)
     return std::nullopt;
-  uint64_t metadata_size = get_le(h + 48, 8), payload_size = get_le(h + 56, 8);
+  uint64_t metadata_size = get_le(h + 48, 8);
+  parts.payload_size = get_le(h + 56, 8);
   uint64_t body = file_size - header_size;
   if (signatures_size > body || metadata_size > body - signatures_size ||
-      payload_size != body - signatures_size - metadata_size)
+      parts.payload_size != body - signatures_size - metadata_size)
     return std::nullopt;
-  if (plain ? payload_size > max_cubin_bytes : payload_size > max_frame_bytes)
+  if (parts.payload_size > (parts.plain ? max_cubin_bytes : max_frame_bytes))
     return std::nullopt;
   std::string metadata(metadata_size, '\0');
   if (!read(header_size, metadata.data(), metadata_size))
@@ -170,42 +184,77 @@ std::optional<CacheEntry> decode_entry(uint64_t file_size, const EntryReader &re
   Digest check = header_digest(h, metadata);
   if (std::memcmp(h + 96, check.bytes.data(), 32) != 0)
     return std::nullopt;
-  const uint64_t payload_at = header_size + metadata_size;
+  std::memcpy(parts.cubin_digest.bytes.data(), h + 64, 32);
+  json j = json::parse(metadata, nullptr, /*allow_exceptions=*/false);
+  auto parsed = LinkMetadata::from_json(j);
+  if (!parsed)
+    return std::nullopt;
+  parts.metadata = std::move(*parsed);
+  parts.payload_at = header_size + metadata_size;
+  std::vector<uint8_t> signatures(signatures_size);
+  if (!read(parts.payload_at + parts.payload_size, signatures.data(), signatures_size))
+    return std::nullopt;
+  for (size_t at = 0; at < signatures.size(); at += signature_record_size) {
+    EntrySignature sig;
+    std::memcpy(sig.key.digest.bytes.data(), signatures.data() + at, 32);
+    std::memcpy(sig.signature.data(), signatures.data() + at + 32, 64);
+    parts.signatures.push_back(sig);
+  }
+  return parts;
+}
+
+// The digest a format's header holds for `cubin`.
+Digest digest_of(uint64_t version, std::span<const uint8_t> cubin) {
+  return version == plain_format_version ? chunked_sha256(cubin) : sha256(cubin);
+}
+
+// The one decoder of both sources: a file's bytes in memory (a remote GET) and a local entry
+// read piece by piece from its descriptor, so that a hit reads its cubin once, into the buffer
+// the caller gets, and hashes it there.
+std::optional<CacheEntry> decode_entry(uint64_t file_size, const EntryReader &read,
+                                       const Digest &key) {
+  auto parts = read_parts(file_size, read, key);
+  if (!parts)
+    return std::nullopt;
   std::vector<uint8_t> cubin;
-  if (plain) {
-    cubin.resize(payload_size);
-    if (!read(payload_at, cubin.data(), payload_size))
+  if (parts->plain) {
+    cubin.resize(parts->payload_size);
+    if (!read(parts->payload_at, cubin.data(), parts->payload_size))
       return std::nullopt;
   } else {
-    std::vector<uint8_t> frame(payload_size);
-    if (!read(payload_at, frame.data(), payload_size))
+    std::vector<uint8_t> frame(parts->payload_size);
+    if (!read(parts->payload_at, frame.data(), parts->payload_size))
       return std::nullopt;
     auto unpacked = zstd_decompress(frame, max_cubin_bytes, "");
     if (!unpacked)
       return std::nullopt;
     cubin.assign(unpacked->begin(), unpacked->end());
   }
-  Digest cubin_digest = version == plain_format_version ? chunked_sha256(cubin) : sha256(cubin);
-  if (std::memcmp(h + 64, cubin_digest.bytes.data(), 32) != 0)
-    return std::nullopt;
-  json j = json::parse(metadata, nullptr, /*allow_exceptions=*/false);
-  auto parsed = LinkMetadata::from_json(j);
-  if (!parsed)
-    return std::nullopt;
-  std::vector<uint8_t> signatures(signatures_size);
-  if (!read(payload_at + payload_size, signatures.data(), signatures_size))
+  if (digest_of(parts->version, cubin) != parts->cubin_digest)
     return std::nullopt;
   CacheEntry entry;
   entry.cubin = std::move(cubin);
-  entry.metadata = std::move(*parsed);
-  entry.cubin_digest = cubin_digest;
-  for (size_t at = 0; at < signatures.size(); at += signature_record_size) {
-    EntrySignature sig;
-    std::memcpy(sig.key.digest.bytes.data(), signatures.data() + at, 32);
-    std::memcpy(sig.signature.data(), signatures.data() + at + 32, 64);
-    entry.signatures.push_back(sig);
-  }
+  entry.metadata = std::move(parts->metadata);
+  entry.cubin_digest = parts->cubin_digest;
+  entry.signatures = std::move(parts->signatures);
   return entry;
+}
+
+// Reads `n` bytes at `offset` of `fd`; false where the file has fewer (shrunk since it was
+// opened) or cannot be read.
+bool pread_all(int fd, uint64_t offset, void *to, size_t n) {
+  auto *p = static_cast<uint8_t *>(to);
+  while (n > 0) {
+    ssize_t got = ::pread(fd, p, n, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got <= 0)
+      return false;
+    p += got;
+    offset += static_cast<uint64_t>(got);
+    n -= static_cast<size_t>(got);
+  }
+  return true;
 }
 
 } // namespace
@@ -222,24 +271,50 @@ std::optional<CacheEntry> decode_cache_entry(std::string_view file, const Digest
       key);
 }
 
-std::optional<CacheEntry> read_cache_entry(int fd, uint64_t file_size, const Digest &key) {
-  return decode_entry(
-      file_size,
-      [fd](uint64_t offset, void *to, size_t n) {
-        auto *p = static_cast<uint8_t *>(to);
-        while (n > 0) {
-          ssize_t got = ::pread(fd, p, n, static_cast<off_t>(offset));
-          if (got < 0 && errno == EINTR)
-            continue;
-          if (got <= 0)
-            return false; // shrank since it was opened, or an I/O error: not this entry
-          p += got;
-          offset += static_cast<uint64_t>(got);
-          n -= static_cast<size_t>(got);
-        }
-        return true;
-      },
-      key);
+std::optional<CacheEntry> read_cache_entry(int fd, uint64_t file_size, const Digest &key,
+                                           const std::string *defer_path) {
+  const EntryReader read = [fd](uint64_t offset, void *to, size_t n) {
+    return pread_all(fd, offset, to, n);
+  };
+  if (!defer_path)
+    return decode_entry(file_size, read, key);
+  auto parts = read_parts(file_size, read, key);
+  if (!parts)
+    return std::nullopt;
+  if (parts->version != plain_format_version)
+    return decode_entry(file_size, read, key);
+  int copy = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (copy < 0)
+    return decode_entry(file_size, read, key);
+  CacheEntry entry;
+  entry.deferred = std::make_shared<const DeferredCubin>(copy, parts->payload_at,
+                                                         parts->payload_size, parts->cubin_digest,
+                                                         *defer_path);
+  entry.metadata = std::move(parts->metadata);
+  entry.cubin_digest = parts->cubin_digest;
+  entry.signatures = std::move(parts->signatures);
+  return entry;
+}
+
+DeferredCubin::DeferredCubin(int fd, uint64_t offset, uint64_t size, Digest digest,
+                             std::string path)
+    : fd_(fd), offset_(offset), size_(size), digest_(digest), path_(std::move(path)) {}
+
+DeferredCubin::~DeferredCubin() {
+  ::close(fd_);
+}
+
+bool DeferredCubin::read_into(uint8_t *out) const {
+  if (pread_all(fd_, offset_, out, size_) &&
+      chunked_sha256(std::span<const uint8_t>(out, size_)) == digest_)
+    return true;
+  // Corrupt since it was opened (entries are written whole and renamed into place, so only
+  // someone writing into the file itself): removed, where the path still names this file.
+  struct stat ours, there;
+  if (::fstat(fd_, &ours) == 0 && ::lstat(path_.c_str(), &there) == 0 &&
+      ours.st_dev == there.st_dev && ours.st_ino == there.st_ino)
+    ::unlink(path_.c_str());
+  return false;
 }
 
 LinkMetadata LinkMetadata::from_key(const LinkKey &key) {

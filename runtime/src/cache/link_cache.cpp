@@ -128,7 +128,7 @@ fs::path LinkCache::entry_path(const Digest &key) const {
   return root() / h.substr(0, 2) / h;
 }
 
-std::optional<CacheEntry> LinkCache::get(const LinkKey &key) const {
+std::optional<CacheEntry> LinkCache::get(const LinkKey &key, bool defer_cubin) const {
   if (!config_.enabled)
     return std::nullopt;
   fs::path path = entry_path(key.digest);
@@ -145,8 +145,10 @@ std::optional<CacheEntry> LinkCache::get(const LinkKey &key) const {
   // Read piece by piece: the cubin of a plain entry lands once, in the buffer the caller gets.
   const bool opened = file && *file;
   std::optional<CacheEntry> entry;
+  const std::string shown = path.string();
   if (opened)
-    entry = read_cache_entry((*file)->fd(), (*file)->size(), key.digest);
+    entry = read_cache_entry((*file)->fd(), (*file)->size(), key.digest,
+                             defer_cubin ? &shown : nullptr);
   bool corrupt = opened && !entry;
   const bool untrusted = entry && !trusted(*entry, key.digest);
   if (untrusted)

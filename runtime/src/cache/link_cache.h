@@ -53,7 +53,9 @@ public:
   // A verified entry, or nothing: a missing, unreadable or corrupt entry is a miss, and a corrupt
   // one is removed. A hit makes the entry the most recently used. A unit's entry (key.object())
   // counts as a unit hit or miss.
-  std::optional<CacheEntry> get(const LinkKey &key) const;
+  // With `defer_cubin`, a local entry's cubin is read only when asked for, into the caller's
+  // buffer (CacheEntry::deferred; the interposer's hits).
+  std::optional<CacheEntry> get(const LinkKey &key, bool defer_cubin = false) const;
   // Stores an entry (unless it alone is larger than the limit), then evicts least recently used
   // entries if the cache has grown past its limit.
   Status put(const LinkKey &key, std::span<const uint8_t> cubin,

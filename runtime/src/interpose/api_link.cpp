@@ -109,8 +109,11 @@ struct ApiLinks::Handle {
   // open: inputs come; linked: the real library completed (or refused) it; cached: answered from
   // the cache, the real handle not completed.
   enum class State { open, linked, cached } state = State::open;
-  std::vector<uint8_t> output; // a hit's
-  std::string log;             // a hit's info log
+  std::vector<uint8_t> output;                   // a hit's, where the entry gave it whole
+  std::shared_ptr<const DeferredCubin> deferred; // a hit's, read into the caller's buffer
+  std::string log;                               // a hit's info log
+
+  uint64_t output_size() const { return deferred ? deferred->size() : output.size(); }
 
   // Records an input the real library accepted; its bytes too with `keep` (recording).
   void add(nvJitLinkInputType type, std::string name, std::string_view data, bool keep);
@@ -289,7 +292,7 @@ nvJitLinkResult ApiLinks::complete_cached(CompleteFn real, nvJitLinkHandle h, Ha
   auto start = Clock::now();
   std::optional<CacheEntry> hit;
   if (cache_) {
-    hit = cache_->get(*key);
+    hit = cache_->get(*key, /*defer_cubin=*/true);
     if (!hit && cache_->remote()) {
       LinkCache::RemoteLog log;
       const bool ptx = s.ptx;
@@ -305,11 +308,12 @@ nvJitLinkResult ApiLinks::complete_cached(CompleteFn real, nvJitLinkHandle h, Ha
       report(log);
     }
   }
-  if (hit && hit->metadata.form.api && !hit->cubin.empty()) {
+  if (hit && hit->metadata.form.api && (!hit->cubin.empty() || hit->deferred)) {
     s.state = Handle::State::cached;
     s.output = std::move(hit->cubin);
+    s.deferred = std::move(hit->deferred);
     s.log = hit->metadata.info_log + cache_hit_log_line(*key, hit->remote);
-    say(cat("hit ", key->digest.short_str(), hit->remote ? " (remote)" : "", ": ", s.output.size(),
+    say(cat("hit ", key->digest.short_str(), hit->remote ? " (remote)" : "", ": ", s.output_size(),
             " bytes in ", ms_since(start), " ms (linked in ", hit->metadata.link_time_ms, " ms)"));
     record(s, *key);
     return NVJITLINK_SUCCESS;
@@ -350,6 +354,7 @@ void ApiLinks::complete_for_real(nvJitLinkHandle h, Handle &s) {
   s.state = Handle::State::linked;
   s.output.clear();
   s.output.shrink_to_fit();
+  s.deferred.reset();
   nvJitLinkResult r = real_.api.complete(h);
   say(cat("a hit's handle asked to go on: the real link made (", r, ")"));
 }
@@ -391,7 +396,7 @@ nvJitLinkResult ApiLinks::output_size(SizeFn real, LinkOutput which, nvJitLinkHa
     if (answers(s->ptx, which)) {
       if (!size)
         return major_.null_input;
-      *size = s->output.size();
+      *size = s->output_size();
       return NVJITLINK_SUCCESS;
     }
     if (which == LinkOutput::ltoir)
@@ -409,8 +414,23 @@ nvJitLinkResult ApiLinks::output(OutputFn real, LinkOutput which, nvJitLinkHandl
     if (answers(s->ptx, which)) {
       if (!out)
         return major_.null_input;
-      std::memcpy(out, s->output.data(), s->output.size());
-      return NVJITLINK_SUCCESS;
+      if (!s->deferred) {
+        std::memcpy(out, s->output.data(), s->output.size());
+        return NVJITLINK_SUCCESS;
+      }
+      if (s->deferred->read_into(static_cast<uint8_t *>(out)))
+        return NVJITLINK_SUCCESS;
+      // The entry changed under the hit (someone wrote into the file): the real link, which is
+      // byte-identical to a good entry's cubin, the size the program was told.
+      const uint64_t told = s->deferred->size();
+      warn_once(cat("the link cache entry of this hit no longer matched its digest: removed, and "
+                    "linked for real"));
+      complete_for_real(h, *s);
+      size_t n = 0;
+      if ((s->ptx ? real_.api.ptx_size : real_.api.cubin_size)(h, &n) != NVJITLINK_SUCCESS ||
+          n != told)
+        return NVJITLINK_ERROR_INTERNAL;
+      return real(h, out);
     }
     if (which == LinkOutput::ltoir)
       complete_for_real(h, *s);

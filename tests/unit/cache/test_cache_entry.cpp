@@ -8,11 +8,13 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
 #include <span>
+#include <unistd.h>
 
 using namespace cudaq_rt;
 using namespace cache_fixtures;
@@ -336,4 +338,125 @@ TEST_CASE("a signed entry carries its signer's id and a signature over key and c
   CHECK_FALSE(decode_cache_entry(with_length(95), key));
   CHECK_FALSE(decode_cache_entry(with_length(192), key));
   CHECK_FALSE(decode_cache_entry(file.substr(0, file.size() - 1), key));
+}
+
+TEST_CASE("a local entry (format 3) holds the cubin as it is under its chunked digest") {
+  Digest key = sha256(std::string_view("local"));
+  LinkMetadata md;
+  md.arch = "sm_90";
+  md.nvjitlink_version = "13.5";
+  std::vector<uint8_t> cubin(chunked_sha256_chunk + 4096); // two chunks
+  for (size_t i = 0; i < cubin.size(); ++i)
+    cubin[i] = static_cast<uint8_t>(i % 251);
+  auto signer = SigningKey::from_pem(test_keys::rfc8032_1_private, "k1");
+  REQUIRE(signer);
+  std::vector<uint8_t> b = encode_cache_entry(key, cubin, md, &*signer, EntryPayload::plain);
+  CHECK(le_at(b, 8, 4) == 3);
+  const uint64_t payload = le_at(b, 56, 8);
+  CHECK(payload == cubin.size());
+  const size_t payload_at = b.size() - 96 - payload;
+  CHECK(std::equal(cubin.begin(), cubin.end(), b.begin() + payload_at));
+  CHECK(std::memcmp(b.data() + 64, chunked_sha256(cubin).bytes.data(), 32) == 0);
+  // Read back from a file descriptor as a hit reads it, and from memory as a GET does.
+  ScratchDir tmp;
+  const fs::path file = tmp.path / "entry";
+  {
+    std::ofstream f(file, std::ios::binary);
+    f.write(reinterpret_cast<const char *>(b.data()), b.size());
+  }
+  auto read_back = [&](const std::vector<uint8_t> &bytes) {
+    {
+      std::ofstream f(file, std::ios::binary | std::ios::trunc);
+      f.write(reinterpret_cast<const char *>(bytes.data()), bytes.size());
+    }
+    int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    auto e = read_cache_entry(fd, bytes.size(), key);
+    ::close(fd);
+    CHECK(e.has_value() ==
+          decode_cache_entry(
+              std::string_view(reinterpret_cast<const char *>(bytes.data()), bytes.size()), key)
+              .has_value());
+    return e;
+  };
+  auto e = read_back(b);
+  REQUIRE(e);
+  CHECK(e->cubin == cubin);
+  // The signature signs the digest the header holds: the chunked one.
+  TrustedKeys trusted;
+  trusted.add(signer->public_key());
+  CHECK(e->signed_by(trusted, key));
+  // A flipped byte in either chunk is a miss, and so is a header digest that is the plain SHA-256
+  // (the digest a format 1 entry would hold).
+  for (size_t at : {payload_at + 10, payload_at + chunked_sha256_chunk + 100}) {
+    std::vector<uint8_t> bad = b;
+    bad[at] ^= 0x01;
+    CHECK_FALSE(read_back(bad));
+  }
+  std::vector<uint8_t> flat = b;
+  std::memcpy(flat.data() + 64, sha256(cubin).bytes.data(), 32);
+  Sha256 h;
+  h.update(std::span<const uint8_t>(flat.data(), 96));
+  h.update(std::string_view(reinterpret_cast<const char *>(flat.data()) + 128, le_at(flat, 48, 8)));
+  std::memcpy(flat.data() + 96, h.finish().bytes.data(), 32);
+  CHECK_FALSE(read_back(flat));
+  // A file shorter than its header says (truncated after it was opened, or a lie) is a miss.
+  std::vector<uint8_t> shorter(b.begin(), b.end() - 1);
+  CHECK_FALSE(read_back(shorter));
+}
+
+TEST_CASE("a deferred hit reads the cubin into the caller's buffer and checks it there") {
+  Digest key = sha256(std::string_view("deferred"));
+  LinkMetadata md;
+  md.arch = "sm_90";
+  std::vector<uint8_t> cubin(3000);
+  for (size_t i = 0; i < cubin.size(); ++i)
+    cubin[i] = static_cast<uint8_t>(i * 7);
+  ScratchDir tmp;
+  const fs::path file = tmp.path / "entry";
+  auto write = [&](const std::vector<uint8_t> &bytes) {
+    std::ofstream f(file, std::ios::binary);
+    f.write(reinterpret_cast<const char *>(bytes.data()), bytes.size());
+  };
+  auto open_deferred = [&](const std::vector<uint8_t> &bytes) {
+    int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    const std::string path = file.string();
+    auto e = read_cache_entry(fd, bytes.size(), key, &path);
+    ::close(fd); // the entry keeps a descriptor of its own
+    return e;
+  };
+  // A remote entry's format (2, compressed) is read whole as before.
+  const std::vector<uint8_t> remote = encode_cache_entry(key, cubin, md);
+  write(remote);
+  auto whole = open_deferred(remote);
+  REQUIRE(whole);
+  CHECK_FALSE(whole->deferred);
+  CHECK(whole->cubin == cubin);
+
+  const std::vector<uint8_t> local =
+      encode_cache_entry(key, cubin, md, nullptr, EntryPayload::plain);
+  write(local);
+  auto e = open_deferred(local);
+  REQUIRE(e);
+  REQUIRE(e->deferred);
+  CHECK(e->cubin.empty());
+  CHECK(e->deferred->size() == cubin.size());
+  std::vector<uint8_t> out(cubin.size());
+  CHECK(e->deferred->read_into(out.data()));
+  CHECK(out == cubin);
+  // Written into in place after the hit was opened (same file): the read is refused and the
+  // entry removed.
+  {
+    std::fstream f(file, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(static_cast<std::streamoff>(local.size() - 10));
+    f.put(static_cast<char>(local[local.size() - 10] ^ 0x01));
+  }
+  CHECK_FALSE(e->deferred->read_into(out.data()));
+  CHECK_FALSE(fs::exists(file));
+  // A header that does not check out is no hit at all, deferred or not.
+  std::vector<uint8_t> bad_header = local;
+  bad_header[130] ^= 0x01;
+  write(bad_header);
+  CHECK_FALSE(open_deferred(bad_header));
 }
