@@ -5,7 +5,8 @@
 # BRIDGES: the bridges to take, comma-separated names (loopback,udp,loopback_stamps); default
 # every one the build tree has. A tree where the bench's bridge variants were built holds a dozen
 # of them, and with bench/loopback_rtt the bundle then passes 64 MiB.
-# Layout: bin/, lib/libcudaq_rt.so.0, lib/cudaq-rt/bridges/, lib/libcudaq_rt_nvjitlink.so,
+# Layout: bin/, lib/libcudaq_rt.so.0, lib/cudaq-rt/bridges/, lib/libcudaq_rt_nvjitlink_cu13.so and
+# _cu12.so (and the cu13 one as lib/libcudaq_rt_nvjitlink.so),
 # examples/, tests/gpu/, bench/
 # and bench/jit_start/ (as in the build tree), so that bench/loopback_rtt.sh,
 # bench/jit_start/jit_start.sh and scripts/gpu-tests.sh take the bundle for a build directory.
@@ -36,7 +37,7 @@ done
 for f in loopback_rtt libcudaq_rt_bench_kernels.a libcudaq_rt_bench_warp_kernels.a udp_echo udp_rtt_client; do
   copy "$build/bench/$f" "$out/bench/$f"
 done
-copy "$build/lib/libcudaq_rt_nvjitlink.so" "$out/lib/libcudaq_rt_nvjitlink.so"
+for f in "$build"/lib/libcudaq_rt_nvjitlink*.so; do copy "$f" "$out/lib/${f##*/}"; done
 # The runtime library the tools link (they find it as bin/../lib), under its soname only: a
 # copy, not a link, so that the bundle travels as plain files.
 copy "$(readlink -f "$build/lib/libcudaq_rt.so.0")" "$out/lib/libcudaq_rt.so.0"

@@ -18,12 +18,13 @@
 #   e  d with CUDA_CACHE_DISABLE=1
 # Warm cases (b, d, e) run JIT_START_WARM_RUNS times (5), cold ones JIT_START_COLD_RUNS times (3;
 # 1 at 1,000 handlers and more); each column is its own median. JIT_START_HANDLERS picks the sets
-# ("5 100 1000 1000x64"). CUDA_MODULE_LOADING is EAGER unless set, as CUDA-Q realtime runs. One start of
+# ("5 100 1000 1000x64"); JIT_START_APP another build of jit_start_app (one compiled against a newer
+# nvJitLink header: bench/jit_start.md). CUDA_MODULE_LOADING is EAGER unless set, as CUDA-Q realtime runs. One start of
 # the first set comes first and is not shown (the disk and the GPU's wake-up).
 set -uo pipefail
 b=${1:?build directory or bundle}
 interposer=${2:-}
-app="$b/bench/jit_start/jit_start_app"
+app=${JIT_START_APP:-$b/bench/jit_start/jit_start_app}
 [ -x "$app" ] || { echo "jit_start.sh: error: no $app (build jit_start_app)" >&2; exit 1; }
 if [ -n "$interposer" ] && [ ! -f "$interposer" ]; then
   echo "jit_start.sh: note: no interposer at $interposer: cases a and b only" >&2

@@ -99,7 +99,8 @@ typedef struct cudaq_rt_config {
   const char *trust;
   /* The libnvJitLink links at load use: a path or a soname. NULL: CUDAQ_RT_NVJITLINK, else the
    * toolkit's. A process links with one: naming another than the one already in use is refused
-   * (CUDAQ_RT_E_INVALID), as is one that cannot read cudaq-rt's device code (another CUDA major). */
+   * by cudaq_rt_server_create and _configure (CUDAQ_RT_E_ARGUMENT), as is one that cannot read
+   * cudaq-rt's device code (another CUDA major). */
   const char *nvjitlink;
 } cudaq_rt_config;
 

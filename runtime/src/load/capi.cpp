@@ -119,7 +119,7 @@ Expected<OwnedConfig> own(const cudaq_rt_config &c) {
   if (c.nvjitlink && *c.nvjitlink) {
     auto lib = choose_nvjitlink(c.nvjitlink);
     if (!lib)
-      return make_error(lib.error().subject, "cudaq_rt_config: nvjitlink: ", lib.error().message);
+      return make_error("", "cudaq_rt_config: nvjitlink: ", lib.error().str());
     if (std::string why = nvjitlink_refuses_runtime_code(**lib); !why.empty())
       return make_error("", "cudaq_rt_config: nvjitlink: ", why);
   }

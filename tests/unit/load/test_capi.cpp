@@ -329,6 +329,18 @@ TEST_CASE("a configuration that cannot be right is refused at create and at conf
     CHECK(cudaq_rt_server_configure(good.s, &c) == cases[i].rc);
     CHECK(last_error() == cases[i].message);
   }
+  // A libnvJitLink that is not there, or not one: refused, named, before anything is loaded
+  // (whichever the process loaded first, this one is not it).
+  for (const char *path : {"/nonexistent/libnvJitLink.so.13", "/etc/passwd"}) {
+    CAPTURE(path);
+    cudaq_rt_config c = config();
+    c.nvjitlink = path;
+    cudaq_rt_server *s = nullptr;
+    CHECK(cudaq_rt_server_create(example.code, &c, &s) == CUDAQ_RT_E_ARGUMENT);
+    CHECK(s == nullptr);
+    CHECK(last_error().rfind(cat("cudaq_rt_config: nvjitlink: '", path, "': "), 0) == 0);
+    CHECK(cudaq_rt_server_configure(good.s, &c) == CUDAQ_RT_E_ARGUMENT);
+  }
   // "builtin" is always there; a NULL config is the defaults.
   ok.dispatcher = "builtin";
   CHECK(cudaq_rt_server_configure(good.s, &ok) == CUDAQ_RT_OK);
