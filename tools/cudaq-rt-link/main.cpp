@@ -26,7 +26,8 @@ int tool_main(int argc, char **argv) {
   app.footer("Environment: CUDAQ_RT_CACHE_DIR, CUDAQ_RT_CACHE_DISABLE, CUDAQ_RT_CACHE_MAXSIZE, "
              "CUDAQ_RT_REMOTE_CACHE, CUDAQ_RT_BRIDGE_PATH, CUDAQ_RT_LTO, "
              "CUDAQ_RT_FORCE_WHOLE_LINK, CUDAQ_RT_NO_SHIPPED_UNITS, CUDAQ_RT_SIGN_KEY, "
-             "CUDAQ_RT_TRUST, CUDAQ_RT_NVJITLINK, SOURCE_DATE_EPOCH, MAKEFLAGS (make's jobserver), NO_COLOR, TERM.\n"
+             "CUDAQ_RT_TRUST, CUDAQ_RT_NVJITLINK, SOURCE_DATE_EPOCH, MAKEFLAGS (make's jobserver), "
+             "NO_COLOR, TERM.\n"
              "See cudaq-rt-link(1).");
 
   LinkArgs args;

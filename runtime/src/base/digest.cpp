@@ -126,9 +126,9 @@ Digest chunked_sha256(std::span<const uint8_t> data) {
   std::vector<Digest> digests(chunks);
   auto hash_from = [&](size_t first, size_t stride) {
     for (size_t c = first; c < chunks; c += stride)
-      digests[c] = sha256(data.subspan(c * chunked_sha256_chunk,
-                                       std::min(chunked_sha256_chunk,
-                                                data.size() - c * chunked_sha256_chunk)));
+      digests[c] = sha256(
+          data.subspan(c * chunked_sha256_chunk,
+                       std::min(chunked_sha256_chunk, data.size() - c * chunked_sha256_chunk)));
   };
   // A thread starts in tens of microseconds, a chunk hashes in about 0.6 ms: one per chunk
   // beyond the first, on the cores there are, at most 8 in all.

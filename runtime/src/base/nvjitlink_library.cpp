@@ -59,11 +59,13 @@ std::string runtime_device_code_cuda() {
 }
 
 std::string nvjitlink_refuses_runtime_code(const NvJitLinkLibrary &lib) {
-  const bool other_major = lib.major != CUDAQ_RT_CUDA_MAJOR;
-  if (!other_major && lib.minor >= CUDAQ_RT_CUDA_MINOR)
+  static const unsigned runtime_major = CUDAQ_RT_CUDA_MAJOR, runtime_minor = CUDAQ_RT_CUDA_MINOR;
+  const bool other_major = lib.major != runtime_major;
+  if (!other_major && !(lib.minor < runtime_minor))
     return {};
-  return cat(lib.describe(), " cannot link cudaq-rt's device code (the dispatch kernels and the "
-                             "bridges' hooks, LTO-IR of CUDA ",
+  return cat(lib.describe(),
+             " cannot link cudaq-rt's device code (the dispatch kernels and the "
+             "bridges' hooks, LTO-IR of CUDA ",
              runtime_device_code_cuda(), "): ",
              other_major ? "nvJitLink reads no LTO-IR of another CUDA major"
                          : "nvJitLink reads no LTO-IR of a newer CUDA release than its own",

@@ -40,9 +40,9 @@
 #include <ctime>
 #include <fcntl.h>
 #include <functional>
+#include <stdexcept>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <stdexcept>
 
 using json = nlohmann::json;
 
@@ -107,8 +107,8 @@ bool CacheEntry::signed_by(const TrustedKeys &trusted, const Digest &key) const 
 }
 
 std::vector<uint8_t> encode_cache_entry(const Digest &key, std::span<const uint8_t> cubin,
-                                        const LinkMetadata &link_metadata,
-                                        const SigningKey *signer, EntryPayload form) {
+                                        const LinkMetadata &link_metadata, const SigningKey *signer,
+                                        EntryPayload form) {
   const std::string metadata = link_metadata.to_json().dump();
   const size_t signatures = signer ? signature_record_size : 0;
   const bool compress = form == EntryPayload::compressed;
@@ -287,9 +287,8 @@ std::optional<CacheEntry> read_cache_entry(int fd, uint64_t file_size, const Dig
   if (copy < 0)
     return decode_entry(file_size, read, key);
   CacheEntry entry;
-  entry.deferred = std::make_shared<const DeferredCubin>(copy, parts->payload_at,
-                                                         parts->payload_size, parts->cubin_digest,
-                                                         *defer_path);
+  entry.deferred = std::make_shared<const DeferredCubin>(
+      copy, parts->payload_at, parts->payload_size, parts->cubin_digest, *defer_path);
   entry.metadata = std::move(parts->metadata);
   entry.cubin_digest = parts->cubin_digest;
   entry.signatures = std::move(parts->signatures);

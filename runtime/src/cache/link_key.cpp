@@ -86,8 +86,8 @@ Expected<NvJitLinkIdentity> find_nvjitlink_identity() {
   if (!lib)
     return lib.error();
   // Where the library is the interposer standing in for the real one, the real one links.
-  void *version = (*lib)->real_version ? (*lib)->real_version
-                                       : reinterpret_cast<void *>((*lib)->api.version);
+  void *version =
+      (*lib)->real_version ? (*lib)->real_version : reinterpret_cast<void *>((*lib)->api.version);
   return identity_of(version, (*lib)->major, (*lib)->minor);
 }
 

@@ -48,10 +48,6 @@ Expected<NvJitLinkIdentity> nvjitlink_identity(nvJitLinkResult (*version)(unsign
 // hex; empty when it has none.
 std::string loaded_build_id(const void *address);
 
-// The symbol through which the nvJitLink interposer (libcudaq_rt_nvjitlink.so) tells the process
-// where the real library's functions are: `void *cudaq_rt_nvjitlink_real_symbol(const char *)`.
-constexpr const char *nvjitlink_real_symbol_hook = "cudaq_rt_nvjitlink_real_symbol";
-
 // The nvJitLink options as they go into a key: -time and -no-cache (which change only the info log
 // or nvJitLink's in-memory reuse) are dropped, -verbose is not (ptxas records it in the cubin);
 // -kernels-used= and -variables-used= are sets, so they are sorted, deduplicated and moved to the

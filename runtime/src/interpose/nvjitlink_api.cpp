@@ -147,7 +147,8 @@ using LogFn = ApiLinks::LogFn;
 #define CUDAQ_RT_ENTRY(symbol, type, params, call)                                                 \
   CUDAQ_RT_EXPORT nvJitLinkResult symbol params {                                                  \
     static std::atomic<void *> slot{nullptr};                                                      \
-    return forward<type>(CUDAQ_RT_STR(symbol), slot, [&](ApiLinks &l, type real) { return call; }); \
+    return forward<type>(CUDAQ_RT_STR(symbol), slot,                                               \
+                         [&](ApiLinks &l, type real) { return call; });                            \
   }
 
 // The versioned name __nvJitLink<fn>_<major>_<minor>.
@@ -181,7 +182,7 @@ using LogFn = ApiLinks::LogFn;
   CUDAQ_RT_EXPORT nvJitLinkResult cudaq_rt_unversioned_##fn params __asm__("nvJitLink" #fn);       \
   CUDAQ_RT_EXPORT nvJitLinkResult cudaq_rt_unversioned_##fn params {                               \
     static std::atomic<void *> slot{nullptr};                                                      \
-    return forward<type>("nvJitLink" #fn, slot, [&](ApiLinks &l, type real) { return call; });    \
+    return forward<type>("nvJitLink" #fn, slot, [&](ApiLinks &l, type real) { return call; });     \
   }
 
 #define CUDAQ_RT_ALL_NAMES(fn, type, params, call)                                                 \

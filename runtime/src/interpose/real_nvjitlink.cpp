@@ -19,14 +19,14 @@
 //     /usr/local/cuda/lib64, /usr/local/cuda-<major>/lib64.
 #include "interpose/real_nvjitlink.h"
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
 #include <filesystem>
 #include <link.h>
 #include <vector>
-#include <algorithm>
-#include <cstddef>
 
 #ifndef CUDAQ_RT_CUDA_LIBDIR
 #define CUDAQ_RT_CUDA_LIBDIR "/usr/local/cuda/lib64"
@@ -182,8 +182,8 @@ Expected<RealNvJitLink> find_real(const NvJitLinkMajor &m) {
   if (const char *env = std::getenv(nvjitlink_real_env); env && *env) {
     auto real = open_real(env, m);
     if (!real)
-      return make_error(real.error().subject, real.error().message, " (from $",
-                        nvjitlink_real_env, ")");
+      return make_error(real.error().subject, real.error().message, " (from $", nvjitlink_real_env,
+                        ")");
     return real;
   }
   std::string tried;
@@ -196,8 +196,8 @@ Expected<RealNvJitLink> find_real(const NvJitLinkMajor &m) {
       return real;
     tried += "; " + real.error().str();
   }
-  return make_error("", "cannot find the real ", m.version_node,
-                    " (set $", nvjitlink_real_env, " to its path)", tried);
+  return make_error("", "cannot find the real ", m.version_node, " (set $", nvjitlink_real_env,
+                    " to its path)", tried);
 }
 
 } // namespace

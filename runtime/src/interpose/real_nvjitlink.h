@@ -19,9 +19,9 @@ namespace cudaq_rt {
 // fills it from the build's CUDAQ_RT_NVJITLINK_MAJOR and _NEWEST_MINOR).
 struct NvJitLinkMajor {
   unsigned major = 13;
-  unsigned newest_minor = 0;  // the newest release whose names the build defines
-  const char *version_node;   // "libnvJitLink.so.13": the node and the library's file name
-  const char *wheel_lib_dir;  // where NVIDIA's wheel puts it under site-packages
+  unsigned newest_minor = 0; // the newest release whose names the build defines
+  const char *version_node;  // "libnvJitLink.so.13": the node and the library's file name
+  const char *wheel_lib_dir; // where NVIDIA's wheel puts it under site-packages
   // The codes the real library answers where the interposer answers itself. CUDA 12's header
   // maps the codes 13 added onto older ones (NULL_INPUT -> INVALID_INPUT, OUTDATED_LIBRARY ->
   // INTERNAL), and so does its library.

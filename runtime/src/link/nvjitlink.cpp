@@ -129,11 +129,11 @@ NvJitLinkOutcome nvjitlink_link(std::span<const std::string> options,
   }
   for (const NvJitLinkInput &in : inputs) {
     r = api.add_data(h,
-                         in.type    ? static_cast<nvJitLinkInputType>(in.type)
-                         : in.cubin ? NVJITLINK_INPUT_CUBIN
-                         : in.ltoir ? NVJITLINK_INPUT_LTOIR
-                                    : NVJITLINK_INPUT_FATBIN,
-                         in.fatbin.data(), in.fatbin.size(), in.name.c_str());
+                     in.type    ? static_cast<nvJitLinkInputType>(in.type)
+                     : in.cubin ? NVJITLINK_INPUT_CUBIN
+                     : in.ltoir ? NVJITLINK_INPUT_LTOIR
+                                : NVJITLINK_INPUT_FATBIN,
+                     in.fatbin.data(), in.fatbin.size(), in.name.c_str());
     if (r != NVJITLINK_SUCCESS) {
       out.failure = {r, "add " + in.name, error_log(api, h), info_log(api, h)};
       api.destroy(&h);
