@@ -32,17 +32,28 @@ def write(path, data):
         f.write(data)
 
 
+def chunked_sha256(data):
+    """base/digest.h's chunked SHA-256: SHA-256 over a label, the size and the 1 MiB chunks'
+    SHA-256s in order."""
+    chunk = 1 << 20
+    h = hashlib.sha256(b"cudaq-rt chunked sha256 v1\0" + len(data).to_bytes(8, "little"))
+    for at in range(0, len(data), chunk):
+        h.update(hashlib.sha256(data[at:at + chunk]).digest())
+    return h.digest()
+
+
 def entry_cubin(data, key):
     """The cubin's digest from a whole, self-consistent entry file for `key`, else None. Format 2
-    holds the cubin as a zstd frame, read back here by the zstd command-line tool; format 1 as
-    it is."""
+    (a remote entry) holds the cubin as a zstd frame, read back here by the zstd command-line
+    tool, under its SHA-256; format 3 (a local one) as it is, under its chunked SHA-256; format 1
+    as it is, under its SHA-256."""
     if len(data) < 128 or data[:8] != b"CQRTLNK\0" or data[16:48].hex() != key.split(":")[-1]:
         return None
     version = int.from_bytes(data[8:12], "little")
     m, c = int.from_bytes(data[48:56], "little"), int.from_bytes(data[56:64], "little")
     signatures = int.from_bytes(data[12:16], "little")  # 96 bytes each, after the payload
     payload = data[128 + m:128 + m + c]
-    if len(data) != 128 + m + c + signatures or version not in (1, 2):
+    if len(data) != 128 + m + c + signatures or version not in (1, 2, 3):
         return None
     cubin = payload
     if version == 2:
@@ -50,7 +61,8 @@ def entry_cubin(data, key):
         if r.returncode != 0:
             return None
         cubin = r.stdout
-    if hashlib.sha256(cubin).digest() != data[64:96]:
+    digest = chunked_sha256(cubin) if version == 3 else hashlib.sha256(cubin).digest()
+    if digest != data[64:96]:
         return None
     return "sha256:" + hashlib.sha256(cubin).hexdigest()
 
@@ -250,9 +262,12 @@ class RemoteCacheTest(unittest.TestCase):
         arch = cold.doc["archs"][0]
         self.assertEqual(arch["source"], "link")
         key = arch["cache_key"]
-        # The server holds the local entry file, byte for byte.
-        self.assertEqual(read(self.server.entry("cache/hit", key)),
-                         read(self.local_entry(a, key)))
+        # The server holds the entry compressed (format 2), the local cache plain (format 3):
+        # the same cubin, each whole under the key.
+        remote, local = read(self.server.entry("cache/hit", key)), read(self.local_entry(a, key))
+        self.assertEqual((remote[8], local[8]), (2, 3))
+        self.assertIsNotNone(entry_cubin(local, key))
+        self.assertEqual(entry_cubin(remote, key), entry_cubin(local, key))
         b = self.machine()
         warm = self.link(b, url)
         hit = warm.doc["archs"][0]
@@ -265,15 +280,15 @@ class RemoteCacheTest(unittest.TestCase):
         self.assertLess(hit["cubin"]["time_ms"], hit["cubin"]["link_ms"])
         self.assertEqual(self.warnings(warm), [])
         # Copied into the local cache as it was on the server; the next run is a local hit.
-        self.assertEqual(read(self.local_entry(b, key)), read(self.local_entry(a, key)))
+        self.assertEqual(read(self.local_entry(b, key)), remote)
         again = self.link(b, url)
         self.assertEqual(again.doc["archs"][0]["source"], "cache")
         s = self.stats(b, url)
         self.assertEqual((s["hits"], s["misses"], s["stores"], s["errors"]), (1, 0, 0, 0))
-        self.assertEqual(s["bytes_in"], os.path.getsize(self.local_entry(a, key)))
+        self.assertEqual(s["bytes_in"], len(remote))
         s = self.stats(a, url)
         self.assertEqual((s["hits"], s["misses"], s["stores"], s["errors"]), (0, 1, 1, 0))
-        self.assertEqual(s["bytes_out"], os.path.getsize(self.local_entry(a, key)))
+        self.assertEqual(s["bytes_out"], len(remote))
 
     def test_corrupt_remote_entries_are_misses_and_replaced(self):
         url = self.server.url("cache/corrupt")

@@ -449,6 +449,23 @@ class Release12(ReleaseCases, unittest.TestCase):
         self.assertEqual(entries(cache), [])
 
 
+    def test_the_tools_refuse_it_for_a_package_naming_both_versions(self):
+        # The package's link includes cudaq-rt's own device code (LTO-IR of CUDA 13): refused
+        # before nvJitLink runs, in one line, with nothing written; --version names the library.
+        cache = fresh("cache")
+        r = subprocess.run([LINK, EXAMPLE.package, "-a", "sm_90", "--nvjitlink", self.library],
+                           env=tool_env(cache), capture_output=True, text=True)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        [line] = r.stderr.splitlines()
+        self.assertTrue(line.startswith(f"cudaq-rt-link: error: nvJitLink {self.release} ("),
+                        line)
+        self.assertIn("cannot link cudaq-rt's device code", line)
+        self.assertIn("LTO-IR of CUDA 13.", line)
+        self.assertEqual(entries(cache), [])
+        version = check([LINK, "--version", "--nvjitlink", self.library])
+        self.assertIn(f"nvJitLink {self.release} ({os.path.realpath(self.library)})", version)
+
+
 class OneHandleFromTwoThreads(unittest.TestCase):
     """A program that adds a link's inputs to one handle from two threads at once (the CUDA 13.0
     client, --one-handle-threads 2): the order nvJitLink sees them in varies from run to run, and

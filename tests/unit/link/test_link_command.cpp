@@ -3,6 +3,8 @@
 // and dry run, written into strings. Real links are the integration tests' (test_link.py).
 #include "link/link_command.h"
 
+#include "base/nvjitlink_library.h"
+
 #include <doctest/doctest.h>
 
 #include "cache/cache_fixtures.h"
@@ -418,8 +420,13 @@ TEST_CASE("a dry run prints each arch's key, options and inputs, and opens no ca
     CHECK(ja["cache_hit"] == false);
     CHECK(ja["lto"] == "per-tu");
   }
-  CHECK(doc.size() == 8); // and format_version
+  CHECK(doc.size() == 9); // and format_version
   CHECK(doc["format_version"] == 1);
+  // The keys name the nvJitLink they were computed for, so the dry run loaded it: it says which.
+  auto lib = process_nvjitlink();
+  REQUIRE(lib);
+  CHECK(doc["nvjitlink"]["version"] == (*lib)->version());
+  CHECK(doc["nvjitlink"]["path"] == (*lib)->resolved);
   CHECK_FALSE(fs::exists(dir));
 
   // With --cache-stats the dry run opens the cache, and the figures follow the keys.
