@@ -195,7 +195,15 @@ class RunWithoutGpuTest(unittest.TestCase):
         r = self.run_tool("--version")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertRegex(r.stdout, r"^cudaq-rt-run \d+\.\d+\.\d+ \(source \S+, CUDA \d+\.\d+\.\d+, "
-                                   r"nvJitLink \d+\.\d+\)\n$")
+                                   r"nvJitLink \d+\.\d+ \(/\S*libnvJitLink\.so\.\d+\)\)\n$")
+
+    def test_nvjitlink_that_is_not_one(self):
+        # A path that is no nvJitLink library is a usage error, named, before anything loads.
+        for path, why in (("/nonexistent/libnvJitLink.so.13", "cannot load nvJitLink: "),
+                          ("/etc/hostname", "cannot load nvJitLink: ")):
+            with self.subTest(path=path):
+                self.usage_error([self.pkg, "--list", "--arch", "sm_90", "--nvjitlink", path],
+                                 f"--nvjitlink: '{path}': {why}", exact=False)
 
     # --- no CUDA driver: every mode that needs the GPU fails in one line --------------------------
 

@@ -39,7 +39,7 @@ def man_environment(tool):
 class VersionTest(unittest.TestCase):
     def test_version_names_what_a_bug_report_needs(self):
         pattern = re.compile(r"^(cudaq-rt-\w+) (\d+\.\d+\.\d+) \(source ([0-9a-f]{7,}(-dirty)?|unknown), "
-                             r"CUDA (\d+\.\d+\.\d+), nvJitLink (\d+\.\d+)\)\n$")
+                             r"CUDA (\d+\.\d+\.\d+), nvJitLink (\d+\.\d+) \((/\S+)\)\)\n$")
         seen = set()
         for tool, path in TOOLS.items():
             r = run([path, "--version"])
@@ -47,8 +47,9 @@ class VersionTest(unittest.TestCase):
             m = pattern.match(r.stdout)
             self.assertIsNotNone(m, r.stdout)
             self.assertEqual(m.group(1), tool)
-            # The loaded nvJitLink is the toolkit's major version.
+            # The loaded nvJitLink is the toolkit's major version, and a file that is there.
             self.assertEqual(m.group(5).split(".")[0], m.group(6).split(".")[0])
+            self.assertTrue(os.path.isfile(m.group(7)), m.group(7))
             seen.add(r.stdout[len(tool):])
         self.assertEqual(len(seen), 1, seen)  # one build, one story
 

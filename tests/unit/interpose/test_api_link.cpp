@@ -88,6 +88,18 @@ Linked link_probe(ApiLinks &links, std::vector<const char *> options = {"-arch=s
   return out;
 }
 
+// The one recording under `dir`, with its recipe.
+Package only_recording(const std::filesystem::path &dir) {
+  std::vector<std::filesystem::path> found;
+  for (auto &e : std::filesystem::directory_iterator(dir))
+    found.push_back(e.path());
+  REQUIRE(found.size() == 1);
+  auto pkg = Package::open(found[0]);
+  REQUIRE(pkg);
+  REQUIRE(pkg->manifest().recipe);
+  return std::move(*pkg);
+}
+
 size_t entries(const std::filesystem::path &dir) {
   size_t n = 0;
   if (std::filesystem::exists(dir / "v1"))
@@ -147,21 +159,15 @@ TEST_CASE("a recording is a package holding the recipe and its inputs, once per 
   ApiLinks links(real, cuda13, nullptr, settings);
   REQUIRE(link_probe(links).result == NVJITLINK_SUCCESS);
   REQUIRE(link_probe(links).result == NVJITLINK_SUCCESS);
-  std::vector<std::filesystem::path> found;
-  for (auto &e : std::filesystem::directory_iterator(settings.record_dir))
-    found.push_back(e.path());
-  REQUIRE(found.size() == 1);
-  auto pkg = Package::open(found[0]);
-  REQUIRE(pkg);
-  REQUIRE(pkg->manifest().recipe);
-  const LinkRecipe &r = *pkg->manifest().recipe;
+  Package pkg = only_recording(settings.record_dir);
+  const LinkRecipe &r = *pkg.manifest().recipe;
   CHECK(r.options == std::vector<std::string>{"-arch=sm_80", "-lto"});
   CHECK(r.arch == "sm_80");
   CHECK(r.output == "cubin");
   REQUIRE(r.inputs.size() == 1);
   CHECK(r.inputs[0].type == NVJITLINK_INPUT_FATBIN);
   CHECK(r.inputs[0].name == "probe");
-  auto blob = pkg->read_blob(r.inputs[0].digest);
+  auto blob = pkg.read_blob(r.inputs[0].digest);
   REQUIRE(blob);
   CHECK(blob->size() ==
         static_cast<size_t>(cudaq_rt_unit_probe_fatbin_end - cudaq_rt_unit_probe_fatbin_begin));
@@ -233,15 +239,9 @@ TEST_CASE("two threads on one handle: the record is the order the real library r
     b.join();
     REQUIRE(links.complete(real.api.complete, h) == NVJITLINK_SUCCESS);
     REQUIRE(links.destroy(real.api.destroy, &h) == NVJITLINK_SUCCESS);
-    std::vector<std::filesystem::path> found;
-    for (auto &e : std::filesystem::directory_iterator(settings.record_dir))
-      found.push_back(e.path());
-    REQUIRE(found.size() == 1);
-    auto pkg = Package::open(found[0]);
-    REQUIRE(pkg);
-    REQUIRE(pkg->manifest().recipe);
+    const Package pkg = only_recording(settings.record_dir);
     std::vector<std::string> recorded;
-    for (const RecipeInput &in : pkg->manifest().recipe->inputs)
+    for (const RecipeInput &in : pkg.manifest().recipe->inputs)
       recorded.push_back(in.name);
     CHECK(recorded == received);
   }
