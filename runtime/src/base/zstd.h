@@ -7,6 +7,7 @@
 #include "cudaq_rt/error.h"
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 
@@ -23,5 +24,13 @@ std::string zstd_compress(std::span<const uint8_t> data, int level = zstd_level)
 // more. `subject` names it in errors.
 Expected<std::string> zstd_decompress(std::span<const uint8_t> frame, uint64_t max_size,
                                       const std::string &subject);
+
+// The same checks, but the bytes are handed to `piece` a block at a time as they come and never
+// held: constant memory whatever the frame declares. Forty bytes of zstd declare a gibibyte of
+// zeros; a reader that must know the bytes are the ones it expects (their digest) streams them
+// through this first and allocates only then. The number of bytes the frame gave.
+Expected<uint64_t> zstd_stream(std::span<const uint8_t> frame, uint64_t max_size,
+                               const std::string &subject,
+                               const std::function<void(std::span<const uint8_t>)> &piece);
 
 } // namespace cudaq_rt

@@ -20,7 +20,8 @@
 //
 // Every byte is covered by a check: the file size must be exactly 128 + M + C + S, the header and
 // metadata by their digest, the cubin, once decompressed (into at most max_cubin_bytes, the
-// size its frame declares and no other), by its own digest, each signature by its key (when the
+// size its frame declares and no other, streamed through its digest before it is held), by its
+// own digest, each signature by its key (when the
 // reader trusts that key; one it does not know is carried and not used). An entry that fails any
 // check (truncated, bit flips, garbage, another key's entry renamed into place) is a miss and is
 // removed, so the next link stores a good one. The cubin is never handed out unverified.
@@ -224,6 +225,13 @@ std::optional<CacheEntry> decode_entry(uint64_t file_size, const EntryReader &re
   } else {
     std::vector<uint8_t> frame(parts->payload_size);
     if (!read(parts->payload_at, frame.data(), parts->payload_size))
+      return std::nullopt;
+    // Streamed through SHA-256 before a byte is kept: forty bytes of zstd declare a gibibyte,
+    // which must cost neither memory nor a link's worth of time for each arch that reads it.
+    Sha256 streamed;
+    auto given = zstd_stream(frame, max_cubin_bytes, "",
+                             [&streamed](std::span<const uint8_t> p) { streamed.update(p); });
+    if (!given || streamed.finish() != parts->cubin_digest)
       return std::nullopt;
     auto unpacked = zstd_decompress(frame, max_cubin_bytes, "");
     if (!unpacked)

@@ -215,7 +215,25 @@ Expected<std::string> Package::read_blob(const Digest &d) const {
   if (sha256(*frame) != stored->second.name)
     return make_error(path.string(), "blob does not match its stored digest ",
                       stored->second.name.str(), " (the package is corrupt or was modified)");
+  // What the frame gives is streamed through SHA-256 before a byte of it is kept: its size and
+  // digest must be the blob's. A manifest (signed or not) may claim any size, and forty bytes of
+  // zstd declare a gibibyte: neither costs memory, and a claim over the limit costs no time.
   const uint64_t size = stored->second.size;
+  if (size > max_compressed_blob_bytes)
+    return make_error(path.string(), "blob is recorded as ", size,
+                      " bytes, more than a compressed blob may hold (", max_compressed_blob_bytes,
+                      "): the package is corrupt or was modified");
+  Sha256 streamed;
+  auto given = zstd_stream(as_bytes(*frame), size, path.string(),
+                           [&streamed](std::span<const uint8_t> piece) { streamed.update(piece); });
+  if (!given)
+    return given.error();
+  if (*given != size)
+    return make_error(path.string(), "blob decompresses to ", *given, " bytes, not the ", size,
+                      " its manifest records (the package is corrupt or was modified)");
+  if (streamed.finish() != d)
+    return make_error(path.string(), "blob does not match its digest ", d.str(),
+                      " (the package is corrupt or was modified)");
   auto bytes = zstd_decompress(as_bytes(*frame), size, path.string());
   if (!bytes)
     return bytes;

@@ -4,7 +4,9 @@
 
 #include "unit_files.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <string>
 
 using namespace cudaq_rt;
@@ -69,4 +71,55 @@ TEST_CASE("what is not exactly one bounded frame is refused, naming why") {
   std::string flipped = frame;
   flipped[flipped.size() / 2] ^= 0x5a;
   CHECK(error(flipped, data.size()).starts_with("'f': is a corrupt zstd frame"));
+}
+
+namespace {
+// The process's resident memory now (VmRSS), in KiB.
+uint64_t rss_kib() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmRSS:", 0) == 0)
+      return std::stoull(line.substr(6));
+  return 0;
+}
+} // namespace
+
+TEST_CASE("a stream gives the frame's bytes in blocks, never holding them, with the same checks") {
+  const std::string data = sample();
+  const std::string frame = zstd_compress(bytes_of(data));
+  std::string got;
+  auto n = zstd_stream(bytes_of(frame), data.size(), "f",
+                       [&](std::span<const uint8_t> p) { got.append(p.begin(), p.end()); });
+  REQUIRE(n);
+  CHECK(*n == data.size());
+  CHECK(got == data);
+  auto error = [](const std::string &f, uint64_t max) {
+    auto r = zstd_stream(bytes_of(f), max, "f", [](std::span<const uint8_t>) {});
+    return r ? std::string() : r.error().str();
+  };
+  CHECK(error("not a frame at all", 100) == "'f': is not a zstd frame");
+  CHECK(error(frame, data.size() - 1).ends_with("it may hold"));
+  CHECK(error(frame + "x", data.size()) == "'f': holds 1 bytes after its zstd frame");
+  std::string flipped = frame;
+  flipped[flipped.size() / 2] ^= 0x5a;
+  CHECK(error(flipped, data.size()).starts_with("'f': is a corrupt zstd frame"));
+
+  // 256 MiB of zeros in a few KiB of frame, made by the zstd tool from a sparse file: handed out
+  // in blocks while this process's memory stays where it was.
+  const uint64_t big = uint64_t{256} << 20;
+  const std::string zeros = unit_files::command_output(
+      "f=$(mktemp) && truncate -s 268435456 \"$f\" && zstd -q -c \"$f\"; rm -f \"$f\"");
+  REQUIRE(zeros.size() < 64 * 1024);
+  const uint64_t before = rss_kib();
+  uint64_t seen = 0, largest = 0, grew = 0;
+  auto big_n = zstd_stream(bytes_of(zeros), big, "zeros", [&](std::span<const uint8_t> p) {
+    seen += p.size();
+    largest = std::max<uint64_t>(largest, p.size());
+    grew = std::max<uint64_t>(grew, rss_kib() - std::min(rss_kib(), before));
+  });
+  REQUIRE(big_n);
+  CHECK(*big_n == big);
+  CHECK(seen == big);
+  CHECK(largest <= (1 << 20));
+  CHECK(grew < 16 * 1024);
 }

@@ -5,6 +5,7 @@
 #include "cache_fixtures.h"
 #include "scratch_dir.h"
 #include "signing_keys.h"
+#include "unit_files.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -459,4 +460,46 @@ TEST_CASE("a deferred hit reads the cubin into the caller's buffer and checks it
   bad_header[130] ^= 0x01;
   write(bad_header);
   CHECK_FALSE(open_deferred(bad_header));
+}
+
+TEST_CASE("a remote entry's small frame of 256 MiB that is not its cubin is a miss, never held") {
+  // A whole format 2 entry for the key whose payload is a few KiB of zstd that declare 256 MiB of
+  // zeros (made by the zstd tool from a sparse file, so that this process never holds them),
+  // under another cubin's digest: decoding it must cost no memory.
+  Digest key = sha256(std::string_view("bomb"));
+  const std::string metadata =
+      "{\"arch\":\"sm_90\",\"created\":0,\"info_log\":\"\",\"inputs\":[],"
+      "\"link_time_ms\":1.0,\"nvjitlink_version\":\"13.0\",\"options\":[]}";
+  const std::string frame = unit_files::command_output(
+      "f=$(mktemp) && truncate -s 268435456 \"$f\" && zstd -q -c \"$f\"; rm -f \"$f\"");
+  REQUIRE(frame.size() < 64 * 1024);
+  std::vector<uint8_t> b(128);
+  auto put = [&](size_t at, uint64_t v, int n) {
+    for (int i = 0; i < n; ++i)
+      b[at + i] = static_cast<uint8_t>(v >> (8 * i));
+  };
+  std::memcpy(b.data(), "CQRTLNK\0", 8);
+  put(8, 2, 4);
+  put(12, 0, 4);
+  std::memcpy(b.data() + 16, key.bytes.data(), 32);
+  put(48, metadata.size(), 8);
+  put(56, frame.size(), 8);
+  std::memcpy(b.data() + 64, sha256(std::string_view("another cubin")).bytes.data(), 32);
+  Sha256 h;
+  h.update(std::span<const uint8_t>(b.data(), 96));
+  h.update(metadata);
+  std::memcpy(b.data() + 96, h.finish().bytes.data(), 32);
+  b.insert(b.end(), metadata.begin(), metadata.end());
+  b.insert(b.end(), frame.begin(), frame.end());
+  auto peak_kib = [] {
+    std::ifstream status("/proc/self/status");
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("VmHWM:", 0) == 0)
+        return std::stoull(line.substr(6));
+    return 0ull;
+  };
+  const auto before = peak_kib();
+  CHECK_FALSE(decode_cache_entry(
+      std::string_view(reinterpret_cast<const char *>(b.data()), b.size()), key));
+  CHECK(peak_kib() - before < 16 * 1024); // holding the 256 MiB would have raised it
 }

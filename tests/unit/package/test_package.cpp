@@ -535,6 +535,15 @@ CompressedPackage make_compressed(const fs::path &parent) {
   return c;
 }
 
+// The process's peak resident memory (VmHWM), in KiB.
+uint64_t peak_rss_kib() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmHWM:", 0) == 0)
+      return std::stoull(line.substr(6));
+  return 0;
+}
+
 std::string zstd_tool_decompress(const fs::path &file) {
   return unit_files::command_output("zstd -dc '" + file.string() + "'");
 }
@@ -647,6 +656,53 @@ TEST_CASE("a compressed blob is checked as stored, then as its bytes") {
     CHECK(r.error().str() ==
           "'" + f.string() + "': is a zstd frame of " + std::to_string(c.cubin.size() + (1 << 20)) +
               " bytes, more than the " + std::to_string(c.cubin.size()) + " it may hold");
+  }
+  // The blob's size as the manifest claims it, and a frame for it.
+  auto claim = [&](uint64_t size, const std::string &frame_bytes) {
+    auto p = Package::open(c.dir);
+    REQUIRE(p);
+    Manifest m = p->manifest();
+    for (LinkRecord &l : m.links)
+      if (l.cubin == c.cubin_d)
+        l.cubin_size = size;
+    m.stored[0].stored_digest = sha256(frame_bytes);
+    m.stored[0].stored_size = frame_bytes.size();
+    fs::remove(file);
+    write_file(c.dir / "blobs" / "sha256" / sha256(frame_bytes).hex(), frame_bytes);
+    fs::remove(c.dir / "manifest.json");
+    write_file(c.dir / "manifest.json", m.to_json_text());
+    return c.dir / "blobs" / "sha256" / sha256(frame_bytes).hex();
+  };
+  SUBCASE("a claim over the limit is refused before the frame is read") {
+    const uint64_t tebibyte = uint64_t{1} << 40;
+    const fs::path f = claim(tebibyte, zstd_compress(as_bytes(std::string(4096, '\0'))));
+    auto p = Package::open(c.dir);
+    REQUIRE(p);
+    auto r = p->read_blob(c.cubin_d);
+    REQUIRE_FALSE(r);
+    CHECK(r.error().str() == "'" + f.string() + "': blob is recorded as " +
+                                 std::to_string(tebibyte) +
+                                 " bytes, more than a compressed blob may hold (" +
+                                 std::to_string(max_compressed_blob_bytes) +
+                                 "): the package is corrupt or was modified");
+  }
+  SUBCASE("a small frame of 64 MiB that are not the blob is refused, and never held") {
+    // Made by the zstd tool from a sparse file, so that this process never holds the 64 MiB.
+    const size_t big = size_t{64} << 20;
+    const fs::path zeros = s.path / "zeros";
+    { std::ofstream(zeros).flush(); }
+    fs::resize_file(zeros, big);
+    const fs::path f =
+        claim(big, unit_files::command_output("zstd -q -c '" + zeros.string() + "'"));
+    CHECK(fs::file_size(f) < 64 * 1024);
+    auto p = Package::open(c.dir);
+    REQUIRE(p);
+    const uint64_t before = peak_rss_kib();
+    auto r = p->read_blob(c.cubin_d);
+    REQUIRE_FALSE(r);
+    CHECK(r.error().str() == "'" + f.string() + "': blob does not match its digest " +
+                                 c.cubin_d.str() + " (the package is corrupt or was modified)");
+    CHECK(peak_rss_kib() - before < 16 * 1024); // a copy of the 64 MiB would have raised it
   }
   SUBCASE("a frame shorter than the manifest says is refused at open") {
     fs::remove(file);
