@@ -43,6 +43,39 @@ def uploaded_digests(reg, since=0):
     return out
 
 
+def put_blob(reg, repo, data):
+    """Uploads `data` as a blob of REPO (monolithic: POST, then PUT with its digest)."""
+    import urllib.request
+    start = urllib.request.Request(f"http://{reg.url}/v2/{repo}/blobs/uploads/", method="POST",
+                                   data=b"")
+    with urllib.request.urlopen(start) as r:
+        location = r.headers["Location"]
+    if location.startswith("/"):
+        location = f"http://{reg.url}{location}"
+    sep = "&" if "?" in location else "?"
+    put = urllib.request.Request(f"{location}{sep}digest={sha256(data)}", method="PUT", data=data,
+                                 headers={"Content-Type": "application/octet-stream"})
+    urllib.request.urlopen(put).close()
+
+
+def put_artifact(reg, repo, tag, image, config_bytes):
+    """Uploads `config_bytes` and the image manifest `image` (naming it as its config) under
+    REPO:TAG, as a client that writes its own manifests would, with the distribution API."""
+    import urllib.request
+    image = dict(image, config=dict(image["config"], digest=sha256(config_bytes),
+                                    size=len(config_bytes)))
+    base = f"http://{reg.url}/v2/{repo}"
+    put_blob(reg, repo, config_bytes)
+    manifest = urllib.request.Request(
+        f"{base}/manifests/{tag}", method="PUT", data=json.dumps(image).encode(),
+        headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"})
+    urllib.request.urlopen(manifest).close()
+
+
+def image_manifest(pkg):
+    return json.loads(read(os.path.join(pkg, "blobs", "sha256", layout_manifest_digest(pkg)[7:])))
+
+
 @unittest.skipUnless(registry_available(), "no docker-registry (Debian's package of it)")
 class RegistryTest(unittest.TestCase):
     def setUp(self):
@@ -216,35 +249,17 @@ class RegistryTest(unittest.TestCase):
         """An artifact whose config and image manifest say a container is 5 GiB (the registry
         would stream that much): the pull refuses it from the descriptor, at once, without a GET
         of the layer, and writes nothing."""
-        import urllib.request
         reg = self.registry()
         pkg, _ = self.pack("out", "--no-compress", "--push", f"oci://{reg.url}/example:1")
         huge = 5 << 30
         config = json.loads(read(os.path.join(pkg, "manifest.json")))
         victim = config["containers"][0]["digest"]
         config["containers"][0]["size"] = huge
-        config_bytes = json.dumps(config).encode()
-        image = json.loads(read(os.path.join(pkg, "blobs", "sha256",
-                                             layout_manifest_digest(pkg)[7:])))
-        image["config"].update(digest=sha256(config_bytes), size=len(config_bytes))
+        image = image_manifest(pkg)
         for layer in image["layers"]:
             if layer["digest"] == victim:
                 layer["size"] = huge
-        base = f"http://{reg.url}/v2/example"
-        start = urllib.request.Request(base + "/blobs/uploads/", method="POST", data=b"")
-        with urllib.request.urlopen(start) as r:
-            location = r.headers["Location"]
-        if location.startswith("/"):
-            location = f"http://{reg.url}{location}"
-        sep = "&" if "?" in location else "?"
-        put = urllib.request.Request(f"{location}{sep}digest={sha256(config_bytes)}",
-                                     method="PUT", data=config_bytes,
-                                     headers={"Content-Type": "application/octet-stream"})
-        urllib.request.urlopen(put).close()
-        manifest = urllib.request.Request(
-            base + "/manifests/huge", method="PUT", data=json.dumps(image).encode(),
-            headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"})
-        urllib.request.urlopen(manifest).close()
+        put_artifact(reg, "example", "huge", image, json.dumps(config).encode())
         mark = len(reg.requests())
         out = self.t("p")
         r = run([PACK, "--pull", f"oci://{reg.url}/example:huge", "-o", out], timeout=TIMEOUT)
@@ -254,6 +269,51 @@ class RegistryTest(unittest.TestCase):
                       "package's blob may be", r.stderr)
         self.assertNotIn(victim, " ".join(q.path for q in reg.requests("GET", since=mark)))
         self.assert_nothing_written(out)
+
+    def test_a_compressed_blob_claimed_huge_is_refused_before_anything_is_written(self):
+        """A config (the package's manifest) that records a compressed cubin as 1 TiB while its
+        layer is the small frame it was: every reader would refuse the package, so the pull
+        refuses it, at once, from the config, and writes nothing."""
+        reg = self.registry()
+        pkg, _ = self.linked_two_archs(reg)  # its cubins are stored compressed
+        config = json.loads(read(os.path.join(pkg, "manifest.json")))
+        link = config["links"][0]
+        link["cubin"]["size"] = 1 << 40
+        stored = {"digest": link["cubin"]["digest"]}
+        put_artifact(reg, "example", "claim", image_manifest(pkg), json.dumps(config).encode())
+        out = self.t("p")
+        r = run([PACK, "--pull", f"oci://{reg.url}/example:claim", "-o", out], timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertIn(f"blob {stored['digest'][:19]} is recorded as {1 << 40} bytes, more than a "
+                      "compressed blob may hold (1073741824): refused", r.stderr)
+        self.assert_nothing_written(out)
+
+    def test_more_signatures_than_a_package_may_have_are_refused_at_the_pull(self):
+        """An artifact with 300 signature layers: a reader refuses a package of more than 256
+        signatures, so the pull (with --verify too) refuses it before it fetches or writes."""
+        reg = self.registry()
+        pkg, _ = self.pack("out", "--push", f"oci://{reg.url}/example:1")
+        image = image_manifest(pkg)
+        for k in range(300):  # the registry takes a manifest only when its layers are there
+            blob = json.dumps({"signature": k}).encode()
+            put_blob(reg, "example", blob)
+            image["layers"].append({
+                "mediaType": "application/vnd.cudaq-rt.signature.v1+json",
+                "digest": sha256(blob), "size": len(blob),
+                "annotations": {"io.cudaq-rt.key-id": f"{k + 1:064x}"}})
+        put_artifact(reg, "example", "many", image, read(os.path.join(pkg, "manifest.json")))
+        keys = make_ed25519_keys(self.t("keys"), "ci")
+        for extra in ([], ["--verify", keys["ci"][1]]):
+            with self.subTest(extra=extra):
+                out = self.t("p")
+                r = run([PACK, "--pull", f"oci://{reg.url}/example:many", "-o", out, *extra],
+                        timeout=TIMEOUT)
+                self.assertEqual(r.returncode, 1, r.stderr)
+                self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+                self.assertIn(": 300 signature layers, more than the 256 a package may have: "
+                              "refused", r.stderr)
+                self.assert_nothing_written(out)
 
     def test_registry_down(self):
         """A registry that is not there costs one line, at once, and nothing written."""

@@ -109,16 +109,31 @@ Expected<PullReport> pull_package(Registry &registry, const fs::path &output_dir
   // The blobs the manifest refers to, as they are stored (a compressed one as its frame), each
   // with the size it records: a layer must be one of them or a signature, and every one of them
   // must be a layer.
+  // What a reader of the package would refuse is refused here, before anything is written: a
+  // compressed blob recorded as larger than one may hold, more signatures than a package may have.
   std::map<Digest, uint64_t> wanted;
-  for (const auto &[d, disk] : manifest->blobs_on_disk())
+  const std::map<Digest, uint64_t> claims = manifest->blob_sizes();
+  for (const auto &[d, disk] : manifest->blobs_on_disk()) {
     wanted.emplace(disk.digest, disk.size);
+    if (const uint64_t claimed = claims.at(d); disk.stored && claimed > max_compressed_blob_bytes)
+      return make_error("", ref.name(), ": blob ", d.short_str(), " is recorded as ", claimed,
+                        " bytes, more than a compressed blob may hold (", max_compressed_blob_bytes,
+                        "): refused");
+  }
+  const size_t signature_layers =
+      std::count_if(im->layers.begin(), im->layers.end(), [](const OciDescriptor &l) {
+        return l.media_type == signature_layer_media_type;
+      });
+  if (signature_layers > max_signature_files)
+    return make_error("", ref.name(), ": ", signature_layers, " signature layers, more than the ",
+                      max_signature_files, " a package may have: refused");
   std::set<Digest> have;
   for (const OciDescriptor &l : im->layers) {
     if (l.media_type == signature_layer_media_type) {
       if (signature_layer_file_name(l).empty())
         return make_error("", ref.name(), ": signature layer ", l.digest.short_str(),
                           " has no valid io.cudaq-rt.key-id annotation");
-      if (l.size > 16 << 10)
+      if (l.size > max_signature_bytes)
         return make_error("", ref.name(), ": signature layer ", l.digest.short_str(), " is ",
                           l.size, " bytes: not a signature");
       continue;

@@ -41,8 +41,6 @@ int open_directory_at(int at, const char *name) {
 }
 
 // A package's signature files are small; a larger one, or more of them, is not a signature.
-constexpr uint64_t max_signature_bytes = 16 << 10;
-constexpr size_t max_signature_files = 256;
 
 // The manifest of the package directory open as `fd`, and the digest of the bytes it was parsed
 // from; nullopt if it has none.

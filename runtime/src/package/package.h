@@ -155,6 +155,10 @@ private:
 // in one step. Destroyed without commit, it removes everything it wrote.
 // Blobs smaller than this are stored as they are: a zstd frame's header would eat what it saves.
 constexpr size_t min_compressed_blob_bytes = 512;
+// The most signatures a package may have, and the most bytes one may be (cudaq-rt-package(5)): a
+// reader refuses more, so a pull refuses them before it writes.
+constexpr size_t max_signature_files = 256;
+constexpr uint64_t max_signature_bytes = 16 << 10;
 // The most a compressed blob may hold (cudaq-rt-package(5)): a manifest that records more is
 // refused before its frame is read. No container or cubin is near it (a 1,000-handler module is
 // 5 MB).
