@@ -717,14 +717,18 @@ class LayoutTest(unittest.TestCase):
         with open(image_path, "wb") as f:
             f.write(saved)
         # An index.json naming another image manifest (a signature filed by hand since the last
-        # write): a warning that an OCI client would miss the change.
+        # write): refused in one line, as cudaq-rt-package(5) says, since an OCI client copying
+        # the layout would read another package.
         old = dict(index)
         old["manifests"] = [dict(index["manifests"][0], digest="sha256:" + "0" * 64)]
         with open(os.path.join(pkg, "index.json"), "w") as f:
             json.dump(old, f)
         r = run([PACK, "--list", pkg])
-        self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("index.json does not name the image manifest", r.stderr)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(r.stdout, "")
+        [line] = r.stderr.splitlines()
+        self.assertTrue(line.startswith(f"cudaq-rt-pack: error: '{pkg}': index.json does not name "
+                                        "the image manifest"), line)
 
 
 if __name__ == "__main__":

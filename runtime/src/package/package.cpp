@@ -40,6 +40,16 @@ int open_directory_at(int at, const char *name) {
   return ::openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 }
 
+// Why open_directory_at(at, name) failed with `err`: a symbolic link is refused as one (the
+// kernel says ELOOP or ENOTDIR for it, by version), anything else as the system says.
+std::string why_not_a_directory(int at, const char *name, int err) {
+  struct stat st;
+  if ((err == ELOOP || err == ENOTDIR) && ::fstatat(at, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+      S_ISLNK(st.st_mode))
+    return "it is a symbolic link, which a package never follows";
+  return std::strerror(err);
+}
+
 // A package's signature files are small; a larger one, or more of them, is not a signature.
 
 // The manifest of the package directory open as `fd`, and the digest of the bytes it was parsed
@@ -136,16 +146,22 @@ Expected<Package> Package::open(const fs::path &dir, PackageOpenOptions options)
     }
     fs::path blobs = dir / "blobs" / "sha256";
     int err = 0;
+    std::string why;
     if (int b = open_directory_at(fd, "blobs"); b >= 0) {
       p.blobs_fd_ = open_directory_at(b, "sha256");
       err = errno;
+      if (p.blobs_fd_ < 0 && err != ENOENT)
+        why = why_not_a_directory(b, "sha256", err);
       ::close(b);
     } else {
       err = errno;
+      if (err != ENOENT) {
+        blobs = dir / "blobs";
+        why = why_not_a_directory(fd, "blobs", err);
+      }
     }
     if (p.blobs_fd_ < 0 && err != ENOENT)
-      return make_error(blobs.string(), "cannot open the blob directory: ",
-                        err == ELOOP ? "a symbolic link" : std::strerror(err));
+      return make_error(blobs.string(), "cannot open the blob directory: ", why);
     for (const auto &[name, size] : p.disk_size_) {
       struct stat st;
       const fs::path path = dir / blob_relpath(name);

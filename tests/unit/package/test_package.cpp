@@ -760,3 +760,21 @@ TEST_CASE("a carried blob keeps its stored form; a blob source is asked for the 
     CHECK_FALSE(fs::exists(lazy / "blobs" / "sha256" / c.cubin_d.hex()));
   }
 }
+
+TEST_CASE("a blob directory that is a symbolic link is refused as one, at either level") {
+  ScratchDir s;
+  for (const std::string which : {"blobs", "blobs/sha256"}) {
+    CAPTURE(which);
+    const fs::path parent = s.path / (which == "blobs" ? "a" : "b");
+    fs::create_directories(parent);
+    const CompressedPackage c = make_compressed(parent);
+    const fs::path link = c.dir / which, elsewhere = parent / "moved";
+    fs::rename(link, elsewhere);
+    fs::create_directory_symlink(elsewhere, link);
+    auto p = Package::open(c.dir);
+    REQUIRE_FALSE(p);
+    CHECK(p.error().str() == "'" + link.string() +
+                                 "': cannot open the blob directory: it is a symbolic link, which "
+                                 "a package never follows");
+  }
+}
