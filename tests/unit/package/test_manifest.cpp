@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <doctest/doctest.h>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <set>
 
 using namespace cudaq_rt;
 using nlohmann::json;
@@ -356,4 +358,37 @@ TEST_CASE("stored forms: format 2, in digest order, each blob's once, parsed bac
             " is also another blob's name: each file in blobs/ is one blob");
   CHECK(refused([](json &j) { j["stored"][0]["stored_size"] = 0; }) ==
         "'m.json': stored[0].stored_size: 0 is no zstd frame");
+}
+
+TEST_CASE("every key manifest.schema.json requires is refused when missing, at every level") {
+  // The keys the schema lets a manifest leave out, and those it requires only of some objects
+  // (a bridge container's "bridge", an unknown entry kind's "kind_code", a handler's "symbol" and
+  // an export's "function_id"): every other key of a full manifest is required wherever it is.
+  static const std::set<std::string> optional = {"aliases",  "recipe",     "stored",
+                                                 "member",   "name",       "options",
+                                                 "added_by", "concurrent", "direct"};
+  static const std::set<std::string> conditional = {"bridge", "kind_code", "symbol", "function_id"};
+  const json full = full_manifest().to_json();
+  size_t checked = 0;
+  std::function<void(const json::json_pointer &)> sweep = [&](const json::json_pointer &at) {
+    const json &here = full.at(at);
+    if (here.is_array())
+      for (size_t i = 0; i < here.size(); ++i)
+        sweep(at / i);
+    if (!here.is_object())
+      return;
+    for (const auto &[key, value] : here.items()) {
+      sweep(at / key);
+      if (optional.count(key) || conditional.count(key))
+        continue;
+      json without = full;
+      without.at(at).erase(key);
+      CAPTURE(at.to_string());
+      CAPTURE(key);
+      CHECK(error_of(without.dump()).find("missing \"" + key + "\"") != std::string::npos);
+      ++checked;
+    }
+  };
+  sweep(json::json_pointer());
+  CHECK(checked > 40); // every level was reached
 }

@@ -621,6 +621,31 @@ TEST_CASE("a compressed blob is checked as stored, then as its bytes") {
                                  " (the package is corrupt or was modified)");
     CHECK_FALSE(p->verified(c.cubin_d));
   }
+  SUBCASE("another frame of the very same bytes: only the stored digest tells") {
+    // Compressed at another level, the frame differs and still gives the blob's bytes, and the
+    // manifest (unsigned: anyone may edit it) records its size: the frame's own digest is all
+    // that refuses it.
+    const std::string other = zstd_compress(as_bytes(c.cubin), 19);
+    REQUIRE(other != frame);
+    {
+      auto p = Package::open(c.dir);
+      REQUIRE(p);
+      Manifest m = p->manifest();
+      m.stored[0].stored_size = other.size();
+      fs::remove(c.dir / "manifest.json");
+      write_file(c.dir / "manifest.json", m.to_json_text());
+    }
+    fs::remove(file);
+    write_file(file, other);
+    auto p = Package::open(c.dir);
+    REQUIRE(p);
+    auto r = p->read_blob(c.cubin_d);
+    REQUIRE_FALSE(r);
+    CHECK(r.error().str() == "'" + file.string() + "': blob does not match its stored digest " +
+                                 z.stored_digest.str() +
+                                 " (the package is corrupt or was modified)");
+    CHECK_FALSE(p->verified(c.cubin_d));
+  }
   // A manifest naming a frame of other bytes (or of more bytes) than the blob it stands for: the
   // frame matches its stored digest, so only decompressing tells.
   auto rewrite = [&](const std::string &other) {
