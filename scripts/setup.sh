@@ -11,6 +11,8 @@ packages=(cmake ninja-build g++ libcli11-dev nlohmann-json3-dev doctest-dev llvm
 
 # client.python pip-installs python/ into a fresh venv, offline.
 packages+=(python3-venv python3-pip python3-setuptools python3-wheel)
+# scripts/test-sanitized.sh: the fuzz targets (clang's libFuzzer, ASan and UBSan runtimes).
+packages+=(clang-14 libclang-rt-14-dev)
 sudo_=""
 if [ "$(id -u)" != 0 ]; then sudo_=sudo; fi
 

@@ -74,8 +74,9 @@ public:
   const cudaq_rt_bridge_ops &ops() const { return *ops_; }
   cudaq_rt_bridge *get() const { return bridge_; }
   // Gives up the instance without destroying it: for an instance a hung kernel still uses, whose
-  // destroy would wait for that kernel.
-  void abandon() { bridge_ = nullptr; }
+  // destroy would wait for that kernel. It stays where the process can reach it until it exits
+  // (so that a leak checker sees it kept, not lost).
+  void abandon();
 
   // Host-fed bridges: false when the ring is full (send) or the response is not there yet
   // (receive, else the frame's size).

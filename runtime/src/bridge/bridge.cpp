@@ -11,7 +11,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
+#include <mutex>
 #include <system_error>
+#include <vector>
 
 #ifndef CUDAQ_RT_BUILD_BRIDGE_DIR
 #error "the build defines CUDAQ_RT_BUILD_BRIDGE_DIR (runtime/CMakeLists.txt)"
@@ -232,6 +234,14 @@ Bridge &Bridge::operator=(Bridge &&other) noexcept {
     other.bridge_ = nullptr;
   }
   return *this;
+}
+
+void Bridge::abandon() {
+  static std::mutex mutex;
+  static auto *kept = new std::vector<cudaq_rt_bridge *>; // never freed: the process keeps them
+  std::lock_guard lock(mutex);
+  kept->push_back(bridge_);
+  bridge_ = nullptr;
 }
 
 Bridge::~Bridge() {

@@ -273,7 +273,8 @@ std::optional<CacheEntry> decode_cache_entry(std::string_view file, const Digest
       [file](uint64_t offset, void *to, size_t n) {
         if (offset > file.size() || n > file.size() - offset)
           return false;
-        std::memcpy(to, file.data() + offset, n);
+        if (n != 0) // `to` may be an empty buffer's null
+          std::memcpy(to, file.data() + offset, n);
         return true;
       },
       key);

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 using namespace cudaq_rt;
@@ -74,12 +75,20 @@ public:
   Expected<MappedMemory> allocate_mapped(size_t bytes) override {
     void *p = std::calloc(1, bytes);
     control = p;
+    mapped.insert(p);
     return MappedMemory{p, reinterpret_cast<GpuPointer>(p)};
   }
   void release_mapped(MappedMemory m) override {
+    mapped.erase(m.host);
     std::free(m.host);
     ++mapped_released;
   }
+  // What a server left to a hung kernel, the driver reclaims with the context.
+  ~FakeGpu() override {
+    for (void *p : mapped)
+      std::free(p);
+  }
+  std::set<void *> mapped;
   Status copy_to_device(GpuPointer dst, std::span<const uint8_t> src) override {
     written[dst].assign(src.begin(), src.end());
     return Status::ok();
