@@ -716,19 +716,28 @@ class LayoutTest(unittest.TestCase):
         self.assertIn("blob does not match its digest", r.stderr)
         with open(image_path, "wb") as f:
             f.write(saved)
-        # An index.json naming another image manifest (a signature filed by hand since the last
-        # write): refused in one line, as cudaq-rt-package(5) says, since an OCI client copying
-        # the layout would read another package.
-        old = dict(index)
-        old["manifests"] = [dict(index["manifests"][0], digest="sha256:" + "0" * 64)]
-        with open(os.path.join(pkg, "index.json"), "w") as f:
-            json.dump(old, f)
-        r = run([PACK, "--list", pkg])
-        self.assertEqual(r.returncode, 1, r.stderr)
-        self.assertEqual(r.stdout, "")
-        [line] = r.stderr.splitlines()
-        self.assertTrue(line.startswith(f"cudaq-rt-pack: error: '{pkg}': index.json does not name "
-                                        "the image manifest"), line)
+        # An index.json naming an image manifest that is not this package's (none in it, or
+        # another manifest's): refused in one line, as cudaq-rt-package(5) says, since an OCI
+        # client copying the layout would read another package.
+        other_manifest = dict(image, config=dict(image["config"], digest="sha256:" + "1" * 64))
+        other_bytes = json.dumps(other_manifest, sort_keys=True, separators=(",", ":")).encode()
+        other_digest = sha256(other_bytes)
+        with open(os.path.join(pkg, "blobs", "sha256", other_digest[7:]), "wb") as f:
+            f.write(other_bytes)
+        for named in ("sha256:" + "0" * 64, other_digest):
+            with self.subTest(named=named):
+                old = dict(index)
+                old["manifests"] = [dict(index["manifests"][0], digest=named)]
+                with open(os.path.join(pkg, "index.json"), "w") as f:
+                    json.dump(old, f)
+                r = run([PACK, "--list", pkg])
+                self.assertEqual(r.returncode, 1, r.stderr)
+                self.assertEqual(r.stdout, "")
+                [line] = r.stderr.splitlines()
+                self.assertTrue(line.startswith(
+                    f"cudaq-rt-pack: error: '{pkg}/index.json': names image manifest "
+                    f"{named[:19]}, which is not this package's"), line)
+        os.remove(os.path.join(pkg, "blobs", "sha256", other_digest[7:]))
 
 
 if __name__ == "__main__":

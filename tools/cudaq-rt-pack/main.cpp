@@ -62,11 +62,11 @@ int list(const std::string &path, bool json, const std::vector<std::string> &ver
       output.note("no OCI image layout yet (a package written before them): its next write adds "
                   "one");
     if (*layout == Package::Layout::stale)
-      return output.fail(make_error(
-          path, "index.json does not name the image manifest the package's manifest and "
-                "signatures give (a signature filed by hand?): an OCI client copying the layout "
-                "would read another package; the next write (cudaq-rt-link PKG --sign KEY, or a "
-                "link) brings it up to date"));
+      output.warn(cat(escape(path), ": index.json names an earlier image manifest of this "
+                                    "package (a signature filed by hand?): an OCI client copying "
+                                    "the layout would miss the change; the next write "
+                                    "(cudaq-rt-link PKG --sign KEY, or a link) brings it up to "
+                                    "date"));
     m = pkg->manifest();
     warnings = code_warnings(m);
     what = "package " + m.name;

@@ -388,8 +388,21 @@ Expected<Package::Layout> Package::check_layout() const {
   if (!im)
     return std::move(im).take_error();
   const Digest want = sha256(im->to_json_text());
-  if (named->digest != want)
-    return Layout::stale;
+  if (named->digest != want) {
+    // An earlier image manifest of this very manifest (its signatures have changed since: one
+    // filed by hand) is a stale layout; one of another manifest, or none in the package, is
+    // another package's layout, which an OCI client copying this one would take for it.
+    auto earlier = read_blob(named->digest);
+    auto parsed = earlier ? OciImageManifest::parse(*earlier, index_path.string())
+                          : Expected<OciImageManifest>(earlier.error());
+    if (parsed && parsed->config.digest == im->config.digest)
+      return Layout::stale;
+    return make_error(index_path.string(), "names image manifest ", named->digest.short_str(),
+                      ", which is not this package's (its manifest is ",
+                      im->config.digest.short_str(),
+                      "): an OCI client copying the layout would "
+                      "read another package");
+  }
   // The blobs the image manifest names beyond the manifest's own: itself, the config, the
   // signatures. read_blob checks each one's digest.
   std::vector<Digest> extra = {want, im->config.digest};
