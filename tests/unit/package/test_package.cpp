@@ -646,20 +646,26 @@ TEST_CASE("a compressed blob is checked as stored, then as its bytes") {
                                  " (the package is corrupt or was modified)");
     CHECK_FALSE(p->verified(c.cubin_d));
   }
-  // A manifest naming a frame of other bytes (or of more bytes) than the blob it stands for: the
-  // frame matches its stored digest, so only decompressing tells.
-  auto rewrite = [&](const std::string &other) {
-    const std::string f = zstd_compress(as_bytes(other));
+  // The blob's size as the manifest claims it, and a frame for it.
+  auto claim = [&](uint64_t size, const std::string &frame_bytes) {
     auto p = Package::open(c.dir);
     REQUIRE(p);
     Manifest m = p->manifest();
-    m.stored[0].stored_digest = sha256(f);
-    m.stored[0].stored_size = f.size();
+    for (LinkRecord &l : m.links)
+      if (l.cubin == c.cubin_d)
+        l.cubin_size = size;
+    m.stored[0].stored_digest = sha256(frame_bytes);
+    m.stored[0].stored_size = frame_bytes.size();
     fs::remove(file);
-    write_file(c.dir / "blobs" / "sha256" / sha256(f).hex(), f);
+    write_file(c.dir / "blobs" / "sha256" / sha256(frame_bytes).hex(), frame_bytes);
     fs::remove(c.dir / "manifest.json");
     write_file(c.dir / "manifest.json", m.to_json_text());
-    return c.dir / "blobs" / "sha256" / sha256(f).hex();
+    return c.dir / "blobs" / "sha256" / sha256(frame_bytes).hex();
+  };
+  // A manifest naming a frame of other bytes (or of more bytes) than the blob it stands for: the
+  // frame matches its stored digest, so only decompressing tells.
+  auto rewrite = [&](const std::string &other) {
+    return claim(c.cubin.size(), zstd_compress(as_bytes(other)));
   };
   SUBCASE("a frame of other bytes of the same size") {
     std::string other = c.cubin;
@@ -682,22 +688,6 @@ TEST_CASE("a compressed blob is checked as stored, then as its bytes") {
           "'" + f.string() + "': is a zstd frame of " + std::to_string(c.cubin.size() + (1 << 20)) +
               " bytes, more than the " + std::to_string(c.cubin.size()) + " it may hold");
   }
-  // The blob's size as the manifest claims it, and a frame for it.
-  auto claim = [&](uint64_t size, const std::string &frame_bytes) {
-    auto p = Package::open(c.dir);
-    REQUIRE(p);
-    Manifest m = p->manifest();
-    for (LinkRecord &l : m.links)
-      if (l.cubin == c.cubin_d)
-        l.cubin_size = size;
-    m.stored[0].stored_digest = sha256(frame_bytes);
-    m.stored[0].stored_size = frame_bytes.size();
-    fs::remove(file);
-    write_file(c.dir / "blobs" / "sha256" / sha256(frame_bytes).hex(), frame_bytes);
-    fs::remove(c.dir / "manifest.json");
-    write_file(c.dir / "manifest.json", m.to_json_text());
-    return c.dir / "blobs" / "sha256" / sha256(frame_bytes).hex();
-  };
   SUBCASE("a claim over the limit is refused before the frame is read") {
     const uint64_t tebibyte = uint64_t{1} << 40;
     const fs::path f = claim(tebibyte, zstd_compress(as_bytes(std::string(4096, '\0'))));
