@@ -21,29 +21,27 @@
 namespace cudaq_rt {
 
 std::string NvJitLinkFunctions::find_all(const std::function<void *(const char *)> &lookup) {
+  std::string missing;
   auto find = [&](auto &f, const char *name) {
     f = reinterpret_cast<std::remove_reference_t<decltype(f)>>(lookup(name));
-    return f != nullptr;
+    if (!f && missing.empty())
+      missing = name;
   };
-  const std::pair<bool, const char *> found[] = {
-      {find(create, "nvJitLinkCreate"), "nvJitLinkCreate"},
-      {find(destroy, "nvJitLinkDestroy"), "nvJitLinkDestroy"},
-      {find(add_data, "nvJitLinkAddData"), "nvJitLinkAddData"},
-      {find(add_file, "nvJitLinkAddFile"), "nvJitLinkAddFile"},
-      {find(complete, "nvJitLinkComplete"), "nvJitLinkComplete"},
-      {find(cubin_size, "nvJitLinkGetLinkedCubinSize"), "nvJitLinkGetLinkedCubinSize"},
-      {find(cubin, "nvJitLinkGetLinkedCubin"), "nvJitLinkGetLinkedCubin"},
-      {find(ptx_size, "nvJitLinkGetLinkedPtxSize"), "nvJitLinkGetLinkedPtxSize"},
-      {find(ptx, "nvJitLinkGetLinkedPtx"), "nvJitLinkGetLinkedPtx"},
-      {find(error_log_size, "nvJitLinkGetErrorLogSize"), "nvJitLinkGetErrorLogSize"},
-      {find(error_log, "nvJitLinkGetErrorLog"), "nvJitLinkGetErrorLog"},
-      {find(info_log_size, "nvJitLinkGetInfoLogSize"), "nvJitLinkGetInfoLogSize"},
-      {find(info_log, "nvJitLinkGetInfoLog"), "nvJitLinkGetInfoLog"},
-      {find(version, "nvJitLinkVersion"), "nvJitLinkVersion"}};
-  for (auto [ok, name] : found)
-    if (!ok)
-      return name;
-  return {};
+  find(create, "nvJitLinkCreate");
+  find(destroy, "nvJitLinkDestroy");
+  find(add_data, "nvJitLinkAddData");
+  find(add_file, "nvJitLinkAddFile");
+  find(complete, "nvJitLinkComplete");
+  find(cubin_size, "nvJitLinkGetLinkedCubinSize");
+  find(cubin, "nvJitLinkGetLinkedCubin");
+  find(ptx_size, "nvJitLinkGetLinkedPtxSize");
+  find(ptx, "nvJitLinkGetLinkedPtx");
+  find(error_log_size, "nvJitLinkGetErrorLogSize");
+  find(error_log, "nvJitLinkGetErrorLog");
+  find(info_log_size, "nvJitLinkGetInfoLogSize");
+  find(info_log, "nvJitLinkGetInfoLog");
+  find(version, "nvJitLinkVersion");
+  return missing;
 }
 
 std::string NvJitLinkLibrary::version() const {

@@ -27,7 +27,7 @@
 // removed, so the next link stores a good one. The cubin is never handed out unverified.
 // A cubin compresses about 4x at level 1 (the example's 111,840 bytes for sm_90 to 28,450), which
 // is what a remote cache moves, at a cost of well under a millisecond each way. A local entry is
-// written uncompressed (version 1): a hit is on a program's start path, and there the cubin is
+// written uncompressed (version 3): a hit is on a program's start path, and there the cubin is
 // read once, straight into the buffer the caller gets, and hashed there; decompressing it too
 // cost 1.2 ms against 0.4 for a 652 KB cubin (bench/jit_start.md, "A hit's cost"). Its digest is
 // chunked_sha256, which hashes 1 MiB chunks on several cores: SHA-256 alone took 2.8 of the 6.3
@@ -209,43 +209,48 @@ Digest digest_of(uint64_t version, std::span<const uint8_t> cubin) {
   return version == plain_format_version ? chunked_sha256(cubin) : sha256(cubin);
 }
 
-// The one decoder of both sources: a file's bytes in memory (a remote GET) and a local entry
-// read piece by piece from its descriptor, so that a hit reads its cubin once, into the buffer
-// the caller gets, and hashes it there.
-std::optional<CacheEntry> decode_entry(uint64_t file_size, const EntryReader &read,
-                                       const Digest &key) {
-  auto parts = read_parts(file_size, read, key);
-  if (!parts)
-    return std::nullopt;
+// The entry whose checked parts are `parts`, its cubin read through `read` and checked against
+// the digest the header holds: the one decoder of both sources, a file's bytes in memory (a
+// remote GET) and a local entry read piece by piece from its descriptor, so that a hit reads its
+// cubin once, into the buffer the caller gets, and hashes it there.
+std::optional<CacheEntry> with_cubin(EntryParts parts, const EntryReader &read) {
   std::vector<uint8_t> cubin;
-  if (parts->plain) {
-    cubin.resize(parts->payload_size);
-    if (!read(parts->payload_at, cubin.data(), parts->payload_size))
+  if (parts.plain) {
+    cubin.resize(parts.payload_size);
+    if (!read(parts.payload_at, cubin.data(), parts.payload_size) ||
+        digest_of(parts.version, cubin) != parts.cubin_digest)
       return std::nullopt;
   } else {
-    std::vector<uint8_t> frame(parts->payload_size);
-    if (!read(parts->payload_at, frame.data(), parts->payload_size))
+    std::vector<uint8_t> frame(parts.payload_size);
+    if (!read(parts.payload_at, frame.data(), parts.payload_size))
       return std::nullopt;
-    // Streamed through SHA-256 before a byte is kept: forty bytes of zstd declare a gibibyte,
-    // which must cost neither memory nor a link's worth of time for each arch that reads it.
+    // Streamed through SHA-256 before a byte is kept (the frame's digest check): forty bytes of
+    // zstd declare a gibibyte, which must cost neither memory nor a link's worth of time for each
+    // arch that reads it. Decompressing again gives the same bytes.
     Sha256 streamed;
     auto given = zstd_stream(frame, max_cubin_bytes, "",
                              [&streamed](std::span<const uint8_t> p) { streamed.update(p); });
-    if (!given || streamed.finish() != parts->cubin_digest)
+    if (!given || streamed.finish() != parts.cubin_digest)
       return std::nullopt;
     auto unpacked = zstd_decompress(frame, max_cubin_bytes, "");
     if (!unpacked)
       return std::nullopt;
     cubin.assign(unpacked->begin(), unpacked->end());
   }
-  if (digest_of(parts->version, cubin) != parts->cubin_digest)
-    return std::nullopt;
   CacheEntry entry;
   entry.cubin = std::move(cubin);
-  entry.metadata = std::move(parts->metadata);
-  entry.cubin_digest = parts->cubin_digest;
-  entry.signatures = std::move(parts->signatures);
+  entry.metadata = std::move(parts.metadata);
+  entry.cubin_digest = parts.cubin_digest;
+  entry.signatures = std::move(parts.signatures);
   return entry;
+}
+
+std::optional<CacheEntry> decode_entry(uint64_t file_size, const EntryReader &read,
+                                       const Digest &key) {
+  auto parts = read_parts(file_size, read, key);
+  if (!parts)
+    return std::nullopt;
+  return with_cubin(std::move(*parts), read);
 }
 
 // Reads `n` bytes at `offset` of `fd`; false where the file has fewer (shrunk since it was
@@ -285,16 +290,13 @@ std::optional<CacheEntry> read_cache_entry(int fd, uint64_t file_size, const Dig
   const EntryReader read = [fd](uint64_t offset, void *to, size_t n) {
     return pread_all(fd, offset, to, n);
   };
-  if (!defer_path)
-    return decode_entry(file_size, read, key);
   auto parts = read_parts(file_size, read, key);
   if (!parts)
     return std::nullopt;
-  if (parts->version != plain_format_version)
-    return decode_entry(file_size, read, key);
-  int copy = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  const int copy =
+      defer_path && parts->version == plain_format_version ? ::fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1;
   if (copy < 0)
-    return decode_entry(file_size, read, key);
+    return with_cubin(std::move(*parts), read);
   CacheEntry entry;
   entry.deferred = std::make_shared<const DeferredCubin>(
       copy, parts->payload_at, parts->payload_size, parts->cubin_digest, *defer_path);

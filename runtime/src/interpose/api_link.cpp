@@ -168,6 +168,17 @@ std::shared_ptr<ApiLinks::Handle> ApiLinks::find(nvJitLinkHandle h) const {
   return it == handles_.end() ? nullptr : it->second;
 }
 
+ApiLinks::Locked ApiLinks::locked(nvJitLinkHandle h) const {
+  Locked out;
+  if ((out.state = find(h)))
+    out.lock = std::unique_lock(out.state->mutex);
+  return out;
+}
+
+bool ApiLinks::cached(const Locked &s) {
+  return s.state && s.state->state == Handle::State::cached;
+}
+
 const Expected<NvJitLinkIdentity> &ApiLinks::identity() const {
   std::call_once(identity_once_, [this] { identity_ = nvjitlink_identity(real_.api.version); });
   return *identity_;
@@ -228,44 +239,37 @@ void ApiLinks::Handle::add(nvJitLinkInputType type, std::string name, std::strin
 
 nvJitLinkResult ApiLinks::add_data(AddDataFn real, nvJitLinkHandle h, nvJitLinkInputType type,
                                    const void *data, size_t size, const char *name) {
-  auto state = find(h);
-  if (!state)
-    return real(h, type, data, size, name);
-  std::lock_guard lock(state->mutex);
-  if (state->state == Handle::State::cached)
-    complete_for_real(h, *state);
+  Locked s = locked(h);
+  if (cached(s))
+    complete_for_real(h, *s.state);
   nvJitLinkResult r = real(h, type, data, size, name);
-  if (r == NVJITLINK_SUCCESS && state->state == Handle::State::open)
-    state->add(type, name ? name : "", std::string_view(static_cast<const char *>(data), size),
-               !settings_.record_dir.empty());
+  if (s.state && r == NVJITLINK_SUCCESS && s.state->state == Handle::State::open)
+    s.state->add(type, name ? name : "", std::string_view(static_cast<const char *>(data), size),
+                 !settings_.record_dir.empty());
   return r;
 }
 
 nvJitLinkResult ApiLinks::add_file(AddFileFn real, nvJitLinkHandle h, nvJitLinkInputType type,
                                    const char *path) {
-  auto state = find(h);
-  if (!state)
-    return real(h, type, path);
-  std::lock_guard lock(state->mutex);
-  if (state->state == Handle::State::cached)
-    complete_for_real(h, *state);
+  Locked s = locked(h);
+  if (cached(s))
+    complete_for_real(h, *s.state);
   nvJitLinkResult r = real(h, type, path);
-  if (r != NVJITLINK_SUCCESS || state->state != Handle::State::open)
+  if (!s.state || r != NVJITLINK_SUCCESS || s.state->state != Handle::State::open)
     return r;
   // The key needs the bytes the real library read: read them again.
   if (std::optional<std::string> bytes = read_whole_file(path))
-    state->add(type, path, *bytes, !settings_.record_dir.empty());
+    s.state->add(type, path, *bytes, !settings_.record_dir.empty());
   else
-    state->uncacheable = cat("cannot read ", quote(path), " again to key it");
+    s.state->uncacheable = cat("cannot read ", quote(path), " again to key it");
   return r;
 }
 
 nvJitLinkResult ApiLinks::complete(CompleteFn real, nvJitLinkHandle h) {
-  auto state = find(h);
-  if (!state)
+  Locked s = locked(h);
+  if (!s.state)
     return real(h);
-  std::lock_guard lock(state->mutex);
-  switch (state->state) {
+  switch (s.state->state) {
   case Handle::State::cached:
     return NVJITLINK_ERROR_INTERNAL; // the real library's answer to a second Complete
   case Handle::State::linked:
@@ -273,7 +277,7 @@ nvJitLinkResult ApiLinks::complete(CompleteFn real, nvJitLinkHandle h) {
   case Handle::State::open:
     break;
   }
-  return complete_cached(real, h, *state);
+  return complete_cached(real, h, *s.state);
 }
 
 nvJitLinkResult ApiLinks::complete_cached(CompleteFn real, nvJitLinkHandle h, Handle &s) {
@@ -388,97 +392,74 @@ bool answers(bool ptx, LinkOutput which) {
 
 nvJitLinkResult ApiLinks::output_size(SizeFn real, LinkOutput which, nvJitLinkHandle h,
                                       size_t *size) {
-  auto s = find(h);
-  if (!s)
-    return real(h, size);
-  std::lock_guard lock(s->mutex);
-  if (s->state == Handle::State::cached) {
-    if (answers(s->ptx, which)) {
-      if (!size)
-        return major_.null_input;
-      *size = s->output_size();
-      return NVJITLINK_SUCCESS;
-    }
-    if (which == LinkOutput::ltoir)
-      complete_for_real(h, *s);
+  Locked s = locked(h);
+  if (cached(s) && answers(s.state->ptx, which)) {
+    if (!size)
+      return major_.null_input;
+    *size = s.state->output_size();
+    return NVJITLINK_SUCCESS;
   }
+  if (cached(s) && which == LinkOutput::ltoir)
+    complete_for_real(h, *s.state);
   return real(h, size);
 }
 
 nvJitLinkResult ApiLinks::output(OutputFn real, LinkOutput which, nvJitLinkHandle h, void *out) {
-  auto s = find(h);
-  if (!s)
-    return real(h, out);
-  std::lock_guard lock(s->mutex);
-  if (s->state == Handle::State::cached) {
-    if (answers(s->ptx, which)) {
-      if (!out)
-        return major_.null_input;
-      if (!s->deferred) {
-        std::memcpy(out, s->output.data(), s->output.size());
-        return NVJITLINK_SUCCESS;
-      }
-      if (s->deferred->read_into(static_cast<uint8_t *>(out)))
-        return NVJITLINK_SUCCESS;
-      // The entry changed under the hit (someone wrote into the file): the real link, which is
-      // byte-identical to a good entry's cubin, the size the program was told.
-      const uint64_t told = s->deferred->size();
-      warn_once(cat("the link cache entry of this hit no longer matched its digest: removed, and "
-                    "linked for real"));
-      complete_for_real(h, *s);
-      size_t n = 0;
-      if ((s->ptx ? real_.api.ptx_size : real_.api.cubin_size)(h, &n) != NVJITLINK_SUCCESS ||
-          n != told)
-        return NVJITLINK_ERROR_INTERNAL;
-      return real(h, out);
+  Locked s = locked(h);
+  if (cached(s) && answers(s.state->ptx, which)) {
+    if (!out)
+      return major_.null_input;
+    Handle &state = *s.state;
+    if (!state.deferred) {
+      std::memcpy(out, state.output.data(), state.output.size());
+      return NVJITLINK_SUCCESS;
     }
-    if (which == LinkOutput::ltoir)
-      complete_for_real(h, *s);
+    if (state.deferred->read_into(static_cast<uint8_t *>(out)))
+      return NVJITLINK_SUCCESS;
+    // The entry changed under the hit (someone wrote into the file): the real link, which is
+    // byte-identical to a good entry's cubin, the size the program was told.
+    const uint64_t told = state.deferred->size();
+    warn_once(cat("the link cache entry of this hit no longer matched its digest: removed, and "
+                  "linked for real"));
+    complete_for_real(h, state);
+    size_t n = 0;
+    if ((state.ptx ? real_.api.ptx_size : real_.api.cubin_size)(h, &n) != NVJITLINK_SUCCESS ||
+        n != told)
+      return NVJITLINK_ERROR_INTERNAL;
+    return real(h, out);
   }
+  if (cached(s) && which == LinkOutput::ltoir)
+    complete_for_real(h, *s.state);
   return real(h, out);
 }
 
 nvJitLinkResult ApiLinks::info_log_size(SizeFn real, nvJitLinkHandle h, size_t *size) {
-  auto s = find(h);
-  if (!s)
+  Locked s = locked(h);
+  if (!cached(s))
     return real(h, size);
-  std::lock_guard lock(s->mutex);
-  if (s->state == Handle::State::cached) {
-    if (!size)
-      return major_.null_input;
-    *size = s->log.size() + 1;
-    return NVJITLINK_SUCCESS;
-  }
-  return real(h, size);
+  if (!size)
+    return major_.null_input;
+  *size = s.state->log.size() + 1;
+  return NVJITLINK_SUCCESS;
 }
 
 nvJitLinkResult ApiLinks::info_log(LogFn real, nvJitLinkHandle h, char *out) {
-  auto s = find(h);
-  if (!s)
+  Locked s = locked(h);
+  if (!cached(s))
     return real(h, out);
-  std::lock_guard lock(s->mutex);
-  if (s->state == Handle::State::cached) {
-    if (!out)
-      return major_.null_input;
-    std::memcpy(out, s->log.c_str(), s->log.size() + 1);
-    return NVJITLINK_SUCCESS;
-  }
-  return real(h, out);
+  if (!out)
+    return major_.null_input;
+  std::memcpy(out, s.state->log.c_str(), s.state->log.size() + 1);
+  return NVJITLINK_SUCCESS;
 }
 
 nvJitLinkResult ApiLinks::error_log_size(SizeFn real, nvJitLinkHandle h, size_t *size) {
-  auto s = find(h);
-  if (!s)
-    return real(h, size);
-  std::lock_guard lock(s->mutex);
+  Locked s = locked(h);
   return real(h, size);
 }
 
 nvJitLinkResult ApiLinks::error_log(LogFn real, nvJitLinkHandle h, char *out) {
-  auto s = find(h);
-  if (!s)
-    return real(h, out);
-  std::lock_guard lock(s->mutex);
+  Locked s = locked(h);
   return real(h, out);
 }
 

@@ -79,6 +79,16 @@ public:
 private:
   struct Handle;
   std::shared_ptr<Handle> find(nvJitLinkHandle h) const;
+  // The record of handle `h`, locked while this lives: held across a forwarded call, so that the
+  // real library and the record see the same calls in the same order. No state for a handle the
+  // interposer keeps no record of.
+  struct Locked {
+    std::shared_ptr<Handle> state;
+    std::unique_lock<std::mutex> lock;
+  };
+  Locked locked(nvJitLinkHandle h) const;
+  // Whether the handle was answered from the cache (its real handle never completed).
+  static bool cached(const Locked &s);
   // Complete on a handle whose inputs are all known.
   nvJitLinkResult complete_cached(CompleteFn real, nvJitLinkHandle h, Handle &state);
   // A hit's handle asked for what only the real link makes (its LTO-IR): the real link, now.

@@ -36,6 +36,12 @@ bool still_at(int fd, const fs::path &path) {
          a.st_ino == b.st_ino;
 }
 
+// A blob whose bytes are not those its digest names.
+Error digest_mismatch(const std::string &path, const Digest &d) {
+  return make_error(path, "blob does not match its digest ", d.str(),
+                    " (the package is corrupt or was modified)");
+}
+
 int open_directory_at(int at, const char *name) {
   return ::openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 }
@@ -246,15 +252,12 @@ Expected<std::string> Package::read_blob(const Digest &d) const {
     return make_error(path.string(), "blob decompresses to ", *given, " bytes, not the ", size,
                       " its manifest records (the package is corrupt or was modified)");
   if (streamed.finish() != d)
-    return make_error(path.string(), "blob does not match its digest ", d.str(),
-                      " (the package is corrupt or was modified)");
+    return digest_mismatch(path.string(), d);
+  // The same frame again: the bytes just streamed through the digest, now kept.
   auto bytes = zstd_decompress(as_bytes(*frame), size, path.string());
   if (!bytes)
     return bytes;
-  if (bytes->size() != size)
-    return make_error(path.string(), "blob decompresses to ", bytes->size(), " bytes, not the ",
-                      size, " its manifest records (the package is corrupt or was modified)");
-  if (auto st = check_blob(d, *bytes, path.string()); !st)
+  if (auto st = check_container(d, *bytes, path.string()); !st)
     return std::move(st).take_error();
   verified_.insert(stored->second.name);
   verified_.insert(d);
@@ -299,8 +302,12 @@ Expected<std::string> Package::read_file(const Digest &name) const {
 Status Package::check_blob(const Digest &d, const std::string &bytes,
                            const std::string &path) const {
   if (sha256(bytes) != d)
-    return make_error(path, "blob does not match its digest ", d.str(),
-                      " (the package is corrupt or was modified)");
+    return digest_mismatch(path, d);
+  return check_container(d, bytes, path);
+}
+
+Status Package::check_container(const Digest &d, const std::string &bytes,
+                                const std::string &path) const {
   // A container blob is one whole container, as its record describes it: link hands it to
   // nvJitLink as one FATBIN input, which would ignore a second container.
   auto at = container_at_.find(d);

@@ -130,6 +130,9 @@ private:
   // Checks bytes read as blob `d` (at `path`, for messages): digest, and for a container its
   // entries against its record.
   Status check_blob(const Digest &d, const std::string &bytes, const std::string &path) const;
+  // What check_blob checks beyond the digest: a container blob is the one container its record
+  // describes.
+  Status check_container(const Digest &d, const std::string &bytes, const std::string &path) const;
 };
 
 // Whether `dir` is recognisably a package (a directory whose manifest.json parses) or an empty
