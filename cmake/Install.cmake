@@ -14,7 +14,8 @@
 #                                     CudaqRtPackage.cmake
 #   share/cudaq-rt/schemas/           JSON Schemas of the files the tools write
 #   lib/pkgconfig/cudaq-rt.pc         for projects without CMake (the C API)
-#   share/man/man{1,5,7}/             the man pages
+#   share/man/man{1,3,5,7}/           the man pages, and per C API function a page that opens
+#                                     cudaq_rt(3) (`man cudaq_rt_load`)
 #
 # The runtime library is built STATIC, for the tests and benchmarks, and SHARED from the same
 # objects: libcudaq_rt.so, which the tools link (one copy of the runtime and of LLVM in an
@@ -106,6 +107,22 @@ foreach(section 1 3 5 7)
   install(DIRECTORY man/ DESTINATION ${CMAKE_INSTALL_MANDIR}/man${section}
           FILES_MATCHING PATTERN "*.${section}")
 endforeach()
+# The C API's functions (runtime/include/cudaq_rt/cudaq_rt.h), each installed as a page that
+# sources cudaq_rt(3), so that `man cudaq_rt_load` opens it. integration.tools fails when this
+# list, the header and cudaq_rt.3's NAME and SYNOPSIS do not name the same functions.
+set(CUDAQ_RT_C_API_FUNCTIONS
+  cudaq_rt_config_init cudaq_rt_last_error
+  cudaq_rt_open_package cudaq_rt_open_self cudaq_rt_code_destroy cudaq_rt_code_handler
+  cudaq_rt_find_dispatch_kernel
+  cudaq_rt_server_create cudaq_rt_server_configure cudaq_rt_server_destroy
+  cudaq_rt_load cudaq_rt_lookup_handler cudaq_rt_set_function cudaq_rt_clear_functions
+  cudaq_rt_set_global cudaq_rt_start cudaq_rt_stop cudaq_rt_check
+  cudaq_rt_slot_size cudaq_rt_get_stats cudaq_rt_send cudaq_rt_receive cudaq_rt_call)
+file(MAKE_DIRECTORY "${CMAKE_BINARY_DIR}/man/man3")
+foreach(fn IN LISTS CUDAQ_RT_C_API_FUNCTIONS)
+  file(CONFIGURE OUTPUT "${CMAKE_BINARY_DIR}/man/man3/${fn}.3" CONTENT ".so man3/cudaq_rt.3\n")
+  install(FILES "${CMAKE_BINARY_DIR}/man/man3/${fn}.3" DESTINATION ${CMAKE_INSTALL_MANDIR}/man3)
+endforeach()
 
 install(EXPORT cudaq-rtTargets NAMESPACE cudaq-rt:: DESTINATION ${CUDAQ_RT_INSTALL_CMAKEDIR})
 configure_package_config_file(cmake/cudaq-rtConfig.cmake.in
@@ -121,7 +138,9 @@ install(FILES "${CMAKE_BINARY_DIR}/cmake/cudaq-rtConfig.cmake"
 
 # A pkg-config file for projects that do not use CMake: `cc prog.c $(pkg-config --cflags --libs
 # cudaq-rt)` against the C API. Relocatable: the prefix is found from the file's own place, so
-# that `cmake --install --prefix DIR` anywhere gives a file that is right there.
+# that `cmake --install --prefix DIR` anywhere gives a file that is right there. Libs carries the
+# library directory as a run path too: a prefix the loader does not search is the common case, and
+# without it the program stops at its start (libcudaq_rt.so.0: cannot open).
 file(RELATIVE_PATH CUDAQ_RT_PC_TO_PREFIX "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
 string(REGEX REPLACE "/$" "" CUDAQ_RT_PC_TO_PREFIX "${CUDAQ_RT_PC_TO_PREFIX}")
 file(CONFIGURE OUTPUT "${CMAKE_BINARY_DIR}/cudaq-rt.pc" @ONLY CONTENT [[
@@ -133,6 +152,6 @@ Name: cudaq-rt
 Description: Load, link and serve CUDA device code packages (the C API of libcudaq_rt)
 Version: @PROJECT_VERSION@
 Cflags: -I${includedir}
-Libs: -L${libdir} -lcudaq_rt
+Libs: -L${libdir} -Wl,-rpath,${libdir} -lcudaq_rt
 ]])
 install(FILES "${CMAKE_BINARY_DIR}/cudaq-rt.pc" DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

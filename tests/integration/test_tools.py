@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """What every tool says about itself: --version names the source revision, the CUDA Toolkit it was
 built with and the nvJitLink it loaded; --help ends with the environment variables its man page
-documents and a pointer to that page, and names every built-in dispatcher; and output that cannot
-be written is an error."""
+documents and a pointer to that page, and names every built-in dispatcher; output that cannot be
+written is an error; and every function of the C API has a man page."""
 import json
 import os
 import re
@@ -136,6 +136,40 @@ class JsonFailureTest(unittest.TestCase):
                         self.assertTrue(doc["error"].startswith(error), doc["error"])
                     # The same line as stderr's.
                     self.assertIn(": error: " + doc["error"] + "\n", r.stderr)
+
+
+class CApiPagesTest(unittest.TestCase):
+    """`man cudaq_rt_FUNC` opens cudaq_rt(3) for every function cudaq_rt.h declares: the install
+    writes a page per function named in CUDAQ_RT_C_API_FUNCTIONS (cmake/Install.cmake), and
+    cudaq_rt.3 names each in NAME (what apropos finds) and SYNOPSIS. A function added to the header
+    without both fails here."""
+
+    def test_every_declared_function_has_a_page(self):
+        root = os.path.dirname(os.path.normpath(MAN))
+        with open(os.path.join(root, "runtime", "include", "cudaq_rt", "cudaq_rt.h")) as f:
+            code = re.sub(r"/\*.*?\*/|//[^\n]*", "", f.read(), flags=re.S)
+        declared = set(re.findall(r"\b(cudaq_rt_\w+)\s*\(", code))
+        self.assertIn("cudaq_rt_load", declared)
+        with open(os.path.join(root, "cmake", "Install.cmake")) as f:
+            m = re.search(r"^set\(CUDAQ_RT_C_API_FUNCTIONS\s([^)]*)\)", f.read(), flags=re.M)
+        self.assertIsNotNone(m, "cmake/Install.cmake sets no CUDAQ_RT_C_API_FUNCTIONS")
+        listed = m.group(1).split()
+        self.assertEqual(len(listed), len(set(listed)), "a function listed twice")
+        names, synopsis, section = set(), set(), None
+        with open(os.path.join(MAN, "cudaq_rt.3")) as f:
+            for line in f:
+                if line.startswith(".Sh "):
+                    section = line[4:].strip()
+                elif section == "NAME" and line.startswith(".Nm "):
+                    names.add(line.split()[1])
+                elif section == "SYNOPSIS" and line.startswith(".Fn "):
+                    synopsis.add(line.split()[1])
+        for what, found in (("CUDAQ_RT_C_API_FUNCTIONS in cmake/Install.cmake", set(listed)),
+                            ("cudaq_rt.3's NAME (.Nm)", names),
+                            ("cudaq_rt.3's SYNOPSIS (.Fn)", synopsis)):
+            with self.subTest(what):
+                self.assertEqual(sorted(declared - found), [], "declared but not in " + what)
+                self.assertEqual(sorted(found - declared), [], "in " + what + " but not declared")
 
 
 if __name__ == "__main__":
