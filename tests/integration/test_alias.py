@@ -131,7 +131,8 @@ class AliasTest(unittest.TestCase):
         r = run([PACK, "--list", self.rpc, "--alias", "a=rpc_increment_handler"])
         self.assertEqual(r.returncode, 2)
         self.assertEqual(r.stderr, "cudaq-rt-pack: error: --list takes one package or binary and "
-                                   "no inputs or aliases\n")
+                                   "no other inputs or aliases\n"
+                                   "Run 'cudaq-rt-pack --help' for usage.\n")
 
     def test_run_refuses_a_dispatch_kernel_the_package_lacks(self):
         # Said before any GPU work, so the same on a machine without one.

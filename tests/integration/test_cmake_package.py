@@ -74,7 +74,8 @@ class CMakePackage(unittest.TestCase):
                     "include/cudaq_rt/bridge.h", "share/cudaq-rt/schemas/manifest.schema.json",
                     "bin/cudaq-rt-client", "lib/cudaq-rt/python/cudaq_rt_client/__init__.py",
                     "lib/cudaq-rt/python/cudaq_rt_client/py.typed",
-                    "share/man/man1/cudaq-rt-client.1"]:
+                    "share/man/man1/cudaq-rt-client.1", "share/man/man3/cudaq_rt_load.3",
+                    "share/man/man7/cudaq-rt.7", "share/man/man7/cudaq-rt-bridge.7"]:
             self.assertTrue(os.path.isfile(os.path.join(p, rel)), rel)
         # The installed client runs its installed package.
         r = subprocess.run([os.path.join(p, "bin", "cudaq-rt-client"), "--version"],
@@ -192,8 +193,10 @@ class CMakePackage(unittest.TestCase):
         self.assertRegex(version, r"^\d+\.\d+\.\d+$")
         exe = os.path.join(self.tmp, "capi_pkg_config")
         check(["cc", os.path.join(PROJECT, "capi_program.c"), "-o", exe, *flags], env=env)
-        libdir = [f[2:] for f in flags if f.startswith("-L")][0]
-        out = check([exe, "/nonexistent/x.cudaqpkg"], env=dict(env, LD_LIBRARY_PATH=libdir))
+        # The .pc's run path finds the library: no LD_LIBRARY_PATH (a program that cannot find
+        # libcudaq_rt.so.0 exits 127 before main).
+        run_env = {k: v for k, v in env.items() if k != "LD_LIBRARY_PATH"}
+        out = check([exe, "/nonexistent/x.cudaqpkg"], env=run_env)
         self.assertEqual(out, "3 '/nonexistent/x.cudaqpkg': no such package\n")
 
     def test_3b_packages_without_a_dispatch_kernel(self):

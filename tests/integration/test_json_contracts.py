@@ -10,6 +10,7 @@ GPU tests (tests/gpu/test_run.py, test_udp.py) through the same schemas.
 Environment (set by ctest): CUDAQ_RT_PACK, CUDAQ_RT_LINK, CUDAQ_RT_RUN, CUDAQ_RT_EXAMPLE_APP;
 DOCKER_REGISTRY, NGINX (their parts skip without them).
 """
+import ctypes
 import json
 import os
 import shutil
@@ -100,6 +101,17 @@ class JsonContracts(unittest.TestCase):
         self.assertIsNone(doc["device"])
         self.assertEqual(doc["arch"], "sm_90")
         self.assertIn("echo", [h["name"] for h in doc["handlers"]])
+        doc = self.document([RUN, self.pkg, "--list", "--arch", "sm_80,sm_90", "--json"], "run")
+        self.assertEqual([t["arch"] for t in doc["targets"]], ["sm_80", "sm_90"])
+        # A machine without a GPU and no --arch: the package alone, and why.
+        try:
+            ctypes.CDLL("libcuda.so.1")
+        except OSError:
+            no_gpu = self.document([RUN, self.pkg, "--list", "--json"], "run")
+            self.assertEqual(no_gpu["targets"], [])
+            self.assertIn("no CUDA driver", no_gpu["no_gpu"])
+        self.document([RUN, self.pkg, "--json", "--bogus"], "error", 2)
+        self.document([RUN, self.pkg, "--json"], "error", 2)
 
     @unittest.skipUnless(registry_available(), "no docker-registry (Debian's package of it)")
     def test_registry_documents(self):

@@ -648,8 +648,10 @@ class LinkTest(unittest.TestCase):
 
     def test_unknown_arch(self):
         pkg, _ = self.fresh()
-        for bad in ("sm_9x", "sm_", "compute_90", "sm_090", "90"):
+        for bad in ("sm_9x", "sm_", "sm_090", "90"):
             self.link_fails(pkg, ["--arch", bad], [f"unknown arch '{bad}'", "sm_NN"], status=2)
+        self.link_fails(pkg, ["--arch", "compute_90"],
+                        ["unknown arch 'compute_90'", "not a link target", "give sm_90"], status=2)
 
     def test_no_arch_is_a_usage_error(self):
         pkg, _ = self.fresh()

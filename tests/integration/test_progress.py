@@ -62,17 +62,49 @@ class ProgressTest(unittest.TestCase):
         os.close(master)
         return p.returncode, out, err
 
+    def lines(self, err):
+        """Each drawing of the line: (done, total, step, seconds)."""
+        steps = []
+        for d, t, text in STEP.findall(err):
+            m = re.fullmatch(r"(.*)  (\d+)s", text.decode())
+            self.assertTrue(m, text)  # every drawing ends with the seconds since the link began
+            steps.append((int(d), int(t), m.group(1), int(m.group(2))))
+        self.assertTrue(steps, err)
+        return steps
+
+    def check_counts(self, steps, first_done):
+        """One total from the first line on, steps done in order, ending at total/total."""
+        self.assertEqual({t for _, t, _, _ in steps}, {steps[0][1]}, steps)
+        self.assertEqual(steps[0][0], first_done, steps)
+        done = [d for d, _, _, _ in steps]
+        self.assertEqual(done, sorted(done))
+        # Each step is drawn once as it finishes; the clock's redraws repeat the last one.
+        self.assertEqual(sorted(set(done)), list(range(first_done, steps[0][1] + 1)), steps)
+        seconds = [s for _, _, _, s in steps]
+        self.assertEqual(seconds, sorted(seconds))
+
     def test_a_line_rewritten_in_place_then_cleared(self):
         rc, out, err = self.link_on_a_terminal()
         self.assertEqual(rc, 0, err)
-        steps = [(int(d), int(t), s.decode()) for d, t, s in STEP.findall(err)]
-        self.assertTrue(steps, err)
-        self.assertEqual([d for d, _, _ in steps], list(range(1, len(steps) + 1)))
-        self.assertEqual(steps[-1][0], steps[-1][1])  # ends at total/total
-        self.assertIn("sm_90 final link", [s for _, _, s in steps])
+        steps = self.lines(err)
+        # Per TU: the two archs' lookups are counted before the first line, which knows the total
+        # (the lookups, every unit of both archs, two final links).
+        self.check_counts(steps, 2)
+        self.assertEqual(steps[0][2], "linking")
+        self.assertIn("sm_90 final link", [s for _, _, s, _ in steps])
         self.assertTrue(err.endswith(b"\r\x1b[K"), err[-40:])  # cleared before the results
         self.assertNotIn("\r", out)
         self.assertRegex(out, r"(?m)^sm_80  linked ")
+
+    def test_a_whole_program_link_shows_its_time(self):
+        rc, _, err = self.link_on_a_terminal("--lto", "whole")
+        self.assertEqual(rc, 0, err)
+        steps = self.lines(err)
+        self.check_counts(steps, 0)
+        self.assertEqual(steps[0][1], 2)  # one step an arch
+        # A link of more than a second is redrawn while it runs, with the time going up.
+        if steps[-1][3] >= 2:
+            self.assertGreater(len(steps), 3, steps)
 
     def test_none_where_nobody_watches(self):
         for extra, env in (((), {"NO_COLOR": "1"}), (("--quiet",), {}), ((), {"TERM": "dumb"})):

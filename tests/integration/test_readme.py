@@ -38,7 +38,7 @@ class ReadmeTest(unittest.TestCase):
             r = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], cwd=tmp, env=env,
                                capture_output=True, text=True, timeout=600)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-            pkg = os.path.join(tmp, "out", "cudaq_rt_example_app.cudaqpkg")
+            pkg = os.path.join(tmp, "out", "app.cudaqpkg")
             self.assertTrue(os.path.isfile(os.path.join(pkg, "manifest.json")))
             for arch in ("sm_80", "sm_90", "sm_100"):
                 self.assertRegex(r.stdout, rf"(?m)^{arch}\s.*(linked|cache)", r.stdout)

@@ -8,7 +8,9 @@ Environment (set by ctest): CUDAQ_RT_PACK, CUDAQ_RT_RUN (the tools), CUDAQ_RT_EX
 example application's binary).
 """
 import ctypes
+import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -128,8 +130,76 @@ class RunWithoutGpuTest(unittest.TestCase):
 
     def test_result_raw_refused_with_json_and_calls(self):
         message = "--result raw writes bytes to stdout: not with --json or --calls"
-        self.usage_error([self.pkg, "--call", "echo", "--result", "raw", "--json"], message)
         self.usage_error([self.pkg, "--calls", self.calls, "--result", "raw"], message)
+        # With --json the refusal is a document on stdout too, as link's and the client's are.
+        r = self.run_tool(self.pkg, "--call", "echo", "--result", "raw", "--json")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertEqual(r.stderr.splitlines()[0], f"{TOOL}: error: {message}")
+        self.assertEqual(json.loads(r.stdout), {"error": message, "exit_status": 2,
+                                                "format_version": 1, "package": self.pkg})
+
+    def test_json_usage_error_is_a_document(self):
+        # A line CLI11 refuses, and one the session refuses: a document either way.
+        r = self.run_tool(self.pkg, "--json", "--bogus")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        doc = json.loads(r.stdout)
+        self.assertEqual(doc["error"], "The following argument was not expected: --bogus")
+        self.assertEqual(doc["exit_status"], 2)
+        r = self.run_tool(self.pkg, "--json")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertEqual(json.loads(r.stdout)["error"], "nothing to do: give --call NAME, "
+                         "--calls FILE, --bench N, --serve or --list")
+
+    # --- what needs no GPU is checked before one is asked ------------------------------------
+
+    def test_unknown_handler_before_the_gpu(self):
+        r = self.run_tool(self.pkg, "--call", "no_such", "--arg", "i32:1")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertEqual(r.stdout, "")
+        self.assertEqual(r.stderr, f"{TOOL}: error: '{self.pkg}': no handler 'no_such': the "
+                         "package exports axpy_f32, echo, lut_decode, parity, sum_i32\n")
+        r = self.run_tool(self.pkg, "--bench", "10", "--call", "no_such", "--json")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("no handler 'no_such'", json.loads(r.stdout)["error"])
+
+    def test_missing_calls_file_before_the_gpu(self):
+        missing = os.path.join(self.tmp, "no-such-calls.txt")
+        r = self.run_tool(self.pkg, "--calls", missing)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(r.stderr, f"{TOOL}: error: '{missing}': cannot open: No such file or "
+                         "directory\n")
+
+    def test_list_without_a_gpu_lists_the_package(self):
+        if has_cuda_driver():
+            self.skipTest("this machine has a CUDA driver (libcuda.so.1 loads)")
+        r = self.run_tool(self.pkg, "--list")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("  sum_i32  function_id 0xa431fb55\n", r.stdout)
+        self.assertTrue(r.stdout.endswith(
+            "no GPU here (" + NO_DRIVER.removeprefix(f"{TOOL}: error: ") + "): --arch "
+            "sm_XX[,sm_YY...] says what a GPU of each arch would load\n"), r.stdout)
+        r = self.run_tool(self.pkg, "--list", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        doc = json.loads(r.stdout)
+        self.assertEqual(doc["targets"], [])
+        self.assertNotIn("arch", doc)
+        self.assertIn("no CUDA driver", doc["no_gpu"])
+
+    def test_list_for_several_archs(self):
+        r = self.run_tool(self.pkg, "--list", "--arch", "sm_80,sm_90", "--arch", "sm_80",
+                          "--no-link")
+        self.assertEqual(r.returncode, 1, r.stderr)  # nothing is linked: neither can load
+        targets = re.findall(r"(?m)^(sm_\d+) \(no GPU asked\): cannot load: ", r.stdout)
+        self.assertEqual(targets, ["sm_80", "sm_90"], r.stdout)
+        r = self.run_tool(self.pkg, "--list", "--arch", "sm_80,sm_90", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        doc = json.loads(r.stdout)
+        self.assertEqual([t["arch"] for t in doc["targets"]], ["sm_80", "sm_90"])
+        self.assertEqual([t["source"] for t in doc["targets"]], ["link at load"] * 2)
+        self.assertEqual(doc["arch"], "sm_80")  # the first target's, as a one-arch document
+        self.usage_error([self.pkg, "--list", "--arch", "compute_80"],
+                         "--arch: unknown arch 'compute_80': a virtual arch (PTX) is not a link "
+                         "target; for that GPU, give sm_80")
 
     def test_bad_grid(self):
         for grid in ("1", "0,1", "1,0", "1,2,3", "a,b", "1,2x"):
@@ -221,8 +291,6 @@ class RunWithoutGpuTest(unittest.TestCase):
     def test_no_driver_bench(self):
         self.no_driver([self.pkg, "--bench", "10", "--inflight", "4"])
 
-    def test_no_driver_list(self):
-        self.no_driver([self.pkg, "--list"])
 
     def test_no_driver_calls_file(self):
         self.no_driver([self.pkg, "--calls", self.calls])
@@ -248,8 +316,8 @@ class RunWithoutGpuTest(unittest.TestCase):
         if not os.path.lexists(link):
             os.symlink(stub, link)
         env = dict(os.environ, LD_LIBRARY_PATH=lib, CUDAQ_RT_CACHE_DIR=os.path.join(self.tmp, "c"))
-        r = subprocess.run([RUN, self.pkg, "--list"], capture_output=True, text=True, env=env,
-                           timeout=60)
+        r = subprocess.run([RUN, self.pkg, "--call", "echo"], capture_output=True, text=True,
+                           env=env, timeout=60)
         self.assertEqual(r.returncode, 1, r.stderr)
         self.assertEqual(r.stderr, f"cudaq-rt-run: error: no CUDA driver on this machine: '{link}' "
                                    "is the CUDA Toolkit's stub library (for linking only), not a "

@@ -13,13 +13,16 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unistd.h>
+#include <vector>
 
 namespace cudaq_rt::driver {
 
@@ -30,16 +33,55 @@ inline bool stderr_is_terminal() {
   return ::isatty(STDERR_FILENO) == 1;
 }
 
+// Every option takes one value per use, repeatable (comma-separated where the option splits a
+// list itself): CLI11 lets a list option take every word up to the next option, so that
+// `-a sm_90 PKG` would read the package as an arch, and options could not come after the
+// positional arguments as they do for nvcc, git and cosign.
+inline void one_value_per_use(CLI::App &app) {
+  for (CLI::Option *o : app.get_options())
+    if (o->nonpositional() && o->get_allow_extra_args())
+      o->allow_extra_args(false);
+}
+
+// make's and ninja's `-j` with no number: argv with "0" (the tool's "every core") after each of
+// `options` that is not followed by a number, so that `-j PKG` keeps PKG a positional argument.
+inline std::vector<char *> optional_count(int argc, char **argv,
+                                          std::initializer_list<std::string_view> options) {
+  static char zero[] = "0";
+  std::vector<char *> words(argv, argv + argc);
+  for (size_t i = 1; i < words.size(); ++i) {
+    const std::string_view word = words[i];
+    if (word == "--")
+      break;
+    if (std::find(options.begin(), options.end(), word) == options.end())
+      continue;
+    const bool number = i + 1 < words.size() && *words[i + 1] &&
+                        std::strspn(words[i + 1], "0123456789") == std::strlen(words[i + 1]);
+    if (!number)
+      words.insert(words.begin() + static_cast<std::ptrdiff_t>(++i), zero);
+  }
+  return words;
+}
+
 // Parses argv; returns an exit status to return at once, or -1 to go on.
 inline int parse(const char *tool, CLI::App &app, int argc, char **argv) {
+  one_value_per_use(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success &e) { // --help, --version
     return app.exit(e);
   } catch (const CLI::ParseError &e) {
     // CLI11 quotes the arguments it did not expect as they came: escaped, they keep it one line.
-    std::fprintf(stderr, "%s: error: %s\n", tool, escape(e.what()).c_str());
+    const std::string message = escape(e.what());
+    std::fprintf(stderr, "%s: error: %s\n", tool, message.c_str());
     std::fprintf(stderr, "Run '%s --help' for usage.\n", tool);
+    // A script that asked for --json reads a document on stdout even when the line did not parse.
+    for (int i = 1; i < argc && std::string_view(argv[i]) != "--"; ++i)
+      if (std::string_view(argv[i]) == "--json") {
+        StdioToolOutput output(tool);
+        output.out_json({{"error", message}, {"exit_status", exit_usage}});
+        break;
+      }
     return exit_usage;
   }
   return -1;

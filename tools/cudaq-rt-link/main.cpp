@@ -5,6 +5,7 @@
 #include "base/atomic_file.h"
 #include "base/jobserver.h"
 #include "link/link_command.h"
+#include "load/gpu.h"
 
 #include <cstdlib>
 #include <string_view>
@@ -36,8 +37,10 @@ int tool_main(int argc, char **argv) {
 
   app.add_option("package", args.link.package, "The package to link (NAME.cudaqpkg)")
       ->group("Link");
-  app.add_option("-a,--arch", args.archs, "Target GPUs: sm_NN[a|f], comma-separated or repeated")
+  app.add_option("-a,--arch", args.archs,
+                 "Target GPUs: sm_NN[a|f], comma-separated or repeated; native: this machine's")
       ->group("Link");
+  args.native_archs = [] { return gpu_archs(); };
   app.add_option("--bridge", args.link.settings.bridge,
                  "Bridge whose device hooks are linked: a name (loopback) or a library path "
                  "(default: the package's bridge, else loopback)")
@@ -48,7 +51,8 @@ int tool_main(int argc, char **argv) {
                  "else builtin)")
       ->group("Link");
   app.add_option("-j,--jobs", args.link.jobs,
-                 "Archs (and per-TU units) linked at once (default: the number of cores)")
+                 "Archs (and per-TU units) linked at once (default, and -j alone: the number of "
+                 "cores)")
       ->group("Link");
   driver::add_lto_option(app, lto_text, "Link");
   app.add_option("-O", opt_level, "nvJitLink optimization level: -O0 or -O3 (part of the key)")
@@ -112,7 +116,8 @@ int tool_main(int argc, char **argv) {
                                    "(K/M/G suffixes; 0 clears the cache)")
                         ->group("Cache");
 
-  if (int rc = driver::parse(tool, app, argc, argv); rc >= 0)
+  std::vector<char *> words = driver::optional_count(argc, argv, {"-j", "--jobs"});
+  if (int rc = driver::parse(tool, app, static_cast<int>(words.size()), words.data()); rc >= 0)
     return rc;
   if (auto bad = driver::apply_nvjitlink_option(nvjitlink))
     return driver::usage(tool, bad->str());

@@ -157,7 +157,6 @@ int tool_main(int argc, char **argv) {
   std::vector<std::string> app_inputs;
   std::vector<std::vector<std::string>> bridges;
   std::vector<std::string> dispatchers;
-  std::string list_path;
   bool json = false;
   std::string output_dir = ".";
 
@@ -191,10 +190,11 @@ int tool_main(int argc, char **argv) {
   app.add_flag("-v,--verbose", verbose,
                "Say what each input contributed, and where the package went")
       ->group("Output");
-  auto *list_opt = app.add_option("--list", list_path,
-                                  "List a package's or a binary's device code, exports and "
-                                  "links instead of packing")
-                       ->group("Inspection");
+  bool listing = false;
+  app.add_flag("--list", listing,
+               "List the package's or the binary's (the one input) device code, exports and "
+               "links instead of packing")
+      ->group("Inspection");
   app.add_flag("--json", json, "With --list: print the manifest as JSON on stdout")
       ->group("Inspection");
   std::vector<std::string> verify;
@@ -218,12 +218,11 @@ int tool_main(int argc, char **argv) {
     return rc;
   StdioToolOutput output(tool);
 
-  if (*list_opt) {
-    if (!app_inputs.empty() || !bridges.empty() || !dispatchers.empty() || !opts.aliases.empty()) {
-      std::fprintf(
-          stderr, "%s: error: --list takes one package or binary and no inputs or aliases\n", tool);
-      return driver::exit_usage;
-    }
+  if (listing) {
+    if (app_inputs.size() != 1 || !bridges.empty() || !dispatchers.empty() || !opts.aliases.empty())
+      return driver::usage(tool, "--list takes one package or binary and no other inputs or "
+                                 "aliases");
+    const std::string list_path = app_inputs.front();
     if (!trust.sign_key.empty()) {
       std::fprintf(stderr, "%s: error: --sign packs: it does not go with --list\n", tool);
       return driver::exit_usage;

@@ -65,8 +65,9 @@ void add_options(CLI::App &app, RunArgs &a) {
   auto *list_opt =
       app.add_flag("--list", a.list, "List the handlers and the cubin this GPU would load")
           ->group("What");
-  driver::add_optional(app, "--arch", a.arch,
-                       "--list: say what would load for this arch (sm_XX), asking no GPU")
+  app.add_option("--arch", a.archs,
+                 "--list: say what would load for these archs (sm_NN[a|f], comma-separated or "
+                 "repeated; native: this machine's GPUs), asking no GPU")
       ->group("What");
   app.add_option("--global", a.globals, "Write NAME=SPEC into the __device__ global NAME at load")
       ->group("What");
@@ -135,12 +136,16 @@ int tool_main(int argc, char **argv) {
   add_options(app, args);
   if (int rc = driver::parse(tool, app, argc, argv); rc >= 0)
     return rc;
+  const bool json = args.json;
+  const std::string package = args.package;
+  StdioToolOutput output(tool);
   auto options = make_run_options(std::move(args));
-  if (!options)
-    return driver::usage(tool, options.error().str());
+  if (!options) {
+    const int rc = driver::usage(tool, options.error().str());
+    return json ? driver::json_failure(output, rc, "package", package, options.error().str()) : rc;
+  }
   if (options->action == RunAction::serve)
     catch_stop_signals();
-  StdioToolOutput output(tool);
   const RunOutcome outcome = run(*options, output, stop_requested);
   if (outcome.exit_at_once) {
     // A kernel may still run: returning would run exit-time cleanup that waits for it.

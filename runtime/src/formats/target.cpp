@@ -14,6 +14,15 @@ Expected<TargetArch> parse_arch(std::string_view text) {
     return make_error("", "unknown arch ", quote(text),
                       ": expected sm_NN with an optional a or f suffix, e.g. sm_90");
   };
+  // nvcc's other spellings of a target name code that is not linked for a GPU: say which GPU.
+  for (std::string_view other : {"compute_", "lto_"})
+    if (text.substr(0, other.size()) == other && text.size() > other.size()) {
+      auto gpu = parse_arch(cat("sm_", text.substr(other.size())));
+      if (gpu)
+        return make_error("", "unknown arch ", quote(text), ": ",
+                          other == "lto_" ? "LTO-IR" : "a virtual arch (PTX)",
+                          " is not a link target; for that GPU, give ", gpu->str());
+    }
   std::string_view rest = text;
   if (rest.substr(0, 3) != "sm_" || rest.size() < 5)
     return unknown();
@@ -35,8 +44,13 @@ Expected<TargetArch> parse_arch(std::string_view text) {
   return a;
 }
 
-Expected<std::vector<TargetArch>> parse_arch_list(const std::vector<std::string> &values) {
+Expected<std::vector<TargetArch>> parse_arch_list(const std::vector<std::string> &values,
+                                                  const NativeArchs &native_archs) {
   std::vector<TargetArch> out;
+  auto add = [&out](TargetArch arch) {
+    if (std::find(out.begin(), out.end(), arch) == out.end())
+      out.push_back(arch);
+  };
   for (std::string_view value : values) {
     while (!value.empty()) {
       const size_t comma = value.find(',');
@@ -44,11 +58,20 @@ Expected<std::vector<TargetArch>> parse_arch_list(const std::vector<std::string>
       value = comma == std::string_view::npos ? std::string_view{} : value.substr(comma + 1);
       if (item.empty())
         continue;
+      if (item == "native") {
+        if (!native_archs)
+          return make_error("", "'native' is not an arch here: name one, e.g. sm_90");
+        auto here = native_archs();
+        if (!here)
+          return make_error("", "native: ", here.error().str());
+        for (TargetArch a : *here)
+          add(a);
+        continue;
+      }
       auto arch = parse_arch(item);
       if (!arch)
         return std::move(arch).take_error();
-      if (std::find(out.begin(), out.end(), *arch) == out.end())
-        out.push_back(*arch);
+      add(*arch);
     }
   }
   return out;

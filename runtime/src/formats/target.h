@@ -7,6 +7,7 @@
 
 #include <compare>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -21,11 +22,16 @@ struct TargetArch {
   std::string str() const;
   friend auto operator<=>(const TargetArch &, const TargetArch &) = default;
 };
-// "sm_90a" -> {90, 'a'}; the error says what was expected.
+// "sm_90a" -> {90, 'a'}; the error says what was expected, and for a virtual arch (compute_90)
+// or an LTO-IR target (lto_90) which GPU arch is meant.
 Expected<TargetArch> parse_arch(std::string_view text);
+// The archs of this machine's GPUs, for `--arch native`: asked of the CUDA driver by the caller
+// (formats/ knows no driver).
+using NativeArchs = std::function<Expected<std::vector<TargetArch>>()>;
 // --arch values, each a list separated by commas: in order, without repeats; empty items are
-// skipped.
-Expected<std::vector<TargetArch>> parse_arch_list(const std::vector<std::string> &values);
+// skipped. `native` stands for this machine's GPUs where `native_archs` is given.
+Expected<std::vector<TargetArch>> parse_arch_list(const std::vector<std::string> &values,
+                                                  const NativeArchs &native_archs = {});
 
 // How LTO-IR is linked (cudaq-rt-link(1), --lto).
 enum class LtoMode {

@@ -511,6 +511,9 @@ void link_units(const LinkPlan &plan, const TargetArch &arch, const LinkCache &c
 namespace {
 
 // The steps of a link_archs, counted for its LinkProgress.
+// Steps are counted from the start, but reported only from `show()` on, once the total is known:
+// per TU, the lookups that decide which units to compile are counted silently, so that the first
+// line already says how many steps there are ("[2/14]", never "[1/2]" then "[3/14]").
 class StepCounter {
 public:
   explicit StepCounter(const LinkProgress &report) : report_(report) {}
@@ -518,18 +521,25 @@ public:
     std::lock_guard<std::mutex> lock(mutex_);
     total_ += steps;
   }
+  // From now on each step is reported; the first report says where the link stands.
+  void show() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    shown_ = true;
+    if (report_)
+      report_(done_, std::max(total_, done_), "");
+  }
   void done(const std::string &step) {
-    if (!report_)
-      return;
     std::lock_guard<std::mutex> lock(mutex_);
     ++done_;
-    report_(done_, std::max(total_, done_), step);
+    if (report_ && shown_)
+      report_(done_, std::max(total_, done_), step);
   }
 
 private:
   const LinkProgress &report_;
   std::mutex mutex_;
   size_t done_ = 0, total_ = 0;
+  bool shown_ = false;
 };
 
 } // namespace
@@ -565,6 +575,9 @@ std::vector<ArchLink> link_archs(const LinkPlan &plan, std::span<const TargetArc
   }
   StepCounter steps(progress);
   steps.expect(archs.size());
+  // Whole, every step is an arch's; per TU, the units to compile are known after the lookups.
+  if (plan.mode == LtoMode::whole || on_miss == OnCacheMiss::return_unlinked)
+    steps.show();
   std::vector<ArchLinkJob> job(archs.size());
   for (size_t i = 0; i < archs.size(); ++i)
     job[i].arch = &archs[i];
@@ -621,6 +634,7 @@ std::vector<ArchLink> link_archs(const LinkPlan &plan, std::span<const TargetArc
   const auto units_t0 = Clock::now();
   std::vector<UnitOutcome> compiled(missed.size() * units);
   steps.expect(compiled.size() + missed.size());
+  steps.show();
   parallel_for(compiled.size(), jobs, [&](size_t t) {
     const TargetArch &arch = *job[missed[t / units]].arch;
     compiled[t] = compile_unit(plan, arch, plan.units[t % units], cache);
@@ -661,9 +675,40 @@ std::vector<ArchLink> link_archs(const LinkPlan &plan, std::span<const TargetArc
   return results();
 }
 
-Status store_links(const fs::path &package_path, const LinkPlan &plan,
-                   std::span<const ArchLink> links, const TrustPolicy &trust,
-                   BlobEncoding encoding) {
+namespace {
+// The keys whose signature files are over the package's manifest as it is, in key order.
+Expected<std::vector<KeyId>> current_signers(const Package &package) {
+  auto files = package.signature_files();
+  if (!files)
+    return std::move(files).take_error();
+  std::vector<KeyId> keys;
+  for (const auto &[name, text] : *files) {
+    auto sig = PackageSignature::parse(text, name);
+    if (sig && sig->manifest == package.manifest_digest())
+      keys.push_back(sig->key);
+  }
+  return keys;
+}
+} // namespace
+
+std::optional<std::string> broken_signatures_warning(const std::string &package,
+                                                     const std::vector<KeyId> &keys) {
+  if (keys.empty())
+    return std::nullopt;
+  std::string names;
+  for (const KeyId &k : keys)
+    names += cat(names.empty() ? "" : ", ", k.short_str());
+  const bool one = keys.size() == 1;
+  return make_error(package, "the stored links changed its manifest: the signature",
+                    one ? " of key " : "s of keys ", names,
+                    one ? " no longer holds" : " no longer hold", " (sign it again: cudaq-rt-link ",
+                    escape(package), " --sign KEY)")
+      .str();
+}
+
+Expected<std::vector<KeyId>> store_links(const fs::path &package_path, const LinkPlan &plan,
+                                         std::span<const ArchLink> links, const TrustPolicy &trust,
+                                         BlobEncoding encoding) {
   // The records' time (cudaq-rt-run --store comes here without check_link_options).
   if (auto epoch = source_date_epoch(); !epoch)
     return std::move(epoch).take_error();
@@ -698,7 +743,7 @@ Status store_links(const fs::path &package_path, const LinkPlan &plan,
         *std::find_if(plan.inputs.begin(), plan.inputs.end(),
                       [&](const LinkInput &x) { return x.digest == nc.record.digest; });
     if (auto st = writer->add_blob(nc.record.digest, in.bytes); !st)
-      return st;
+      return std::move(st).take_error();
     if (!next_m.find_container(nc.record.digest))
       next_m.containers.push_back(nc.record);
   }
@@ -709,21 +754,21 @@ Status store_links(const fs::path &package_path, const LinkPlan &plan,
     });
     next_m.links.push_back(rec);
     if (auto st = writer->add_blob(rec.cubin, a.cubin); !st)
-      return st;
+      return std::move(st).take_error();
   }
   drop_unused_link_additions(next_m);
   // Blobs written above are skipped by carry_blob; everything else the new manifest names
   // comes from the package as it is now, verified on the way.
   for (const ContainerRecord &c : next_m.containers)
     if (auto st = writer->carry_blob(*current, c.digest); !st)
-      return st;
+      return std::move(st).take_error();
   for (const LinkRecord &l : next_m.links)
     if (auto st = writer->carry_blob(*current, l.cubin); !st)
-      return st;
+      return std::move(st).take_error();
   if (next_m.recipe)
     for (const RecipeInput &in : next_m.recipe->inputs)
       if (auto st = writer->carry_blob(*current, in.digest); !st)
-        return st;
+        return std::move(st).take_error();
   std::sort(next_m.links.begin(), next_m.links.end(), [](const LinkRecord &a, const LinkRecord &b) {
     auto sm = [](const LinkRecord &l) {
       auto arch = parse_arch(l.arch);
@@ -733,11 +778,24 @@ Status store_links(const fs::path &package_path, const LinkPlan &plan,
            std::tuple(sm(b), b.arch, b.bridge, b.dispatcher);
   });
   if (auto st = writer->carry_signatures(*current); !st)
-    return st;
+    return std::move(st).take_error();
   std::vector<const SigningKey *> signers;
   if (trust.signer)
     signers.push_back(trust.signer.get());
-  return writer->commit(next_m, /*replace=*/true, signers);
+  auto held = current_signers(*current);
+  if (!held)
+    return std::move(held).take_error();
+  if (auto st = writer->commit(next_m, /*replace=*/true, signers); !st)
+    return std::move(st).take_error();
+  auto written = Package::open(package_path);
+  if (!written)
+    return std::move(written).take_error();
+  std::vector<KeyId> broken;
+  if (written->manifest_digest() != current->manifest_digest())
+    for (const KeyId &k : *held)
+      if (!trust.signer || !(trust.signer->id() == k))
+        broken.push_back(k);
+  return broken;
 }
 
 Status check_link_options(const LinkOptions &opt) {
@@ -799,10 +857,11 @@ Expected<LinkReport> link_package(const LinkOptions &opt, const LinkCache &cache
         return std::move(st).take_error();
   if (!report.ok() || !opt.store_in_package)
     return report;
-  if (auto st = store_links(opt.package, *plan, report.archs, cache.trust(),
+  auto broken = store_links(opt.package, *plan, report.archs, cache.trust(),
                             opt.compress ? BlobEncoding::zstd : BlobEncoding::identity);
-      !st)
-    return std::move(st).take_error();
+  if (!broken)
+    return std::move(broken).take_error();
+  report.unsigned_by = std::move(*broken);
   if (const SigningKey *signer = cache.trust().signer.get())
     report.signed_by = signer->id();
   return report;

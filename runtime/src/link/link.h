@@ -217,11 +217,11 @@ struct ArchLink {
   std::string fallback;
 };
 
-// What a link reports as it goes, for a progress line: after each step (an arch's module looked
-// up or linked whole, a unit found or compiled, an arch's final link), the steps done, the steps
-// known so far (per TU, the units are counted once the lookups have said which archs missed),
-// and what the step was ("sm_90", "sm_90 app.o#1", "sm_90 final link"). Called from the link
-// threads, never two at once.
+// What a link reports as it goes, for a progress line: once the total is known (per TU, after
+// the lookups have said which archs missed; the lookups count as steps done), with `step` empty,
+// then after each step (an arch's module looked up or linked whole, a unit found or compiled, an
+// arch's final link), the steps done, the total, and what the step was ("sm_90",
+// "sm_90 app.o#1", "sm_90 final link"). Called from the link threads, never two at once.
 using LinkProgress = std::function<void(size_t done, size_t total, const std::string &step)>;
 
 // The arch's key, and nothing else: what a dry run shows.
@@ -252,9 +252,18 @@ std::vector<ArchLink> link_archs(const LinkPlan &plan, std::span<const TargetArc
 // its own. With trusted keys, the package as it is under the lock must verify too: a package
 // replaced meanwhile is not signed on its replacer's behalf.
 // New blobs (cubins, containers a link adds) are stored with `encoding` (package.h).
-Status store_links(const std::filesystem::path &package, const LinkPlan &plan,
-                   std::span<const ArchLink> links, const TrustPolicy &trust = {},
-                   BlobEncoding encoding = BlobEncoding::zstd);
+// Returns the keys whose signatures held over the package before and no longer do (the manifest
+// changed and they did not sign the new one), in key order: what the tool warns about.
+Expected<std::vector<KeyId>> store_links(const std::filesystem::path &package, const LinkPlan &plan,
+                                         std::span<const ArchLink> links,
+                                         const TrustPolicy &trust = {},
+                                         BlobEncoding encoding = BlobEncoding::zstd);
+
+// A store that left signatures behind, as the tools warn about it (nullopt: none):
+// "'PKG': the stored links changed its manifest: the signatures of keys 1a2b..., 3c4d... no
+// longer hold (sign it again: cudaq-rt-link PKG --sign KEY)".
+std::optional<std::string> broken_signatures_warning(const std::string &package,
+                                                     const std::vector<KeyId> &keys);
 
 struct LinkOptions {
   std::filesystem::path package;
@@ -276,6 +285,7 @@ struct LinkReport {
   std::vector<ArchLink> archs;
   std::optional<KeyId> verified_by; // under --trust: the trusted key whose signature vouched
   std::optional<KeyId> signed_by;   // with a signing key: the key that signed the new manifest
+  std::vector<KeyId> unsigned_by;   // keys whose signatures the new manifest no longer matches
   bool ok() const;
 };
 

@@ -1,6 +1,7 @@
 // cudaq-rt-link's command (link_command.h).
 #include "link/link_command.h"
 
+#include "base/clock.h"
 #include "base/jobserver.h"
 #include "base/nvjitlink_library.h"
 #include "cache/link_cache.h"
@@ -9,8 +10,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <mutex>
 #include <sstream>
+#include <thread>
 
 using json = nlohmann::json;
 
@@ -57,29 +62,62 @@ json arch_json(const ArchLink &a) {
   return j;
 }
 
-// The progress line, ninja style: one line on stderr rewritten in place ("[3/12] sm_90 app.o#1"),
-// cleared before anything else is printed. Steps are cut to fit a narrow terminal: a line that
-// wraps could no longer be rewritten.
+// The progress line, ninja style: one line on stderr rewritten in place ("[3/12] sm_90 app.o#1
+// 4s"), cleared before anything else is printed. The seconds since the link began are redrawn
+// every second, so that a long step (a whole-program link takes 6 to 11 s for one arch) does not
+// look stuck. Steps are cut to fit a narrow terminal: a line that wraps could no longer be
+// rewritten.
 class ProgressLine {
 public:
   explicit ProgressLine(ToolOutput &output) : output_(output) {}
+  ~ProgressLine() { clear(); }
   void show(size_t done, size_t total, const std::string &step) {
-    std::string text = escape(step);
-    if (text.size() > 60)
-      text = text.substr(0, 57) + "...";
-    output_.err(cat("\r\x1b[K[", done, "/", total, "] ", text));
-    output_.flush();
-    shown_ = true;
+    std::lock_guard<std::mutex> hold(mutex_);
+    done_ = done;
+    total_ = total;
+    step_ = escape(step.empty() ? "linking" : step);
+    if (step_.size() > 60)
+      step_ = step_.substr(0, 57) + "...";
+    draw();
+    if (!ticker_.joinable())
+      ticker_ = std::thread([this] { tick(); });
   }
   void clear() {
+    {
+      std::lock_guard<std::mutex> hold(mutex_);
+      stopped_ = true;
+    }
+    wake_.notify_all();
+    if (ticker_.joinable())
+      ticker_.join();
     if (shown_)
       output_.err("\r\x1b[K");
     shown_ = false;
   }
 
 private:
+  void draw() {
+    const auto seconds =
+        std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - started_).count();
+    output_.err(cat("\r\x1b[K[", done_, "/", total_, "] ", step_, "  ", seconds, "s"));
+    output_.flush();
+    shown_ = true;
+  }
+  void tick() {
+    std::unique_lock<std::mutex> hold(mutex_);
+    while (!wake_.wait_for(hold, std::chrono::seconds(1), [this] { return stopped_; }))
+      draw();
+  }
+
   ToolOutput &output_;
+  const Clock::time_point started_ = Clock::now();
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::thread ticker_;
+  size_t done_ = 0, total_ = 0;
+  std::string step_;
   bool shown_ = false;
+  bool stopped_ = false;
 };
 
 // --cache-prune and --cache-stats. With --json the results go into `doc`, the one document the
@@ -263,7 +301,7 @@ Expected<LinkCommand> make_link_command(LinkArgs args) {
     c.push_only = true;
     return c;
   }
-  auto archs = parse_arch_list(args.archs);
+  auto archs = parse_arch_list(args.archs, args.native_archs);
   if (!archs)
     return make_error("", "--arch: ", archs.error().message);
   c.link.archs = std::move(*archs);
@@ -326,6 +364,8 @@ int run_link_command(const LinkCommand &c, ToolOutput &output) {
   if (!report)
     return output.fail(report.error());
   print_diagnostics(c, *report, output);
+  if (auto w = broken_signatures_warning(c.link.package.string(), report->unsigned_by))
+    output.warn(*w);
   if (report->verified_by && c.link.settings.verbose)
     output.note(cat(escape(c.link.package.string()), ": signed by trusted key ",
                     report->verified_by->short_str()));
@@ -342,6 +382,11 @@ int run_link_command(const LinkCommand &c, ToolOutput &output) {
       doc["verified_by"] = report->verified_by->hex();
     if (report->signed_by)
       doc["signed_by"] = report->signed_by->hex();
+    if (!report->unsigned_by.empty()) {
+      doc["signatures_broken"] = json::array();
+      for (const KeyId &k : report->unsigned_by)
+        doc["signatures_broken"].push_back(k.hex());
+    }
     for (const ArchLink &a : report->archs)
       doc["archs"].push_back(arch_json(a));
     if (int rc = cache_command(*cache, c, doc, output); rc != 0)

@@ -19,6 +19,7 @@ namespace cudaq_rt {
 struct LinkArgs {
   LinkOptions link;                    // all but `archs`
   std::vector<std::string> archs;      // --arch values, each a list separated by commas
+  NativeArchs native_archs;            // what `--arch native` stands for (this machine's GPUs)
   std::optional<std::string> prune;    // --cache-prune SIZE
   std::filesystem::path push;          // --cache-push PKG
   CacheRequest cache;                  // --cache-dir, --remote-cache, --no-cache

@@ -128,10 +128,11 @@ Expected<LinkReport> link_recording(const Package &pkg, const LinkOptions &opt,
   LinkPlan plan;
   plan.subject = opt.package.string();
   plan.packed = packed_code(pkg.manifest());
-  if (auto st = store_links(opt.package, plan, report.archs, cache.trust(),
+  auto broken = store_links(opt.package, plan, report.archs, cache.trust(),
                             opt.compress ? BlobEncoding::zstd : BlobEncoding::identity);
-      !st)
-    return std::move(st).take_error();
+  if (!broken)
+    return std::move(broken).take_error();
+  report.unsigned_by = std::move(*broken);
   if (const SigningKey *signer = cache.trust().signer.get())
     report.signed_by = signer->id();
   return report;

@@ -5,12 +5,14 @@
 #pragma once
 
 #include "cudaq_rt/error.h"
+#include "formats/target.h"
 
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace cudaq_rt {
 
@@ -59,6 +61,10 @@ public:
   // Initialises the driver, checks the device exists and makes its primary context current on the
   // calling thread (the one the runtime API, and so a bridge built with it, uses too).
   virtual Expected<GpuDevice> open(int ordinal) = 0;
+  // Why this machine has no GPU at all (no_gpu_reason()), or nullopt: a GPU, or a fake one.
+  virtual std::optional<std::string> absent() { return std::nullopt; }
+  // What open() says of the device, without a context: its name, arch and driver.
+  virtual Expected<GpuDevice> describe(int ordinal) { return open(ordinal); }
 
   // How many GPUs the driver sees (cudaq-rt-run --device all).
   virtual Expected<int> device_count() {
@@ -98,6 +104,9 @@ public:
 
 // The machine's CUDA driver. Without one, every call fails with a line that says so.
 Gpu &driver_gpu();
+
+// The archs of the GPUs `gpu` sees, each once, in device order: `--arch native`.
+Expected<std::vector<TargetArch>> gpu_archs(Gpu &gpu = driver_gpu());
 
 // Why this machine has no GPU to run on (no driver installed, or no device), or nullopt when it
 // has one. A test skips on the first; any other failure (a driver too old, a device that cannot

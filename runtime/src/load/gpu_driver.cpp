@@ -16,6 +16,7 @@
 
 #include <cuda.h>
 
+#include <algorithm>
 #include <dlfcn.h>
 #include <map>
 #include <mutex>
@@ -152,7 +153,9 @@ public:
     return count;
   }
 
-  Expected<GpuDevice> open(int ordinal) override {
+  std::optional<std::string> absent() override { return no_gpu_reason(); }
+
+  Expected<GpuDevice> describe(int ordinal) override {
     auto devices = device_count(); // the driver is loaded and initialized after this
     if (!devices)
       return std::move(devices).take_error();
@@ -179,6 +182,18 @@ public:
       return failure("cuDeviceGetAttribute", rc);
     d.sm = major * 10 + minor;
     cu.driverGetVersion(&d.driver_version);
+    return d;
+  }
+
+  Expected<GpuDevice> open(int ordinal) override {
+    auto d = describe(ordinal);
+    if (!d)
+      return d;
+    const DriverApi &cu = *driver_api();
+    CUresult rc = CUDA_SUCCESS;
+    CUdevice dev = 0;
+    if ((rc = cu.deviceGet(&dev, ordinal)) != CUDA_SUCCESS)
+      return failure("cuDeviceGet", rc);
     CUcontext ctx = nullptr;
     if ((rc = cu.primaryCtxRetain(&ctx, dev)) != CUDA_SUCCESS)
       return failure(cat("creating GPU ", ordinal, "'s context (cuDevicePrimaryCtxRetain)"), rc);
@@ -365,6 +380,27 @@ private:
 Gpu &driver_gpu() {
   static DriverGpu gpu;
   return gpu;
+}
+
+Expected<std::vector<TargetArch>> gpu_archs(Gpu &gpu) {
+  auto count = gpu.device_count();
+  if (!count)
+    return std::move(count).take_error();
+  std::vector<TargetArch> archs;
+  for (int i = 0; i < *count; ++i) {
+    auto device = gpu.describe(i);
+    if (!device)
+      return std::move(device).take_error();
+    auto arch = parse_arch(device->arch());
+    if (!arch)
+      return make_error("", "GPU ", i, " (", device->name, ") reports ", device->arch(),
+                        ", which no link can target");
+    if (std::find(archs.begin(), archs.end(), *arch) == archs.end())
+      archs.push_back(*arch);
+  }
+  if (archs.empty())
+    return make_error("", "no CUDA GPU on this machine");
+  return archs;
 }
 
 std::optional<std::string> no_gpu_reason() {

@@ -5,10 +5,12 @@
 #include "oci/store.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 
@@ -226,18 +228,10 @@ Outcome run_request(Server &server, const RunRequest &r, uint32_t request_id,
   return {show_answer(r, *reply, output, options.json ? &calls : nullptr), std::nullopt};
 }
 
-// --calls: one request a line, its request_id the line number; a line that does not parse is
-// reported and skipped. An error: the file cannot be opened, and nothing was sent.
-Expected<Outcome> run_calls(Server &server, const RunOptions &options, ToolOutput &output,
-                            json &calls) {
-  std::ifstream file;
-  std::istream *in = &std::cin;
-  if (options.calls_file != "-") {
-    file.open(options.calls_file);
-    if (!file)
-      return make_error(options.calls_file, "cannot open");
-    in = &file;
-  }
+// --calls: one request a line from `in`, its request_id the line number; a line that does not
+// parse is reported and skipped.
+Expected<Outcome> run_calls(Server &server, std::istream *in, const RunOptions &options,
+                            ToolOutput &output, json &calls) {
   Outcome total;
   std::string line;
   for (size_t n = 1; !total.fatal && std::getline(*in, line); ++n) {
@@ -292,13 +286,44 @@ Expected<Outcome> run_bench(Server &server, const RunOptions &options, ToolOutpu
   return Outcome{result->wrong ? run_exit_failure : run_exit_ok, std::nullopt};
 }
 
-Expected<Outcome> send_requests(Server &server, const RunOptions &options, ToolOutput &output,
-                                json &doc, json &calls) {
+Expected<Outcome> send_requests(Server &server, std::istream *calls_in, const RunOptions &options,
+                                ToolOutput &output, json &doc, json &calls) {
   if (options.action == RunAction::call)
     return run_request(server, *options.call, 1, options, output, calls);
   if (options.action == RunAction::calls)
-    return run_calls(server, options, output, calls);
+    return run_calls(server, calls_in, options, output, calls);
   return run_bench(server, options, output, doc);
+}
+
+// What can be refused without a GPU is refused before one is asked: a --calls file that does not
+// open, a --call or --bench handler the package does not export. The package is opened (and
+// checked under --trust) twice: a manifest read, against a context's hundreds of milliseconds.
+// Returns the exit status of a refusal, said as a load failure is, or nullopt to go on.
+std::optional<int> check_before_gpu(const RunOptions &options, ToolOutput &output,
+                                    std::ifstream &calls_file) {
+  auto refuse = [&](const Error &e, int status) {
+    if (options.json)
+      output.out_json({{"package", options.load.package.string()},
+                       {"error", e.str()},
+                       {"exit_status", status}});
+    output.fail(e);
+    return status;
+  };
+  if (options.action == RunAction::calls && options.calls_file != "-") {
+    calls_file.open(options.calls_file);
+    if (!calls_file)
+      return refuse(make_error(options.calls_file, "cannot open: ", std::strerror(errno)),
+                    run_exit_failure);
+  }
+  if (!options.call)
+    return std::nullopt;
+  auto package = preview_package(options.load);
+  if (!package)
+    return refuse(package.error(), run_exit_failure);
+  if (auto e = refuse_unknown_handler(options.load.package, package->handlers, package->aliases,
+                                      options.call->handler))
+    return refuse(*e, run_exit_usage);
+  return std::nullopt;
 }
 
 // The --json document of a session that loaded: what was loaded, its times, the answers, the
@@ -322,6 +347,9 @@ json session_json(const RunOptions &options, Server &server, json doc, json call
 
 // --call, --calls, --bench: the package started on one GPU, the requests sent, the kernel stopped.
 RunOutcome run_requests(const RunOptions &options, ToolOutput &output, Gpu &gpu) {
+  std::ifstream calls_file;
+  if (auto refused = check_before_gpu(options, output, calls_file))
+    return {*refused};
   auto server = Server::start(options.load, gpu);
   if (!server)
     return {fail_to_load(options, output, server.error())};
@@ -333,7 +361,8 @@ RunOutcome run_requests(const RunOptions &options, ToolOutput &output, Gpu &gpu)
 
   json doc = json::object();
   json calls = json::array();
-  Expected<Outcome> sent = send_requests(s, options, output, doc, calls);
+  Expected<Outcome> sent =
+      send_requests(s, calls_file.is_open() ? &calls_file : &std::cin, options, output, doc, calls);
   if (!sent)
     return {fail_to_load(options, output, sent.error())};
   Outcome outcome = std::move(*sent);
@@ -352,11 +381,26 @@ RunOutcome run_requests(const RunOptions &options, ToolOutput &output, Gpu &gpu)
   return {outcome.status, s.hung()};
 }
 
-// --list: what would load on the GPU, without loading it.
+// --list: what would load on the GPU, or for each arch asked, without loading it.
 int list_package(const RunOptions &options, ToolOutput &output, Gpu &gpu) {
-  auto preview = preview_load(options.load, gpu);
-  if (!preview)
-    return fail_to_load(options, output, preview.error());
+  std::optional<LoadPreview> preview;
+  for (size_t i = 0; i == 0 || i < options.list_archs.size(); ++i) {
+    LoadOptions load = options.load;
+    if (!options.list_archs.empty())
+      load.arch = options.list_archs[i];
+    auto one = preview_load(load, gpu);
+    if (!one)
+      return fail_to_load(options, output, one.error());
+    if (!preview) {
+      preview = std::move(*one);
+      continue;
+    }
+    preview->targets.insert(preview->targets.end(), one->targets.begin(), one->targets.end());
+    for (std::string &w : one->warnings)
+      if (std::find(preview->warnings.begin(), preview->warnings.end(), w) ==
+          preview->warnings.end())
+        preview->warnings.push_back(std::move(w));
+  }
   write_warnings(output, preview->warnings);
   if (options.json)
     output.out_json(preview_json(*preview));
@@ -477,13 +521,13 @@ Expected<RunOptions> make_run_options(RunArgs args) {
   } else if (args.offline) {
     return usage("--offline goes with an oci:// package");
   }
-  if (args.arch) {
+  if (!args.archs.empty()) {
     if (!args.list)
       return usage("--arch goes with --list (a load links for the GPU's own arch)");
-    auto arch = parse_arch(*args.arch);
-    if (!arch)
-      return usage("--arch: " + arch.error().message);
-    o.load.arch = *arch;
+    auto archs = parse_arch_list(args.archs, [] { return gpu_archs(); });
+    if (!archs)
+      return usage("--arch: " + archs.error().message);
+    o.list_archs = std::move(*archs);
   }
   if (!args.lto.empty())
     o.load.link.lto_mode = parse_lto_mode(args.lto);
@@ -511,19 +555,26 @@ Expected<RunRequest> default_bench_request(const std::vector<std::string> &handl
   return RunRequest{echo ? "echo" : handlers.front(), std::vector<uint8_t>(echo ? 8 : 0, 0), {}};
 }
 
+std::optional<Error> refuse_unknown_handler(const std::filesystem::path &package,
+                                            const std::vector<std::string> &handlers,
+                                            const std::vector<AliasEntry> &aliases,
+                                            const std::string &handler) {
+  const bool alias = std::any_of(aliases.begin(), aliases.end(),
+                                 [&](const AliasEntry &a) { return a.name == handler; });
+  if (alias || std::find(handlers.begin(), handlers.end(), handler) != handlers.end())
+    return std::nullopt;
+  std::string names;
+  for (const std::string &h : handlers)
+    names += cat(names.empty() ? "" : ", ", h);
+  for (const AliasEntry &a : aliases)
+    names += cat(", ", a.name, " (alias of ", a.handler, ")");
+  return make_error(package.string(), "no handler ", quote(handler), ": the package exports ",
+                    names.empty() ? std::string("none") : names);
+}
+
 std::optional<Error> refuse_request(const LoadReport &report, const RunRequest &r) {
-  const bool alias = std::any_of(report.aliases.begin(), report.aliases.end(),
-                                 [&](const AliasEntry &a) { return a.name == r.handler; });
-  if (!alias && std::find(report.handlers.begin(), report.handlers.end(), r.handler) ==
-                    report.handlers.end()) {
-    std::string names;
-    for (const std::string &h : report.handlers)
-      names += cat(names.empty() ? "" : ", ", h);
-    for (const AliasEntry &a : report.aliases)
-      names += cat(", ", a.name, " (alias of ", a.handler, ")");
-    return make_error(report.package.string(), "no handler ", quote(r.handler),
-                      ": the package exports ", names.empty() ? std::string("none") : names);
-  }
+  if (auto e = refuse_unknown_handler(report.package, report.handlers, report.aliases, r.handler))
+    return e;
   const size_t room = report.slot_size - CUDAQ_RT_HEADER_SIZE;
   if (r.payload.size() > room)
     return make_error(report.package.string(), "the arguments of ", quote(r.handler), " are ",

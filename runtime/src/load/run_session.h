@@ -49,8 +49,8 @@ struct RunArgs {
   std::optional<std::string> grid;
   std::string lto; // "per-tu", "whole", or empty for the default
   bool no_link = false;
-  bool offline = false;            // --offline: an oci:// package from the store only
-  std::optional<std::string> arch; // --list --arch sm_XX: no GPU asked
+  bool offline = false;           // --offline: an oci:// package from the store only
+  std::vector<std::string> archs; // --list --arch sm_XX[,...]: no GPU asked
   // --bridge, --bridge-arg, --dispatcher, --store, --stop-timeout, --cache-dir, --remote-cache and
   // --no-cache as given; the package, device, grid, globals, --lto and --no-link are checked into
   // it by make_run_options.
@@ -73,9 +73,10 @@ struct RunRequest {
 struct RunOptions {
   RunAction action = RunAction::call;
   LoadOptions load;
-  std::optional<RunRequest> call; // --call: the request, or with --bench the one benchmarked
-  std::string calls_file;         // --calls
-  ResultType result;              // --result: also for the lines of --calls that name none
+  std::optional<RunRequest> call;     // --call: the request, or with --bench the one benchmarked
+  std::string calls_file;             // --calls
+  std::vector<TargetArch> list_archs; // --list --arch: what each would load, no GPU asked
+  ResultType result;                  // --result: also for the lines of --calls that name none
   uint64_t bench_requests = 0;
   uint32_t inflight = 1;
   // --serve's devices and bounds; its `load` is `load`, copied when serving starts.
@@ -103,6 +104,11 @@ Expected<RunRequest> default_bench_request(const std::vector<std::string> &handl
 // Refusals that need the loaded package: an unknown handler (`no handler 'x': the package exports
 // a, b, c (alias of a)`), a payload larger than a slot.
 std::optional<Error> refuse_request(const LoadReport &report, const RunRequest &request);
+// The first of them, which the package's manifest answers before any GPU is asked.
+std::optional<Error> refuse_unknown_handler(const std::filesystem::path &package,
+                                            const std::vector<std::string> &handlers,
+                                            const std::vector<AliasEntry> &aliases,
+                                            const std::string &handler);
 
 // One answer as the tool shows it: `STATUS: RESULT` on stdout (`ok: 2a`, `handler error 3`,
 // `ok: (ERROR)` where the result does not decode), raw bytes on stdout with the status on stderr,

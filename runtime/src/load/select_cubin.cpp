@@ -73,9 +73,13 @@ Expected<CubinChoice> select_cubin(const Package &package, const LinkPlan &plan,
   };
   auto take = [&](ArchLink a, CubinSource source) -> Expected<CubinChoice> {
     c.warnings.insert(c.warnings.end(), a.warnings.begin(), a.warnings.end());
-    if (policy.store)
-      if (auto st = store(a); !st)
-        return std::move(st).take_error();
+    if (policy.store) {
+      auto broken = store(a);
+      if (!broken)
+        return std::move(broken).take_error();
+      if (auto w = broken_signatures_warning(package.dir().string(), *broken))
+        c.warnings.push_back(std::move(*w));
+    }
     c.source = source;
     c.cubin = std::move(a.cubin);
     c.record = std::move(*a.record);

@@ -375,36 +375,62 @@ Status check_package_trust(const LoadOptions &opt) {
   return Status::ok();
 }
 
-Expected<LoadPreview> preview_load(const LoadOptions &opt, Gpu &gpu) {
-  auto ready = prepare(opt, gpu, !opt.arch);
-  if (!ready)
-    return std::move(ready).take_error();
+namespace {
+// What a preview says of the package and its plan, whatever the target.
+LoadPreview package_preview(const LoadOptions &opt, const LoadPlan &ready) {
   LoadPreview p;
   p.package = opt.package;
+  p.bridge = ready.plan.bridge;
+  p.dispatcher = ready.plan.dispatcher;
+  p.handlers = ready.plan.handlers;
+  p.aliases = ready.package.manifest().aliases;
+  p.links = ready.package.manifest().links;
+  p.warnings = ready.warnings;
+  return p;
+}
+} // namespace
+
+Expected<LoadPreview> preview_package(const LoadOptions &opt) {
+  LoadOptions asked = opt;
+  asked.arch = TargetArch{}; // no GPU is asked
+  auto ready = prepare(asked, driver_gpu(), false);
+  if (!ready)
+    return std::move(ready).take_error();
+  return package_preview(opt, *ready);
+}
+
+Expected<LoadPreview> preview_load(const LoadOptions &opt, Gpu &gpu) {
+  const std::optional<std::string> no_gpu = opt.arch ? std::nullopt : gpu.absent();
+  LoadOptions asked = opt;
+  if (no_gpu)
+    asked.arch = TargetArch{}; // the package alone: no target
+  auto ready = prepare(asked, gpu, !asked.arch);
+  if (!ready)
+    return std::move(ready).take_error();
+  LoadPreview p = package_preview(opt, *ready);
+  if (no_gpu) {
+    p.no_gpu = *no_gpu;
+    return p;
+  }
+  LoadTarget &t = p.targets.emplace_back();
   if (!opt.arch)
-    p.device = ready->device;
-  p.arch = ready->arch.str();
-  p.bridge = ready->plan.bridge;
-  p.dispatcher = ready->plan.dispatcher;
-  p.handlers = ready->plan.handlers;
-  p.aliases = ready->package.manifest().aliases;
-  p.links = ready->package.manifest().links;
-  p.warnings = ready->warnings;
+    t.device = ready->device;
+  t.arch = ready->arch.str();
   // An error (the target out of reach, a blob that does not verify or cannot be fetched) is why
   // it cannot load; nothing found, that a load would link, if it may.
   auto found = select_cubin(ready->package, ready->plan, ready->arch, ready->cache,
                             {.allow_link = false, .store = false, .none_is_error = false});
   if (!found) {
-    p.why_not = found.error().str();
+    t.why_not = found.error().str();
     return p;
   }
   p.warnings.insert(p.warnings.end(), found->warnings.begin(), found->warnings.end());
   if (found->found)
-    p.source = found->source;
+    t.source = found->source;
   else if (opt.policy.allow_link)
-    p.source = CubinSource::link;
+    t.source = CubinSource::link;
   else
-    p.why_not = found->why_not;
+    t.why_not = found->why_not;
   return p;
 }
 
@@ -429,15 +455,20 @@ std::string format_preview(const LoadPreview &p) {
         << " bytes)\n";
   if (p.links.empty())
     out << "  (nothing)\n";
-  if (p.device)
-    out << "GPU " << p.device->ordinal << ": " << escape(p.device->name) << " (" << p.device->arch()
-        << ", driver " << p.device->driver() << "): ";
-  else
-    out << p.arch << " (no GPU asked): ";
-  if (p.source)
-    out << "would load from the " << cubin_source_name(*p.source) << "\n";
-  else
-    out << "cannot load: " << p.why_not << "\n";
+  for (const LoadTarget &t : p.targets) {
+    if (t.device)
+      out << "GPU " << t.device->ordinal << ": " << escape(t.device->name) << " ("
+          << t.device->arch() << ", driver " << t.device->driver() << "): ";
+    else
+      out << t.arch << " (no GPU asked): ";
+    if (t.source)
+      out << "would load from the " << cubin_source_name(*t.source) << "\n";
+    else
+      out << "cannot load: " << t.why_not << "\n";
+  }
+  if (p.targets.empty())
+    out << "no GPU here (" << p.no_gpu
+        << "): --arch sm_XX[,sm_YY...] says what a GPU of each arch would load\n";
   return out.str();
 }
 
@@ -455,24 +486,32 @@ nlohmann::json preview_json(const LoadPreview &p) {
                      {"dispatcher", l.dispatcher},
                      {"cubin", l.cubin.str()},
                      {"size", l.cubin_size}});
-  nlohmann::json j = {{"package", p.package.string()},
-                      {"bridge", p.bridge},
-                      {"dispatcher", p.dispatcher},
-                      {"handlers", handlers},
-                      {"aliases", aliases},
-                      {"links", links},
-                      {"arch", p.arch},
-                      {"device", p.device ? nlohmann::json{{"ordinal", p.device->ordinal},
-                                                           {"name", p.device->name},
-                                                           {"arch", p.device->arch()},
-                                                           {"driver", p.device->driver()}}
-                                          : nlohmann::json()},
-                      {"loadable", p.loadable()},
-                      {"warnings", p.warnings}};
-  if (p.source)
-    j["source"] = cubin_source_name(*p.source);
-  else
-    j["why_not"] = p.why_not;
+  nlohmann::json targets = nlohmann::json::array();
+  for (const LoadTarget &t : p.targets) {
+    nlohmann::json target = {{"arch", t.arch},
+                             {"device", t.device ? nlohmann::json{{"ordinal", t.device->ordinal},
+                                                                  {"name", t.device->name},
+                                                                  {"arch", t.device->arch()},
+                                                                  {"driver", t.device->driver()}}
+                                                 : nlohmann::json()},
+                             {"loadable", t.loadable()}};
+    if (t.source)
+      target["source"] = cubin_source_name(*t.source);
+    else
+      target["why_not"] = t.why_not;
+    targets.push_back(std::move(target));
+  }
+  nlohmann::json j = {
+      {"package", p.package.string()}, {"bridge", p.bridge}, {"dispatcher", p.dispatcher},
+      {"handlers", handlers},          {"aliases", aliases}, {"links", links},
+      {"loadable", p.loadable()},      {"targets", targets}, {"warnings", p.warnings}};
+  // The first target's fields at the top too: a document for one GPU or one arch reads as before.
+  if (!p.targets.empty())
+    for (const char *key : {"arch", "device", "source", "why_not"})
+      if (targets[0].contains(key))
+        j[key] = targets[0][key];
+  if (p.targets.empty())
+    j["no_gpu"] = p.no_gpu;
   return j;
 }
 

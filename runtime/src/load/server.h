@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <filesystem>
@@ -79,24 +80,38 @@ struct LoadReport {
   std::vector<std::string> notes; // what the remote cache did, for -v
 };
 
+// Where one GPU, or one arch asked for, would get its cubin.
+struct LoadTarget {
+  std::optional<GpuDevice> device;   // none for an arch asked for: no GPU was asked
+  std::string arch;                  // the device's, or the one asked for
+  std::optional<CubinSource> source; // where the cubin would come from; nullopt: nowhere
+  std::string why_not;               // with no source
+  bool loadable() const { return source.has_value(); }
+};
+
 // What would load on a GPU, found the way start() finds it, without loading anything: the
 // runtime's view of a package (cudaq-rt-run --list).
 struct LoadPreview {
   std::filesystem::path package;
-  std::optional<GpuDevice> device; // none with LoadOptions::arch: no GPU was asked
-  std::string arch;                // the device's, or the one asked for
   std::string bridge;
   std::string dispatcher;
   std::vector<std::string> handlers;
   std::vector<AliasEntry> aliases;
-  std::vector<LinkRecord> links;     // the package's
-  std::optional<CubinSource> source; // where the cubin would come from; nullopt: nowhere
-  std::string why_not;               // with no source
+  std::vector<LinkRecord> links; // the package's
+  // LoadOptions::arch's, else the GPU's; none where the machine has no GPU and no arch was asked
+  // (no_gpu says why): the package alone is listed.
+  std::vector<LoadTarget> targets;
+  std::string no_gpu;
   std::vector<std::string> warnings;
-  bool loadable() const { return source.has_value(); }
+  bool loadable() const {
+    return std::all_of(targets.begin(), targets.end(),
+                       [](const LoadTarget &t) { return t.loadable(); });
+  }
 };
 Expected<LoadPreview> preview_load(const LoadOptions &options, Gpu &gpu = driver_gpu());
-
+// The package alone, opened, checked under --trust and planned as a load would, asking no GPU (no
+// targets): what a request is checked against before a context is paid for.
+Expected<LoadPreview> preview_package(const LoadOptions &options);
 // What the load path checks first under --trust, alone and without a GPU: the package opened and
 // its signatures checked against the trusted keys (none configured: nothing to check). The C API
 // asks this before it looks for a GPU, so that a refusal is the same on any machine.

@@ -52,9 +52,9 @@ TEST_CASE("an arch is sm_NN with an optional a or f suffix, and prints as it was
 
 TEST_CASE("anything else is an unknown arch, with the one message that says what is expected") {
   for (const char *bad :
-       {"",           "sm_",     "sm_9", "sm_9a",  "sm_49",  "sm_050",     "sm_1000",
-        "sm_90b",     "sm_90af", "sm_a", "sm_-90", "sm_9x",  "SM_90",      "sm90",
-        "compute_90", "lto_90",  "90",   " sm_90", "sm_90 ", "sm_90,sm_80"}) {
+       {"",         "sm_",     "sm_9", "sm_9a",  "sm_49",  "sm_050",     "sm_1000",
+        "sm_90b",   "sm_90af", "sm_a", "sm_-90", "sm_9x",  "SM_90",      "sm90",
+        "compute_", "lto_x",   "90",   " sm_90", "sm_90 ", "sm_90,sm_80"}) {
     std::string text = bad;
     CAPTURE(text);
     CHECK(arch_error(bad) ==
@@ -93,6 +93,39 @@ TEST_CASE("--arch lists: commas split, order kept, repeats and empty items dropp
         "unknown arch 'sm_9x': expected sm_NN with an optional a or f suffix, e.g. sm_90");
   CHECK(list_error({"sm_90 sm_80"}) ==
         "unknown arch 'sm_90 sm_80': expected sm_NN with an optional a or f suffix, e.g. sm_90");
+}
+
+TEST_CASE("nvcc's virtual and LTO-IR spellings are refused with the GPU arch they mean") {
+  CHECK(arch_error("compute_90") ==
+        "unknown arch 'compute_90': a virtual arch (PTX) is not a link target; for that GPU, give "
+        "sm_90");
+  CHECK(arch_error("compute_90a") == "unknown arch 'compute_90a': a virtual arch (PTX) is not a "
+                                     "link target; for that GPU, give sm_90a");
+  CHECK(arch_error("lto_100f") ==
+        "unknown arch 'lto_100f': LTO-IR is not a link target; for that GPU, give sm_100f");
+  // No GPU arch behind it: the plain message.
+  CHECK(arch_error("compute_9") ==
+        "unknown arch 'compute_9': expected sm_NN with an optional a or f suffix, e.g. sm_90");
+}
+
+TEST_CASE("native stands for what the caller says this machine's GPUs are, in the list's order") {
+  int asked = 0;
+  const NativeArchs two = [&]() -> Expected<std::vector<TargetArch>> {
+    ++asked;
+    return std::vector<TargetArch>{{90, 0}, {80, 0}};
+  };
+  auto l = parse_arch_list({"sm_100,native", "sm_80"}, two);
+  REQUIRE(l);
+  CHECK(strs(*l) == std::vector<std::string>{"sm_100", "sm_90", "sm_80"});
+  CHECK(asked == 1);
+  const NativeArchs none = []() -> Expected<std::vector<TargetArch>> {
+    return make_error("", "no CUDA GPU on this machine");
+  };
+  l = parse_arch_list({"native"}, none);
+  REQUIRE_FALSE(l);
+  CHECK(l.error().str() == "native: no CUDA GPU on this machine");
+  // Where the caller cannot ask a driver, native is an unknown arch with a hint.
+  CHECK(list_error({"native"}) == "'native' is not an arch here: name one, e.g. sm_90");
 }
 
 TEST_CASE("an LTO mode has one name, and a link record's mode one spelling") {

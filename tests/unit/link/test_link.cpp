@@ -376,7 +376,7 @@ TEST_CASE("store_links: records and cubins into the package, one per arch, under
                     {{CUDAQ_RT_TEST_UNIT_INPUTS "/unresolved.o", Role::application, ""}},
                     /*force=*/true);
   const auto files = snapshot(repacked);
-  Status st = store_links(repacked, stale, std::span<const ArchLink>(&l.sm90, 1));
+  auto st = store_links(repacked, stale, std::span<const ArchLink>(&l.sm90, 1));
   REQUIRE_FALSE(st);
   CHECK(st.error().str() == "'" + repacked.string() +
                                 "': the package was replaced while it was being linked (by "
@@ -396,7 +396,7 @@ TEST_CASE("store_links under trust: the package as it is under the lock must ver
   const LinkPlan plan = plan_of(open_package(dir));
   // Unsigned (as a package swapped in after the check would be): refused, nothing written.
   const auto files = snapshot(dir);
-  Status st = store_links(dir, plan, std::span<const ArchLink>(&l.sm90, 1), trust);
+  auto st = store_links(dir, plan, std::span<const ArchLink>(&l.sm90, 1), trust);
   REQUIRE_FALSE(st);
   CHECK(st.error().message.starts_with("not signed: "));
   CHECK(snapshot(dir) == files);
@@ -408,6 +408,35 @@ TEST_CASE("store_links under trust: the package as it is under the lock must ver
   auto by = verify_package(p, *trusted);
   REQUIRE(by);
   CHECK(*by == k1->id());
+}
+
+TEST_CASE("store_links names the keys whose signatures the new manifest broke") {
+  Linked &l = linked();
+  auto k1 = SigningKey::from_pem(test_keys::rfc8032_1_private, "k1");
+  auto k2 = SigningKey::from_pem(test_keys::rfc8032_2_private, "k2");
+  REQUIRE(k1);
+  REQUIRE(k2);
+  const fs::path dir = fixture().copy(fixture().example, "broken-signatures");
+  const LinkPlan plan = plan_of(open_package(dir));
+  REQUIRE(sign_package(dir, *k1));
+  REQUIRE(sign_package(dir, *k2));
+  // Signed by k2 as it stores: only k1's signature is left behind.
+  const TrustPolicy by_k2{std::make_shared<const SigningKey>(*k2), nullptr};
+  auto broken = store_links(dir, plan, std::span<const ArchLink>(&l.sm90, 1), by_k2);
+  REQUIRE_MESSAGE(broken, (broken ? "" : broken.error().str()));
+  CHECK(*broken == std::vector<KeyId>{k1->id()});
+  CHECK(broken_signatures_warning("p", *broken) ==
+        "'p': the stored links changed its manifest: the signature of key " + k1->id().short_str() +
+            " no longer holds (sign it again: cudaq-rt-link p --sign KEY)");
+  // The same links again: the manifest is what k2 signed, so nothing more breaks.
+  broken = store_links(dir, plan, std::span<const ArchLink>(&l.sm90, 1));
+  REQUIRE(broken);
+  CHECK(broken->empty());
+  // Another arch without a signer: k2's signature, which held, breaks; k1's was broken already.
+  broken = store_links(dir, plan, std::span<const ArchLink>(&l.sm80, 1));
+  REQUIRE(broken);
+  CHECK(*broken == std::vector<KeyId>{k2->id()});
+  CHECK_FALSE(broken_signatures_warning("p", {}));
 }
 
 TEST_CASE("link_package: plan, link every arch, store all or nothing") {
