@@ -440,6 +440,113 @@ class RegistryTest(unittest.TestCase):
         self.assertEqual(blob_files(kept), before)
         self.assertTrue(os.path.exists(os.path.join(kept, "manifest.json")))
 
+    def test_layouts_other_tools_wrote(self):
+        """What `skopeo copy docker://... oci:DIR:TAG` writes opens with no file of ours: --list,
+        --pull oci:DIR:TAG, cudaq-rt-link and cudaq-rt-run take it, by tag or as the only image;
+        --list and cudaq-rt-link take oci:// references too, and a link of one pushes its copy."""
+        keys = make_ed25519_keys(self.t("keys"), "release")
+        reg = self.registry()
+        env = dict(os.environ, CUDAQ_RT_SIGN_KEY=keys["release"][0],
+                   CUDAQ_RT_CACHE_DIR=self.t("cache"))
+        pkg, _ = self.pack("out", "--push", f"oci://{reg.url}/team/app:1", env=env)
+        env.pop("CUDAQ_RT_SIGN_KEY")
+        one, two = self.t("one"), self.t("two")
+        skopeo("copy", f"docker://{reg.url}/team/app:1", f"oci:{one}:1", check=True)
+        skopeo("copy", f"docker://{reg.url}/team/app:1", f"oci:{two}:1", check=True)
+        skopeo("copy", f"docker://{reg.url}/team/app:1", f"oci:{two}:2", check=True)
+        self.assertFalse(os.path.exists(os.path.join(one, "manifest.json")))
+        # The only image, by directory; by tag; with its signature checked.
+        for arg in (one, f"oci:{one}:1", f"oci:{two}:2"):
+            r = run([PACK, "--list", arg, "--verify", keys["release"][1]], env=env,
+                    timeout=TIMEOUT)
+            self.assertEqual(r.returncode, 0, (arg, r.stderr))
+            self.assertIn("handler echo", r.stdout)
+            self.assertIn("verified: signed by trusted key", r.stdout)
+        r = run([PACK, "--list", two], env=env, timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stderr, f"cudaq-rt-pack: error: '{two}/index.json': holds 2 images "
+                                   "(1, 2): name one, oci:DIR:TAG\n")
+        r = run([PACK, "--list", f"oci:{two}:3"], env=env, timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("has no image '3'", r.stderr)
+        # Pulled from the layout: the same package, file for file.
+        r = run([PACK, "--pull", f"oci:{two}:1", "-o", self.t("pulled")], env=env,
+                timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        pulled = self.t("pulled", NAME + ".cudaqpkg")
+        self.assertEqual(blob_files(pulled), blob_files(pkg))
+        for f in ("manifest.json", "index.json", "oci-layout"):
+            self.assertEqual(read(os.path.join(pulled, f)), read(os.path.join(pkg, f)), f)
+        # Linked and listed from the layout; the layout itself is not written.
+        before = blob_files(one)
+        r = run([LINK, one, "-a", "sm_80"], env=env, timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout, r"(?m)^sm_80  linked ")
+        self.assertIn("nothing was written to it", r.stderr)
+        self.assertEqual(blob_files(one), before)
+        self.assertFalse(os.path.exists(os.path.join(one, "manifest.json")))
+        r = run([RUN, f"oci:{one}:1", "--list", "--arch", "sm_80"], env=env, timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("sm_80 (no GPU asked): would load from the cache", r.stdout)
+        # A registry's reference: listed, and linked with its copy pushed under another tag.
+        r = run([PACK, "--list", f"oci://{reg.url}/team/app:1"], env=env, timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("handler echo", r.stdout)
+        r = run([LINK, f"oci://{reg.url}/team/app:1", "-a", "sm_90", "--push",
+                 f"oci://{reg.url}/team/app:2"], env=env, timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("signature of key", r.stderr)  # the pushed copy is no longer signed
+        r = run([PACK, "--list", f"oci://{reg.url}/team/app:2"], env=env, timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout, r"sm_90\s+lto-per-tu")
+        # Nothing copied is left in the temporary directory.
+        leftovers = [n for n in os.listdir(env.get("TMPDIR", "/tmp"))
+                     if n.startswith(".cudaq-rt-copy.tmp-") and str(os.getpid()) in n]
+        self.assertEqual(leftovers, [])
+
+    def test_a_pull_by_digest_names_the_digest_once(self):
+        reg = self.registry()
+        pkg, _ = self.pack("out", "--push", f"oci://{reg.url}/example:1")
+        digest = layout_manifest_digest(pkg)
+        r = run([PACK, "--pull", f"oci://{reg.url}/example@{digest}", "-o", self.t("p")],
+                timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(r.stdout.startswith(f"pulled  oci://{reg.url}/example@{digest}: "),
+                        r.stdout)
+        self.assertEqual(r.stdout.count(digest), 1, r.stdout)
+
+    def test_credentials_from_the_auth_file_skopeo_login_writes(self):
+        reg = self.registry(user="ci", password="s3cret")
+        pkg, _ = self.pack()
+        env = dict(os.environ, REG_AUTH="ci:s3cret")
+        r = run([LINK, pkg, "--push", f"oci://{reg.url}/example:1#basic-env=REG_AUTH"], env=env,
+                timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        auth = self.t("auth.json")
+        skopeo("login", "--authfile", auth, "-u", "ci", "-p", "s3cret", reg.url, check=True)
+        ref = f"oci://{reg.url}/example:1"
+        r = run([PACK, "--pull", ref, "-o", self.t("p")],
+                env=dict(os.environ, REGISTRY_AUTH_FILE=auth), timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # The same file where podman and skopeo look by default, under HOME.
+        home = self.t("home")
+        os.makedirs(os.path.join(home, ".config", "containers"))
+        shutil.copy(auth, os.path.join(home, ".config", "containers", "auth.json"))
+        clean = {k: v for k, v in os.environ.items()
+                 if k not in ("REGISTRY_AUTH_FILE", "XDG_RUNTIME_DIR", "DOCKER_CONFIG")}
+        r = run([PACK, "--pull", ref, "-o", self.t("q")], env=dict(clean, HOME=home),
+                timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # A wrong password in the file: refused, naming the file, never the secret.
+        skopeo("login", "--authfile", self.t("wrong.json"), "-u", "ci", "-p", "wrong", reg.url)
+        with open(self.t("wrong.json"), "w") as f:
+            json.dump({"auths": {reg.url: {"auth": "Y2k6d3Jvbmc="}}}, f)  # ci:wrong
+        r = run([PACK, "--pull", ref, "-o", self.t("w")],
+                env=dict(clean, REGISTRY_AUTH_FILE=self.t("wrong.json")), timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(f"the credentials of '{self.t('wrong.json')}' were refused", r.stderr)
+        self.assertNotIn("wrong", r.stderr.replace(self.t("wrong.json"), ""))
+
     def test_run_from_a_reference_fetches_once(self):
         """cudaq-rt-run oci://...: the first start pulls the package into the store under the
         cache directory, a second fetches the manifest only, --offline nothing; a registry that

@@ -4,6 +4,8 @@
 
 #include "base/atomic_file.h"
 #include "base/tool_output.h"
+#include "oci/layout_source.h"
+#include "oci/package_argument.h"
 #include "oci/transfer.h"
 #include "pack/pack.h"
 #include "package/package.h"
@@ -13,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <optional>
 
 namespace fs = std::filesystem;
@@ -42,8 +45,12 @@ int list(const std::string &path, bool json, const std::vector<std::string> &ver
     return output.fail(keys.error());
   const std::optional<TrustedKeys> &trusted = *keys;
   std::string signed_by;
-  if (fs::is_directory(path, ec)) {
-    auto pkg = Package::open(path);
+  // A layout another tool wrote, or a registry's package: copied, checked, and listed as it is.
+  auto arg = package_argument(path);
+  if (!arg)
+    return output.fail(arg.error());
+  if (arg->copied() || fs::is_directory(path, ec)) {
+    auto pkg = Package::open(arg->package);
     if (!pkg)
       return output.fail(pkg.error());
     if (trusted) {
@@ -70,6 +77,8 @@ int list(const std::string &path, bool json, const std::vector<std::string> &ver
     m = pkg->manifest();
     warnings = code_warnings(m);
     what = "package " + m.name;
+    if (arg->copied())
+      what += cat(" (", arg->source, "@", arg->image_manifest->str(), ")");
   } else if (trusted) {
     return output.fail(make_error(path, "--verify checks a package's signatures: this is not a "
                                         "package directory"));
@@ -92,31 +101,50 @@ int list(const std::string &path, bool json, const std::vector<std::string> &ver
 // verify after the pull, or it is removed again.
 int pull(const std::string &text, const std::string &output_dir, bool force, bool json,
          const std::vector<std::string> &verify, ToolOutput &output) {
-  auto ref = RegistryRef::parse(text);
-  if (!ref) {
-    output.fail(make_error("", "--pull: ", ref.error().message));
-    return driver::exit_usage;
+  // A registry's reference, or an OCI image layout on disk (oci:DIR[:TAG]).
+  std::unique_ptr<ImageSource> source;
+  if (is_layout_reference(text)) {
+    auto ref = LayoutRef::parse(text);
+    if (!ref) {
+      output.fail(make_error("", "--pull: ", ref.error().message));
+      return driver::exit_usage;
+    }
+    auto layout = LayoutSource::open(std::move(*ref));
+    if (!layout)
+      return output.fail(layout.error());
+    source = std::move(*layout);
+  } else {
+    auto ref = RegistryRef::parse(text);
+    if (!ref) {
+      output.fail(make_error("", "--pull: ", ref.error().message,
+                             " (or oci:DIR[:TAG], an OCI image layout)"));
+      return driver::exit_usage;
+    }
+    auto registry =
+        Registry::open(*ref, [](const char *var) -> const char * { return std::getenv(var); });
+    if (!registry)
+      return output.fail(registry.error());
+    source = std::move(*registry);
   }
-  auto registry =
-      Registry::open(*ref, [](const char *var) -> const char * { return std::getenv(var); });
-  if (!registry)
-    return output.fail(registry.error());
   auto trusted = verify_keys(verify);
   if (!trusted)
     return output.fail(trusted.error());
-  auto pulled =
-      pull_package(**registry, output_dir, force, nullptr, *trusted ? &**trusted : nullptr);
+  auto pulled = pull_package(*source, output_dir, force, nullptr, *trusted ? &**trusted : nullptr);
   if (!pulled)
     return output.fail(pulled.error());
+  // A reference by digest names the digest already.
+  const std::string name = source->name();
+  const std::string pulled_as =
+      name.ends_with(pulled->manifest.str()) ? name : cat(name, "@", pulled->manifest.str());
   if (json)
-    output.out_json({{"reference", ref->name()},
+    output.out_json({{"reference", name},
                      {"digest", pulled->manifest.str()},
                      {"package", pulled->dir.string()},
                      {"blobs", pulled->blobs},
                      {"bytes", pulled->bytes}});
   else
-    output.out(cat("pulled  ", ref->name(), "@", pulled->manifest.str(), ": ", pulled->blobs,
-                   " blobs (", pulled->bytes, " bytes) into ", escape(pulled->dir.string()), "\n"));
+    output.out(cat("pulled  ", pulled_as, ": ", pulled->blobs, " blobs (", pulled->bytes,
+                   " bytes) into ", escape(pulled->dir.string()), "\n"));
   if (pulled->verified_by && !json)
     output.out(cat("verified: signed by trusted key ", pulled->verified_by->short_str(), "\n"));
   return 0;
@@ -192,8 +220,8 @@ int tool_main(int argc, char **argv) {
       ->group("Output");
   bool listing = false;
   app.add_flag("--list", listing,
-               "List the package's or the binary's (the one input) device code, exports and "
-               "links instead of packing")
+               "List the one input's device code, exports and links instead of packing: a "
+               "package, a binary, an OCI image layout (DIR, oci:DIR:TAG) or oci://REF")
       ->group("Inspection");
   app.add_flag("--json", json, "With --list: print the manifest as JSON on stdout")
       ->group("Inspection");
@@ -210,8 +238,9 @@ int tool_main(int argc, char **argv) {
                  "oci://HOST[:PORT]/REPO[:TAG][#options]")
       ->group("Registry");
   auto *pull_opt = app.add_option("--pull", pull_ref,
-                                  "Pull a package from an OCI registry into the -o directory "
-                                  "instead of packing")
+                                  "Pull a package into the -o directory instead of packing: from "
+                                  "an OCI registry (oci://HOST[:PORT]/REPO[:TAG][#options]) or an "
+                                  "OCI image layout on disk (oci:DIR[:TAG])")
                        ->group("Registry");
 
   if (int rc = driver::parse(tool, app, argc, argv); rc >= 0)

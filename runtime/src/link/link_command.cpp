@@ -5,6 +5,7 @@
 #include "base/jobserver.h"
 #include "base/nvjitlink_library.h"
 #include "cache/link_cache.h"
+#include "oci/package_argument.h"
 #include "oci/transfer.h"
 #include "package/signatures.h"
 
@@ -18,6 +19,7 @@
 #include <thread>
 
 using json = nlohmann::json;
+namespace fs = std::filesystem;
 
 namespace cudaq_rt {
 namespace {
@@ -228,10 +230,10 @@ std::string format_report(const LinkCommand &c, const LinkReport &report) {
 }
 
 // --push: the package as the command left it, to the registry; its report into `doc`.
-int push_to_registry(const LinkCommand &c, json &doc, ToolOutput &output) {
+int push_to_registry(const LinkCommand &c, const fs::path &package, json &doc, ToolOutput &output) {
   if (!c.oci_push)
     return 0;
-  auto pushed = push_package_to(c.link.package, *c.oci_push);
+  auto pushed = push_package_to(package, *c.oci_push);
   if (!pushed)
     return output.fail(pushed.error());
   if (c.json)
@@ -249,7 +251,7 @@ int sign_command(const LinkCache &cache, const LinkCommand &c, ToolOutput &outpu
   json doc = {{"package", c.link.package.string()}, {"signed_by", signer->id().hex()}};
   if (!c.json)
     output.out(cat("signed  key ", signer->id().short_str(), "\n"));
-  if (int rc = push_to_registry(c, doc, output); rc != 0)
+  if (int rc = push_to_registry(c, c.link.package, doc, output); rc != 0)
     return rc;
   if (c.json)
     output.out_json(doc);
@@ -289,6 +291,10 @@ Expected<LinkCommand> make_link_command(LinkArgs args) {
       return make_error("", "--push does not go with --dry-run, which writes nothing");
     c.oci_push = std::move(*ref);
   }
+  if (args.archs.empty() && is_copied_package_argument(c.link.package.string()) &&
+      (!c.cache.trust.sign_key.empty() || c.oci_push))
+    return make_error("", "--sign or --push without --arch writes the package as it is: give a "
+                          "package directory (cudaq-rt-pack --pull copies one)");
   if (args.archs.empty() && !c.cache.trust.sign_key.empty()) {
     if (c.link.dry_run || c.cache_stats || c.prune)
       return make_error("", "--sign without --arch signs the package and does nothing else");
@@ -333,7 +339,7 @@ int run_link_command(const LinkCommand &c, ToolOutput &output) {
   json doc = json::object();
   if (c.push_only) {
     doc["package"] = c.link.package.string();
-    if (int rc = push_to_registry(c, doc, output); rc != 0)
+    if (int rc = push_to_registry(c, c.link.package, doc, output); rc != 0)
       return rc;
     if (c.json)
       output.out_json(doc);
@@ -346,7 +352,18 @@ int run_link_command(const LinkCommand &c, ToolOutput &output) {
     return rc;
   }
 
+  // An OCI image layout another tool wrote, or a registry's package: copied and checked as a
+  // pull checks it (under --trust, its signatures too), linked in the copy, and pushed from it
+  // with --push. What it was copied from is never written.
   LinkOptions link = c.link;
+  std::optional<PackageArgument> copy;
+  if (is_copied_package_argument(c.link.package.string())) {
+    auto got = package_argument(c.link.package.string(), cache->trust().trusted.get());
+    if (!got)
+      return output.fail(got.error());
+    copy.emplace(std::move(*got));
+    link.package = copy->package;
+  }
   ProgressLine line(output);
   if (c.progress)
     link.progress = [&line](size_t done, size_t total, const std::string &step) {
@@ -354,6 +371,13 @@ int run_link_command(const LinkCommand &c, ToolOutput &output) {
     };
   auto report = link_package(link, *cache);
   line.clear();
+  if (report && copy) {
+    report->package = c.link.package;
+    if (!c.oci_push && !c.link.dry_run)
+      output.note(cat(escape(copy->source), "@", copy->image_manifest->short_str(),
+                      ": linked from a copy, into the link cache; nothing was written to it "
+                      "(--push oci://REF sends the linked package to a registry)"));
+  }
   if (c.link.settings.verbose) {
     std::string why;
     if (Jobserver *js = process_jobserver(&why))
@@ -364,8 +388,10 @@ int run_link_command(const LinkCommand &c, ToolOutput &output) {
   if (!report)
     return output.fail(report.error());
   print_diagnostics(c, *report, output);
-  if (auto w = broken_signatures_warning(c.link.package.string(), report->unsigned_by))
-    output.warn(*w);
+  // A copy's signatures matter only where it goes: to a registry with --push.
+  if (!copy || c.oci_push)
+    if (auto w = broken_signatures_warning(c.link.package.string(), report->unsigned_by))
+      output.warn(*w);
   if (report->verified_by && c.link.settings.verbose)
     output.note(cat(escape(c.link.package.string()), ": signed by trusted key ",
                     report->verified_by->short_str()));
@@ -392,7 +418,7 @@ int run_link_command(const LinkCommand &c, ToolOutput &output) {
     if (int rc = cache_command(*cache, c, doc, output); rc != 0)
       return rc;
     if (report->ok())
-      if (int rc = push_to_registry(c, doc, output); rc != 0)
+      if (int rc = push_to_registry(c, link.package, doc, output); rc != 0)
         return rc;
     output.out_json(doc);
   } else {
@@ -402,7 +428,7 @@ int run_link_command(const LinkCommand &c, ToolOutput &output) {
     if (int rc = cache_command(*cache, c, doc, output); rc != 0)
       return rc;
     if (report->ok())
-      if (int rc = push_to_registry(c, doc, output); rc != 0)
+      if (int rc = push_to_registry(c, link.package, doc, output); rc != 0)
         return rc;
   }
   return report->ok() ? 0 : 1;

@@ -2,6 +2,8 @@
 
 #include "base/nvjitlink_library.h"
 #include "cudaq_rt/wire.h"
+#include "oci/layout_source.h"
+#include "oci/package_argument.h"
 #include "oci/store.h"
 
 #include <algorithm>
@@ -512,6 +514,12 @@ Expected<RunOptions> make_run_options(RunArgs args) {
   o.action = action_of(args);
   o.load.package = args.package;
   o.offline = args.offline;
+  if (is_layout_reference(args.package)) {
+    if (auto ref = LayoutRef::parse(args.package); !ref)
+      return usage(ref.error().message);
+    if (o.load.policy.store)
+      return usage("--store: not with an OCI image layout (it is copied, not written)");
+  }
   if (is_oci_reference(args.package)) {
     if (auto ref = RegistryRef::parse(args.package); !ref)
       return usage(ref.error().message);
@@ -640,7 +648,10 @@ Expected<StoredPackage> registry_package(const RunOptions &options, ToolOutput &
 RunOutcome run(const RunOptions &given, ToolOutput &output, const std::atomic<bool> &stop,
                Gpu &gpu) {
   RunOptions resolved;
-  const bool from_registry = is_oci_reference(given.load.package.string());
+  const std::string named = given.load.package.string();
+  const bool from_registry = is_oci_reference(named);
+  // An OCI image layout another tool wrote: copied, checked as a pull checks, then loaded.
+  std::optional<PackageArgument> layout;
   if (from_registry) {
     auto got = registry_package(given, output);
     if (!got)
@@ -648,8 +659,18 @@ RunOutcome run(const RunOptions &given, ToolOutput &output, const std::atomic<bo
     resolved = given;
     resolved.load.package = got->package;
     resolved.load.blob_source = got->source;
+  } else if (is_copied_package_argument(named)) {
+    auto copy = package_argument(named);
+    if (!copy)
+      return {fail_to_load(given, output, copy.error())};
+    if (given.verbose)
+      output.note(cat(escape(named), "@", copy->image_manifest->str(), ": copied into ",
+                      escape(copy->package.string())));
+    resolved = given;
+    resolved.load.package = copy->package;
+    layout.emplace(std::move(*copy));
   }
-  const RunOptions &options = from_registry ? resolved : given;
+  const RunOptions &options = from_registry || layout ? resolved : given;
   // A module that CUDA loads lazily while the persistent kernel runs can deadlock behind it: a
   // run session owns its process's CUDA state, so everything loads eagerly (the load path forces
   // its own module either way; this covers the bridge's).

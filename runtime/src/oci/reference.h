@@ -51,7 +51,8 @@ struct RegistryRef {
   uint32_t connect_timeout_ms = default_connect_timeout_ms;
   uint32_t stall_ms = default_stall_ms;
   enum class Auth { none, bearer, basic } auth = Auth::none;
-  std::string auth_env; // the variable that holds the secret, never the secret
+  std::string auth_env;  // the variable that holds the secret, never the secret
+  std::string auth_file; // or the auth file it came from (auth_file.h), never the secret
 
   // Parses a reference; the error says what is wrong and what was expected.
   static Expected<RegistryRef> parse(std::string_view text);

@@ -12,6 +12,8 @@
 //   token, with the basic credentials if there are any, and sending the request again once.
 #include "oci/registry.h"
 
+#include "oci/auth_file.h"
+
 #include <curl/curl.h>
 #include <nlohmann/json.hpp>
 
@@ -252,6 +254,15 @@ Expected<std::unique_ptr<Registry>> Registry::open(RegistryRef ref, const Getenv
     if (ref.auth == RegistryRef::Auth::basic && secret.find(':') == secret.npos)
       return make_error("", ref.name(), ": ", ref.auth_env,
                         " must hold user:password for basic authentication");
+  } else {
+    auto found = credentials_from_auth_files(ref.host, ref.repository, getenv);
+    if (!found)
+      return make_error("", ref.name(), ": ", found.error().str());
+    if (*found) {
+      ref.auth = RegistryRef::Auth::basic;
+      ref.auth_file = (*found)->file.string();
+      secret = std::move((*found)->user_password);
+    }
   }
   global_init();
   return std::unique_ptr<Registry>(new Registry(std::move(ref), std::move(secret)));
@@ -361,7 +372,9 @@ Error http_error(const RegistryRef &ref, const Request &req, const Response &r,
   if (r.status == 401)
     hint = ref.auth == RegistryRef::Auth::none
                ? " (the registry wants credentials: add #basic-env=VAR or #bearer-env=VAR)"
-               : " (the credentials were refused)";
+           : ref.auth_file.empty()
+               ? " (the credentials were refused)"
+               : " (the credentials of " + quote(ref.auth_file) + " were refused)";
   return make_error("", ref.name(), ": ", what, ": HTTP ", r.status,
                     detail.empty() ? "" : " " + detail, hint, " (", req.method, " ",
                     Exchange::path_of(req.url), ")");

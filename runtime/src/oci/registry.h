@@ -6,6 +6,7 @@
 
 #include "base/digest.h"
 #include "cudaq_rt/error.h"
+#include "oci/image_source.h"
 #include "oci/reference.h"
 
 #include <cstdint>
@@ -16,12 +17,6 @@
 
 namespace cudaq_rt {
 
-struct FetchedManifest {
-  std::string bytes;
-  Digest digest;          // of the bytes (checked against the one asked for, or the registry's)
-  std::string media_type; // the response's Content-Type
-};
-
 // Counts of what a client did, for reports and tests.
 struct RegistryTraffic {
   uint64_t requests = 0;
@@ -29,10 +24,11 @@ struct RegistryTraffic {
   uint64_t bytes_received = 0; // response bodies
 };
 
-class Registry {
+class Registry final : public ImageSource {
 public:
   using Getenv = std::function<const char *(const char *)>;
-  // Reads the secret (if the reference's options name one) from the environment now.
+  // Reads the secret now: from the environment where the reference's options name a variable,
+  // else from the auth files docker, podman and skopeo write (auth_file.h), else none.
   static Expected<std::unique_ptr<Registry>> open(RegistryRef ref, const Getenv &getenv);
   ~Registry();
 
@@ -44,17 +40,15 @@ public:
   // Uploads a blob: one PUT up to the reference's chunk size (16 MiB unless #chunk= says),
   // PATCHes of that size beyond; the registry checks the digest at the end.
   Status put_blob(const Digest &d, std::span<const uint8_t> bytes);
-  // The blob's bytes: exactly `size` of them, matching `d`, or an error. A size beyond
-  // max_blob_bytes is refused before anything is asked: no container or cubin is near it, and a
-  // hostile manifest must not make a client hold gigabytes before the digest check.
-  static constexpr uint64_t max_blob_bytes = uint64_t{1} << 30;
-  Expected<std::string> get_blob(const Digest &d, uint64_t size);
+  // ImageSource: max_blob_bytes is refused before anything is asked.
+  std::string name() const override { return ref_.name(); }
+  std::string manifest_reference() const override { return ref_.manifest_reference(); }
+  Expected<std::string> get_blob(const Digest &d, uint64_t size) override;
   // PUT a manifest under a tag or a digest.
   Status put_manifest(const std::string &reference, const std::string &media_type,
                       std::string_view bytes);
   // GET a manifest (an OCI image manifest) by tag or digest, at most max_manifest_bytes.
-  static constexpr uint64_t max_manifest_bytes = uint64_t{4} << 20;
-  Expected<FetchedManifest> get_manifest(const std::string &reference);
+  Expected<FetchedManifest> get_manifest(const std::string &reference) override;
 
 private:
   struct Http;

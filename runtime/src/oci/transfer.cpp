@@ -83,28 +83,28 @@ nlohmann::json push_json(const RegistryRef &ref, const PushReport &r) {
           {"bytes_uploaded", r.bytes_uploaded}};
 }
 
-Expected<PullReport> pull_package(Registry &registry, const fs::path &output_dir, bool replace,
+Expected<PullReport> pull_package(ImageSource &source, const fs::path &output_dir, bool replace,
                                   const FetchedManifest *given, const TrustedKeys *trusted,
                                   PullLayers layers) {
-  const RegistryRef &ref = registry.ref();
+  const std::string name = source.name();
   Expected<FetchedManifest> fetched =
-      given ? Expected<FetchedManifest>(*given) : registry.get_manifest(ref.manifest_reference());
+      given ? Expected<FetchedManifest>(*given) : source.get_manifest(source.manifest_reference());
   if (!fetched)
     return std::move(fetched).take_error();
-  auto im = OciImageManifest::parse(fetched->bytes, ref.name());
+  auto im = OciImageManifest::parse(fetched->bytes, name);
   if (!im)
     return std::move(im).take_error();
   if (im->config.size > max_manifest_bytes)
-    return make_error("", ref.name(), ": its config is ", im->config.size,
+    return make_error("", name, ": its config is ", im->config.size,
                       " bytes, more than a package manifest may be");
-  auto text = registry.get_blob(im->config.digest, im->config.size);
+  auto text = source.get_blob(im->config.digest, im->config.size);
   if (!text)
     return std::move(text).take_error();
-  auto manifest = Manifest::parse(*text, ref.name() + " (config)");
+  auto manifest = Manifest::parse(*text, name + " (config)");
   if (!manifest)
     return std::move(manifest).take_error();
   if (!valid_package_name(manifest->name))
-    return make_error("", ref.name(), ": package name ", quote(manifest->name),
+    return make_error("", name, ": package name ", quote(manifest->name),
                       " is not a valid directory name");
   // The blobs the manifest refers to, as they are stored (a compressed one as its frame), each
   // with the size it records: a layer must be one of them or a signature, and every one of them
@@ -116,7 +116,7 @@ Expected<PullReport> pull_package(Registry &registry, const fs::path &output_dir
   for (const auto &[d, disk] : manifest->blobs_on_disk()) {
     wanted.emplace(disk.digest, disk.size);
     if (const uint64_t claimed = claims.at(d); disk.stored && claimed > max_compressed_blob_bytes)
-      return make_error("", ref.name(), ": blob ", d.short_str(), " is recorded as ", claimed,
+      return make_error("", name, ": blob ", d.short_str(), " is recorded as ", claimed,
                         " bytes, more than a compressed blob may hold (", max_compressed_blob_bytes,
                         "): refused");
   }
@@ -125,31 +125,31 @@ Expected<PullReport> pull_package(Registry &registry, const fs::path &output_dir
         return l.media_type == signature_layer_media_type;
       });
   if (signature_layers > max_signature_files)
-    return make_error("", ref.name(), ": ", signature_layers, " signature layers, more than the ",
+    return make_error("", name, ": ", signature_layers, " signature layers, more than the ",
                       max_signature_files, " a package may have: refused");
   std::set<Digest> have;
   for (const OciDescriptor &l : im->layers) {
     if (l.media_type == signature_layer_media_type) {
       if (signature_layer_file_name(l).empty())
-        return make_error("", ref.name(), ": signature layer ", l.digest.short_str(),
+        return make_error("", name, ": signature layer ", l.digest.short_str(),
                           " has no valid io.cudaq-rt.key-id annotation");
       if (l.size > max_signature_bytes)
-        return make_error("", ref.name(), ": signature layer ", l.digest.short_str(), " is ",
-                          l.size, " bytes: not a signature");
+        return make_error("", name, ": signature layer ", l.digest.short_str(), " is ", l.size,
+                          " bytes: not a signature");
       continue;
     }
     auto w = wanted.find(l.digest);
     if (w == wanted.end())
-      return make_error("", ref.name(), ": layer ", l.digest.short_str(), " (", quote(l.media_type),
+      return make_error("", name, ": layer ", l.digest.short_str(), " (", quote(l.media_type),
                         ") is not a blob the package's manifest names");
     if (w->second != l.size)
-      return make_error("", ref.name(), ": layer ", l.digest.short_str(), " is ", l.size,
+      return make_error("", name, ": layer ", l.digest.short_str(), " is ", l.size,
                         " bytes by its descriptor, ", w->second, " by the package's manifest");
     have.insert(l.digest);
   }
   for (const auto &[d, size] : wanted)
     if (!have.count(d))
-      return make_error("", ref.name(), ": the package's manifest names blob ", d.short_str(),
+      return make_error("", name, ": the package's manifest names blob ", d.short_str(),
                         ", which the image manifest does not carry");
 
   std::error_code ec;
@@ -177,7 +177,7 @@ Expected<PullReport> pull_package(Registry &registry, const fs::path &output_dir
   for (const OciDescriptor &l : im->layers) {
     if (layers == PullLayers::signatures && l.media_type != signature_layer_media_type)
       continue;
-    auto bytes = registry.get_blob(l.digest, l.size);
+    auto bytes = source.get_blob(l.digest, l.size);
     if (!bytes)
       return std::move(bytes).take_error();
     ++report.blobs;
@@ -192,8 +192,7 @@ Expected<PullReport> pull_package(Registry &registry, const fs::path &output_dir
   }
   if (trusted) {
     std::sort(signatures.begin(), signatures.end());
-    auto by =
-        verify_signature_files(ref.name(), manifest->name, im->config.digest, signatures, *trusted);
+    auto by = verify_signature_files(name, manifest->name, im->config.digest, signatures, *trusted);
     if (!by)
       return std::move(by).take_error();
     report.verified_by = *by;

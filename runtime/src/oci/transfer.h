@@ -5,6 +5,7 @@
 // cudaq-rt-pack does: whole, under the package's lock, in one rename, or not at all.
 #pragma once
 
+#include "oci/image_source.h"
 #include "oci/registry.h"
 #include "package/package.h"
 
@@ -43,12 +44,12 @@ struct PullReport {
 // (oci/store.h: a start fetches only what this GPU needs).
 enum class PullLayers { all, signatures };
 
-// Pulls the package the registry's reference names into `output_dir`/NAME.cudaqpkg (the
-// directory is made). An existing package there is replaced only with `replace`.
+// Pulls the package the source's reference names (a registry's, or an OCI image layout's on
+// disk) into `output_dir`/NAME.cudaqpkg (the directory is made). An existing package there is replaced only with `replace`.
 // `fetched`: the image manifest, when the caller has already fetched (and so checked) it. With
 // `trusted`, the package must verify (signatures.h) before anything is written: a package a
 // pull refuses never replaces the one there.
-Expected<PullReport> pull_package(Registry &registry, const std::filesystem::path &output_dir,
+Expected<PullReport> pull_package(ImageSource &source, const std::filesystem::path &output_dir,
                                   bool replace, const FetchedManifest *fetched = nullptr,
                                   const TrustedKeys *trusted = nullptr,
                                   PullLayers layers = PullLayers::all);

@@ -173,30 +173,43 @@ std::string layout_index_text(std::string_view image_manifest_text) {
                    {"digest", sha256(image_manifest_text).str()},
                    {"size", image_manifest_text.size()},
                    {"artifactType", package_artifact_type},
-                   {"annotations", {{"org.opencontainers.image.ref.name", layout_tag}}}};
+                   {"annotations", {{oci_ref_name_annotation, layout_tag}}}};
   json j = {{"schemaVersion", 2},
             {"mediaType", oci_image_index_media_type},
             {"manifests", json::array({std::move(manifest)})}};
   return j.dump() + "\n";
 }
 
-Expected<OciDescriptor> parse_layout_index(std::string_view text, const std::string &subject) {
+Expected<std::vector<OciDescriptor>> parse_image_index(std::string_view text,
+                                                       const std::string &subject) {
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object())
     return make_error(subject, "not an image index: not a JSON object");
   auto manifests = j.find("manifests");
   if (j.value("schemaVersion", 0) != 2 || manifests == j.end() || !manifests->is_array())
     return make_error(subject, "not an image index: no schemaVersion 2 and manifests array");
+  std::vector<OciDescriptor> out;
+  for (size_t i = 0; i < manifests->size(); ++i) {
+    auto d = parse_descriptor((*manifests)[i], subject, cat("manifests[", i, "]"));
+    if (!d)
+      return std::move(d).take_error();
+    out.push_back(std::move(*d));
+  }
+  return out;
+}
+
+Expected<OciDescriptor> parse_layout_index(std::string_view text, const std::string &subject) {
+  auto manifests = parse_image_index(text, subject);
+  if (!manifests)
+    return std::move(manifests).take_error();
   if (manifests->size() != 1)
     return make_error(subject, "names ", manifests->size(),
                       " manifests: a package's layout names exactly one");
-  auto d = parse_descriptor(manifests->front(), subject, "manifests[0]");
-  if (!d)
-    return std::move(d).take_error();
-  if (d->media_type != oci_image_manifest_media_type)
-    return make_error(subject, "manifests[0] is a ", quote(d->media_type),
+  OciDescriptor &d = manifests->front();
+  if (d.media_type != oci_image_manifest_media_type)
+    return make_error(subject, "manifests[0] is a ", quote(d.media_type),
                       ", not an OCI image manifest");
-  return d;
+  return std::move(d);
 }
 
 std::string signature_layer_file_name(const OciDescriptor &layer) {

@@ -73,6 +73,12 @@ package_image_manifest(const Manifest &m, std::string_view manifest_text,
 std::string layout_index_text(std::string_view image_manifest_text);
 constexpr std::string_view oci_layout_text = "{\"imageLayoutVersion\":\"1.0.0\"}\n";
 
+// Every descriptor an image index (index.json) lists, in order. `subject` names it in errors.
+Expected<std::vector<OciDescriptor>> parse_image_index(std::string_view text,
+                                                       const std::string &subject);
+// The tag a descriptor of index.json carries (org.opencontainers.image.ref.name), or "".
+constexpr const char *oci_ref_name_annotation = "org.opencontainers.image.ref.name";
+
 // The image manifest's digest that index.json names, after checking that it names exactly one
 // image manifest. `subject` names the file in errors.
 Expected<OciDescriptor> parse_layout_index(std::string_view text, const std::string &subject);
