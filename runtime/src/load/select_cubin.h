@@ -16,7 +16,7 @@ enum class CubinSource {
   remote,  // the remote link cache, the same key (and copied into the local cache)
   link     // linked at load (and put in the cache)
 };
-// "package", "cache", "link at load".
+// "package", "cache", "remote cache", "link at load".
 const char *cubin_source_name(CubinSource s);
 
 struct CubinPolicy {

@@ -1,3 +1,55 @@
+// The package manifest, manifest.json: its one reader (Manifest::parse) and its one writer
+// (to_json_text). man/cudaq-rt-package.5 ("The manifest") documents every field, and
+// schemas/manifest.schema.json is its JSON Schema; this file is why the reader checks what it
+// checks. It stands on nlohmann::json for the syntax, formats/export_records.h for what a name
+// must be, formats/target.h for the link modes' names and cudaq_rt/wire.h for a wire name's
+// function_id. It opens no file and reads no blob: package/package.cpp does both.
+//
+// Format versions (cudaq-rt-package.5, "Compatibility"). format_version changes whenever a reader
+// of the old version would misread a new package, and a reader refuses a version it does not
+// know rather than guess. Format 1 keeps every blob as its bytes; format 2 adds `stored`, the
+// blobs kept as zstd frames under the frames' digests (eaadd2f). A manifest is written as format
+// 1 whenever nothing is stored, so that a package written with --no-compress still opens with a
+// cudaq-rt older than format 2, which refuses a format-2 package by its version instead of
+// reading frames as blobs; `stored` in a format-1 manifest is refused. media_type must be this
+// format's: a JSON file of another format that happened to share the field names is not read as
+// a manifest. Members the reader does not know are ignored; the schema refuses them.
+//
+// What parse checks, and why. A package may come from anywhere (a registry, a copied directory),
+// so the reader trusts nothing in it, never throws, and reports the first fault as one line that
+// names the file and the record ("containers[3].entries[0].version: expected [major, minor]");
+// tests/fuzz/fuzz_manifest.cpp holds it to that, and to reading back what it wrote.
+//  - No key twice in one object: JSON leaves duplicate keys to the reader (RFC 8259, 4) and
+//    nlohmann keeps the last, so one manifest could give one reader one size and the next another.
+//  - Every member the schema requires, with its type (tests/unit/package/test_manifest.cpp erases
+//    each, at every level), and integers within the field they stand for: kind_code 16 bits,
+//    arch and function_id 32 bits, an entry's version two 16-bit numbers.
+//  - What a record refers to exists, once: an origin's and an export's sources index `sources`;
+//    one record per container digest; a stored form only for a blob the manifest names, in digest
+//    order, one per blob, under a digest that no blob and no other stored form has (blobs/sha256/
+//    holds one file per name), and never of size 0, which is no zstd frame.
+//  - Closed vocabularies stay closed: a container's or an export's role (a bridge container names
+//    its bridge), added_by only "cudaq-rt-link", a link's mode "cubin", "lto" or "lto-per-tu", a
+//    recipe's input types as nvJitLink names them and its output "cubin" or "ptx", the stored
+//    encoding "zstd"; `concurrent` and `direct` only on a handler, and only as booleans.
+//  - Names that become directory names or identifiers are such: the package name, 1 to 200 of
+//    [A-Za-z0-9._-] not starting with '.'; an export's name, a C identifier; an alias, as
+//    check_alias rules (a second wire name of a handler export, a C identifier that no export and
+//    no other alias has, whose function_id is the FNV-1a of its name and no handler's or other
+//    alias's).
+// What the reader cannot check is whether the package's bytes are what the manifest says: that
+// each blob is there with its recorded size and digest, and that a container blob holds exactly
+// the entries its record lists, Package checks when it opens the package and as it reads each
+// blob (cudaq-rt-package.5, "Verification"). The digests vouch for the blobs, not for what the
+// manifest says of them.
+//
+// Limits. The manifest reaches parse whole, read as a regular file of at most 64 MiB
+// (max_manifest_bytes, package/package.h); a compressed blob may record at most 1 GiB, which
+// Package enforces before it reads a frame. Paths, archive member names and a fatbin entry's
+// options and name are bytes from files cudaq-rt did not write, not necessarily UTF-8: they are
+// kept as they are and written with U+FFFD for each invalid byte, so that what the writer emits
+// the reader always takes back. A source's path is its file name (its absolute path with
+// cudaq-rt-pack --absolute-paths), a record only: nothing is ever read through it.
 #include "package/manifest.h"
 
 #include "cudaq_rt/wire.h"

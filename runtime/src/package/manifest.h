@@ -28,7 +28,7 @@ enum class Role { application, bridge, dispatcher };
 const char *role_name(Role r);
 
 struct Source {
-  std::string path; // absolute, for the record only: nothing is ever read through it
+  std::string path; // file name (absolute: --absolute-paths), a record only: never read through
   std::string kind; // input_kind_name()
   uint64_t size = 0;
   Digest digest;
