@@ -1,6 +1,7 @@
 // jit_start_app: what a CUDA-Q realtime application does at process start, written with its own
-// code only (the CUDA driver API and nvJitLink, nothing of cudaq-rt), so that bench/jit_start.sh
-// can time it with and without an nvJitLink interposer in LD_PRELOAD (bench/jit_start.md).
+// code only (the CUDA driver API and nvJitLink, nothing of cudaq-rt), so that
+// bench/jit_start/jit_start.sh can time it with and without an nvJitLink interposer in LD_PRELOAD
+// (bench/jit_start.md).
 //
 //   jit_start_app [--request I] [--input fatbin|any] [--no-check-all] FATBIN...
 //   jit_start_app --link-only sm_XX [--input fatbin|any] FATBIN...

@@ -1,5 +1,5 @@
-// Dispatch kernels for bench/loopback_rtt.cpp, packed with --dispatcher and launched through the
-// runtime's load path like any custom dispatch kernel:
+// Dispatch kernels for bench/rtt/loopback_rtt.cpp, packed with --dispatcher and launched through
+// the runtime's load path like any custom dispatch kernel:
 //   cudaq_rt_bench_stages        the unified kernel's loop (libdispatch/src/unified_dispatch.cu),
 //                                step by step, with a clock64 stamp between the steps; each
 //                                request's stage times go to cudaq_rt_bench_stage_log, which the

@@ -1,5 +1,6 @@
-// cudaq_rt_bench_warp_rounds, for bench/loopback_rtt.cpp: the warp kernel with a stamp around each
-// round's poll and serve, packed with --dispatcher and launched through the runtime's load path.
+// cudaq_rt_bench_warp_rounds, for bench/rtt/loopback_rtt.cpp: the warp kernel with a stamp around
+// each round's poll and serve, packed with --dispatcher and launched through the runtime's load
+// path.
 //
 // Why an archive and a package of its own (not rtt_kernels.cu's): a kernel that calls a handler
 // through the function table (an indirect call) gets, from ptxas, every module-scope shared

@@ -3,8 +3,8 @@
 // out of it. The ring protocol is explained in loopback_ring.h.
 //
 // In a header, rather than in loopback.cpp, so that the tests reach the same code:
-//   - tests/unit/test_loopback_ring.cpp runs it on the CPU, on rings in ordinary memory, against
-//     a CPU model of the device side;
+//   - tests/unit/bridges/test_loopback_ring.cpp runs it on the CPU, on rings in ordinary memory,
+//     against a CPU model of the device side;
 //   - tests/gpu/loopback_dispatch_test.cpp writes, through write_request(), frames that send()
 //     refuses, to check what the device side answers to them.
 // The instance's layout is still the bridge's own business: only code built from this tree, with

@@ -1,8 +1,8 @@
 /* The loopback bridge's ring: frames between host threads of this process and the dispatch kernel,
  * through mapped pinned host memory. Shared by the device hooks (loopback_device.cu) and the host
  * operations (loopback.cpp, loopback_host.h); everything marked CUDAQ_RT_LOOPBACK_HD here is plain
- * C on the host too, so that the unit test (tests/unit/test_loopback_ring.cpp) checks the layout
- * and the stamp rules on the CPU.
+ * C on the host too, so that the unit test (tests/unit/bridges/test_loopback_ring.cpp) checks the
+ * layout and the stamp rules on the CPU.
  *
  * What it costs
  * -------------

@@ -2,8 +2,8 @@
 // (classify: a request for the GPU, or something the bridge answers or drops itself), the
 // socket, and the thread or threads that move datagrams between the socket and a loopback ring
 // (loopback_host.h). udp.cpp allocates the ring with CUDA and exports the plugin; the unit test
-// (tests/unit/test_udp_bridge.cpp) runs this code on a ring in ordinary memory against a CPU model
-// of the device side.
+// (tests/unit/bridges/test_udp_bridge.cpp) runs this code on a ring in ordinary memory against a
+// CPU model of the device side.
 //
 // How a request travels
 // ---------------------

@@ -1,5 +1,5 @@
-// The unified dispatch kernel: the persistent kernel the runtime's load path (cudaq_rt/server.h)
-// starts when the application brings no dispatch kernel of its own.
+// The unified dispatch kernel: the persistent kernel the runtime's load path
+// (runtime/src/load/server.h) starts when the application brings no dispatch kernel of its own.
 //
 // Launch shape: one block of one thread (<<<1, 1>>>). Serving is sequential by contract (the
 // bridge hands out one frame at a time and every request gets exactly one response, in order),

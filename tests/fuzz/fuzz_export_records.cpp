@@ -1,6 +1,7 @@
-// libFuzzer target for the .cudaq_rt_exports record parser (runtime/src/export_records.cpp): the
-// section comes from binaries we did not write. Every record it accepts must name a handler whose
-// function_id is the FNV-1a of its name, or a dispatch kernel.
+// libFuzzer target for the .cudaq_rt_exports record parser
+// (runtime/src/formats/export_records.cpp): the section comes from binaries we did not write. Every
+// record it accepts must name a handler whose function_id is the FNV-1a of its name, or a dispatch
+// kernel.
 #include "cudaq_rt/exports.h"
 #include "formats/export_records.h"
 

@@ -1,7 +1,8 @@
-// libFuzzer target for the fatbin container and entry walker (runtime/src/fatbin.cpp): the bytes of
-// a __nv_relfatbin section come from files we did not write. Besides "no crash, no sanitizer
-// report", it checks what the splitter promises: containers lie inside the input, in order, each
-// one parses again on its own to the same entries, and every entry lies inside its container.
+// libFuzzer target for the fatbin container and entry walker (runtime/src/formats/fatbin.cpp): the
+// bytes of a __nv_relfatbin section come from files we did not write. Besides "no crash, no
+// sanitizer report", it checks what the splitter promises: containers lie inside the input, in
+// order, each one parses again on its own to the same entries, and every entry lies inside its
+// container.
 #include "formats/fatbin.h"
 
 #include <cstdlib>

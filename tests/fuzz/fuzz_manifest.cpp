@@ -1,4 +1,4 @@
-// libFuzzer target for the manifest reader (runtime/src/manifest.cpp), the one parser of
+// libFuzzer target for the manifest reader (runtime/src/package/manifest.cpp), the one parser of
 // untrusted JSON the tools have: a package can come from anywhere. Besides "no crash, no
 // sanitizer report, no exception", it checks what the reader promises: an error is one line
 // naming the file; a manifest it accepts writes out as JSON that it reads back to the same

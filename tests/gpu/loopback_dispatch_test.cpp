@@ -1,11 +1,11 @@
-// End-to-end test of the device side through the runtime's load path (cudaq_rt/server.h): the
-// unified dispatch kernel (embedded in the runtime), the loopback bridge's hooks and the example
-// application's handlers, linked into one module by cudaq-rt-link, loaded, launched as a persistent
-// kernel and driven through the loopback ring. Checks every example handler, the protocol errors
-// (and that the server keeps serving after them), the counters, then measures round-trip latency
-// and throughput; then that requests sent just before shutdown are all answered, and that a
-// second kernel launched on the same bridge instance goes on where the first stopped (answers and
-// counters).
+// End-to-end test of the device side through the runtime's load path (runtime/src/load/server.h):
+// the unified dispatch kernel (embedded in the runtime), the loopback bridge's hooks and the
+// example application's handlers, linked into one module by cudaq-rt-link, loaded, launched as a
+// persistent kernel and driven through the loopback ring. Checks every example handler, the
+// protocol errors (and that the server keeps serving after them), the counters, then measures
+// round-trip latency and throughput; then that requests sent just before shutdown are all answered,
+// and that a second kernel launched on the same bridge instance goes on where the first stopped
+// (answers and counters).
 //
 //   loopback_dispatch_test [--bridge NAME|PATH] --package DIR [--latency-requests N]
 //                          [--dispatcher builtin|warp] [--slots N] [--layout slots|lanes]

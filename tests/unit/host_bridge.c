@@ -1,8 +1,8 @@
 /* A bridge whose host side needs no GPU, for test_server: the load path runs against a fake GPU
- * (tests/unit/test_server.cpp), and a real bridge's create would allocate CUDA memory. Its device
- * hooks are not its own: the test packs the loopback bridge's hooks under this bridge's name, so
- * the link takes them from the package and never reads this library for device code. send() queues
- * up to four frames; receive() never has an answer (no kernel runs).
+ * (tests/unit/load/test_server.cpp), and a real bridge's create would allocate CUDA memory. Its
+ * device hooks are not its own: the test packs the loopback bridge's hooks under this bridge's
+ * name, so the link takes them from the package and never reads this library for device code.
+ * send() queues up to four frames; receive() never has an answer (no kernel runs).
  *
  * It is also a bridge built before instance_config: its table's struct_size ends before that
  * operation, which the table still sets, to one that fails every call, so that a launcher that

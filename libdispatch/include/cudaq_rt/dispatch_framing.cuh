@@ -198,11 +198,11 @@ cudaq_rt_write_response_header(cudaq_rt_response_header *resp, int32_t status, u
 
 /* Direct handler calls. A whole-program link (cudaq-rt-link --lto whole) of a package whose
  * handlers were exported with this cudaq-rt's macros generates this function for it
- * (runtime/src/direct_calls.cpp): for the function_id of each such handler it compares `handler`
- * with that handler's cudaq_rt_handler_call__<name> and, when they are the same, calls it by
- * name, so that LTO can inline the handler into the kernel; any other pointer (a table the
- * application gave, a handler exported by older macros) is called through. A call through a
- * pointer costs the 8-byte echo about 430 cycles more than the same echo inlined on the H200
+ * (runtime/src/link/direct_calls.cpp): for the function_id of each such handler it compares
+ * `handler` with that handler's cudaq_rt_handler_call__<name> and, when they are the same, calls it
+ * by name, so that LTO can inline the handler into the kernel; any other pointer (a table the
+ * application gave, a handler exported by older macros) is called through. A call through a pointer
+ * costs the 8-byte echo about 430 cycles more than the same echo inlined on the H200
  * (bench/probe/call_cost.cu). A kernel compiled with CUDAQ_RT_DIRECT_CALLS defined calls handlers
  * through it: the built-in kernels' direct form, which cudaq-rt-link takes in whole mode only. A
  * custom kernel's link gets the function in either mode (per TU, in the kernel's unit: a call by

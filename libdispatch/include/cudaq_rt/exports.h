@@ -10,7 +10,7 @@
  *   to fill the dispatch kernel's function table, and cudaq-rt-link keeps them alive
  *   (-variables-used) and checks each linked cubin defines them. The named function lets a link
  *   that sees the whole program (cudaq-rt-link --lto whole) call the handler directly: the
- *   generated unit of direct calls (runtime/src/direct_calls.cpp) compares the table's pointer
+ *   generated unit of direct calls (runtime/src/link/direct_calls.cpp) compares the table's pointer
  *   with it and calls it by name, so that LTO can inline the handler into the dispatch kernel;
  * - on the host, as a 128-byte cudaq_rt_export_record in the allocated section .cudaq_rt_exports.
  *   Section headers survive `strip`, symbol tables do not, so this is how cudaq-rt-pack finds the

@@ -1,8 +1,8 @@
 /* cudaq_rt/cudaq_rt.h: the C API. What cudaq-rt-run does, from an application's own process:
  * open device code (a package, or the program's own), choose a bridge and a dispatch kernel,
  * look handlers up by name, set globals, start, call handlers or feed frames, read counters,
- * stop. It is a thin layer over the runtime's one load path (cudaq_rt/server.h): links, caches,
- * checks and error texts are the same as the tools'.
+ * stop. It is a thin layer over the runtime's one load path (runtime/src/load/server.h): links,
+ * caches, checks and error texts are the same as the tools'.
  *
  * The life of a server:
  *

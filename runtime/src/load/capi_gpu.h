@@ -1,5 +1,5 @@
 // The C API's servers on a GPU other than the machine's driver: the tests play one with a fake
-// (tests/unit/test_capi.cpp), as they do for the load path itself.
+// (tests/unit/load/test_capi.cpp), as they do for the load path itself.
 #pragma once
 
 #include "cudaq_rt/cudaq_rt.h"

@@ -1,4 +1,4 @@
-// Serving behind a self-fed bridge (cudaq_rt/serve.h).
+// Serving behind a self-fed bridge (serve.h).
 //
 // Each GPU's Server lives on a thread of its own from start to destruction: the load path makes
 // the GPU's primary context current on the thread that calls it, and the bridge's CUDA

@@ -1,6 +1,6 @@
-// Serving's pure parts (cudaq_rt/serve.h): the --device syntax, the per-GPU bridge configuration,
-// the latency histogram's buckets (cudaq_rt/bridge_plugin.h) and percentiles, and the counters'
-// sums. Serving itself needs a GPU: tests/gpu/test_udp.py.
+// Serving's pure parts (runtime/src/load/serve.h): the --device syntax, the per-GPU bridge
+// configuration, the latency histogram's buckets (cudaq_rt/bridge_plugin.h) and percentiles, and
+// the counters' sums. Serving itself needs a GPU: tests/gpu/test_udp.py.
 #include "load/serve.h"
 
 #include <doctest/doctest.h>

@@ -608,8 +608,8 @@ TEST_CASE("the C API: errors before any GPU work") {
   cudaq_rt_code_destroy(code);
 }
 
-// Serving (cudaq_rt/serve.h) on the fake GPU, through self_fed_bridge.c: the loopback bridge's hooks
-// packed as bridge `selffed`, whose host side counts what the launcher asked of it.
+// Serving (runtime/src/load/serve.h) on the fake GPU, through self_fed_bridge.c: the loopback
+// bridge's hooks packed as bridge `selffed`, whose host side counts what the launcher asked of it.
 struct ServeFixture {
   ScratchDir dir{"cudaq_rt_test_serve"};
   fs::path package;
