@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs bench/rtt/loopback_rtt on this machine's GPU through the runtime's load path: packs the
-# example handlers with the bench's dispatch kernels, then prints one table (bench/loopback_rtt.md).
+# Runs BUILD_DIR/bench/loopback_rtt (bench/rtt/loopback_rtt.cpp) on this machine's GPU through the
+# runtime's load path: packs the example handlers with the bench's dispatch kernels, then prints
+# one table (bench/loopback_rtt.md).
 #
 #   loopback_rtt.sh BUILD_DIR [--requests N]
 #

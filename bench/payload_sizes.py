@@ -15,9 +15,9 @@ bench/probe/copy_rtt.cu built. Rows, each a cudaq-rt-run process of its own:
   warp, bulk      the warp dispatcher (layout=lanes, 256 slots)
   unified, ARGS   with --args-row ARGS: the default and ARGS (thresholds, compared)
 then throughput at 32 in flight (1 KB and 16 KB) and the warp dispatcher's 8-byte echo at 256 in
-flight, and with --depths requests/s by requests in flight. The goal column is issue 27's: the
-floor's p50 plus the payload's time each way at the copy probe's rate for that size, times two.
-It prints; it asserts nothing."""
+flight, and with --depths requests/s by requests in flight. The goal column is the one
+bench/payload_sizes.md states ("The goals"): the floor's p50 plus the payload's time each way at the
+copy probe's rate for that size, times two. It prints; it asserts nothing."""
 import argparse
 import json
 import os

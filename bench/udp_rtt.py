@@ -17,9 +17,9 @@ Goal: UDP via GPU <= bare echo + loopback + 1 us (p50).
              [--floor floor.cu or a built binary] [--requests N] [--bridge NAME]
              [--compare-bridge NAME] [--sizes 8,1024,16384]
 
---sizes adds, for each payload size after the first, the bare echo, the UDP and the loopback rows
-of that size (rings of slot_size 16448 for them), against issue 27's goal for datagrams of a
-kilobyte and more: UDP via GPU <= bare echo + loopback of the same size.
+--sizes adds, for each payload size after the first, the bare echo, the UDP and the loopback rows of
+that size (rings of slot_size 16448 for them), against the goal for datagrams of a kilobyte and more
+(bench/payload_sizes.md, "The goals"): UDP via GPU <= bare echo + loopback of the same size.
 
 --ab ARGS --rounds N measures, in place of the tables above, N alternating rounds for each size of
 --sizes: the bare echo, the bare echo with its two threads handing each datagram over (udp_echo
@@ -219,7 +219,7 @@ def main():
         floor_rows = [p50 for name, p50, _ in rows if name.startswith("floor.cu")]
         if floor_rows:
             budget = echo[0] + floor_rows[0] + 1.0
-            print(f"issue 27's goal (p50): UDP via GPU {udp[0]:.2f} us <= bare echo {echo[0]:.2f} "
+            print(f"the 8-byte goal (p50): UDP via GPU {udp[0]:.2f} us <= bare echo {echo[0]:.2f} "
                   f"+ floor.cu A {floor_rows[0]:.2f} + 1 = {budget:.2f} us: "
                   f"{'met' if udp[0] <= budget else 'not met'}")
         sizes = [int(x) for x in a.sizes.split(",")][1:]

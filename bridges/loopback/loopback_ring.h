@@ -79,10 +79,11 @@
  * Bulk frames
  * -----------
  * Cells cost a large frame dearly: one thread loads 8 cells (64 frame bytes) per round trip, so a
- * 16 KB request took about 400 us to come in and 200 us to go out (issue 27's measurements). A frame of
- * at least bulk_min bytes (the bridge option bulk=BYTES; 0: never) therefore travels as plain bytes
- * in its slot's bulk area (slot_size bytes per slot, after the ring's tails), and its control cell
- * says so: { stamp, frame_len, stamp, CUDAQ_RT_LOOPBACK_KIND_BULK }. The head cells are not written.
+ * 16 KB request took about 400 us to come in and 200 us to go out (bench/payload_sizes.md: a 16 KB
+ * echo as cells takes at least 546 us). A frame of at least bulk_min bytes (the bridge option
+ * bulk=BYTES; 0: never) therefore travels as plain bytes in its slot's bulk area (slot_size bytes
+ * per slot, after the ring's tails), and its control cell says so: { stamp, frame_len, stamp,
+ * CUDAQ_RT_LOOPBACK_KIND_BULK }. The head cells are not written.
  *   request: the host copies the frame into the bulk area, fences its stores, then writes the
  *     control cell. The GPU, having seen the control cell stamped, copies the bulk area into the
  *     staging frame: by the Hopper bulk copy engine (cp.async.bulk into shared memory, one

@@ -358,7 +358,7 @@ void check_send_refuses_partial_frames(Session &s) {
   }
 }
 
-// The device side of the same rule, with frames written to the ring raw. Before the fix, the
+// The device side of the same rule, with frames written to the ring raw. Before f95da73, the
 // handler ran on the staging slot's stale bytes: echo answered with an earlier request's
 // payload. First fill the staging slot the short frame will land in with something to leak.
 void check_truncated_frames_on_device(Session &s) {

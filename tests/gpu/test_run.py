@@ -449,7 +449,7 @@ class LoadPathTest(RunCase):
         self.assertEqual(last["cubin"]["digest"], record["digest"])
 
     def test_from_a_registry_on_a_gpu(self):
-        # Issue 25 on the GPU: a package pushed to a registry (Debian's docker-registry, started
+        # A registry on the GPU: a package pushed to a registry (Debian's docker-registry, started
         # here) is started as oci://...: the first start fetches the config and this arch's
         # cubin into the store under the cache directory (not the code it was linked from), a
         # second the manifest only, --offline nothing; each answers right, from the package's
@@ -527,7 +527,7 @@ class LoadPathTest(RunCase):
                 print(f"start + echo, {label}: {s * 1000:.0f} ms")
 
     def test_under_trust_on_a_gpu(self):
-        # Issue 28 on the GPU: a signed package serves under --trust, from its own record, from a
+        # Signatures on the GPU: a signed package serves under --trust, from its own record, from a
         # signed cache entry, or linked at load from its signed inputs; an unsigned one is
         # refused with one line; an entry no trusted key signed is not used.
         keys = os.path.join(self.tmp, "keys")

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""Hardening of cudaq-rt-pack and cudaq-rt-link against what a filesystem can hold (issue 11):
-special files where a regular file belongs, symbolic links inside a package or a cache, a
-directory that is not a package, readers racing a writer, writers killed mid-run.
+"""Hardening of cudaq-rt-pack and cudaq-rt-link against what a filesystem can hold: special files
+where a regular file belongs, symbolic links inside a package or a cache, a directory that is not a
+package, readers racing a writer, writers killed mid-run.
 
 Environment (set by ctest): CUDAQ_RT_PACK, CUDAQ_RT_LINK (the tools), NVCC, CUDAQ_RT_INCLUDE
 (libdispatch's include directory). Every link runs with CUDAQ_RT_CACHE_DIR set to a directory

@@ -1,11 +1,11 @@
 #!/usr/bin/python3
-"""Every JSON document the tools print (issue 26's contracts), made for real and validated
-against its schema in schemas/: cudaq-rt-link's link report, dry run, cache statistics, prune,
---cache-push (against nginx with WebDAV), --sign alone and --push alone (against Debian's
-docker-registry); cudaq-rt-pack --list --json (the manifest) and --pull --json; cudaq-rt-run
---list --arch; and the failure document of each tool. Each document carries format_version 1.
-The GPU's documents (--call, --calls, --bench, --serve, --list on a GPU) are validated by the
-GPU tests (tests/gpu/test_run.py, test_udp.py) through the same schemas.
+"""Every JSON document the tools print, made for real and validated against its schema in schemas/:
+cudaq-rt-link's link report, dry run, cache statistics, prune, --cache-push (against nginx with
+WebDAV), --sign alone and --push alone (against Debian's docker-registry); cudaq-rt-pack --list
+--json (the manifest) and --pull --json; cudaq-rt-run --list --arch; and the failure document of
+each tool. Each document carries format_version 1. The GPU's documents (--call, --calls, --bench,
+--serve, --list on a GPU) are validated by the GPU tests (tests/gpu/test_run.py, test_udp.py)
+through the same schemas.
 
 Environment (set by ctest): CUDAQ_RT_PACK, CUDAQ_RT_LINK, CUDAQ_RT_RUN, CUDAQ_RT_EXAMPLE_APP;
 DOCKER_REGISTRY, NGINX (their parts skip without them).

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""Integration tests of packages through an OCI registry (issue 25): Debian's registry (the CNCF
-distribution server) started by the test on a loopback port, with and without htpasswd basic
-auth and with a token service, and skopeo as the independent client.
+"""Integration tests of packages through an OCI registry (cudaq-rt-package(5), "Registries"):
+Debian's registry (the CNCF distribution server) started by the test on a loopback port, with and
+without htpasswd basic auth and with a token service, and skopeo as the independent client.
 
 Environment (set by ctest): CUDAQ_RT_PACK, CUDAQ_RT_LINK, CUDAQ_RT_EXAMPLE_APP; DOCKER_REGISTRY
 and SKOPEO (else found on PATH; the tests skip without them).

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""cudaq-rt-link's progress line and make's jobserver (issue 26).
+"""cudaq-rt-link's progress line and make's jobserver.
 
 On a terminal (a pty here) the link rewrites one line on stderr, ninja style, "[done/total] step",
 and clears it before its results; never into a pipe, nor with NO_COLOR, --quiet or TERM=dumb.

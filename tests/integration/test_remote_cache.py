@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Integration tests of the remote link cache (issue 10): cudaq-rt-link against a real nginx with
-WebDAV PUT, started here on a free loopback port, and against Python servers that misbehave.
+"""Integration tests of the remote link cache: cudaq-rt-link against a real nginx with WebDAV PUT,
+started here on a free loopback port, and against Python servers that misbehave.
 
 Environment (set by ctest): CUDAQ_RT_PACK, CUDAQ_RT_LINK, NVCC, CUDAQ_RT_INCLUDE, NGINX (the
 nginx binary; the tests skip without one that has the dav module). Every "machine" is a link cache
@@ -316,7 +316,7 @@ class RemoteCacheTest(unittest.TestCase):
     def test_a_body_larger_than_an_entry_can_be_is_refused_at_its_headers(self):
         # A hostile server: nginx serving a 2 GiB (sparse) file under the entry's URL, declared in
         # Content-Length. The client buffered it up to the local cache's limit (598 MB of RSS by
-        # default, 2.17 GB with CUDAQ_RT_CACHE_MAXSIZE=0) and overran max-time (issue 28); it now
+        # default, 2.17 GB with CUDAQ_RT_CACHE_MAXSIZE=0) and overran max-time; since b95327a it
         # refuses it at the headers: a miss, the link goes on, no memory spent on it.
         url = self.server.url("cache/huge")
         first = self.link(self.machine(), url)

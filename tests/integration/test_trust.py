@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""Integration tests of signed packages and signed cache entries (issue 28): keys made by
-OpenSSL's own tool, signatures checked by it too, the real tools refusing what no trusted key
-signed, each refusal with its own line and before any GPU is touched.
+"""Integration tests of signed packages and signed cache entries (cudaq-rt-package(5),
+"Signatures and trust"): keys made by OpenSSL's own tool, signatures checked by it too, the real
+tools refusing what no trusted key signed, each refusal with its own line and before any GPU is
+touched.
 
 Environment (set by ctest): CUDAQ_RT_PACK, CUDAQ_RT_LINK, CUDAQ_RT_RUN, CUDAQ_RT_EXAMPLE_APP,
 CUDAQ_RT_SIGNATURE_SCHEMA (schemas/signature.schema.json).

@@ -235,7 +235,7 @@ TEST_CASE("opening code: no such package, not a package, its handlers and aliase
 
 TEST_CASE("cudaq_rt_open_package verifies every blob: one flipped byte is refused at the open") {
   // The header promised it and cudaq-rt-pack --list did it, but the open read the manifest only
-  // (issue 28): whatever blob a later load took from the package was trusted.
+  // (until b95327a): whatever blob a later load took from the package was trusted.
   ScratchDir s;
   const fs::path copy = package_fixture::copy_package(fixture().package, s.path, "flipped");
   fs::path victim;
