@@ -39,6 +39,7 @@ add_executable(cudaq-rt::link ALIAS cudaq-rt-link)
 add_executable(cudaq-rt::run ALIAS cudaq-rt-run)
 
 add_library(cudaq_rt_shared SHARED $<TARGET_OBJECTS:cudaq_rt> $<TARGET_OBJECTS:cudaq_rt_load>
+                                   $<TARGET_OBJECTS:cudaq_rt_command>
                                    $<TARGET_OBJECTS:cudaq_rt_builtin_dispatcher_blob>)
 target_include_directories(cudaq_rt_shared PUBLIC
   $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/runtime/include>
@@ -60,7 +61,7 @@ file(CONFIGURE OUTPUT "${CMAKE_BINARY_DIR}/cudaq_rt.map" CONTENT [[
 target_link_options(cudaq_rt_shared PRIVATE "LINKER:--exclude-libs,ALL"
                                             "LINKER:--version-script=${CMAKE_BINARY_DIR}/cudaq_rt.map")
 set_property(TARGET cudaq_rt_shared APPEND PROPERTY LINK_DEPENDS "${CMAKE_BINARY_DIR}/cudaq_rt.map")
-add_dependencies(cudaq_rt_shared cudaq_rt cudaq_rt_load)
+add_dependencies(cudaq_rt_shared cudaq_rt cudaq_rt_load cudaq_rt_command)
 set_target_properties(cudaq_rt_shared PROPERTIES
   OUTPUT_NAME cudaq_rt EXPORT_NAME runtime
   VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}

@@ -1,5 +1,5 @@
 """Typed values on the command line and results printed back, in the syntax of cudaq-rt-run's
---arg and --result (runtime/src/load/request_args.cpp, cudaq-rt-run(1)); errors word for word.
+--arg and --result (runtime/src/command/request_args.cpp, cudaq-rt-run(1)); errors word for word.
 
 A payload is its arguments' bytes, concatenated in order, with no padding or length fields;
 numbers are little-endian. An argument is one of:

@@ -1,7 +1,7 @@
-// libFuzzer target for the --calls line parser (runtime/src/request_args.cpp): the lines come from
+// libFuzzer target for the --calls line parser (runtime/src/command/request_args.cpp): the lines come from
 // a file or a pipe that may hold anything. A line that parses names a handler that is a C
 // identifier and carries no more payload than the limit allows.
-#include "load/request_args.h"
+#include "command/request_args.h"
 
 #include <cstdlib>
 #include <string_view>

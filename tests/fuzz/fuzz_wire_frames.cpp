@@ -1,9 +1,9 @@
-// libFuzzer target for the response-frame reader (runtime/src/wire_frames.cpp) and the result
-// decoder (runtime/src/request_args.cpp): responses come from a bridge, and through a network
+// libFuzzer target for the response-frame reader (runtime/src/load/wire_frames.cpp) and the result
+// decoder (runtime/src/command/request_args.cpp): responses come from a bridge, and through a network
 // bridge from any peer. A frame that is accepted must hold its whole result within the input, and
 // its result must decode under every --result type that divides its size.
+#include "command/request_args.h"
 #include "cudaq_rt/wire.h"
-#include "load/request_args.h"
 #include "load/wire_frames.h"
 
 #include <cstdlib>

@@ -651,7 +651,12 @@ class PackTest(unittest.TestCase):
                         status=2)
         line = self.pack_fails(["--no-such\noption", self.path("app")], None, [], status=2)
         self.assertTrue(line.endswith("not expected: --no-such\\noption"), line)
-        self.pack_fails(["--json", self.path("app")], None, ["--json goes with --list"], status=2)
+        # With --json, a usage error is a document on stdout too, as every tool's is.
+        r = run([PACK, "--json", self.path("app")])
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--json goes with --list", r.stderr)
+        self.assertEqual(json.loads(r.stdout), {"error": "--json goes with --list",
+                                                "exit_status": 2, "format_version": 1})
         self.pack_fails(["--list", self.path("app"), self.path("arith.o")], None,
                         ["--list takes one package or binary"], status=2)
         self.pack_fails(["--bridge", "only-a-name"], None, [], status=2)

@@ -21,6 +21,7 @@ ALLOWED = {
     "link": {"base", "formats", "package", "bridge", "cache", "oci"},
     "load": {"base", "formats", "package", "pack", "bridge", "cache", "link", "oci"},
     "interpose": {"base", "formats", "package", "cache"},
+    "command": {"base", "formats", "package", "pack", "bridge", "cache", "link", "oci", "load"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 

@@ -2,7 +2,7 @@
 // test_capi): any image loads, every handler's pointer global holds an address of its own, and
 // the kernel "runs" until its shutdown flag is set, unless it is told to fault. What was launched
 // and written is kept for the test to look at. And a GPU that only counts its devices
-// (test_serve, test_run_session), for the code that asks how many there are and nothing else.
+// (test_serve, test_run_command), for the code that asks how many there are and nothing else.
 #pragma once
 
 #include "cudaq_rt/dispatch.h"

@@ -105,23 +105,6 @@ inline int flushed(const char *tool, int status) {
   return status == 0 ? 1 : status;
 }
 
-// With --json, a failure that printed no document prints one on stdout, as cudaq-rt-run does:
-// {"package" or "input": ..., "error": the first error's line, "exit_status": status}
-// (schemas/error.schema.json), so that a script reading stdout always gets one document.
-inline int json_failure(StdioToolOutput &output, int status, const char *subject_key,
-                        const std::string &subject, const std::string &usage_error = "") {
-  if (status == 0 || output.wrote_out)
-    return status;
-  nlohmann::json doc = {{"error", usage_error.empty() && !output.errors().empty()
-                                      ? output.errors().front()
-                                      : usage_error},
-                        {"exit_status", status}};
-  if (!subject.empty())
-    doc[subject_key] = subject;
-  output.out_json(doc);
-  return status;
-}
-
 // A usage error found after parsing, in the form parse() prints CLI11's: exit status 2.
 inline int usage(const char *tool, const std::string &message) {
   std::fprintf(stderr, "%s: error: %s\nRun '%s --help' for usage.\n", tool, message.c_str(), tool);
@@ -190,8 +173,8 @@ inline CLI::Option *add_lto_option(CLI::App &app, std::string &mode, const std::
 }
 
 // --sign KEY and --trust PUB, declared once for the tools that sign or verify (signing.h).
-inline void add_sign_option(CLI::App &app, TrustRequest &trust, const std::string &what) {
-  app.add_option("--sign", trust.sign_key,
+inline void add_sign_option(CLI::App &app, std::string &key, const std::string &what) {
+  app.add_option("--sign", key,
                  "Sign " + what +
                      " with this Ed25519 private key, PEM (default $CUDAQ_RT_SIGN_KEY; make one "
                      "with openssl genpkey -algorithm ed25519)")

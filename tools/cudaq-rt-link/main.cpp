@@ -4,7 +4,7 @@
 
 #include "base/atomic_file.h"
 #include "base/jobserver.h"
-#include "link/link_command.h"
+#include "command/link_command.h"
 #include "load/gpu.h"
 
 #include <cstdlib>
@@ -101,7 +101,7 @@ int tool_main(int argc, char **argv) {
   app.add_option("--cache-push", args.push,
                  "Upload the cubins of PKG's link records to the remote cache")
       ->group("Cache");
-  driver::add_sign_option(app, args.cache.trust,
+  driver::add_sign_option(app, args.cache.trust.sign_key,
                           "the package after linking (alone, without --arch: as it is) and the "
                           "cache entries this link stores");
   driver::add_trust_option(app, args.cache.trust,
@@ -141,11 +141,10 @@ int tool_main(int argc, char **argv) {
   auto command = make_link_command(std::move(args));
   if (!command) {
     int rc = driver::usage(tool, command.error().message);
-    return json ? driver::json_failure(output, rc, "package", package, command.error().message)
-                : rc;
+    return json ? json_failure(output, rc, "package", package, command.error().message) : rc;
   }
   int rc = run_link_command(*command, output);
-  return json ? driver::json_failure(output, rc, "package", package) : rc;
+  return json ? json_failure(output, rc, "package", package) : rc;
 }
 
 } // namespace

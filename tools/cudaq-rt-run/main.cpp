@@ -1,9 +1,9 @@
 // cudaq-rt-run: load a package on a GPU and call, batch-call, benchmark, list or serve its
-// handlers. The options go into RunArgs; the run session (load/run_session.h) checks them and
+// handlers. The options go into RunArgs; the run session (command/run_command.h) checks them and
 // does the rest. Options are documented in man/cudaq-rt-run.1; keep the two in step.
 #include "../common/driver.h"
 
-#include "load/run_session.h"
+#include "command/run_command.h"
 
 #include <atomic>
 #include <csignal>
@@ -105,7 +105,8 @@ void add_options(CLI::App &app, RunArgs &a) {
   driver::add_trust_option(app, a.load.cache.trust,
                            "load only a package one of these keys signed, and use only cache "
                            "entries one of them signed");
-  driver::add_sign_option(app, a.load.cache.trust, "the cache entries a link at load stores");
+  driver::add_sign_option(app, a.load.cache.trust.sign_key,
+                          "the cache entries a link at load stores");
   app.add_option("--stop-timeout", a.load.stop_timeout_s,
                  "Seconds to wait for the kernel to stop (default 5)")
       ->group("Loading");
@@ -142,7 +143,7 @@ int tool_main(int argc, char **argv) {
   auto options = make_run_options(std::move(args));
   if (!options) {
     const int rc = driver::usage(tool, options.error().str());
-    return json ? driver::json_failure(output, rc, "package", package, options.error().str()) : rc;
+    return json ? json_failure(output, rc, "package", package, options.error().str()) : rc;
   }
   if (options->action == RunAction::serve)
     catch_stop_signals();

@@ -28,8 +28,21 @@ void ToolOutput::note(std::string_view message) {
   err(cat(tool_, ": note: ", message, "\n"));
 }
 
-void StdioToolOutput::out(std::string_view text) {
-  wrote_out = wrote_out || !text.empty();
+int json_failure(ToolOutput &output, int status, const char *subject_key,
+                 const std::string &subject, const std::string &usage_error) {
+  if (status == 0 || output.wrote_out())
+    return status;
+  nlohmann::json doc = {{"error", usage_error.empty() && !output.errors().empty()
+                                      ? output.errors().front()
+                                      : usage_error},
+                        {"exit_status", status}};
+  if (!subject.empty())
+    doc[subject_key] = subject;
+  output.out_json(doc);
+  return status;
+}
+
+void StdioToolOutput::write_out(std::string_view text) {
   std::fwrite(text.data(), 1, text.size(), stdout);
 }
 

@@ -19,7 +19,12 @@ public:
   explicit ToolOutput(std::string tool) : tool_(std::move(tool)) {}
   virtual ~ToolOutput() = default;
 
-  virtual void out(std::string_view text) = 0;
+  // What the user asked for, on stdout; wrote_out() says whether anything went there yet.
+  void out(std::string_view text) {
+    wrote_out_ = wrote_out_ || !text.empty();
+    write_out(text);
+  }
+  bool wrote_out() const { return wrote_out_; }
   virtual void err(std::string_view text) = 0;
   // A reader may be waiting for what was written so far.
   virtual void flush() = 0;
@@ -38,19 +43,31 @@ public:
   void warn(std::string_view message);
   void note(std::string_view message);
 
+protected:
+  virtual void write_out(std::string_view text) = 0;
+
 private:
   std::string tool_;
   std::vector<std::string> errors_;
+  bool wrote_out_ = false;
 };
+
+// With --json, a failure that printed no document prints one on stdout:
+// {"package" or "input": subject, "error": the first error's line (or `usage_error`),
+// "exit_status": status} (schemas/error.schema.json), so that a script reading stdout always
+// gets one document. Returns `status`.
+int json_failure(ToolOutput &output, int status, const char *subject_key,
+                 const std::string &subject, const std::string &usage_error = "");
 
 // The process's stdout and stderr.
 class StdioToolOutput final : public ToolOutput {
 public:
   using ToolOutput::ToolOutput;
-  bool wrote_out = false; // anything on stdout yet
-  void out(std::string_view text) override;
   void err(std::string_view text) override;
   void flush() override;
+
+protected:
+  void write_out(std::string_view text) override;
 };
 
 // Everything kept in two strings; `flushes` counts the points a reader could have seen it.
@@ -59,9 +76,11 @@ public:
   using ToolOutput::ToolOutput;
   std::string out_text, err_text;
   int flushes = 0;
-  void out(std::string_view text) override { out_text += text; }
   void err(std::string_view text) override { err_text += text; }
   void flush() override { ++flushes; }
+
+protected:
+  void write_out(std::string_view text) override { out_text += text; }
 };
 
 } // namespace cudaq_rt

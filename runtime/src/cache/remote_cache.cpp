@@ -11,7 +11,7 @@
 //
 // What is on the server
 // ---------------------
-// Exactly the bytes of the local cache's entry file (link_cache.cpp): the same key, the same
+// Exactly the bytes of the local cache's entry file (cache_entry.cpp): the same key, the same
 // header, the same two digests. So a fetched entry is decoded by the local cache's own decoder,
 // which checks the key in the header, the header's digest and the cubin's digest; then the
 // cubin is checked as a fresh link's is (arch, dispatch kernel, handler globals) before it is used

@@ -1,6 +1,6 @@
 // load/: the only stage that talks to the CUDA driver (gpu.h): the cubin for a GPU
 // (select_cubin.h), the load path (this file), clients of a host-fed bridge (client.h), a service
-// over GPUs (serve.h), the C API (capi.cpp) and cudaq-rt-run's session (run_session.h).
+// over GPUs (serve.h), the C API (capi.cpp); cudaq-rt-run's command (command/run_command.h) drives it.
 //
 // The load path: a package on a GPU, serving. The one launcher every program uses (cudaq-rt-run,
 // the tests, the benchmarks): open and verify the package, choose a cubin for the GPU's exact
@@ -12,8 +12,8 @@
 #include "cache/link_cache.h"
 #include "cudaq_rt/bridge.h"
 #include "cudaq_rt/dispatch.h"
+#include "load/global_value.h"
 #include "load/gpu.h"
-#include "load/request_args.h"
 #include "load/select_cubin.h"
 
 #include <nlohmann/json.hpp>

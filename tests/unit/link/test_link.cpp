@@ -567,7 +567,7 @@ TEST_CASE("the example handlers fit a block of 1024 threads: they link with bloc
 }
 
 TEST_CASE("two translation units that define one device symbol: refused before nvJitLink") {
-  // nvJitLink 13.0 died with SIGSEGV on this per-TU link (issue 28): the units' symbol tables
+  // nvJitLink 13.0 died with SIGSEGV on this per-TU link (before b95327a): the units' symbol tables
   // are read first, and the link stops with the symbol and both units named.
   const fs::path dup =
       fixture().pack_of("dup", {{CUDAQ_RT_TEST_UNIT_INPUTS "/dup_a.o", Role::application, ""},

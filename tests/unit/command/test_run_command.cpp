@@ -1,9 +1,9 @@
-// cudaq-rt-run's session (load/run_session.h) where no GPU is needed: --grid, the option checks in
+// cudaq-rt-run's session (command/run_command.h) where no GPU is needed: --grid, the option checks in
 // their order and with their texts, the request --bench sends by default, serve's default bridge,
 // the refusals a load report decides, how answers are shown, and a failure to start serving as
 // text and as a --json document. The tool's own runs: tests/integration/test_run.py (usage, no
 // driver) and tests/gpu/test_run.py.
-#include "load/run_session.h"
+#include "command/run_command.h"
 
 #include <doctest/doctest.h>
 

@@ -1,7 +1,7 @@
 // cudaq-rt-link's command: the usage errors make_link_command gives, what it decides about the
 // cache, and run_link_command's cache commands (--cache-stats as text and --json, --cache-prune)
 // and dry run, written into strings. Real links are the integration tests' (test_link.py).
-#include "link/link_command.h"
+#include "command/link_command.h"
 
 #include "base/nvjitlink_library.h"
 

@@ -1,4 +1,4 @@
-#include "load/request_args.h"
+#include "command/request_args.h"
 
 #include "scratch_dir.h"
 #include "unit_files.h"
@@ -327,7 +327,7 @@ TEST_CASE("globals: NAME=SPEC") {
   CHECK(parse_global("x=i8:300", 8).error().str() ==
         "global 'x=i8:300': 300 is out of range for i8 (-128..127)");
   // What the user typed is escaped: a newline or a control character keeps the message one line,
-  // and a quote in it cannot end the quoting (issue 28: `--global $'x\nq=hex:00'` printed three).
+  // and a quote in it cannot end the quoting (before b95327a: `--global $'x\nq=hex:00'` printed three).
   CHECK(parse_global("x\nq=hex:00", 8).error().str() ==
         "global 'x\\nq=hex:00': 'x\\nq' is not a C identifier");
   CHECK(parse_global("x=i8:1\x1b[2J", 8).error().str() ==

@@ -3,6 +3,8 @@
 // syntax itself is stated at the top of request_args.cpp and in cudaq-rt-run(1).
 #pragma once
 
+#include "load/global_value.h"
+
 #include "cudaq_rt/error.h"
 
 #include <cstddef>
@@ -49,13 +51,8 @@ Expected<ResultType> parse_result_type(std::string_view name);
 // the size is not a whole number of scalars.
 Expected<std::string> decode_result(const ResultType &type, std::span<const uint8_t> result);
 
-// `--global NAME=SPEC`: the bytes to write into the __device__ global NAME before launch.
-struct GlobalValue {
-  std::string name;
-  std::vector<uint8_t> bytes;
-};
-
-// NAME is a C identifier; SPEC has the syntax of one argument. Errors read `global 'TEXT': ...`.
+// `--global NAME=SPEC`: the bytes to write into the __device__ global NAME before launch
+// (GlobalValue, load/server.h). NAME is a C identifier; SPEC has the syntax of one argument. Errors read `global 'TEXT': ...`.
 Expected<GlobalValue> parse_global(std::string_view text, size_t max_bytes);
 
 // One request of a --calls file: `NAME [SPEC ...] [--result TYPE]`.

@@ -1,4 +1,4 @@
-#include "load/run_session.h"
+#include "command/run_command.h"
 
 #include "base/nvjitlink_library.h"
 #include "cudaq_rt/wire.h"

@@ -44,7 +44,7 @@
 // `echo str:"a \"b\""` are one argument each. A `#` that starts a token starts a comment; blank
 // and comment-only lines are skipped. @PATH is relative to the working directory, as on the
 // command line.
-#include "load/request_args.h"
+#include "command/request_args.h"
 
 #include <bit>
 #include <cerrno>
@@ -61,12 +61,6 @@ static_assert(std::endian::native == std::endian::little,
               "arguments are copied as host bytes, which must be the wire's little-endian");
 
 namespace {
-
-// What the user wrote, in quotes, escaped (cudaq_rt/error.h): a newline or a control character in
-// an argument keeps the message one line and cannot pose as output of its own.
-std::string quoted(std::string_view text) {
-  return cat("'", escape(text, '\''), "'");
-}
 
 struct ScalarInfo {
   ScalarType type;
@@ -125,7 +119,7 @@ Status encode_integer(std::string_view text, const ScalarInfo &t, uint8_t *out) 
   uint64_t magnitude = 0;
   auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), magnitude, base);
   if (digits.empty() || end != digits.data() + digits.size() || ec == std::errc::invalid_argument)
-    return fail(cat(quoted(text), " is not an integer (decimal or 0x hex)"));
+    return fail(cat(quote(text), " is not an integer (decimal or 0x hex)"));
   if (ec == std::errc::result_out_of_range ||
       magnitude > (negative ? integer_min_magnitude(t) : integer_max(t)))
     return fail(cat(text, " is out of range for ", t.name, " (", integer_range(t), ")"));
@@ -143,7 +137,7 @@ template <class F> Status encode_float(std::string_view text, const ScalarInfo &
   F value{};
   auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), value);
   if (ec == std::errc::invalid_argument || end != number.data() + number.size())
-    return fail(cat(quoted(text), " is not a number (decimal, inf or nan)"));
+    return fail(cat(quote(text), " is not a number (decimal, inf or nan)"));
   if (ec == std::errc::result_out_of_range)
     return fail(cat(text, " is out of range for ", t.name));
   std::memcpy(out, &value, sizeof value);
@@ -189,7 +183,7 @@ Status encode_hex(std::string_view digits, std::vector<uint8_t> &out) {
     const int hi = hex_digit_value(digits[i]), lo = hex_digit_value(digits[i + 1]);
     if (hi < 0 || lo < 0) {
       const size_t bad = hi < 0 ? i : i + 1;
-      return fail(cat(quoted(digits.substr(bad, 1)), " at offset ", bad, " is not a hex digit"));
+      return fail(cat(quote(digits.substr(bad, 1)), " at offset ", bad, " is not a hex digit"));
     }
     out.push_back(uint8_t(hi << 4 | lo));
   }
@@ -204,18 +198,18 @@ Status append_file(const std::string &path, size_t room, std::vector<uint8_t> &o
   // tell it is not a regular file.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0)
-    return fail(cat("cannot open ", quoted(path), ": ", std::strerror(errno)));
+    return fail(cat("cannot open ", quote(path), ": ", std::strerror(errno)));
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
   struct stat st {};
   if (::fstat(fd, &st) != 0)
-    return fail(cat("cannot stat ", quoted(path), ": ", std::strerror(errno)));
+    return fail(cat("cannot stat ", quote(path), ": ", std::strerror(errno)));
   if (!S_ISREG(st.st_mode))
-    return fail(cat(quoted(path), " is not a regular file"));
+    return fail(cat(quote(path), " is not a regular file"));
   if (uintmax_t(st.st_size) > room)
-    return fail(cat(quoted(path), " is ", uintmax_t(st.st_size), " bytes; only ", room, " fit"));
+    return fail(cat(quote(path), " is ", uintmax_t(st.st_size), " bytes; only ", room, " fit"));
   const size_t size = size_t(st.st_size), at = out.size();
   // One byte more than fstat said, so that a file that grew meanwhile is caught, not cut short.
   out.resize(at + size + 1);
@@ -226,7 +220,7 @@ Status append_file(const std::string &path, size_t room, std::vector<uint8_t> &o
       continue;
     if (n < 0) {
       out.resize(at);
-      return fail(cat("cannot read ", quoted(path), ": ", std::strerror(errno)));
+      return fail(cat("cannot read ", quote(path), ": ", std::strerror(errno)));
     }
     if (n == 0)
       break;
@@ -234,7 +228,7 @@ Status append_file(const std::string &path, size_t room, std::vector<uint8_t> &o
   }
   if (got != size) {
     out.resize(at);
-    return fail(cat(quoted(path), " changed size while it was read"));
+    return fail(cat(quote(path), " changed size while it was read"));
   }
   out.resize(at + size);
   return {};
@@ -259,7 +253,7 @@ Status append_value(std::string_view spec, std::vector<uint8_t> &out, size_t max
   } else if (std::optional<ScalarType> scalar = parse_scalar_type(type)) {
     s = encode_scalars(value, info(*scalar), out);
   } else {
-    s = fail(cat("unknown type ", quoted(type),
+    s = fail(cat("unknown type ", quote(type),
                  " (expected i8, i16, i32, i64, u8, u16, u32, u64, f32, f64, hex, str or @FILE)"));
   }
   if (s && out.size() > max_payload)
@@ -375,7 +369,7 @@ size_t scalar_type_size(ScalarType type) {
 Status append_arg(std::string_view spec, std::vector<uint8_t> &out, size_t max_payload) {
   Status s = append_value(spec, out, max_payload);
   if (!s)
-    return make_error("", "argument ", quoted(spec), ": ", s.error().message);
+    return make_error("", "argument ", quote(spec), ": ", s.error().message);
   return {};
 }
 
@@ -396,7 +390,7 @@ Expected<ResultType> parse_result_type(std::string_view name) {
     return ResultType{ResultType::Kind::raw};
   if (std::optional<ScalarType> scalar = parse_scalar_type(name))
     return ResultType{ResultType::Kind::scalars, *scalar};
-  return make_error("", "unknown result type ", quoted(name),
+  return make_error("", "unknown result type ", quote(name),
                     " (expected i8, i16, i32, i64, u8, u16, u32, u64, f32, f64, hex, str or raw)");
 }
 
@@ -446,12 +440,12 @@ Expected<GlobalValue> parse_global(std::string_view text, size_t max_bytes) {
   const size_t equals = text.find('=');
   const std::string_view name = text.substr(0, equals);
   if (equals == std::string_view::npos)
-    return make_error("", "global ", quoted(text), ": expected NAME=TYPE:VALUE or NAME=@FILE");
+    return make_error("", "global ", quote(text), ": expected NAME=TYPE:VALUE or NAME=@FILE");
   if (!is_c_identifier(name))
-    return make_error("", "global ", quoted(text), ": ", quoted(name), " is not a C identifier");
+    return make_error("", "global ", quote(text), ": ", quote(name), " is not a C identifier");
   GlobalValue global{std::string(name), {}};
   if (Status s = append_value(text.substr(equals + 1), global.bytes, max_bytes); !s)
-    return make_error("", "global ", quoted(text), ": ", s.error().message);
+    return make_error("", "global ", quote(text), ": ", s.error().message);
   return global;
 }
 
@@ -468,7 +462,7 @@ Expected<std::optional<CallLine>> parse_call_line(std::string_view line, size_t 
   CallLine call;
   call.handler = (*tokens)[0];
   if (!is_c_identifier(call.handler))
-    return line_error(cat(quoted(call.handler), " is not a handler name (a C identifier)"));
+    return line_error(cat(quote(call.handler), " is not a handler name (a C identifier)"));
   for (size_t i = 1; i < tokens->size(); ++i) {
     const std::string &token = (*tokens)[i];
     if (token == "--result") {

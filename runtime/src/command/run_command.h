@@ -6,8 +6,8 @@
 #pragma once
 
 #include "base/tool_output.h"
+#include "command/request_args.h"
 #include "load/client.h"
-#include "load/request_args.h"
 #include "load/serve.h"
 #include "load/server.h"
 

@@ -1,5 +1,5 @@
 // cudaq-rt-link's command (link_command.h).
-#include "link/link_command.h"
+#include "command/link_command.h"
 
 #include "base/clock.h"
 #include "base/jobserver.h"
