@@ -101,10 +101,10 @@ int tool_main(int argc, char **argv) {
   app.add_option("--cache-push", args.push,
                  "Upload the cubins of PKG's link records to the remote cache")
       ->group("Cache");
-  driver::add_sign_option(app, args.cache.trust.sign_key,
+  driver::add_sign_option(app, args.trust.sign_key,
                           "the package after linking (alone, without --arch: as it is) and the "
                           "cache entries this link stores");
-  driver::add_trust_option(app, args.cache.trust,
+  driver::add_trust_option(app, args.trust,
                            "link only a package one of these keys signed, and use only cache "
                            "entries one of them signed");
   app.add_option("--push", args.oci_push,

@@ -102,11 +102,10 @@ void add_options(CLI::App &app, RunArgs &a) {
                  "Remote link cache: URL[#options] of an HTTP server that stores on PUT "
                  "(default $CUDAQ_RT_REMOTE_CACHE)")
       ->group("Loading");
-  driver::add_trust_option(app, a.load.cache.trust,
+  driver::add_trust_option(app, a.trust,
                            "load only a package one of these keys signed, and use only cache "
                            "entries one of them signed");
-  driver::add_sign_option(app, a.load.cache.trust.sign_key,
-                          "the cache entries a link at load stores");
+  driver::add_sign_option(app, a.trust.sign_key, "the cache entries a link at load stores");
   app.add_option("--stop-timeout", a.load.stop_timeout_s,
                  "Seconds to wait for the kernel to stop (default 5)")
       ->group("Loading");

@@ -35,9 +35,6 @@ struct CacheRequest {
   std::filesystem::path dir;
   std::string remote;
   bool disable = false;
-  // --sign and --trust: what signs the entries a process stores, and whose signatures an entry
-  // (and a package) needs to be used (signing.h). Never turned off by `disable`.
-  TrustRequest trust;
 };
 
 // The variables the cache reads, as text (unset and empty are the same): the process's, or a

@@ -62,12 +62,8 @@ void remote_failure(const RemoteCache &remote, const std::string &why, LinkCache
 
 } // namespace
 
-Expected<LinkCache> open_link_cache(const CacheRequest &request,
+Expected<LinkCache> open_link_cache(const CacheRequest &request, TrustPolicy trust,
                                     std::vector<std::string> &warnings) {
-  auto trust = resolve_trust(request.trust,
-                             [](const char *var) -> const char * { return std::getenv(var); });
-  if (!trust)
-    return std::move(trust).take_error();
   auto settings = resolve_cache_settings(request, CacheEnvironment::of_process());
   if (!settings)
     return std::move(settings).take_error();
@@ -91,7 +87,7 @@ Expected<LinkCache> open_link_cache(const CacheRequest &request,
   if (cache && remote)
     cache->set_remote(std::move(remote));
   if (cache)
-    cache->set_trust(std::move(*trust));
+    cache->set_trust(std::move(trust));
   return cache;
 }
 

@@ -28,12 +28,12 @@
 namespace cudaq_rt {
 
 class LinkCache;
-// Opens the cache a tool asked for, with the process's environment (cache_config.h), and the
-// trust it asked for (request.trust over CUDAQ_RT_SIGN_KEY and CUDAQ_RT_TRUST, read even when
-// the cache is off: they govern packages too). A setting that cannot be understood, or a key that
-// cannot be loaded, is an error; a cache that has no directory, or whose directory cannot be
+// Opens the cache a tool asked for, with the process's environment (cache_config.h), under the
+// trust its caller resolved once (resolve_trust, signing.h: the command layer, the C API, the
+// interposer), which governs the entries it takes and signs those it stores. A setting that
+// cannot be understood is an error; a cache that has no directory, or whose directory cannot be
 // created, is a warning and no cache: a link works without one.
-Expected<LinkCache> open_link_cache(const CacheRequest &request,
+Expected<LinkCache> open_link_cache(const CacheRequest &request, TrustPolicy trust,
                                     std::vector<std::string> &warnings);
 
 class LinkCache {

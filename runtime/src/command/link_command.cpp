@@ -14,6 +14,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -145,9 +146,10 @@ int cache_command(const LinkCache &cache, const LinkCommand &c, json &doc, ToolO
 }
 
 // --cache-push: the package's cubins into the remote cache.
-int push_command(const LinkCache &cache, const LinkCommand &c, ToolOutput &output) {
+int push_command(const LinkCache &cache, const TrustPolicy &trust, const LinkCommand &c,
+                 ToolOutput &output) {
   const std::string package = c.push.string();
-  auto pushed = push_links(c.push, cache);
+  auto pushed = push_links(c.push, cache, trust.trusted.get());
   if (!pushed)
     return output.fail(pushed.error());
   json doc = {{"package", package}, {"pushed", json::array()}};
@@ -244,9 +246,9 @@ int push_to_registry(const LinkCommand &c, const fs::path &package, json &doc, T
 }
 
 // --sign with no --arch: the package signed as it is, after the --trust check.
-int sign_command(const LinkCache &cache, const LinkCommand &c, ToolOutput &output) {
-  const SigningKey *signer = cache.trust().signer.get();
-  if (auto st = sign_package(c.link.package, *signer, cache.trust().trusted.get()); !st)
+int sign_command(const TrustPolicy &trust, const LinkCommand &c, ToolOutput &output) {
+  const SigningKey *signer = trust.signer.get();
+  if (auto st = sign_package(c.link.package, *signer, trust.trusted.get()); !st)
     return output.fail(st.error());
   json doc = {{"package", c.link.package.string()}, {"signed_by", signer->id().hex()}};
   if (!c.json)
@@ -264,6 +266,7 @@ Expected<LinkCommand> make_link_command(LinkArgs args) {
   LinkCommand c;
   c.link = std::move(args.link);
   c.cache = std::move(args.cache);
+  c.trust = std::move(args.trust);
   c.cache_stats = args.cache_stats;
   c.push = std::move(args.push);
   c.json = args.json;
@@ -292,10 +295,10 @@ Expected<LinkCommand> make_link_command(LinkArgs args) {
     c.oci_push = std::move(*ref);
   }
   if (args.archs.empty() && is_copied_package_argument(c.link.package.string()) &&
-      (!c.cache.trust.sign_key.empty() || c.oci_push))
+      (!c.trust.sign_key.empty() || c.oci_push))
     return make_error("", "--sign or --push without --arch writes the package as it is: give a "
                           "package directory (cudaq-rt-pack --pull copies one)");
-  if (args.archs.empty() && !c.cache.trust.sign_key.empty()) {
+  if (args.archs.empty() && !c.trust.sign_key.empty()) {
     if (c.link.dry_run || c.cache_stats || c.prune)
       return make_error("", "--sign without --arch signs the package and does nothing else");
     c.sign_only = true;
@@ -319,8 +322,14 @@ Expected<LinkCommand> make_link_command(LinkArgs args) {
 }
 
 int run_link_command(const LinkCommand &c, ToolOutput &output) {
+  // The one trust this command runs under: --sign over CUDAQ_RT_SIGN_KEY, --trust over
+  // CUDAQ_RT_TRUST, passed to the cache, the link, the signing, the copy and the push.
+  auto trust =
+      resolve_trust(c.trust, [](const char *var) -> const char * { return std::getenv(var); });
+  if (!trust)
+    return output.fail(trust.error());
   std::vector<std::string> cache_warnings;
-  auto cache = open_link_cache(c.cache, cache_warnings);
+  auto cache = open_link_cache(c.cache, *trust, cache_warnings);
   if (!cache)
     return output.fail(cache.error());
   for (const std::string &w : cache_warnings)
@@ -333,9 +342,9 @@ int run_link_command(const LinkCommand &c, ToolOutput &output) {
       output.note(cat(quote(id->path), " has no build ID: cache keys name its path, size and "
                                        "modification time, so only this installation shares them"));
   if (!c.push.empty())
-    return push_command(*cache, c, output);
+    return push_command(*cache, *trust, c, output);
   if (c.sign_only)
-    return sign_command(*cache, c, output);
+    return sign_command(*trust, c, output);
   json doc = json::object();
   if (c.push_only) {
     doc["package"] = c.link.package.string();
@@ -356,9 +365,10 @@ int run_link_command(const LinkCommand &c, ToolOutput &output) {
   // pull checks it (under --trust, its signatures too), linked in the copy, and pushed from it
   // with --push. What it was copied from is never written.
   LinkOptions link = c.link;
+  link.trust = *trust;
   std::optional<PackageArgument> copy;
   if (is_copied_package_argument(c.link.package.string())) {
-    auto got = package_argument(c.link.package.string(), cache->trust().trusted.get());
+    auto got = package_argument(c.link.package.string(), trust->trusted.get());
     if (!got)
       return output.fail(got.error());
     copy.emplace(std::move(*got));

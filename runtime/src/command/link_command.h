@@ -23,6 +23,7 @@ struct LinkArgs {
   std::optional<std::string> prune;    // --cache-prune SIZE
   std::filesystem::path push;          // --cache-push PKG
   CacheRequest cache;                  // --cache-dir, --remote-cache, --no-cache
+  TrustRequest trust;                  // --sign, --trust
   std::optional<std::string> oci_push; // --push REF
   bool cache_stats = false;
   bool json = false;
@@ -30,8 +31,10 @@ struct LinkArgs {
 };
 
 struct LinkCommand {
-  LinkOptions link; // an empty package: no link, a cache command alone
+  LinkOptions link; // an empty package: no link, a cache command alone; its trust is resolved
+                    // from `trust` when the command runs
   CacheRequest cache;
+  TrustRequest trust;
   bool cache_stats = false;
   std::optional<uint64_t> prune;
   std::filesystem::path push;

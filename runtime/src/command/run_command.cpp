@@ -514,6 +514,7 @@ Expected<RunOptions> make_run_options(RunArgs args) {
   o.action = action_of(args);
   o.load.package = args.package;
   o.offline = args.offline;
+  o.trust = std::move(args.trust);
   if (is_layout_reference(args.package)) {
     if (auto ref = LayoutRef::parse(args.package); !ref)
       return usage(ref.error().message);
@@ -645,8 +646,14 @@ Expected<StoredPackage> registry_package(const RunOptions &options, ToolOutput &
 
 } // namespace
 
-RunOutcome run(const RunOptions &given, ToolOutput &output, const std::atomic<bool> &stop,
+RunOutcome run(const RunOptions &asked, ToolOutput &output, const std::atomic<bool> &stop,
                Gpu &gpu) {
+  RunOptions given = asked;
+  auto trust =
+      resolve_trust(asked.trust, [](const char *var) -> const char * { return std::getenv(var); });
+  if (!trust)
+    return {fail_to_load(asked, output, trust.error())};
+  given.load.trust = std::move(*trust);
   RunOptions resolved;
   const std::string named = given.load.package.string();
   const bool from_registry = is_oci_reference(named);
@@ -660,7 +667,7 @@ RunOutcome run(const RunOptions &given, ToolOutput &output, const std::atomic<bo
     resolved.load.package = got->package;
     resolved.load.blob_source = got->source;
   } else if (is_copied_package_argument(named)) {
-    auto copy = package_argument(named);
+    auto copy = package_argument(named, given.load.trust.trusted.get());
     if (!copy)
       return {fail_to_load(given, output, copy.error())};
     if (given.verbose)

@@ -59,6 +59,7 @@ struct RunArgs {
   bool verbose = false;
   bool json = false;
   std::string nvjitlink; // --nvjitlink PATH
+  TrustRequest trust;    // --sign, --trust
 };
 
 enum class RunAction { call, calls, bench, serve, list };
@@ -87,6 +88,9 @@ struct RunOptions {
   bool verbose = false;
   bool json = false;
   bool offline = false; // with an oci:// package: the stored copy, nothing fetched
+  // --sign and --trust as given: resolved once when the session runs (over CUDAQ_RT_SIGN_KEY and
+  // CUDAQ_RT_TRUST) into load.trust, which the load, the cache and the service then use.
+  TrustRequest trust;
 };
 
 // The options checked in the order the tool has always checked them: the first refusal is the

@@ -145,7 +145,11 @@ ApiLinks *ApiLinks::process(const NvJitLinkMajor &major) {
       return nullptr;
     }
     std::vector<std::string> warnings;
-    auto opened = open_link_cache(CacheRequest{}, warnings);
+    // CUDAQ_RT_SIGN_KEY and CUDAQ_RT_TRUST, as a tool without --sign and --trust reads them.
+    auto trust =
+        resolve_trust({}, [](const char *var) -> const char * { return std::getenv(var); });
+    auto opened = trust ? open_link_cache(CacheRequest{}, std::move(*trust), warnings)
+                        : Expected<LinkCache>(trust.error());
     for (const std::string &w : warnings)
       warn_once(w);
     std::shared_ptr<const LinkCache> cache;

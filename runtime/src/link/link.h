@@ -1,6 +1,8 @@
 // link/: from a package to a cubin per arch: the plan (link_plan.cpp), nvJitLink (nvjitlink.h),
-// the built-in dispatchers (builtin_dispatcher.h), the unit of direct calls (direct_calls.h), the
-// links themselves (this file) and cudaq-rt-link's command (link_command.h).
+// the built-in dispatchers (builtin_dispatcher.h), the unit of direct calls (direct_calls.h), and
+// the links themselves, declared here: one arch's (arch_link.cpp), the archs' and their units'
+// scheduling (unit_link.cpp), the package's update and the pushes (store_links.cpp), and
+// link_package over them (link.cpp). cudaq-rt-link's command is command/link_command.h.
 //
 // Linking a package's dispatch kernel, bridge hooks and handlers into one cubin per GPU arch with
 // nvJitLink, through the link cache, in three steps that cudaq-rt-link and the load path share:
@@ -267,6 +269,9 @@ std::optional<std::string> broken_signatures_warning(const std::string &package,
 
 struct LinkOptions {
   std::filesystem::path package;
+  // Whose signature the package needs before anything is linked (trusted), and what signs the new
+  // manifest (signer): the caller's, resolved once (resolve_trust, signing.h).
+  TrustPolicy trust;
   std::vector<TargetArch> archs;
   LinkSettings settings;
   unsigned jobs = 0;    // 0: the machine's cores (archs, and per-TU units, linked at once)
@@ -297,6 +302,10 @@ Status check_link_options(const LinkOptions &options);
 // Errors that stop everything (no package, unknown bridge, bad arch) come back as an Error;
 // per-arch failures are in the report.
 Expected<LinkReport> link_package(const LinkOptions &options, const LinkCache &cache);
+// A link's ending, link_package's and a recording's alike: the report's links stored in the
+// package (store_links, with `opt`'s compression and trust), the keys whose
+// signatures that broke and the key that signed the new manifest put into the report.
+Status store_report(const LinkOptions &opt, const LinkPlan &plan, LinkReport &report);
 
 // cudaq-rt-link --cache-push: stores the cubin of each of the package's link records in the
 // remote cache under the record's key, as the entry a link would have stored (a CI step that
@@ -307,7 +316,9 @@ struct PushedLink {
   uint64_t bytes = 0;
   std::optional<Error> error;
 };
+// Under `trusted`, only a package one of its keys signed.
 Expected<std::vector<PushedLink>> push_links(const std::filesystem::path &package,
-                                             const LinkCache &cache);
+                                             const LinkCache &cache,
+                                             const TrustedKeys *trusted = nullptr);
 
 } // namespace cudaq_rt

@@ -128,13 +128,8 @@ Expected<LinkReport> link_recording(const Package &pkg, const LinkOptions &opt,
   LinkPlan plan;
   plan.subject = opt.package.string();
   plan.packed = packed_code(pkg.manifest());
-  auto broken = store_links(opt.package, plan, report.archs, cache.trust(),
-                            opt.compress ? BlobEncoding::zstd : BlobEncoding::identity);
-  if (!broken)
-    return std::move(broken).take_error();
-  report.unsigned_by = std::move(*broken);
-  if (const SigningKey *signer = cache.trust().signer.get())
-    report.signed_by = signer->id();
+  if (auto st = store_report(opt, plan, report); !st)
+    return std::move(st).take_error();
   return report;
 }
 

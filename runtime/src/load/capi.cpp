@@ -282,6 +282,7 @@ struct cudaq_rt_server {
   cudaq_rt_code *code = nullptr;
   Gpu *gpu = nullptr;
   OwnedConfig config;
+  TrustPolicy trust; // resolved by each cudaq_rt_load
   std::vector<GlobalValue> globals;
   std::unique_ptr<Server> server;
   std::set<uint64_t> issued; // addresses this load's lookups returned
@@ -319,10 +320,8 @@ struct cudaq_rt_server {
     o.link.extra_options = config.link_options;
     o.bridge_config = config.bridge_config;
     o.policy.allow_link = config.allow_link;
-    o.cache = {.dir = config.cache_dir,
-               .remote = "",
-               .disable = !config.use_cache,
-               .trust = {.sign_key = "", .trust = config.trust}};
+    o.cache = {.dir = config.cache_dir, .remote = "", .disable = !config.use_cache};
+    o.trust = trust;
     o.own_code = !code->temporary.empty();
     o.globals = globals;
     if (config.blocks)
@@ -373,6 +372,13 @@ int load(cudaq_rt_server &s) {
                                       ": cudaq_rt_load: the dispatch kernel is running (stop it "
                                       "first)"));
   s.unload();
+  // The trust this load runs under, resolved once: config.trust over CUDAQ_RT_TRUST, and
+  // CUDAQ_RT_SIGN_KEY for the cache entries a link at load stores.
+  auto trust = resolve_trust({.sign_key = "", .trust = s.config.trust},
+                             [](const char *var) -> const char * { return std::getenv(var); });
+  if (!trust)
+    return fail(CUDAQ_RT_E_REFUSED, trust.error());
+  s.trust = std::move(*trust);
   if (auto st = check_package_trust(s.load_options()); !st)
     return fail(CUDAQ_RT_E_REFUSED, st.error());
   if (s.gpu == &driver_gpu())

@@ -73,7 +73,7 @@ const char *cubin_source_name(CubinSource s) {
 
 Expected<CubinChoice> select_cubin(const Package &package, const LinkPlan &plan,
                                    const TargetArch &arch, const LinkCache &cache,
-                                   const CubinPolicy &policy) {
+                                   const CubinPolicy &policy, const TrustPolicy &trust) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   auto elapsed_ms = [&] {
@@ -120,7 +120,7 @@ Expected<CubinChoice> select_cubin(const Package &package, const LinkPlan &plan,
 
   // 2. The caches, verified as a link's result is, else a link.
   auto store = [&](const ArchLink &a) {
-    return store_links(package.dir(), plan, std::span<const ArchLink>(&a, 1), cache.trust());
+    return store_links(package.dir(), plan, std::span<const ArchLink>(&a, 1), trust);
   };
   auto take = [&](ArchLink a, CubinSource source) -> Expected<CubinChoice> {
     c.warnings.insert(c.warnings.end(), a.warnings.begin(), a.warnings.end());

@@ -41,9 +41,11 @@ struct CubinChoice {
 
 // Tries the package, then the cache, then (if allowed) a link, for `arch` exactly. A package
 // record is used only when its inputs are the plan's: a record linked against other bridge hooks
-// or another built-in dispatcher than the ones this process would run with is stale.
+// or another built-in dispatcher than the ones this process would run with is stale. With
+// policy.store, what is stored in the package is signed by `trust`'s signer, and under its trusted
+// keys the package must verify as it is then.
 Expected<CubinChoice> select_cubin(const Package &package, const LinkPlan &plan,
                                    const TargetArch &arch, const LinkCache &cache,
-                                   const CubinPolicy &policy);
+                                   const CubinPolicy &policy, const TrustPolicy &trust = {});
 
 } // namespace cudaq_rt

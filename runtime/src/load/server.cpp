@@ -59,8 +59,8 @@ struct LoadPlan {
 };
 
 // Under --trust, the package must carry a valid signature by a trusted key.
-Status check_trusted(const Package &package, const LinkCache &cache, const LoadOptions &opt) {
-  const TrustedKeys *trusted = cache.trust().trusted.get();
+Status check_trusted(const Package &package, const LoadOptions &opt) {
+  const TrustedKeys *trusted = opt.trust.trusted.get();
   if (!trusted || opt.own_code)
     return Status::ok();
   if (auto key = verify_package(package, *trusted); !key)
@@ -76,13 +76,13 @@ Expected<LoadPlan> prepare(const LoadOptions &opt, Gpu &gpu, bool ask_gpu = true
   // used and before the GPU is touched.
   auto t = Clock::now();
   std::vector<std::string> warnings;
-  auto cache = open_link_cache(opt.cache, warnings);
+  auto cache = open_link_cache(opt.cache, opt.trust, warnings);
   if (!cache)
     return std::move(cache).take_error();
   auto package = Package::open(opt.package, {.source = opt.blob_source});
   if (!package)
     return std::move(package).take_error();
-  if (auto st = check_trusted(*package, *cache, opt); !st)
+  if (auto st = check_trusted(*package, opt); !st)
     return std::move(st).take_error();
   auto plan = plan_link(*package, opt.link);
   if (!plan)
@@ -162,7 +162,7 @@ Expected<std::unique_ptr<Server>> Server::load(const LoadOptions &opt, Gpu &gpu)
   r.warnings = ready->warnings;
 
   auto t = Clock::now();
-  auto cubin = select_cubin(ready->package, plan, ready->arch, ready->cache, opt.policy);
+  auto cubin = select_cubin(ready->package, plan, ready->arch, ready->cache, opt.policy, opt.trust);
   if (!cubin)
     return std::move(cubin).take_error();
   r.source = cubin->source;
@@ -357,20 +357,14 @@ Status Server::set_global(const std::string &name, std::span<const uint8_t> byte
 }
 
 Status check_package_trust(const LoadOptions &opt) {
-  // Only the trusted keys: no cache is opened (nor its directory made, nor the remote one asked)
-  // and no signing key read for a check that most loads, without trust, skip at once.
-  if (opt.own_code)
-    return Status::ok();
-  auto trusted = resolve_trusted(opt.cache.trust.trust,
-                                 [](const char *var) -> const char * { return std::getenv(var); });
-  if (!trusted)
-    return std::move(trusted).take_error();
-  if (!*trusted)
+  // No cache is opened (nor its directory made, nor the remote one asked) for a check that most
+  // loads, without trust, skip at once.
+  if (opt.own_code || !opt.trust.trusted)
     return Status::ok();
   auto package = Package::open(opt.package, {.source = opt.blob_source});
   if (!package)
     return std::move(package).take_error();
-  if (auto key = verify_package(*package, **trusted); !key)
+  if (auto key = verify_package(*package, *opt.trust.trusted); !key)
     return std::move(key).take_error();
   return Status::ok();
 }

@@ -32,6 +32,10 @@ namespace cudaq_rt {
 class BlobSource;
 
 struct LoadOptions {
+  // Whose signatures a package and a cache entry need (trusted), and what signs the entries a
+  // link at load stores (signer): resolved once by the caller (resolve_trust, signing.h), never
+  // here.
+  TrustPolicy trust;
   std::filesystem::path package;
   // A package from a registry's store (oci/store.h): the blobs it lacks come from here.
   std::shared_ptr<const BlobSource> blob_source;

@@ -236,7 +236,7 @@ TEST_CASE("a cache whose directories anyone can write, or whose v1 is a link, is
 
   // The tools go on without a cache, and say why.
   std::vector<std::string> warnings;
-  auto cache = open_link_cache({.dir = open_to_all, .disable = false}, warnings);
+  auto cache = open_link_cache({.dir = open_to_all, .disable = false}, {}, warnings);
   REQUIRE(cache);
   CHECK_FALSE(cache->config().enabled);
   REQUIRE(warnings.size() == 1);
