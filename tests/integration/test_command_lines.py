@@ -561,9 +561,10 @@ class Session:
     def run(self, line):
         ws = words(line)
         tool = command(line)
-        if tool == "cudaq-rt-run" and "--serve" in ws and GPUS >= devices_named(ws):
+        if tool == "cudaq-rt-run" and "--serve" in ws:
             self.stop_servers()
-            if self._serve(line):
+            if GPUS >= devices_named(ws):
+                self._serve(line)
                 return
         script = (f"set -a\n{line}\n__cudaq_rt_status=$?\nenv -0 > {shlex.quote(self.state)}\n"
                   "exit $__cudaq_rt_status\n")
@@ -583,8 +584,8 @@ class Session:
         self.cwd = self.env.get("PWD", self.cwd)
 
     def _serve(self, line):
-        """Starts a --serve line in the background; True once it serves, False if it ended
-        first (then it was judged as any line)."""
+        """Starts a --serve line in the background and waits until it serves; one that ends
+        first is judged as any line."""
         log = os.path.join(self.cwd, f".serve-{len(self.servers)}-{len(self.transcript)}.log")
         with open(log, "w") as out:
             proc = subprocess.Popen(["bash", "-c", "set -a\nexec " + line], cwd=self.cwd,
@@ -595,11 +596,11 @@ class Session:
                 text = f.read()
             if proc.poll() is not None:
                 self._judge(line, words(line), "cudaq-rt-run", proc.returncode, text)
-                return True
+                return
             if "serving on" in text:
                 self.servers.append((line, proc, log))
                 self.transcript.append((line, "serving", text))
-                return True
+                return
             time.sleep(0.1)
         proc.kill()
         proc.wait()
