@@ -25,9 +25,8 @@
 // ----------------
 // A link works without a cache, so a server that is slow, down or failing never fails a link or
 // a load. Every request is bounded: connecting by `timeout` (1 s), the whole request by `max-time`
-// (3 s), without signals (CURLOPT_NOSIGNAL: the load path runs in other people's processes, and
-// libcurl's alarm()-based resolver timeout would steal their SIGALRM). The first request that
-// cannot connect or that times out turns the server off for the rest of the process: a link of
+// (3 s), the body by the largest entry, without signals (base/http_client.cpp). The first request
+// that cannot connect or that times out turns the server off for the rest of the process: a link of
 // eight archs pays the timeout once, not eight times. Each process warns once, at its first
 // failure; `-v` notes every miss and why. HTTP errors (a 500, a 403 on PUT) are answers, not
 // silence: they are counted and warned about, and the server stays on (a 401, 403 or 405 on a PUT
@@ -41,14 +40,11 @@
 // libcurl's own error texts never quote request headers.
 #include "cache/remote_cache.h"
 
-#include <curl/curl.h>
+#include "base/http_client.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cctype>
-#include <charconv>
-#include <cstring>
-#include <mutex>
 #include <optional>
 
 namespace cudaq_rt {
@@ -90,82 +86,9 @@ Expected<bool> parse_option(RemoteConfig &c, std::string_view item) {
   return true;
 }
 
-void global_init() {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-}
-
-struct Body {
-  std::string *out;
-  uint64_t max;
-  bool too_large = false;
-  std::optional<uint64_t> declared; // the response's Content-Length
-};
-
-// Notes the Content-Length of the response (the last one, after redirects or a 100 Continue).
-size_t read_header(char *data, size_t size, size_t n, void *user) {
-  auto *b = static_cast<Body *>(user);
-  const std::string_view line(data, size * n);
-  constexpr std::string_view name = "content-length:";
-  if (line.size() > name.size() &&
-      std::equal(name.begin(), name.end(), line.begin(),
-                 [](char a, char c) { return a == std::tolower(static_cast<unsigned char>(c)); })) {
-    uint64_t v = 0;
-    size_t i = name.size();
-    while (i < line.size() && (line[i] == ' ' || line[i] == '\t'))
-      ++i;
-    const char *end = line.data() + line.size();
-    auto [p, ec] = std::from_chars(line.data() + i, end, v);
-    if (ec == std::errc() && p != line.data() + i)
-      b->declared = v;
-  }
-  return size * n;
-}
-
-size_t write_body(char *data, size_t size, size_t n, void *user) {
-  auto *b = static_cast<Body *>(user);
-  size_t len = size * n;
-  if (b->out->size() + len > b->max) {
-    b->too_large = true;
-    return 0; // aborts the transfer
-  }
-  b->out->append(data, len);
-  return len;
-}
-
-struct Upload {
-  std::span<const uint8_t> data;
-  size_t pos = 0;
-};
-
-size_t read_body(char *buf, size_t size, size_t n, void *user) {
-  auto *u = static_cast<Upload *>(user);
-  size_t len = std::min(size * n, u->data.size() - u->pos);
-  std::memcpy(buf, u->data.data() + u->pos, len);
-  u->pos += len;
-  return len;
-}
-
-size_t discard_body(char *, size_t size, size_t n, void *) {
-  return size * n;
-}
-
-// Errors that say the server is not there, or not answering: no later request will do better.
-bool server_silent(CURLcode rc) {
-  switch (rc) {
-  case CURLE_COULDNT_RESOLVE_HOST:
-  case CURLE_COULDNT_RESOLVE_PROXY:
-  case CURLE_COULDNT_CONNECT:
-  case CURLE_OPERATION_TIMEDOUT:
-  case CURLE_SSL_CONNECT_ERROR:
-  case CURLE_PEER_FAILED_VERIFICATION:
-  case CURLE_SEND_ERROR:
-  case CURLE_RECV_ERROR:
-  case CURLE_GOT_NOTHING:
-    return true;
-  default:
-    return false;
-  }
+// A server that did not answer: no later request will do better.
+bool server_silent(const HttpResponse &r) {
+  return r.failure == HttpFailure::timed_out || r.failure == HttpFailure::unreachable;
 }
 
 std::atomic<bool> warned{false};
@@ -286,7 +209,6 @@ Expected<std::shared_ptr<RemoteCache>> RemoteCache::open(RemoteConfig config,
       return make_error("", "remote cache: ", config.auth_env,
                         " must hold user:password for basic authentication");
   }
-  global_init();
   return std::shared_ptr<RemoteCache>(new RemoteCache(std::move(config), std::move(secret)));
 }
 
@@ -296,60 +218,29 @@ bool RemoteCache::down() const {
 
 namespace {
 
-// One request on an easy handle of its own: set up, run, and its response code.
-class Request {
-public:
-  Request(const RemoteConfig &c, const std::string &secret, const std::string &url) {
-    h_ = curl_easy_init();
-    if (!h_)
-      return;
-    curl_easy_setopt(h_, CURLOPT_URL, url.c_str());
-    curl_easy_setopt(h_, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h_, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(c.connect_timeout_ms));
-    curl_easy_setopt(h_, CURLOPT_TIMEOUT_MS, static_cast<long>(c.max_time_ms));
-    curl_easy_setopt(h_, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(h_, CURLOPT_ERRORBUFFER, err_);
-    // Uploads would otherwise wait up to a second for a 100 Continue that some servers never send.
-    headers_ = curl_slist_append(headers_, "Expect:");
-    if (c.auth == RemoteConfig::Auth::bearer)
-      headers_ = curl_slist_append(headers_, ("Authorization: Bearer " + secret).c_str());
-    if (c.auth == RemoteConfig::Auth::basic) {
-      curl_easy_setopt(h_, CURLOPT_HTTPAUTH, static_cast<long>(CURLAUTH_BASIC));
-      curl_easy_setopt(h_, CURLOPT_USERPWD, secret.c_str());
-    }
-  }
-  ~Request() {
-    if (headers_)
-      curl_slist_free_all(headers_);
-    if (h_)
-      curl_easy_cleanup(h_);
-  }
-  Request(const Request &) = delete;
-  Request &operator=(const Request &) = delete;
+HttpSettings http_settings(const RemoteConfig &c) {
+  HttpSettings s;
+  s.connect_timeout_ms = c.connect_timeout_ms;
+  s.max_time_ms = c.max_time_ms;
+  s.plain_http = c.url.find("://") == 4; // http://, where parse allows only http and https
+  return s;
+}
 
-  CURL *handle() const { return h_; }
-  CURLcode perform() {
-    if (!h_)
-      return CURLE_FAILED_INIT;
-    curl_easy_setopt(h_, CURLOPT_HTTPHEADER, headers_);
-    err_[0] = '\0';
-    return curl_easy_perform(h_);
-  }
-  long status() const {
-    long code = 0;
-    curl_easy_getinfo(h_, CURLINFO_RESPONSE_CODE, &code);
-    return code;
-  }
-  std::string why(CURLcode rc) const { return err_[0] ? err_ : curl_easy_strerror(rc); }
-
-private:
-  CURL *h_ = nullptr;
-  curl_slist *headers_ = nullptr;
-  char err_[CURL_ERROR_SIZE] = {};
-};
+// A request for the entry of `key`, with the credentials.
+HttpRequest entry_request(const RemoteConfig &c, const std::string &secret, const Digest &key) {
+  HttpRequest r;
+  r.url = c.entry_url(key);
+  if (c.auth == RemoteConfig::Auth::bearer)
+    r.headers.push_back("Authorization: Bearer " + secret);
+  if (c.auth == RemoteConfig::Auth::basic)
+    r.basic_credentials = secret;
+  return r;
+}
 
 } // namespace
 
+// A client per request, so that each has an easy handle of its own: link jobs fetch and store
+// in parallel.
 RemoteFetch RemoteCache::fetch(const Digest &key, uint64_t max_bytes) const {
   RemoteFetch f;
   if (down()) {
@@ -357,42 +248,32 @@ RemoteFetch RemoteCache::fetch(const Digest &key, uint64_t max_bytes) const {
     f.why = "the server did not answer earlier in this process";
     return f;
   }
-  Request req(config_, secret_, config_.entry_url(key));
+  HttpRequest req = entry_request(config_, secret_, key);
   const uint64_t bound = std::min(max_bytes, max_entry_bytes);
-  Body body{&f.bytes, bound};
-  curl_easy_setopt(req.handle(), CURLOPT_HTTPGET, 1L);
-  curl_easy_setopt(req.handle(), CURLOPT_WRITEFUNCTION, write_body);
-  curl_easy_setopt(req.handle(), CURLOPT_WRITEDATA, &body);
-  curl_easy_setopt(req.handle(), CURLOPT_HEADERFUNCTION, read_header);
-  curl_easy_setopt(req.handle(), CURLOPT_HEADERDATA, &body);
-  // A Content-Length over the bound fails the request at the headers, before any of the body.
-  curl_easy_setopt(req.handle(), CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(bound));
-  CURLcode rc = req.perform();
-  if (body.too_large || rc == CURLE_FILESIZE_EXCEEDED) {
+  req.max_body = bound;
+  HttpResponse r = HttpClient(http_settings(config_)).perform(req);
+  if (r.failure == HttpFailure::too_large) {
     f.outcome = RemoteFetch::Outcome::miss;
     f.why = cat("GET ", key.short_str(), ": the body",
-                body.declared ? cat(" (", *body.declared, " bytes)") : "",
+                r.declared_length ? cat(" (", *r.declared_length, " bytes)") : "",
                 " is larger than an entry can be (", bound, " bytes)");
-    f.bytes.clear();
     return f;
   }
-  if (rc != CURLE_OK) {
-    if (server_silent(rc))
+  if (r.failure != HttpFailure::none) {
+    if (server_silent(r))
       state_->down = true;
     f.outcome = RemoteFetch::Outcome::failure;
-    f.why = cat("GET ", key.short_str(), ": ", req.why(rc));
-    f.bytes.clear();
+    f.why = cat("GET ", key.short_str(), ": ", r.error);
     return f;
   }
-  long status = req.status();
-  if (status == 200) {
+  if (r.status == 200) {
     f.outcome = RemoteFetch::Outcome::hit;
+    f.bytes = std::move(r.body);
     return f;
   }
-  f.bytes.clear();
-  f.outcome =
-      status == 404 || status == 410 ? RemoteFetch::Outcome::miss : RemoteFetch::Outcome::failure;
-  f.why = cat("GET ", key.short_str(), ": HTTP ", status);
+  f.outcome = r.status == 404 || r.status == 410 ? RemoteFetch::Outcome::miss
+                                                 : RemoteFetch::Outcome::failure;
+  f.why = cat("GET ", key.short_str(), ": HTTP ", r.status);
   return f;
 }
 
@@ -407,30 +288,26 @@ RemoteStore RemoteCache::store(const Digest &key, std::span<const uint8_t> entry
     s.why = "the server did not answer earlier in this process";
     return s;
   }
-  Request req(config_, secret_, config_.entry_url(key));
-  Upload up{entry};
-  curl_easy_setopt(req.handle(), CURLOPT_UPLOAD, 1L);
-  curl_easy_setopt(req.handle(), CURLOPT_READFUNCTION, read_body);
-  curl_easy_setopt(req.handle(), CURLOPT_READDATA, &up);
-  curl_easy_setopt(req.handle(), CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(entry.size()));
-  curl_easy_setopt(req.handle(), CURLOPT_WRITEFUNCTION, discard_body);
-  CURLcode rc = req.perform();
-  if (rc != CURLE_OK) {
-    if (server_silent(rc))
+  HttpRequest req = entry_request(config_, secret_, key);
+  req.method = "PUT";
+  req.body = entry;
+  req.discard_body = true;
+  HttpResponse r = HttpClient(http_settings(config_)).perform(req);
+  if (r.failure != HttpFailure::none) {
+    if (server_silent(r))
       state_->down = true;
-    s.why = cat("PUT ", key.short_str(), ": ", req.why(rc));
+    s.why = cat("PUT ", key.short_str(), ": ", r.error);
     return s;
   }
-  long status = req.status();
-  if (status >= 200 && status < 300) {
+  if (r.status >= 200 && r.status < 300) {
     s.ok = true;
     return s;
   }
-  if (status == 401 || status == 403 || status == 405) {
+  if (r.status == 401 || r.status == 403 || r.status == 405) {
     state_->refused = true;
     s.refused = true;
   }
-  s.why = cat("PUT ", key.short_str(), ": HTTP ", status);
+  s.why = cat("PUT ", key.short_str(), ": HTTP ", r.status);
   return s;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "base/digest.h"
+#include "base/http_client.h"
 #include "cudaq_rt/error.h"
 #include "oci/image_source.h"
 #include "oci/reference.h"
@@ -51,13 +52,14 @@ public:
   Expected<FetchedManifest> get_manifest(const std::string &reference) override;
 
 private:
-  struct Http;
   Registry(RegistryRef ref, std::string secret);
+  // A request with the registry's credentials, and the token flow when it asks for one.
+  Expected<HttpResponse> send(const HttpRequest &req);
   RegistryRef ref_;
   std::string secret_;
   std::string token_; // from the registry's token service, once one was asked
   RegistryTraffic traffic_;
-  std::unique_ptr<Http> http_;
+  HttpClient http_;
 };
 
 } // namespace cudaq_rt
