@@ -258,7 +258,7 @@ struct Session {
 void print_load(Session &s) {
   const cudaq_rt::LoadReport &report = s.loaded.report();
   std::printf("device: %s (%s)\ncubin: %s from the %s (%llu B, %s)\n", report.device.name.c_str(),
-              report.device.arch().c_str(), report.record.arch.c_str(),
+              report.device.arch().c_str(), report.record.arch.str().c_str(),
               cudaq_rt::cubin_source_name(report.source),
               (unsigned long long)report.record.cubin_size, report.record.cubin.str().c_str());
   if (s.loopback)

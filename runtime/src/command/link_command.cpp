@@ -26,7 +26,7 @@ namespace cudaq_rt {
 namespace {
 
 json arch_json(const ArchLink &a) {
-  json j = {{"arch", a.arch},         {"cache_key", a.key.digest.str()},
+  json j = {{"arch", a.arch.str()},   {"cache_key", a.key.digest.str()},
             {"key", a.key.to_json()}, {"inputs", a.input_names},
             {"options", a.options},   {"cache_hit", a.cache_hit}};
   // Where the cubin came from: "link", "cache" (local) or "remote" (the remote cache).
@@ -177,9 +177,9 @@ void print_diagnostics(const LinkCommand &c, const LinkReport &report, ToolOutpu
   const bool verbose = c.link.settings.verbose;
   for (const ArchLink &a : report.archs) {
     for (const std::string &w : a.warnings)
-      output.warn(a.arch + ": " + w);
+      output.warn(a.arch.str() + ": " + w);
     if (!a.fallback.empty())
-      output.note(a.arch + ": " + a.fallback);
+      output.note(a.arch.str() + ": " + a.fallback);
     if (verbose)
       for (const UnitLink &u : a.units) {
         char ms[32];
@@ -217,14 +217,14 @@ std::string format_report(const LinkCommand &c, const LinkReport &report) {
         out += cat("  input: ", n, "\n");
     } else if (a.record && a.cache_hit) {
       std::snprintf(line, sizeof line, "%s  %s  %llu bytes  %.1f ms (linked in %.1f ms)  %s\n",
-                    a.arch.c_str(), a.remote_hit ? "remote" : "cached",
+                    a.arch.str().c_str(), a.remote_hit ? "remote" : "cached",
                     (unsigned long long)a.record->cubin_size, a.time_ms, a.record->link_ms,
                     a.record->cubin.str().c_str());
       out += line;
     } else if (a.record) {
-      std::snprintf(line, sizeof line, "%s  linked  %llu bytes  %.1f ms  %s\n", a.arch.c_str(),
-                    (unsigned long long)a.record->cubin_size, a.record->link_ms,
-                    a.record->cubin.str().c_str());
+      std::snprintf(line, sizeof line, "%s  linked  %llu bytes  %.1f ms  %s\n",
+                    a.arch.str().c_str(), (unsigned long long)a.record->cubin_size,
+                    a.record->link_ms, a.record->cubin.str().c_str());
       out += line;
     }
   }

@@ -140,7 +140,7 @@ json report_json(const LoadReport &r) {
             {"driver", r.device.driver()}}},
           {"cubin",
            {{"source", cubin_source_name(r.source)},
-            {"arch", r.record.arch},
+            {"arch", r.record.arch.str()},
             {"digest", r.record.cubin.str()},
             {"size", r.record.cubin_size},
             {"link_ms", r.record.link_ms},
@@ -157,16 +157,16 @@ json report_json(const LoadReport &r) {
 // -v: the path taken and each step's time.
 std::string format_verbose(const LoadReport &r) {
   const LoadTimes &t = r.times;
-  std::string text =
-      formatted("%s: GPU %d: %s (%s, driver %s)\n"
-                "%s: cubin: %s from the %s (%llu bytes, %s)\n"
-                "%s: times: context %.1f ms, open+verify %.1f ms, %s %.1f ms, load %.1f ms, "
-                "launch %.3f ms",
-                tool, r.device.ordinal, r.device.name.c_str(), r.device.arch().c_str(),
-                r.device.driver().c_str(), tool, r.record.arch.c_str(), cubin_source_name(r.source),
-                (unsigned long long)r.record.cubin_size, r.record.cubin.short_str().c_str(), tool,
-                t.context_ms, t.open_ms, r.source == CubinSource::link ? "link" : "lookup",
-                t.cubin_ms, t.load_ms, t.launch_ms);
+  std::string text = formatted(
+      "%s: GPU %d: %s (%s, driver %s)\n"
+      "%s: cubin: %s from the %s (%llu bytes, %s)\n"
+      "%s: times: context %.1f ms, open+verify %.1f ms, %s %.1f ms, load %.1f ms, "
+      "launch %.3f ms",
+      tool, r.device.ordinal, r.device.name.c_str(), r.device.arch().c_str(),
+      r.device.driver().c_str(), tool, r.record.arch.str().c_str(), cubin_source_name(r.source),
+      (unsigned long long)r.record.cubin_size, r.record.cubin.short_str().c_str(), tool,
+      t.context_ms, t.open_ms, r.source == CubinSource::link ? "link" : "lookup", t.cubin_ms,
+      t.load_ms, t.launch_ms);
   if (t.first_response_ms)
     text += formatted(", first response %.3f ms", *t.first_response_ms);
   if (const NvJitLinkLibrary *lib = loaded_nvjitlink())

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,6 +22,8 @@ struct TargetArch {
   char suffix = 0; // 0, 'a' or 'f'
   std::string str() const;
   friend auto operator<=>(const TargetArch &, const TargetArch &) = default;
+  // As str(): so that cat() and make_error() take an arch as they take text.
+  friend std::ostream &operator<<(std::ostream &os, const TargetArch &a) { return os << a.str(); }
 };
 // "sm_90a" -> {90, 'a'}; the error says what was expected, and for a virtual arch (compute_90)
 // or an LTO-IR target (lto_90) which GPU arch is meant.

@@ -115,7 +115,7 @@ std::optional<Error> clashing_definitions(const LinkPlan &plan, const ArchLinkJo
     for (std::string &symbol : *defined) {
       auto [at, first] = owner.emplace(std::move(symbol), u);
       if (!first)
-        return make_error(plan.subject, j.link.arch, ": the device symbol '", at->first,
+        return make_error(plan.subject, j.link.arch.str(), ": the device symbol '", at->first,
                           "' is defined by two translation units, ", plan.units[at->second].name,
                           " and ", plan.units[u].name,
                           " (one program may define it once: make one static, or rename it)");
@@ -128,7 +128,7 @@ std::optional<Error> clashing_definitions(const LinkPlan &plan, const ArchLinkJo
 
 ArchLink describe_arch(const LinkPlan &plan, const TargetArch &arch) {
   ArchLink a;
-  a.arch = arch.str();
+  a.arch = arch;
   a.mode = plan.mode;
   a.options = plan.options(arch);
   a.key = plan.key(arch);
@@ -242,7 +242,7 @@ void link_whole(const LinkPlan &plan, const LinkCache &cache, ArchLinkJob &j) {
   }
   NvJitLinkOutcome out = nvjitlink_link(j.link.options, inputs);
   if (!out.ok)
-    return fail_link(plan, j, out.failure, j.link.arch, plan.inputs);
+    return fail_link(plan, j, out.failure, j.link.arch.str(), plan.inputs);
   j.link.cubin = std::move(out.result.cubin);
   j.record.link_ms = out.result.link_ms;
   j.link.info_log = out.result.info_log;
@@ -269,7 +269,7 @@ void link_units(const LinkPlan &plan, const TargetArch &arch, const LinkCache &c
   }
   NvJitLinkOutcome out = nvjitlink_link(plan.final_options(arch), inputs);
   if (!out.ok)
-    return fail_link(plan, j, out.failure, j.link.arch, plan.inputs);
+    return fail_link(plan, j, out.failure, j.link.arch.str(), plan.inputs);
   j.link.cubin = std::move(out.result.cubin);
   j.objects.clear();
   // The module's link time is the wall time from its units (compiled in parallel with every

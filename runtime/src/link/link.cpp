@@ -33,7 +33,7 @@ namespace cudaq_rt {
 namespace {
 
 Status save_temps(const fs::path &root, const LinkPlan &plan, const ArchLink &a) {
-  fs::path dir = root / a.arch;
+  fs::path dir = root / a.arch.str();
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec)

@@ -196,7 +196,7 @@ struct UnitLink {
 
 // One arch's outcome.
 struct ArchLink {
-  std::string arch;
+  TargetArch arch;
   LinkKey key;
   // "dispatcher builtin", "bridge loopback #0", "app.o #1"; and, where the link adds it, "direct
   // calls (generated) sha256:<12 hex digits of its source's digest>" after the dispatcher.

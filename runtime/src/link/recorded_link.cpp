@@ -22,7 +22,7 @@ ArchLink link_one(const Recording &r, const TargetArch &arch, const LinkCache &c
                   bool dry_run) {
   auto t0 = Clock::now();
   ArchLink a;
-  a.arch = arch.str();
+  a.arch = arch;
   a.options = with_arch(r.recipe.options, arch);
   for (const RecipeInput &in : r.recipe.inputs)
     a.input_names.push_back(cat(nvjitlink_input_type_name(in.type), " ", in.name));

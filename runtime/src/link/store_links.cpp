@@ -157,12 +157,7 @@ Expected<std::vector<KeyId>> store_links(const fs::path &package_path, const Lin
       if (auto st = writer->carry_blob(*current, in.digest); !st)
         return std::move(st).take_error();
   std::sort(next_m.links.begin(), next_m.links.end(), [](const LinkRecord &a, const LinkRecord &b) {
-    auto sm = [](const LinkRecord &l) {
-      auto arch = parse_arch(l.arch);
-      return arch ? arch->sm : 0;
-    };
-    return std::tuple(sm(a), a.arch, a.bridge, a.dispatcher) <
-           std::tuple(sm(b), b.arch, b.bridge, b.dispatcher);
+    return std::tie(a.arch, a.bridge, a.dispatcher) < std::tie(b.arch, b.bridge, b.dispatcher);
   });
   if (auto st = writer->carry_signatures(*current); !st)
     return std::move(st).take_error();
@@ -211,14 +206,14 @@ Expected<std::vector<PushedLink>> push_links(const fs::path &package_path, const
       return std::move(key).take_error();
   std::vector<PushedLink> out;
   for (const LinkRecord &l : pkg->manifest().links) {
-    PushedLink p{l.arch, l.cache_key, 0, std::nullopt};
+    PushedLink p{l.arch.str(), l.cache_key, 0, std::nullopt};
     auto cubin = pkg->read_blob(l.cubin);
     if (!cubin)
       return std::move(cubin).take_error();
     // The entry the link stored, rebuilt from the record: the same key, cubin and metadata, so
     // that a fleet machine that fetches it gets what its own link would have given.
     LinkMetadata md;
-    md.arch = l.arch;
+    md.arch = l.arch.str();
     md.options = normalize_link_options(l.options);
     md.nvjitlink_version = l.nvjitlink_version;
     md.inputs = l.inputs;

@@ -256,7 +256,7 @@ std::vector<ArchLink> link_archs(const LinkPlan &plan, std::span<const TargetArc
       finish_arch(plan, cache, j);
     else if (plan.mode == LtoMode::whole && on_miss == OnCacheMiss::link)
       link_whole(plan, cache, j);
-    steps.done(j.link.arch);
+    steps.done(j.link.arch.str());
   });
   std::vector<size_t> missed;
   for (size_t i = 0; i < job.size(); ++i)
@@ -326,7 +326,7 @@ std::vector<ArchLink> link_archs(const LinkPlan &plan, std::span<const TargetArc
     ArchLinkJob &j = job[missed[k]];
     if (!j.done)
       link_units(plan, *j.arch, cache, j, units_t0);
-    steps.done(j.link.arch + " final link");
+    steps.done(j.link.arch.str() + " final link");
   });
   return results();
 }

@@ -80,9 +80,9 @@ Expected<CubinChoice> select_cubin(const Package &package, const LinkPlan &plan,
     return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   };
   CubinChoice c;
-  c.arch = arch.str();
+  c.arch = arch;
   const std::string what =
-      cat(c.arch, " (bridge ", plan.bridge, ", dispatcher ", plan.dispatcher, ")");
+      cat(c.arch.str(), " (bridge ", plan.bridge, ", dispatcher ", plan.dispatcher, ")");
 
   // 1. The package. A mode asked for by name takes only a cubin linked in that mode; otherwise
   // the package's cubin serves whichever mode it was linked in.

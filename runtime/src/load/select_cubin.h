@@ -30,7 +30,7 @@ struct CubinPolicy {
 struct CubinChoice {
   bool found = true; // false: only with none_is_error false; `why_not` says why
   std::string why_not;
-  std::string arch;
+  TargetArch arch;
   CubinSource source = CubinSource::package;
   std::vector<uint8_t> cubin;
   LinkRecord record;

@@ -444,7 +444,7 @@ std::string format_preview(const LoadPreview &p) {
   }
   out << "linked:\n";
   for (const LinkRecord &l : p.links)
-    out << "  " << escape(l.arch) << "  bridge " << escape(l.bridge) << "  dispatcher "
+    out << "  " << l.arch.str() << "  bridge " << escape(l.bridge) << "  dispatcher "
         << escape(l.dispatcher) << "  " << l.cubin.short_str() << " (" << l.cubin_size
         << " bytes)\n";
   if (p.links.empty())
@@ -475,7 +475,7 @@ nlohmann::json preview_json(const LoadPreview &p) {
     aliases.push_back({{"name", a.name}, {"handler", a.handler}, {"function_id", a.function_id}});
   nlohmann::json links = nlohmann::json::array();
   for (const LinkRecord &l : p.links)
-    links.push_back({{"arch", l.arch},
+    links.push_back({{"arch", l.arch.str()},
                      {"bridge", l.bridge},
                      {"dispatcher", l.dispatcher},
                      {"cubin", l.cubin.str()},

@@ -448,7 +448,7 @@ std::string format_listing(const Manifest &m, const std::string &what) {
   if (!m.links.empty()) {
     out << "links:\n";
     for (const LinkRecord &l : m.links)
-      out << "  " << escape(l.arch) << "  " << linked_mode_name(l.lto) << "  bridge "
+      out << "  " << l.arch.str() << "  " << linked_mode_name(l.lto) << "  bridge "
           << (l.bridge.empty() ? "-" : escape(l.bridge)) << "  dispatcher " << escape(l.dispatcher)
           << "  cubin " << l.cubin.short_str() << " (" << l.cubin_size << " bytes)  nvJitLink "
           << escape(l.nvjitlink_version) << "\n";

@@ -266,7 +266,7 @@ json Manifest::to_json() const {
     json inputs = json::array();
     for (const Digest &d : l.inputs)
       inputs.push_back(d.str());
-    j["links"].push_back({{"arch", l.arch},
+    j["links"].push_back({{"arch", l.arch.str()},
                           {"bridge", l.bridge},
                           {"dispatcher", l.dispatcher},
                           {"mode", linked_mode_name(l.lto)},
@@ -415,7 +415,10 @@ AliasEntry read_alias(const Manifest &m, const json &ja, const std::string &p) {
 
 LinkRecord read_link(const json &jl, const std::string &p) {
   LinkRecord l;
-  l.arch = str(jl, "arch", p);
+  auto arch = parse_arch(str(jl, "arch", p));
+  if (!arch)
+    throw Bad{cat(p, ".arch: ", arch.error().message)};
+  l.arch = *arch;
   l.bridge = str(jl, "bridge", p);
   l.dispatcher = str(jl, "dispatcher", p);
   auto lto = parse_linked_mode(str(jl, "mode", p));

@@ -92,7 +92,7 @@ struct AliasEntry {
 };
 
 struct LinkRecord {
-  std::string arch;           // sm_NN, with any a/f suffix
+  TargetArch arch;            // sm_NN, with any a/f suffix
   std::string bridge;         // bridge name, or empty for none
   std::string dispatcher;     // "builtin" or the custom kernel's name
   std::optional<LtoMode> lto; // how LTO-IR was linked; none: the inputs held no LTO-IR

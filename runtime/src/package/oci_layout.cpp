@@ -148,7 +148,7 @@ package_image_manifest(const Manifest &m, std::string_view manifest_text,
   }
   for (const LinkRecord &l : m.links) {
     OciDescriptor d{cubin_layer_media_type, l.cubin, l.cubin_size, {}};
-    d.annotations[annotation("arch")] = l.arch;
+    d.annotations[annotation("arch")] = l.arch.str();
     d.annotations[annotation("bridge")] = l.bridge.empty() ? "none" : l.bridge;
     d.annotations[annotation("dispatcher")] = l.dispatcher;
     d.annotations[annotation("mode")] = l.lto ? lto_mode_name(*l.lto) : "none";

@@ -373,7 +373,7 @@ TEST_CASE("a dry run prints each arch's key, options and inputs, and opens no ca
   REQUIRE(planned->archs.size() == 2);
   std::string want;
   for (const ArchLink &arch : planned->archs) {
-    want += arch.arch + "  key " + arch.key.digest.str() + "\n  options:";
+    want += arch.arch.str() + "  key " + arch.key.digest.str() + "\n  options:";
     for (const std::string &o : arch.options)
       want += " " + o;
     want += "\n";
@@ -412,7 +412,7 @@ TEST_CASE("a dry run prints each arch's key, options and inputs, and opens no ca
       keys.insert(k);
     CHECK(keys == std::set<std::string>{"arch", "cache_hit", "cache_key", "inputs", "key", "lto",
                                         "options"});
-    CHECK(ja["arch"] == arch.arch);
+    CHECK(ja["arch"] == arch.arch.str());
     CHECK(ja["cache_key"] == arch.key.digest.str());
     CHECK(ja["key"] == arch.key.to_json());
     CHECK(ja["inputs"] == json(arch.input_names));

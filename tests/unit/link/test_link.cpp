@@ -105,7 +105,7 @@ Linked &linked() {
 // What every linked module must be: for the arch, loadable, with the kernel and every handler.
 void check_module(const LinkPlan &plan, const ArchLink &a, uint32_t sm) {
   REQUIRE_MESSAGE(a.record, error_of(a));
-  auto info = read_cubin(a.cubin, a.arch);
+  auto info = read_cubin(a.cubin, a.arch.str());
   REQUIRE_MESSAGE(info, (info ? "" : info.error().str()));
   CHECK(info->arch == sm);
   CHECK_FALSE(info->relocatable);
@@ -129,7 +129,7 @@ TEST_CASE("describe_arch: the key, options and inputs of a link, without linking
   const Package p = open_package(fixture().example);
   const LinkPlan plan = plan_of(p);
   const ArchLink a = describe_arch(plan, arch("sm_90"));
-  CHECK(a.arch == "sm_90");
+  CHECK(a.arch.str() == "sm_90");
   CHECK(a.key.digest == plan.key(arch("sm_90")).digest);
   CHECK(a.options == plan.options(arch("sm_90")));
   REQUIRE(a.input_names.size() == plan.inputs.size());
@@ -327,8 +327,8 @@ TEST_CASE("link_archs: every arch, in the order asked, each linked or found on i
   const std::vector<TargetArch> archs = {arch("sm_80"), arch("sm_90")};
   std::vector<ArchLink> out = link_archs(plan, archs, l.cache, 2);
   REQUIRE(out.size() == 2);
-  CHECK(out[0].arch == "sm_80");
-  CHECK(out[1].arch == "sm_90");
+  CHECK(out[0].arch.str() == "sm_80");
+  CHECK(out[1].arch.str() == "sm_90");
   check_module(plan, out[0], 80);
   check_module(plan, out[1], 90);
   CHECK_FALSE(out[0].cache_hit);
@@ -351,8 +351,8 @@ TEST_CASE("store_links: records and cubins into the package, one per arch, under
     const Package p = open_package(dir);
     const Manifest &m = p.manifest();
     REQUIRE(m.links.size() == 2);
-    CHECK(m.links[0].arch == "sm_80"); // sorted by SM number
-    CHECK(m.links[1].arch == "sm_90");
+    CHECK(m.links[0].arch.str() == "sm_80"); // sorted by SM number
+    CHECK(m.links[1].arch.str() == "sm_90");
     CHECK(m.links[1].cubin == l.sm90.record->cubin);
     auto cubin = p.read_blob(m.links[1].cubin);
     REQUIRE(cubin);

@@ -125,7 +125,7 @@ TEST_CASE("a recording linked for sm_90 is the interposer's sm_90 link: one key,
   REQUIRE_MESSAGE(report, (report ? "" : report.error().str()));
   REQUIRE(report->ok());
   const ArchLink &a = report->archs.at(0);
-  CHECK(a.arch == "sm_90");
+  CHECK(a.arch.str() == "sm_90");
   CHECK(a.cache_hit);
   CHECK(a.cubin == interposed.cubin);
   CHECK(a.options == std::vector<std::string>{"-arch=sm_90", "-lto"});
@@ -136,7 +136,7 @@ TEST_CASE("a recording linked for sm_90 is the interposer's sm_90 link: one key,
   REQUIRE(key);
   CHECK(a.key.digest == key->digest);
   REQUIRE(a.record);
-  CHECK(a.record->arch == "sm_90");
+  CHECK(a.record->arch.str() == "sm_90");
   CHECK(a.record->options == a.options);
   CHECK(a.record->cache_key == key->digest);
   CHECK(a.record->inputs == std::vector<Digest>{recipe.inputs[0].digest});
@@ -187,7 +187,7 @@ TEST_CASE("the records go into the recording; a dry run keys and writes nothing"
   REQUIRE(after->manifest().recipe); // still a recording
   std::vector<std::string> archs;
   for (const LinkRecord &r : after->manifest().links)
-    archs.push_back(r.arch);
+    archs.push_back(r.arch.str());
   std::sort(archs.begin(), archs.end());
   CHECK(archs == std::vector<std::string>{"sm_100", "sm_90"});
   for (const LinkRecord &r : after->manifest().links) {

@@ -88,7 +88,7 @@ TEST_CASE("nothing in the package or the cache: linked at load, a module for exa
   CHECK_FALSE(info->relocatable);
   CHECK(info->functions.count("cudaq_rt_unified_dispatch") == 1);
   CHECK(info->variables.count("cudaq_rt_handler__echo") == 1);
-  CHECK(l.record.arch == "sm_90");
+  CHECK(l.record.arch.str() == "sm_90");
   CHECK(l.record.bridge == "echo");
   CHECK(l.record.dispatcher == "builtin");
   CHECK(l.record.cubin == sha256(l.cubin));
@@ -104,7 +104,7 @@ TEST_CASE("what was linked is next taken from the cache, the same bytes, even wi
   auto c = select_cubin(p, plan, arch("sm_90"), l.cache, no_link);
   REQUIRE_MESSAGE(c, error_of(c));
   CHECK(c->source == CubinSource::cache);
-  CHECK(c->arch == "sm_90");
+  CHECK(c->arch.str() == "sm_90");
   CHECK(c->cubin == l.cubin);
   CHECK(c->record.cache_key == l.record.cache_key);
   CHECK(c->ms >= 0);
@@ -123,7 +123,7 @@ TEST_CASE("--store puts the cubin in the package, whose record then comes first"
   const Package p = open_package(dir);
   REQUIRE(p.manifest().links.size() == 1);
   const LinkRecord &r = p.manifest().links[0];
-  CHECK(r.arch == "sm_90");
+  CHECK(r.arch.str() == "sm_90");
   CHECK(r.bridge == "echo");
   CHECK(r.cubin == sha256(l.cubin));
   // Neither a cache nor a link is needed now.

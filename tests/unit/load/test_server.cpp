@@ -219,7 +219,7 @@ TEST_CASE("the load path takes the package's cubin, else the cache's, else links
   auto stored = Package::open(pkg);
   REQUIRE(stored);
   REQUIRE(stored->manifest().links.size() == 1);
-  CHECK(stored->manifest().links[0].arch == "sm_90");
+  CHECK(stored->manifest().links[0].arch.str() == "sm_90");
   CHECK(stored->manifest().links[0].bridge == "host");
 
   LoadOptions no_link = f.options(pkg, "");

@@ -55,7 +55,7 @@ Manifest full_manifest() {
   m.exports = {
       {"add_one", "handler", 0xdeadbeefu, "cudaq_rt_handler__add_one", Role::application, {0, 1}}};
   LinkRecord l;
-  l.arch = "sm_90a";
+  l.arch = TargetArch{90, 'a'};
   l.bridge = "udp";
   l.dispatcher = "builtin";
   l.lto = LtoMode::whole;
@@ -137,7 +137,7 @@ TEST_CASE("a manifest survives to_json_text and parse unchanged") {
   CHECK(back->exports[0].sources == std::vector<size_t>{0, 1});
   REQUIRE(back->links.size() == 1);
   const LinkRecord &l = back->links[0];
-  CHECK(l.arch == "sm_90a");
+  CHECK(l.arch.str() == "sm_90a");
   CHECK(l.options == std::vector<std::string>{"-arch=sm_90a", "-lto"});
   CHECK(l.inputs == std::vector<Digest>{d("container1"), d("container0")});
   CHECK(l.cubin == d("cubin"));

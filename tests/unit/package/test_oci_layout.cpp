@@ -18,7 +18,7 @@ Manifest linked_manifest() {
   m.containers.push_back(c);
   for (const char *arch : {"sm_90", "sm_80"}) {
     LinkRecord l;
-    l.arch = arch;
+    l.arch = *parse_arch(arch);
     l.dispatcher = "builtin";
     l.bridge = "loopback";
     l.lto = LtoMode::whole;

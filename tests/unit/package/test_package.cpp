@@ -522,7 +522,7 @@ CompressedPackage make_compressed(const fs::path &parent) {
   for (auto [d, size, arch] : {std::tuple{c.cubin_d, c.cubin.size(), "sm_90"},
                                std::tuple{c.noise_d, c.noise.size(), "sm_80"}}) {
     LinkRecord l;
-    l.arch = arch;
+    l.arch = *parse_arch(arch);
     l.dispatcher = "builtin";
     l.cubin = d;
     l.cubin_size = size;
