@@ -62,6 +62,15 @@ void drop_unused_link_additions(Manifest &m) {
       s = new_index[s];
 }
 
+// Two records of one link: the same inputs, options, nvJitLink and cubin; only when it was recorded
+// may differ.
+bool same_link(const LinkRecord &a, const LinkRecord &b) {
+  return a.arch == b.arch && a.bridge == b.bridge && a.dispatcher == b.dispatcher &&
+         a.lto == b.lto && a.options == b.options && a.nvjitlink_version == b.nvjitlink_version &&
+         a.inputs == b.inputs && a.cubin == b.cubin && a.cubin_size == b.cubin_size &&
+         a.cache_key == b.cache_key;
+}
+
 // The keys whose signature files are over the package's manifest as it is, in key order.
 Expected<std::vector<KeyId>> current_signers(const Package &package) {
   auto files = package.signature_files();
@@ -136,9 +145,15 @@ Expected<std::vector<KeyId>> store_links(const fs::path &package_path, const Lin
   }
   for (const ArchLink &a : links) {
     const LinkRecord &rec = *a.record;
-    std::erase_if(next_m.links, [&](const LinkRecord &l) {
+    auto same_target = [&](const LinkRecord &l) {
       return l.arch == rec.arch && l.bridge == rec.bridge && l.dispatcher == rec.dispatcher;
-    });
+    };
+    // The same link again (a relink the cache answered): the record stays as it was, its time
+    // included, so that the manifest, and the signatures over it, do not change for nothing.
+    auto kept = std::find_if(next_m.links.begin(), next_m.links.end(), same_target);
+    if (kept != next_m.links.end() && same_link(*kept, rec))
+      continue;
+    std::erase_if(next_m.links, same_target);
     next_m.links.push_back(rec);
     if (auto st = writer->add_blob(rec.cubin, a.cubin); !st)
       return std::move(st).take_error();

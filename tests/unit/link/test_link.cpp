@@ -428,10 +428,15 @@ TEST_CASE("store_links names the keys whose signatures the new manifest broke") 
   CHECK(broken_signatures_warning("p", *broken) ==
         "'p': the stored links changed its manifest: the signature of key " + k1->id().short_str() +
             " no longer holds (sign it again: cudaq-rt-link p --sign KEY)");
-  // The same links again: the manifest is what k2 signed, so nothing more breaks.
+  // The same links again, at another time: the record keeps its time, the manifest is what k2
+  // signed, so nothing more breaks.
+  const Digest signed_manifest = open_package(dir).manifest_digest();
+  ::setenv("SOURCE_DATE_EPOCH", "86400", 1);
   broken = store_links(dir, plan, std::span<const ArchLink>(&l.sm90, 1));
+  ::unsetenv("SOURCE_DATE_EPOCH");
   REQUIRE(broken);
   CHECK(broken->empty());
+  CHECK(open_package(dir).manifest_digest() == signed_manifest);
   // Another arch without a signer: k2's signature, which held, breaks; k1's was broken already.
   broken = store_links(dir, plan, std::span<const ArchLink>(&l.sm80, 1));
   REQUIRE(broken);
