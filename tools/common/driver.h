@@ -14,8 +14,11 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <optional>
@@ -61,6 +64,29 @@ inline std::vector<char *> optional_count(int argc, char **argv,
       words.insert(words.begin() + static_cast<std::ptrdiff_t>(++i), zero);
   }
   return words;
+}
+
+// The progress line only for a person at a terminal (never into a log or a pipe), and not with
+// --quiet, NO_COLOR or TERM=dumb.
+inline bool progress_wanted(bool quiet) {
+  const char *no_color = std::getenv("NO_COLOR");
+  const char *term = std::getenv("TERM");
+  return !quiet && ::isatty(STDERR_FILENO) && !(no_color && *no_color) &&
+         !(term && std::string_view(term) == "dumb");
+}
+
+// Set by SIGINT and SIGTERM once catch_stop_signals() ran: a service stops cleanly and reports.
+inline std::atomic<bool> &stop_requested() {
+  static std::atomic<bool> requested{false}; // constant-initialized: no guard in the handler
+  static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
+  return requested;
+}
+inline void catch_stop_signals() {
+  struct sigaction sa {};
+  sa.sa_handler = [](int) { stop_requested().store(true, std::memory_order_release); };
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
 }
 
 // Parses argv; returns an exit status to return at once, or -1 to go on.

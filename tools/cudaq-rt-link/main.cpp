@@ -129,11 +129,7 @@ int tool_main(int argc, char **argv) {
     args.link.save_temps = save_temps;
   if (*prune_opt)
     args.prune = prune_text;
-  // The progress line only for a person at a terminal (never into a log or a pipe).
-  const char *no_color = std::getenv("NO_COLOR");
-  const char *term = std::getenv("TERM");
-  args.progress = !quiet && ::isatty(STDERR_FILENO) && !(no_color && *no_color) &&
-                  !(term && std::string_view(term) == "dumb");
+  args.progress = driver::progress_wanted(quiet);
 
   const bool json = args.json;
   const std::string package = args.link.package.string();

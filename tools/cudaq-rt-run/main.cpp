@@ -5,8 +5,6 @@
 
 #include "command/run_command.h"
 
-#include <atomic>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 
@@ -14,22 +12,6 @@ using namespace cudaq_rt;
 
 namespace {
 constexpr const char *tool = "cudaq-rt-run";
-
-// Set by SIGINT and SIGTERM while serving: the service stops cleanly and reports.
-std::atomic<bool> stop_requested{false};
-static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
-
-void on_stop_signal(int) {
-  stop_requested.store(true, std::memory_order_release);
-}
-
-void catch_stop_signals() {
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-}
 
 void add_options(CLI::App &app, RunArgs &a) {
   app.add_option("package", a.package,
@@ -145,8 +127,8 @@ int tool_main(int argc, char **argv) {
     return json ? json_failure(output, rc, "package", package, options.error().str()) : rc;
   }
   if (options->action == RunAction::serve)
-    catch_stop_signals();
-  const RunOutcome outcome = run(*options, output, stop_requested);
+    driver::catch_stop_signals();
+  const RunOutcome outcome = run(*options, output, driver::stop_requested());
   if (outcome.exit_at_once) {
     // A kernel may still run: returning would run exit-time cleanup that waits for it.
     std::_Exit(driver::flushed(tool, outcome.status));
