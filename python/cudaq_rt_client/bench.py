@@ -95,17 +95,20 @@ def bench(client: Client, count: int, inflight: int = 1, handler: str = "echo",
     pending: dict[int, tuple[bytes, int, float]] = {}  # request_id: payload, ptp, sent at
     start = last = time.perf_counter()
     while result.sent < count or pending:
-        while result.sent < count and len(pending) < inflight:
-            body = payload if payload is not None else (
-                tag + struct.pack("<Q", result.sent) if echo else b"")
-            rid = client.next_request_id()
-            stamp = result.sent
-            pending[rid] = (body, stamp, time.perf_counter())
-            client.send(request(fid, body, rid, stamp))
-            result.sent += 1
+        # No answer in time, or the server's port closed (it stopped, and the kernel answered a
+        # request with ICMP port unreachable, which the next send or receive reports): what is
+        # pending is lost.
         try:
+            while result.sent < count and len(pending) < inflight:
+                body = payload if payload is not None else (
+                    tag + struct.pack("<Q", result.sent) if echo else b"")
+                rid = client.next_request_id()
+                stamp = result.sent
+                client.send(request(fid, body, rid, stamp))
+                pending[rid] = (body, stamp, time.perf_counter())
+                result.sent += 1
             answer = client.receive(wait)
-        except NoAnswerError:
+        except (NoAnswerError, ConnectionRefusedError):
             break
         except ProtocolError:
             result.wrong += 1

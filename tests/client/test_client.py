@@ -354,6 +354,21 @@ class BenchTest(ServerCase):
             r = crc.bench(c, 20, 4, handler="drop")
         self.assertEqual((r.sent, r.answered, r.wrong, r.lost), (4, 0, 0, 4))
 
+    def test_a_server_that_goes_away_loses_what_is_pending(self):
+        # A port nobody listens on: a send or receive finds it refused (ICMP port unreachable),
+        # as a load test does when the server stops under it. The requests sent are lost, and
+        # bench returns instead of raising.
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind(("127.0.0.1", 0))
+            address = "127.0.0.1:%d" % s.getsockname()[1]
+        with crc.Client(address, 2.0) as c:
+            t0 = time.monotonic()
+            r = crc.bench(c, 20, 4)
+        # How many went out before the refusal came back depends on when the kernel reports it.
+        self.assertGreaterEqual(r.sent, 1)
+        self.assertEqual((r.answered, r.wrong, r.lost), (0, 0, r.sent))
+        self.assertLess(time.monotonic() - t0, 1.5)  # refused at once, not after the timeout
+
     def test_other_handlers(self):
         with crc.Client(self.server.address, 2.0) as c:
             r = crc.bench(c, 50, 5, handler="sum_i32", payload=crc.encode_args(["i32:1,2"]))

@@ -336,10 +336,12 @@ class HandlersTest(RunCase):
         r = self.run_ok(self.pkg, "--call", "nosuch", status=2)
         self.assertEqual(r.stdout, "")
         self.assertEqual(r.stderr.splitlines(), [message])
+        # Refused from the package's manifest before any GPU is asked: the error document, no
+        # session (nothing was loaded, nothing sent).
         doc = self.run_json(self.pkg, "--call", "nosuch", "--arg", "hex:01", status=2)
-        self.assertEqual(doc["stats"]["requests"], 0, "a refused request was sent")
-        self.assertEqual(doc["calls"], [{"handler": "nosuch",
-                                         "error": message[len("cudaq-rt-run: error: "):]}])
+        self.assertEqual(doc["error"], message[len("cudaq-rt-run: error: "):])
+        self.assertEqual(doc["exit_status"], 2)
+        self.assertNotIn("stats", doc)
 
     def test_oversize_argument_refused(self):
         data = bytes(ROOM + 1)
