@@ -111,7 +111,7 @@ for n in ${JIT_START_HANDLERS:-5 100 1000 1000x64}; do
     echo "jit_start.sh: note: no device code for $n handlers in $b/bench/jit_start/n$n: skipped" >&2
     continue
   fi
-  cold=${cold_runs:-$([ "$n" -ge 1000 ] && echo 1 || echo 3)}
+  cold=${cold_runs:-$([ "${n%%x*}" -ge 1000 ] && echo 1 || echo 3)}
   d="$tmp/n$n"
   mkdir -p "$d"
 
