@@ -33,6 +33,7 @@ class BenchResult:
     answered: int = 0
     wrong: int = 0
     lost: int = 0
+    refused: bool = False  # it ended because the server's port was refused (the server is gone)
     seconds: float = 0.0
     latencies_us: list[float] = field(default_factory=list)
 
@@ -108,7 +109,10 @@ def bench(client: Client, count: int, inflight: int = 1, handler: str = "echo",
                 pending[rid] = (body, stamp, time.perf_counter())
                 result.sent += 1
             answer = client.receive(wait)
-        except (NoAnswerError, ConnectionRefusedError):
+        except NoAnswerError:
+            break
+        except ConnectionRefusedError:
+            result.refused = True
             break
         except ProtocolError:
             result.wrong += 1

@@ -7,6 +7,7 @@ cudaq-rt-run's."""
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import platform
@@ -198,6 +199,8 @@ def _exchange(client: Client, args: argparse.Namespace, plan: _Plan,
 
 def _bench(client: Client, args: argparse.Namespace, plan: _Plan, doc: dict[str, Any]) -> int:
     r = bench(client, args.bench, args.inflight or 1, args.call or "echo", plan.payload)
+    if r.refused:  # the server is gone: a failure to reach it, as before any answer
+        raise Failure(f"{escape(args.address)}: {os.strerror(errno.ECONNREFUSED)}")
     if args.json:
         doc["bench"] = r.as_json()
     else:

@@ -367,6 +367,7 @@ class BenchTest(ServerCase):
         # How many went out before the refusal came back depends on when the kernel reports it.
         self.assertGreaterEqual(r.sent, 1)
         self.assertEqual((r.answered, r.wrong, r.lost), (0, 0, r.sent))
+        self.assertTrue(r.refused)
         self.assertLess(time.monotonic() - t0, 1.5)  # refused at once, not after the timeout
 
     def test_other_handlers(self):
