@@ -5,6 +5,7 @@
 #include "package/package.h"
 #include "scratch_dir.h"
 
+#include "nvjitlink_major.h"
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -40,12 +41,7 @@ RealNvJitLink linked_nvjitlink() {
   return r;
 }
 
-const NvJitLinkMajor cuda13 = {13,
-                               0,
-                               "libnvJitLink.so.13",
-                               "nvidia/cu13/lib",
-                               NVJITLINK_ERROR_NULL_INPUT,
-                               NVJITLINK_ERROR_OUTDATED_LIBRARY};
+using test_majors::cuda13;
 
 std::shared_ptr<const LinkCache> cache_in(const std::filesystem::path &dir) {
   CacheConfig c;

@@ -7,6 +7,7 @@
 #include "scratch_dir.h"
 #include "unit_files.h"
 
+#include "nvjitlink_major.h"
 #include <doctest/doctest.h>
 
 #include <cstddef>
@@ -21,12 +22,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const NvJitLinkMajor cuda13 = {13,
-                               0,
-                               "libnvJitLink.so.13",
-                               "nvidia/cu13/lib",
-                               NVJITLINK_ERROR_NULL_INPUT,
-                               NVJITLINK_ERROR_OUTDATED_LIBRARY};
+using test_majors::cuda13;
 
 const std::string toolkit_library = CUDAQ_RT_TEST_CUDA_LIBDIR "/libnvJitLink.so.13";
 

@@ -11,6 +11,7 @@
 #include "package/package.h"
 #include "scratch_dir.h"
 
+#include "nvjitlink_major.h"
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -25,12 +26,7 @@ extern "C" const uint8_t cudaq_rt_unit_probe_fatbin_end[];
 
 namespace {
 
-const NvJitLinkMajor cuda13 = {13,
-                               0,
-                               "libnvJitLink.so.13",
-                               "nvidia/cu13/lib",
-                               NVJITLINK_ERROR_NULL_INPUT,
-                               NVJITLINK_ERROR_OUTDATED_LIBRARY};
+using test_majors::cuda13;
 
 // The process's nvJitLink as the interposer's real library.
 RealNvJitLink process_library() {
