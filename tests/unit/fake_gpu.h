@@ -64,10 +64,12 @@ public:
   // A handler's pointer global holds 0xab00000000 + where the global is.
   cudaq_rt::Status copy_from_device(std::span<uint8_t> dst, GpuPointer src) override {
     std::memset(dst.data(), 0xab, dst.size());
-    if (dst.size() == sizeof(GpuPointer)) {
-      const GpuPointer address = 0xab00000000 + src;
-      std::memcpy(dst.data(), &address, sizeof address);
-    }
+    // The handlers' pointer globals (0x10000 on), read one by one or as a span.
+    if (src >= 0x10000 && src < 0x20000)
+      for (size_t at = 0; at + sizeof(GpuPointer) <= dst.size(); at += sizeof(GpuPointer)) {
+        const GpuPointer address = 0xab00000000 + src + at;
+        std::memcpy(dst.data() + at, &address, sizeof address);
+      }
     return cudaq_rt::Status::ok();
   }
   cudaq_rt::Expected<cudaq_rt::GpuStream> create_stream() override {

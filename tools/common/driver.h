@@ -81,12 +81,19 @@ inline std::atomic<bool> &stop_requested() {
   static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
   return requested;
 }
+// Set by SIGHUP once catch_stop_signals() ran: a service reloads what it serves.
+inline std::atomic<bool> &reload_requested() {
+  static std::atomic<bool> requested{false};
+  return requested;
+}
 inline void catch_stop_signals() {
   struct sigaction sa {};
   sa.sa_handler = [](int) { stop_requested().store(true, std::memory_order_release); };
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  sa.sa_handler = [](int) { reload_requested().store(true, std::memory_order_release); };
+  sigaction(SIGHUP, &sa, nullptr);
 }
 
 // Parses argv; returns an exit status to return at once, or -1 to go on.

@@ -35,7 +35,7 @@ void add_options(CLI::App &app, RunArgs &a) {
       ->group("What");
   auto *serve_opt = app.add_flag("--serve", a.serve,
                                  "Serve clients through a self-fed bridge (default udp) until "
-                                 "SIGINT, SIGTERM or a bound")
+                                 "SIGINT, SIGTERM or a bound; SIGHUP reloads")
                         ->group("What");
   driver::add_optional(app, "--count", a.count, "--serve: stop after N requests were answered")
       ->group("What");
@@ -43,6 +43,10 @@ void add_options(CLI::App &app, RunArgs &a) {
       ->group("What");
   driver::add_optional(app, "--stats-interval", a.stats_interval_s,
                        "--serve: print the live counters every S seconds")
+      ->group("What");
+  driver::add_optional(app, "--watch", a.watch_s,
+                       "--serve: reload when the package or a --global file changes, looked at "
+                       "every S seconds")
       ->group("What");
   auto *list_opt =
       app.add_flag("--list", a.list, "List the handlers and the cubin this GPU would load")
@@ -128,7 +132,8 @@ int tool_main(int argc, char **argv) {
   }
   if (options->action == RunAction::serve)
     driver::catch_stop_signals();
-  const RunOutcome outcome = run(*options, output, driver::stop_requested());
+  const RunOutcome outcome =
+      run(*options, output, driver::stop_requested(), &driver::reload_requested());
   if (outcome.exit_at_once) {
     // A kernel may still run: returning would run exit-time cleanup that waits for it.
     std::_Exit(driver::flushed(tool, outcome.status));

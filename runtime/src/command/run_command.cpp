@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <iostream>
 
@@ -62,7 +63,8 @@ std::optional<Error> check_serve_bounds(const RunArgs &args) {
   const std::pair<const char *, bool> bounds[] = {
       {"--count", args.count.has_value()},
       {"--duration", args.duration_s.has_value()},
-      {"--stats-interval", args.stats_interval_s.has_value()}};
+      {"--stats-interval", args.stats_interval_s.has_value()},
+      {"--watch", args.watch_s.has_value()}};
   for (const auto &[name, given] : bounds)
     if (given && !args.serve)
       return usage(cat(name, " needs --serve"));
@@ -411,11 +413,46 @@ int list_package(const RunOptions &options, ToolOutput &output, Gpu &gpu) {
   return preview->loadable() ? run_exit_ok : run_exit_failure;
 }
 
-// --serve: every GPU behind its own bridge instance until `stop`, a bound or a failure.
-RunOutcome serve(const RunOptions &options, ToolOutput &output, const std::atomic<bool> &stop,
-                 Gpu &gpu) {
+Expected<RunOptions> resolve_package(const RunOptions &given, ToolOutput &output,
+                                     std::optional<PackageArgument> &layout);
+
+// What a reload of a --serve session loads: the package as named resolved again (an oci:// tag
+// pulled again, a layout copied again) and the --global values read again. The copies of the
+// layouts loaded stay until the session ends.
+ReloadSource reload_source(const RunOptions &given, ToolOutput &output) {
+  ReloadSource r;
+  auto layouts = std::make_shared<std::deque<PackageArgument>>();
+  r.next = [given, &output, layouts]() -> Expected<LoadOptions> {
+    std::optional<PackageArgument> layout;
+    auto resolved = resolve_package(given, output, layout);
+    if (!resolved)
+      return std::move(resolved).take_error();
+    LoadOptions load = resolved->load;
+    load.globals.clear();
+    for (const std::string &spec : given.global_specs) {
+      auto value = parse_global(spec, parse_bound);
+      if (!value)
+        return std::move(value).take_error();
+      load.globals.push_back(std::move(*value));
+    }
+    if (layout)
+      layouts->push_back(std::move(*layout));
+    return load;
+  };
+  if (given.watch_s > 0) {
+    r.fingerprint = [given] { return run_fingerprint(given); };
+    r.watch_interval_s = given.watch_s;
+  }
+  return r;
+}
+
+// --serve: every GPU behind its own bridge instance until `stop`, a bound or a failure; reloaded
+// on `reload` (SIGHUP) and, with --watch, when what it loads changes.
+RunOutcome serve(const RunOptions &given, const RunOptions &options, ToolOutput &output,
+                 const std::atomic<bool> &stop, std::atomic<bool> *reload, Gpu &gpu) {
   ServeOptions serve_options = options.serve;
   serve_options.load = options.load;
+  serve_options.reload = reload_source(given, output);
   if (options.all_devices) {
     auto devices = parse_devices("all", gpu);
     if (!devices)
@@ -433,10 +470,19 @@ RunOutcome serve(const RunOptions &options, ToolOutput &output, const std::atomi
                          cubin_source_name(g.report.source)));
   }
   output.flush();
-  ServeReport report = (*service)->run(stop, [&output](const ServeReport &live) {
+  Service::Hooks hooks;
+  hooks.tick = [&output](const ServeReport &live) {
     output.err(format_serve_report(live, false));
     output.flush();
-  });
+  };
+  hooks.reload = reload;
+  hooks.reloaded = [&output](const ReloadRecord &r) {
+    output.err(cat(tool, ": ", format_reload(r), "\n"));
+    for (const std::string &w : r.warnings)
+      output.warn(w);
+    output.flush();
+  };
+  ServeReport report = (*service)->run(stop, hooks);
   const int status = report.errors.empty() ? run_exit_ok : run_exit_failure;
   for (const Error &e : report.errors)
     output.fail(e);
@@ -504,6 +550,10 @@ Expected<RunOptions> make_run_options(RunArgs args) {
       return usage(value.error().str());
     o.load.globals.push_back(std::move(*value));
   }
+  o.global_specs = args.globals;
+  if (args.watch_s && !(*args.watch_s > 0 && *args.watch_s <= 86400))
+    return usage("--watch: the interval must be above 0 and at most 86400 seconds");
+  o.watch_s = args.watch_s.value_or(0);
   if (args.call) {
     auto payload = encode_args(args.args, parse_bound);
     if (!payload)
@@ -644,40 +694,81 @@ Expected<StoredPackage> registry_package(const RunOptions &options, ToolOutput &
   return got;
 }
 
+// The package as named, made into a directory to open: an oci:// reference pulled into the store,
+// an OCI image layout another tool wrote copied and checked (`layout` holds the copy), else the
+// directory itself. The same at the start and at each reload.
+Expected<RunOptions> resolve_package(const RunOptions &given, ToolOutput &output,
+                                     std::optional<PackageArgument> &layout) {
+  const std::string named = given.load.package.string();
+  RunOptions resolved = given;
+  if (is_oci_reference(named)) {
+    auto got = registry_package(given, output);
+    if (!got)
+      return std::move(got).take_error();
+    resolved.load.package = got->package;
+    resolved.load.blob_source = got->source;
+  } else if (is_copied_package_argument(named)) {
+    auto copy = package_argument(named, given.load.trust.trusted.get());
+    if (!copy)
+      return std::move(copy).take_error();
+    if (given.verbose)
+      output.note(cat(escape(named), "@", copy->image_manifest->str(), ": copied into ",
+                      escape(copy->package.string())));
+    resolved.load.package = copy->package;
+    layout.emplace(std::move(*copy));
+  }
+  return resolved;
+}
+
 } // namespace
 
+Expected<std::string> run_fingerprint(const RunOptions &options) {
+  const std::string named = options.load.package.string();
+  std::string text;
+  if (is_oci_reference(named)) {
+    auto got = package_from_reference(named, options.load.cache, options.offline);
+    if (!got)
+      return std::move(got).take_error();
+    text = got->manifest.str();
+  } else {
+    // A layout's index names its images by digest; a package's manifest, its blobs.
+    std::filesystem::path file = options.load.package / "manifest.json";
+    if (is_layout_reference(named) || is_copied_package_argument(named)) {
+      auto ref = LayoutRef::parse(named);
+      if (!ref)
+        return std::move(ref).take_error();
+      file = ref->dir / "index.json";
+    }
+    std::ifstream in(file, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    if (!in && !in.eof())
+      return make_error(file.string(), "cannot read: ", std::strerror(errno));
+    if (bytes.empty())
+      return make_error(file.string(), "cannot read, or empty");
+    text = sha256(std::span(reinterpret_cast<const uint8_t *>(bytes.data()), bytes.size())).str();
+  }
+  for (const std::string &spec : options.global_specs) {
+    auto value = parse_global(spec, parse_bound);
+    if (!value)
+      return std::move(value).take_error();
+    text += cat(" ", value->name, "=", sha256(value->bytes).str());
+  }
+  return text;
+}
+
 RunOutcome run(const RunOptions &asked, ToolOutput &output, const std::atomic<bool> &stop,
-               Gpu &gpu) {
+               std::atomic<bool> *reload, Gpu &gpu) {
   RunOptions given = asked;
   auto trust =
       resolve_trust(asked.trust, [](const char *var) -> const char * { return std::getenv(var); });
   if (!trust)
     return {fail_to_load(asked, output, trust.error())};
   given.load.trust = std::move(*trust);
-  RunOptions resolved;
-  const std::string named = given.load.package.string();
-  const bool from_registry = is_oci_reference(named);
-  // An OCI image layout another tool wrote: copied, checked as a pull checks, then loaded.
   std::optional<PackageArgument> layout;
-  if (from_registry) {
-    auto got = registry_package(given, output);
-    if (!got)
-      return {fail_to_load(given, output, got.error())};
-    resolved = given;
-    resolved.load.package = got->package;
-    resolved.load.blob_source = got->source;
-  } else if (is_copied_package_argument(named)) {
-    auto copy = package_argument(named, given.load.trust.trusted.get());
-    if (!copy)
-      return {fail_to_load(given, output, copy.error())};
-    if (given.verbose)
-      output.note(cat(escape(named), "@", copy->image_manifest->str(), ": copied into ",
-                      escape(copy->package.string())));
-    resolved = given;
-    resolved.load.package = copy->package;
-    layout.emplace(std::move(*copy));
-  }
-  const RunOptions &options = from_registry || layout ? resolved : given;
+  auto resolved = resolve_package(given, output, layout);
+  if (!resolved)
+    return {fail_to_load(given, output, resolved.error())};
+  const RunOptions &options = *resolved;
   // A module that CUDA loads lazily while the persistent kernel runs can deadlock behind it: a
   // run session owns its process's CUDA state, so everything loads eagerly (the load path forces
   // its own module either way; this covers the bridge's).
@@ -685,7 +776,7 @@ RunOutcome run(const RunOptions &asked, ToolOutput &output, const std::atomic<bo
   if (options.action == RunAction::list)
     return {list_package(options, output, gpu)};
   if (options.action == RunAction::serve)
-    return serve(options, output, stop, gpu);
+    return serve(given, options, output, stop, reload, gpu);
   return run_requests(options, output, gpu);
 }
 

@@ -43,6 +43,7 @@ struct RunArgs {
   std::optional<uint64_t> count; // --serve's bounds
   std::optional<double> duration_s;
   std::optional<double> stats_interval_s;
+  std::optional<double> watch_s; // --watch SECONDS: reload when the package or a global changes
   bool list = false;
   std::vector<std::string> globals; // --global NAME=SPEC
   std::string device = "0";         // an ordinal, a list or "all"
@@ -82,6 +83,8 @@ struct RunOptions {
   uint32_t inflight = 1;
   // --serve's devices and bounds; its `load` is `load`, copied when serving starts.
   ServeOptions serve;
+  std::vector<std::string> global_specs; // --global as given: read again at each reload
+  double watch_s = 0;                    // --watch
   // --device all: the GPUs are counted when serving starts (asking the driver).
   bool all_devices = false;
   double timeout_s = 10;
@@ -129,8 +132,18 @@ struct RunOutcome {
 };
 
 // Does what the options say on `gpu`, writing to `output`. Serving stops when `stop` turns true
-// (the tool's SIGINT and SIGTERM handler sets it); other actions ignore it.
+// (the tool's SIGINT and SIGTERM handler sets it), and reloads when `reload` does (SIGHUP's);
+// other actions ignore both.
 RunOutcome run(const RunOptions &options, ToolOutput &output, const std::atomic<bool> &stop,
-               Gpu &gpu = driver_gpu());
+               std::atomic<bool> *reload, Gpu &gpu = driver_gpu());
+inline RunOutcome run(const RunOptions &options, ToolOutput &output, const std::atomic<bool> &stop,
+                      Gpu &gpu = driver_gpu()) {
+  return run(options, output, stop, nullptr, gpu);
+}
+
+// --watch's fingerprint of what a session loads: the package as named (a package directory's
+// manifest, an OCI layout's index, an oci:// tag's manifest digest) and the bytes of its
+// --global values (their files read again). Two equal fingerprints: nothing to reload.
+Expected<std::string> run_fingerprint(const RunOptions &options);
 
 } // namespace cudaq_rt

@@ -32,6 +32,7 @@ struct DefinedSymbol {
   llvm::StringRef name;
   uint8_t type;   // STT_*
   uint32_t flags; // llvm::object::BasicSymbolRef::SF_*
+  uint64_t size;  // st_size
 };
 
 // Calls `each` for every defined symbol of `elf`; a symbol whose name, flags or section cannot be
@@ -53,7 +54,7 @@ Status for_each_defined_symbol(const llvm::object::ELF64LEObjectFile &elf,
       return make_error(subject, "linked output has a malformed symbol table");
     }
     if (*section != elf.section_end())
-      each(DefinedSymbol{*name, sym.getELFType(), *flags});
+      each(DefinedSymbol{*name, sym.getELFType(), *flags, sym.getSize()});
   }
   return Status::ok();
 }
@@ -93,8 +94,10 @@ Expected<CubinInfo> read_cubin(std::span<const uint8_t> cubin, const std::string
   Status st = for_each_defined_symbol(*elf, subject, [&](const DefinedSymbol &s) {
     if (s.type == llvm::ELF::STT_FUNC)
       info.functions.insert(s.name.str());
-    else if (s.type == llvm::ELF::STT_OBJECT || s.type == llvm::ELF::STT_COMMON)
+    else if (s.type == llvm::ELF::STT_OBJECT || s.type == llvm::ELF::STT_COMMON) {
       info.variables.insert(s.name.str());
+      info.variable_sizes[s.name.str()] = s.size;
+    }
   });
   if (!st)
     return st.error();

@@ -4,6 +4,7 @@
 #include "cudaq_rt/error.h"
 
 #include <cstdint>
+#include <map>
 #include <set>
 #include <span>
 #include <string>
@@ -16,6 +17,7 @@ struct CubinInfo {
   bool relocatable = false;        // ET_REL: one unit compiled alone, not a loadable module
   std::set<std::string> functions; // defined function symbols (kernels and device functions)
   std::set<std::string> variables; // defined object symbols (globals)
+  std::map<std::string, uint64_t> variable_sizes; // their sizes in bytes, from the symbol table
 };
 
 // Reads a cubin's ELF header and symbol table (libObject). Not an NVIDIA CUDA ELF is an error.

@@ -678,7 +678,7 @@ int cudaq_rt_start(cudaq_rt_server *s) {
     auto table = s->launch_table();
     if (!table)
       return fail(CUDAQ_RT_E_REFUSED, table.error());
-    if (auto st = s->server->set_function_table(*table); !st)
+    if (auto st = s->server->set_function_table(*table, s->custom_table); !st)
       return fail(CUDAQ_RT_E_REFUSED, st.error());
     if (auto st = s->server->relaunch(); !st)
       return fail(CUDAQ_RT_E_FAILED, st.error());

@@ -6,12 +6,17 @@
 // entry point is then taken from cuGetProcAddress at the CUDA version these headers describe, so
 // that the _v2 variants the headers' macros name are the ones called.
 //
-// Eager loading: cuLibraryLoadData loads lazily when CUDA_MODULE_LOADING is LAZY (the default
-// since CUDA 12.2): the module reaches a context only when a kernel or global is first used
-// there, and a load that happens while the persistent dispatch kernel runs can deadlock behind it
-// (CUDA-Q realtime saw this and forces EAGER process-wide). kernel() therefore takes the kernel's
-// function in the current context and loads it with cuFuncLoad, and global() resolves in that
-// context too; the launcher calls both for everything it needs before it launches.
+// Modules, not libraries: cuModuleLoadData loads a cubin into the current context only, where
+// cuLibraryLoadData (under CUDA_MODULE_LOADING=EAGER, which cudaq-rt-run sets) loads it into every
+// context of the process. Loading code into a context waits for a kernel running there (measured
+// on the H200, bench/probe/load_while_serving.cu: cuModuleLoadData, a library's first use in a
+// context, an unload and cuMemFree all wait; an allocation and a copy on another non-blocking
+// stream do not), so a library would wait for every GPU's persistent kernel, while a module waits
+// only for its own GPU's: a reload swaps one GPU's code while the others serve. Under CUDA's lazy
+// loading (the default since 12.2) a module's function reaches the context on first use, which
+// would wait behind a kernel already running there: kernel() loads the kernel's function at once
+// (cuFuncLoad) and global() resolves in the current context, and the launcher calls both for
+// everything it needs before it launches.
 #include "load/gpu.h"
 
 #include <cuda.h>
@@ -36,11 +41,10 @@ struct DriverApi {
   decltype(&cuDevicePrimaryCtxRetain) primaryCtxRetain = nullptr;
   decltype(&cuCtxSetCurrent) ctxSetCurrent = nullptr;
   decltype(&cuStreamGetCtx) streamGetCtx = nullptr;
-  decltype(&cuLibraryLoadData) libraryLoadData = nullptr;
-  decltype(&cuLibraryUnload) libraryUnload = nullptr;
-  decltype(&cuLibraryGetKernel) libraryGetKernel = nullptr;
-  decltype(&cuLibraryGetGlobal) libraryGetGlobal = nullptr;
-  decltype(&cuKernelGetFunction) kernelGetFunction = nullptr;
+  decltype(&cuModuleLoadData) moduleLoadData = nullptr;
+  decltype(&cuModuleUnload) moduleUnload = nullptr;
+  decltype(&cuModuleGetFunction) moduleGetFunction = nullptr;
+  decltype(&cuModuleGetGlobal) moduleGetGlobal = nullptr;
   decltype(&cuFuncLoad) funcLoad = nullptr;
   decltype(&cuMemAlloc) memAlloc = nullptr;
   decltype(&cuMemFree) memFree = nullptr;
@@ -94,11 +98,10 @@ const Expected<DriverApi> &driver_api() {
     resolve(a.primaryCtxRetain, "cuDevicePrimaryCtxRetain");
     resolve(a.ctxSetCurrent, "cuCtxSetCurrent");
     resolve(a.streamGetCtx, "cuStreamGetCtx");
-    resolve(a.libraryLoadData, "cuLibraryLoadData");
-    resolve(a.libraryUnload, "cuLibraryUnload");
-    resolve(a.libraryGetKernel, "cuLibraryGetKernel");
-    resolve(a.libraryGetGlobal, "cuLibraryGetGlobal");
-    resolve(a.kernelGetFunction, "cuKernelGetFunction");
+    resolve(a.moduleLoadData, "cuModuleLoadData");
+    resolve(a.moduleUnload, "cuModuleUnload");
+    resolve(a.moduleGetFunction, "cuModuleGetFunction");
+    resolve(a.moduleGetGlobal, "cuModuleGetGlobal");
     resolve(a.funcLoad, "cuFuncLoad");
     resolve(a.memAlloc, "cuMemAlloc");
     resolve(a.memFree, "cuMemFree");
@@ -211,26 +214,21 @@ public:
   }
 
   Expected<GpuLibrary> load(std::span<const uint8_t> image) override {
-    CUlibrary lib = nullptr;
-    if (CUresult rc =
-            api().libraryLoadData(&lib, image.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
-        rc != CUDA_SUCCESS)
-      return failure("loading the cubin (cuLibraryLoadData)", rc);
-    return static_cast<GpuLibrary>(lib);
+    CUmodule module = nullptr;
+    if (CUresult rc = api().moduleLoadData(&module, image.data()); rc != CUDA_SUCCESS)
+      return failure("loading the cubin (cuModuleLoadData)", rc);
+    return static_cast<GpuLibrary>(module);
   }
 
-  void unload(GpuLibrary library) override { api().libraryUnload(static_cast<CUlibrary>(library)); }
+  void unload(GpuLibrary library) override { api().moduleUnload(static_cast<CUmodule>(library)); }
 
   Expected<GpuFunction> kernel(GpuLibrary library, const std::string &name) override {
-    CUkernel k = nullptr;
-    CUresult rc = api().libraryGetKernel(&k, static_cast<CUlibrary>(library), name.c_str());
+    CUfunction f = nullptr;
+    CUresult rc = api().moduleGetFunction(&f, static_cast<CUmodule>(library), name.c_str());
     if (rc == CUDA_ERROR_NOT_FOUND)
       return make_error("", "the module has no kernel ", name);
     if (rc != CUDA_SUCCESS)
-      return failure(cat("kernel ", name, " (cuLibraryGetKernel)"), rc);
-    CUfunction f = nullptr;
-    if ((rc = api().kernelGetFunction(&f, k)) != CUDA_SUCCESS)
-      return failure(cat("kernel ", name, " (cuKernelGetFunction)"), rc);
+      return failure(cat("kernel ", name, " (cuModuleGetFunction)"), rc);
     if ((rc = api().funcLoad(f)) != CUDA_SUCCESS)
       return failure(cat("kernel ", name, " (cuFuncLoad)"), rc);
     return static_cast<GpuFunction>(f);
@@ -239,11 +237,11 @@ public:
   Expected<std::optional<GpuGlobal>> global(GpuLibrary library, const std::string &name) override {
     CUdeviceptr p = 0;
     size_t size = 0;
-    CUresult rc = api().libraryGetGlobal(&p, &size, static_cast<CUlibrary>(library), name.c_str());
+    CUresult rc = api().moduleGetGlobal(&p, &size, static_cast<CUmodule>(library), name.c_str());
     if (rc == CUDA_ERROR_NOT_FOUND)
       return std::optional<GpuGlobal>();
     if (rc != CUDA_SUCCESS)
-      return failure(cat("global ", name, " (cuLibraryGetGlobal)"), rc);
+      return failure(cat("global ", name, " (cuModuleGetGlobal)"), rc);
     return std::optional<GpuGlobal>(GpuGlobal{static_cast<GpuPointer>(p), size});
   }
 

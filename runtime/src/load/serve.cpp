@@ -200,6 +200,9 @@ struct Service::Worker {
   LoadReport report;
   std::string address;
   bool self_fed = true;
+  // Work for the worker's thread, where the GPU's context and the server live (a reload's swap);
+  // the caller waits for it.
+  std::function<void(Server &)> task;
 
   void body(LoadOptions options, Gpu &gpu, Shared &shared) {
     // Loaded only: every GPU's module is loaded before any kernel runs (Server::load).
@@ -242,10 +245,23 @@ struct Service::Worker {
     }
     cv.notify_all();
     while (launched) {
+      std::function<void(Server &)> work;
       {
         std::unique_lock lock(m);
-        if (cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return stop_requested; }))
-          break;
+        if (cv.wait_for(lock, std::chrono::milliseconds(20),
+                        [&] { return stop_requested || task != nullptr; })) {
+          if (stop_requested)
+            break;
+          work = std::move(task);
+        }
+      }
+      if (work) {
+        work(*s);
+        std::lock_guard lock(m);
+        task = nullptr;
+        report = s->report();
+        cv.notify_all();
+        continue;
       }
       if (Status st = s->check(); !st) {
         std::lock_guard lock(m);
@@ -262,7 +278,9 @@ struct Service::Worker {
       final_counters = std::move(last);
       report = s->report();
       server = nullptr;
+      task = nullptr; // a reload that asked too late: run_on_thread answers false
     }
+    cv.notify_all();
     // Every kernel stops before any GPU's module is freed; after a hang, nothing is freed (the
     // process is about to end, and freeing would wait for the hung kernel).
     std::unique_lock lock(shared.m);
@@ -290,6 +308,26 @@ struct Service::Worker {
   bool failed() const {
     std::lock_guard lock(m);
     return error.has_value();
+  }
+
+  // Runs `work` on the worker's thread and waits for it; false when the worker no longer serves.
+  bool run_on_thread(std::function<void(Server &)> work) {
+    std::unique_lock lock(m);
+    if (!server || stop_requested)
+      return false;
+    bool done = false;
+    task = [&, work = std::move(work)](Server &s) {
+      work(s);
+      done = true;
+    };
+    cv.notify_all();
+    cv.wait(lock, [&] { return done || (!server && task == nullptr); });
+    return done;
+  }
+
+  Server *serving() const {
+    std::lock_guard lock(m);
+    return server;
   }
 
   ServeCounters counters() const {
@@ -367,8 +405,8 @@ std::vector<ServeCounters> Service::snapshot() const {
   return out;
 }
 
-ServeReport Service::run(const std::atomic<bool> &stop,
-                         const std::function<void(const ServeReport &)> &tick) {
+ServeReport Service::run(const std::atomic<bool> &stop, const Hooks &hooks) {
+  const auto &tick = hooks.tick;
   const auto t0 = Clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   auto live = [&] {
@@ -380,12 +418,39 @@ ServeReport Service::run(const std::atomic<bool> &stop,
       r.total.add(counters[i]);
     }
     r.seconds = elapsed();
+    r.reloads = reloads_;
     return r;
   };
   double next_tick = options_.stats_interval_s;
+  const ReloadSource &source = options_.reload;
+  const bool watching = source.watch_interval_s > 0 && source.fingerprint;
+  double next_watch = source.watch_interval_s;
+  std::optional<std::string> seen; // the fingerprint the running code was loaded from
+  if (watching)
+    if (auto fp = source.fingerprint())
+      seen = *fp;
+  auto reload_now = [&](const std::string &trigger) {
+    ReloadRecord record = reload(trigger);
+    if (hooks.reloaded)
+      hooks.reloaded(record);
+  };
   std::string stopped_by;
   while (stopped_by.empty()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (hooks.reload && hooks.reload->exchange(false, std::memory_order_acq_rel) &&
+        !stop.load(std::memory_order_acquire))
+      reload_now("signal");
+    if (watching && elapsed() >= next_watch) {
+      next_watch = elapsed() + source.watch_interval_s;
+      // A change is reloaded once: a package that is refused is not tried again until it
+      // changes again.
+      if (auto fp = source.fingerprint(); fp && (!seen || *fp != *seen)) {
+        const bool first = !seen;
+        seen = *fp;
+        if (!first)
+          reload_now("watch");
+      }
+    }
     if (stop.load(std::memory_order_acquire))
       stopped_by = "signal";
     else if (std::any_of(workers_.begin(), workers_.end(), [](auto &w) { return w->failed(); }))
@@ -409,6 +474,7 @@ ServeReport Service::run(const std::atomic<bool> &stop,
   r.stopped_by = stopped_by;
   r.seconds = seconds;
   r.gpus = instances_;
+  r.reloads = reloads_;
   for (size_t i = 0; i < workers_.size(); ++i) {
     Worker &w = *workers_[i];
     r.gpus[i].counters = w.final_counters;
@@ -422,6 +488,109 @@ ServeReport Service::run(const std::atomic<bool> &stop,
     }
   }
   return r;
+}
+
+ReloadRecord Service::reload(const std::string &trigger) {
+  const auto t0 = Clock::now();
+  auto since = [](Clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+  };
+  ReloadRecord rec;
+  rec.at_s = std::chrono::duration<double>(t0 - started_at_).count();
+  rec.trigger = trigger;
+  auto on_gpu = [&](size_t i, const Error &e) {
+    return workers_.size() > 1 ? cat("GPU ", options_.devices[i], ": ", e.str()) : e.str();
+  };
+  auto finish = [&](std::string outcome, std::string why) {
+    rec.outcome = std::move(outcome);
+    rec.why = std::move(why);
+    rec.duration_ms = since(t0);
+    reloads_.push_back(rec);
+    return rec;
+  };
+  Expected<LoadOptions> next =
+      options_.reload.next ? options_.reload.next() : Expected<LoadOptions>(options_.load);
+  if (!next)
+    return finish("refused", next.error().str());
+  rec.package = next->package.string();
+
+  // Every GPU's next code staged, with every GPU serving: a refusal on any swaps none.
+  std::vector<StagedLoad> staged;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    Server *server = workers_[i]->serving();
+    if (!server)
+      return finish("refused", cat("GPU ", options_.devices[i], " is not serving"));
+    LoadOptions o = *next;
+    o.device = options_.devices[i];
+    o.bridge_instance = uint32_t(i);
+    auto st = server->stage(o);
+    if (!st)
+      return finish("refused", on_gpu(i, st.error()));
+    for (const std::string &w : st->report.warnings)
+      if (std::find(rec.warnings.begin(), rec.warnings.end(), w) == rec.warnings.end())
+        rec.warnings.push_back(w);
+    staged.push_back(std::move(*st));
+  }
+  rec.manifest = staged.front().manifest.str();
+  rec.stage_ms = since(t0);
+  bool unchanged = true;
+  for (size_t i = 0; i < workers_.size(); ++i)
+    unchanged = unchanged && workers_[i]->serving() && workers_[i]->serving()->serves(staged[i]);
+  if (unchanged)
+    return finish("unchanged", "the same manifest, cubin and globals are serving");
+  const bool globals_only =
+      std::all_of(staged.begin(), staged.end(), [](const StagedLoad &s) { return s.globals_only; });
+
+  // One GPU at a time: the others answer while it swaps.
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    std::optional<Expected<SwapTimes>> swapped;
+    const bool ran = workers_[i]->run_on_thread(
+        [&](Server &server) { swapped.emplace(server.swap(std::move(staged[i]))); });
+    if (!ran || !*swapped) {
+      std::string why =
+          ran ? on_gpu(i, swapped->error()) : cat("GPU ", options_.devices[i], " stopped serving");
+      if (i > 0)
+        why += cat(" (GPUs ", options_.devices[0], " to ", options_.devices[i - 1],
+                   " serve the new code, the others the old)");
+      return finish("failed", why);
+    }
+    rec.swaps.push_back(**swapped);
+    std::lock_guard lock(workers_[i]->m);
+    instances_[i].report = workers_[i]->report;
+  }
+  options_.load = *next;
+  return finish(globals_only ? "globals" : "swapped", "");
+}
+
+std::string format_reload(const ReloadRecord &r) {
+  std::ostringstream out;
+  char text[160];
+  out << "reload (" << r.trigger << "): " << r.outcome;
+  if (r.done()) {
+    double max_gap = 0;
+    for (const SwapTimes &t : r.swaps)
+      max_gap = std::max(max_gap, t.gap_ms());
+    std::snprintf(text, sizeof text, ": %s in %.1f ms (staged in %.1f ms, gap %.3f ms)",
+                  r.package.c_str(), r.duration_ms, r.stage_ms, max_gap);
+    out << text;
+  } else if (!r.why.empty()) {
+    out << ": " << r.why;
+  }
+  if (r.outcome == "refused" || r.outcome == "failed")
+    out << "; the old code serves on";
+  return out.str();
+}
+
+nlohmann::json reload_json(const ReloadRecord &r) {
+  nlohmann::json swaps = nlohmann::json::array();
+  for (const SwapTimes &t : r.swaps)
+    swaps.push_back({{"hold_ms", t.hold_ms},
+                     {"swap_ms", t.swap_ms},
+                     {"launch_ms", t.launch_ms},
+                     {"gap_ms", t.gap_ms()}});
+  return {{"at_s", r.at_s},         {"trigger", r.trigger},         {"outcome", r.outcome},
+          {"why", r.why},           {"package", r.package},         {"manifest", r.manifest},
+          {"stage_ms", r.stage_ms}, {"duration_ms", r.duration_ms}, {"swaps", swaps}};
 }
 
 std::string format_serve_report(const ServeReport &r, bool final_report) {
@@ -468,6 +637,22 @@ std::string format_serve_report(const ServeReport &r, bool final_report) {
     line(cat("GPU ", g.device, " (", g.address, ")"), g.counters);
   if (r.gpus.size() > 1)
     line("total", r.total);
+  if (final_report && !r.reloads.empty()) {
+    size_t done = 0, refused = 0, unchanged = 0;
+    double max_gap = 0;
+    for (const ReloadRecord &rr : r.reloads) {
+      done += rr.done();
+      refused += rr.outcome == "refused" || rr.outcome == "failed";
+      unchanged += rr.outcome == "unchanged";
+      for (const SwapTimes &t : rr.swaps)
+        max_gap = std::max(max_gap, t.gap_ms());
+    }
+    char text[160];
+    std::snprintf(text, sizeof text,
+                  "reloads: %zu done, %zu refused, %zu unchanged; longest gap %.3f ms\n", done,
+                  refused, unchanged, max_gap);
+    out << text;
+  }
   return out.str();
 }
 
@@ -507,11 +692,11 @@ nlohmann::json serve_report_json(const ServeReport &r) {
   nlohmann::json errors = nlohmann::json::array();
   for (const Error &e : r.errors)
     errors.push_back(e.str());
-  return {{"seconds", r.seconds},
-          {"stopped_by", r.stopped_by},
-          {"gpus", gpus},
-          {"total", counters(r.total)},
-          {"errors", errors}};
+  nlohmann::json reloads = nlohmann::json::array();
+  for (const ReloadRecord &rr : r.reloads)
+    reloads.push_back(reload_json(rr));
+  return {{"seconds", r.seconds},       {"stopped_by", r.stopped_by}, {"gpus", gpus},
+          {"total", counters(r.total)}, {"errors", errors},           {"reloads", reloads}};
 }
 
 } // namespace cudaq_rt

@@ -23,6 +23,8 @@
 // within the timeout is hung; its memory is then never freed, since freeing it would wait for it.
 #include "load/server.h"
 
+#include "load/load_steps.h"
+
 #include "base/clock.h"
 #include "cudaq_rt/wire.h"
 #include "link/builtin_dispatcher.h"
@@ -45,19 +47,6 @@ namespace {
 constexpr size_t control_bytes = 4096;
 constexpr size_t stats_offset = 64;
 
-// Steps 1 and 2, which start() and preview_load() share: the GPU, the package and its plan, the
-// cache, the arch to find a cubin for.
-struct LoadPlan {
-  GpuDevice device;
-  Package package;
-  LinkPlan plan;
-  LinkCache cache;
-  TargetArch arch;
-  std::vector<std::string> warnings;
-  double context_ms = 0;
-  double open_ms = 0;
-};
-
 // Under --trust, the package must carry a valid signature by a trusted key.
 Status check_trusted(const Package &package, const LoadOptions &opt) {
   const TrustedKeys *trusted = opt.trust.trusted.get();
@@ -68,7 +57,9 @@ Status check_trusted(const Package &package, const LoadOptions &opt) {
   return Status::ok();
 }
 
-Expected<LoadPlan> prepare(const LoadOptions &opt, Gpu &gpu, bool ask_gpu = true) {
+} // namespace
+
+Expected<LoadPlan> prepare(const LoadOptions &opt, Gpu &gpu, bool ask_gpu) {
   // The package and its plan come before the GPU: what is wrong with them (no package, a
   // dispatch kernel or bridge it lacks) is said the same on any machine, without waiting for a
   // context.
@@ -127,7 +118,92 @@ Expected<GpuGlobal> exported_global(Gpu &gpu, GpuLibrary library, const std::str
   return **g;
 }
 
-} // namespace
+Expected<std::vector<std::pair<std::string, GpuPointer>>>
+handler_addresses(Gpu &gpu, GpuLibrary library, const std::vector<std::string> &handlers) {
+  std::vector<GpuGlobal> globals;
+  for (const std::string &name : handlers) {
+    const std::string symbol = CUDAQ_RT_HANDLER_SYMBOL_PREFIX + name;
+    auto g = gpu.global(library, symbol);
+    if (!g)
+      return std::move(g).take_error();
+    if (!*g)
+      return make_error("", "the module lacks handler ", name, "'s global ", symbol);
+    if ((*g)->size != sizeof(cudaq_rt_handler_fn))
+      return make_error("", symbol, " is ", (*g)->size, " bytes, not a function pointer");
+    globals.push_back(**g);
+  }
+  std::vector<std::pair<std::string, GpuPointer>> out;
+  if (globals.empty())
+    return out;
+  // The pointer globals lie together in the module's data: one copy of the span they cover
+  // instead of one synchronous copy each (about 20 us apiece on the H200, 20 ms for 1,000
+  // handlers, which a reload would pay between two requests).
+  auto [lo, hi] = std::minmax_element(globals.begin(), globals.end(),
+                                      [](auto &a, auto &b) { return a.address < b.address; });
+  const GpuPointer first = lo->address;
+  const size_t span = size_t(hi->address - first) + sizeof(GpuPointer);
+  constexpr size_t max_span = size_t(1) << 20;
+  std::vector<uint8_t> bytes(span <= max_span ? span : 0);
+  if (!bytes.empty())
+    if (auto st = gpu.copy_from_device(bytes, first); !st)
+      return std::move(st).take_error();
+  for (size_t i = 0; i < handlers.size(); ++i) {
+    GpuPointer address = 0;
+    if (!bytes.empty()) {
+      std::memcpy(&address, bytes.data() + (globals[i].address - first), sizeof address);
+    } else if (auto st = gpu.copy_from_device(
+                   std::span(reinterpret_cast<uint8_t *>(&address), sizeof address),
+                   globals[i].address);
+               !st) {
+      return std::move(st).take_error();
+    }
+    out.emplace_back(handlers[i], address);
+  }
+  return out;
+}
+
+Expected<Server::Table>
+checked_table(std::span<const cudaq_rt_function_entry> entries,
+              const std::vector<std::pair<std::string, GpuPointer>> &addresses,
+              const std::string &subject) {
+  Server::Table t;
+  t.entries.assign(entries.begin(), entries.end());
+  for (cudaq_rt_function_entry &e : t.entries) {
+    const auto address = reinterpret_cast<GpuPointer>(e.handler);
+    auto at = std::find_if(addresses.begin(), addresses.end(),
+                           [&](const auto &a) { return a.second == address; });
+    if (at == addresses.end())
+      return make_error(subject, "function table entry for function_id ", hex(e.function_id), ": ",
+                        hex(address),
+                        " is not the address of a handler in the loaded module (take it from a "
+                        "lookup of the handler by name)");
+    e.reserved = 0;
+    t.names.emplace_back(e.function_id, at->first);
+  }
+  std::sort(t.entries.begin(), t.entries.end(),
+            [](const auto &a, const auto &b) { return a.function_id < b.function_id; });
+  std::sort(t.names.begin(), t.names.end());
+  for (size_t i = 1; i < t.names.size(); ++i)
+    if (t.names[i].first == t.names[i - 1].first)
+      return make_error(subject, "function_id ", hex(t.names[i].first),
+                        " is in the function table twice (for ", quote(t.names[i - 1].second),
+                        " and ", quote(t.names[i].second), ")");
+  return t;
+}
+
+std::vector<cudaq_rt_function_entry>
+default_table(const std::vector<std::pair<std::string, GpuPointer>> &addresses,
+              const std::vector<AliasEntry> &aliases) {
+  std::vector<cudaq_rt_function_entry> table;
+  for (const auto &[name, address] : addresses)
+    table.push_back(
+        {cudaq_rt_function_id(name.c_str()), 0, reinterpret_cast<cudaq_rt_handler_fn>(address)});
+  for (const AliasEntry &a : aliases)
+    for (const auto &[name, address] : addresses)
+      if (name == a.handler)
+        table.push_back({a.function_id, 0, reinterpret_cast<cudaq_rt_handler_fn>(address)});
+  return table;
+}
 
 Expected<std::unique_ptr<Server>> Server::start(const LoadOptions &opt, Gpu &gpu) {
   auto s = load(opt, gpu);
@@ -189,34 +265,16 @@ Expected<std::unique_ptr<Server>> Server::load(const LoadOptions &opt, Gpu &gpu)
 
   // Each handler's address, read from its cudaq_rt_handler__<name> global: a device function
   // pointer is only valid inside the module that defines it, so this is the only source of them.
-  for (const std::string &name : r.handlers) {
-    const std::string symbol = CUDAQ_RT_HANDLER_SYMBOL_PREFIX + name;
-    auto g = gpu.global(s->library_, symbol);
-    if (!g)
-      return on_this_gpu(std::move(g).take_error());
-    if (!*g)
-      return on_this_gpu(make_error("", "the module lacks handler ", name, "'s global ", symbol));
-    if ((*g)->size != sizeof(cudaq_rt_handler_fn))
-      return on_this_gpu(
-          make_error("", symbol, " is ", (*g)->size, " bytes, not a function pointer"));
-    GpuPointer address = 0;
-    if (auto st = gpu.copy_from_device(
-            std::span(reinterpret_cast<uint8_t *>(&address), sizeof address), (*g)->address);
-        !st)
-      return on_this_gpu(std::move(st).take_error());
-    s->addresses_.emplace_back(name, address);
-  }
+  auto addresses = handler_addresses(gpu, s->library_, r.handlers);
+  if (!addresses)
+    return on_this_gpu(std::move(addresses).take_error());
+  s->addresses_ = std::move(*addresses);
   // The default table: every handler under its own name, and under each of its aliases.
-  std::vector<cudaq_rt_function_entry> table;
-  for (const auto &[name, address] : s->addresses_)
-    table.push_back(
-        {cudaq_rt_function_id(name.c_str()), 0, reinterpret_cast<cudaq_rt_handler_fn>(address)});
-  for (const AliasEntry &a : r.aliases)
-    if (auto address = s->handler_address(a.handler))
-      table.push_back({a.function_id, 0, reinterpret_cast<cudaq_rt_handler_fn>(*address)});
-  if (auto st = s->set_function_table(table); !st)
+  if (auto st = s->set_function_table(default_table(s->addresses_, r.aliases), false); !st)
     return on_this_gpu(std::move(st).take_error());
+  s->manifest_ = ready->package.manifest_digest();
 
+  s->globals_.clear();
   for (const GlobalValue &v : opt.globals)
     if (auto st = s->set_global(v.name, v.bytes); !st)
       return std::move(st).take_error();
@@ -292,49 +350,32 @@ std::string Server::handler_at(GpuPointer address) const {
   return "";
 }
 
-Status Server::set_function_table(std::span<const cudaq_rt_function_entry> entries) {
+Status Server::set_function_table(std::span<const cudaq_rt_function_entry> entries, bool custom) {
   const std::string subject = report_.package.string();
   if (running_)
     return make_error(subject, "the function table cannot change while the dispatch kernel runs");
-  std::vector<cudaq_rt_function_entry> table(entries.begin(), entries.end());
-  std::vector<std::pair<uint32_t, std::string>> names;
-  for (cudaq_rt_function_entry &e : table) {
-    const auto address = reinterpret_cast<GpuPointer>(e.handler);
-    std::string name = handler_at(address);
-    if (name.empty())
-      return make_error(subject, "function table entry for function_id ", hex(e.function_id), ": ",
-                        hex(address),
-                        " is not the address of a handler in the loaded module (take it from a "
-                        "lookup of the handler by name)");
-    e.reserved = 0;
-    names.emplace_back(e.function_id, std::move(name));
-  }
-  std::sort(table.begin(), table.end(),
-            [](const auto &a, const auto &b) { return a.function_id < b.function_id; });
-  std::sort(names.begin(), names.end());
-  for (size_t i = 1; i < names.size(); ++i)
-    if (names[i].first == names[i - 1].first)
-      return make_error(subject, "function_id ", hex(names[i].first),
-                        " is in the function table twice (for ", quote(names[i - 1].second),
-                        " and ", quote(names[i].second), ")");
-  if (table.size() > table_capacity_) {
-    auto p = gpu_.allocate(table.size() * sizeof table[0]);
+  auto table = checked_table(entries, addresses_, subject);
+  if (!table)
+    return std::move(table).take_error();
+  const std::vector<cudaq_rt_function_entry> &t = table->entries;
+  if (t.size() > table_capacity_) {
+    auto p = gpu_.allocate(t.size() * sizeof t[0]);
     if (!p)
       return std::move(p).take_error();
     if (table_)
       gpu_.release(table_);
     table_ = *p;
-    table_capacity_ = table.size();
+    table_capacity_ = t.size();
   }
-  if (!table.empty())
-    if (auto st =
-            gpu_.copy_to_device(table_, std::span(reinterpret_cast<const uint8_t *>(table.data()),
-                                                  table.size() * sizeof table[0]));
+  if (!t.empty())
+    if (auto st = gpu_.copy_to_device(
+            table_, std::span(reinterpret_cast<const uint8_t *>(t.data()), t.size() * sizeof t[0]));
         !st)
       return std::move(st).take_error();
-  params_.num_functions = static_cast<uint32_t>(table.size());
+  params_.num_functions = static_cast<uint32_t>(t.size());
   params_.function_table = reinterpret_cast<const cudaq_rt_function_entry *>(table_);
-  names_ = std::move(names);
+  names_ = std::move(table->names);
+  custom_table_ = custom;
   return Status::ok();
 }
 
@@ -353,7 +394,17 @@ Status Server::set_global(const std::string &name, std::span<const uint8_t> byte
     return on_this_gpu(std::move(g).take_error());
   if (auto st = gpu_.copy_to_device(g->address, bytes); !st)
     return on_this_gpu(std::move(st).take_error());
+  remember_global({name, std::vector<uint8_t>(bytes.begin(), bytes.end())});
   return Status::ok();
+}
+
+void Server::remember_global(GlobalValue value) {
+  auto same = std::find_if(globals_.begin(), globals_.end(),
+                           [&](const GlobalValue &g) { return g.name == value.name; });
+  if (same != globals_.end())
+    *same = std::move(value);
+  else
+    globals_.push_back(std::move(value));
 }
 
 Status check_package_trust(const LoadOptions &opt) {
@@ -537,12 +588,14 @@ Status Server::read_global(const std::string &name, std::span<uint8_t> out) {
   return gpu_.copy_from_device(out, g->address);
 }
 
-Status Server::launch() {
+Status Server::launch(bool fresh) {
   std::atomic_ref<int>(*static_cast<int *>(control_.host)).store(0, std::memory_order_release);
-  requests_at_launch_ = stats().requests;
-  received_since_launch_ = 0;
-  in_flight_.clear();
-  last_answered_.reset();
+  if (fresh) {
+    requests_at_launch_ = stats().requests;
+    received_since_launch_ = 0;
+    in_flight_.clear();
+    last_answered_.reset();
+  }
   void *args[] = {&params_};
   launched_at_ = Clock::now();
   if (auto st = gpu_.launch(kernel_, report_.shape, args, stream_); !st)

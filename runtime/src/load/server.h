@@ -9,6 +9,7 @@
 // cannot be stopped or has failed. server.cpp explains the order of these steps.
 #pragma once
 
+#include "base/digest.h"
 #include "cache/link_cache.h"
 #include "cudaq_rt/bridge.h"
 #include "cudaq_rt/dispatch.h"
@@ -123,6 +124,32 @@ Status check_package_trust(const LoadOptions &options);
 std::string format_preview(const LoadPreview &preview);
 nlohmann::json preview_json(const LoadPreview &preview);
 
+// The next code of a running server, made ready off the GPU's path while the old kernel serves
+// (Server::stage): the package opened and verified (its signatures under --trust), the cubin for
+// this GPU picked or linked, the globals checked against the cubin's symbol table, and the
+// function table the server serves checked against the new exports. Server::swap puts it in.
+struct StagedLoad {
+  LoadOptions options;
+  LoadReport report; // what the load of it reports once swapped in (times: stage only)
+  std::vector<uint8_t> cubin;
+  Digest manifest; // the package's manifest digest: the same as the running one's is no change
+  // Only the globals changed (same manifest, same cubin): no module is swapped, the values are
+  // written between two requests (Server::swap).
+  bool globals_only = false;
+  double stage_ms = 0;
+};
+
+// How one swap went, in milliseconds on the host's clock. hold: from the moment the bridge took
+// no more requests to the old kernel's end (what it held was answered first); swap: the new
+// module loaded, resolved and written, the old one unloaded; launch: the new kernel launched and
+// the bridge taking requests again. gap_ms() is the time no kernel took a request.
+struct SwapTimes {
+  double hold_ms = 0;
+  double swap_ms = 0;
+  double launch_ms = 0;
+  double gap_ms() const { return hold_ms + swap_ms + launch_ms; }
+};
+
 class Server {
 public:
   // Everything up to and including the launch; on any error, nothing is left running.
@@ -156,7 +183,15 @@ public:
   // Replaces the function table while the kernel is not running. Every entry's handler must be
   // the address of one of the module's handlers (handler_address()): any other would have the
   // kernel jump to an address outside the module. function_ids must be unique.
-  Status set_function_table(std::span<const cudaq_rt_function_entry> table);
+  // `custom`: the application's table, which a reload carries over by handler name (else the
+  // default one, which a reload takes from the new package).
+  Status set_function_table(std::span<const cudaq_rt_function_entry> table, bool custom = true);
+  // A function table checked against a module's handler addresses: sorted by function_id, each
+  // entry's handler named.
+  struct Table {
+    std::vector<cudaq_rt_function_entry> entries;
+    std::vector<std::pair<uint32_t, std::string>> names; // function_id -> handler, sorted
+  };
   // Writes a __device__ global exported with CUDAQ_RT_EXPORT_GLOBAL while the kernel is not
   // running; `bytes` must be exactly its size.
   Status set_global(const std::string &name, std::span<const uint8_t> bytes);
@@ -185,12 +220,44 @@ public:
   Status stop();
   // Launches the kernel after load(), or again on the same bridge instance after stop().
   Status relaunch();
+
+  // Hot reload (reload.cpp). stage() reads everything the next code needs while the kernel
+  // serves, touching nothing of the server: any thread may call it. It is refused (the error is
+  // why) when the next code cannot serve here: another bridge or kernel shape (the ring and the
+  // socket are kept), a handler the running function table serves is gone, a global is missing or
+  // of another size, no cubin for this GPU. The function table carries over by handler name: an
+  // application's table (set_function_table) keeps its function_ids, the default one becomes the
+  // new package's.
+  Expected<StagedLoad> stage(const LoadOptions &next) const;
+  // Whether `next` is the code and globals already serving: a reload of it swaps nothing.
+  bool serves(const StagedLoad &next) const;
+  // Swaps `next` in, on the thread whose context the server uses, between two requests: the
+  // bridge holds new requests (they wait in the ring or the socket), the old kernel answers what
+  // it took and stops, the new module is loaded and resolved, its table and globals written, the
+  // old module unloaded, the new kernel launched on the same bridge instance and control block
+  // (the counters carry on), and the held requests flow again. When anything fails before the
+  // old module is unloaded, the old kernel is launched again as it was and the error says why.
+  // Only while running.
+  Expected<SwapTimes> swap(StagedLoad next);
+  // New values for host-set globals while serving, without a swap of code: each is checked
+  // against the module first (nothing is written when one is wrong), then written between two
+  // requests as swap() does it, so that no request sees half of an old value and half of a new.
+  Expected<SwapTimes> update_globals(const std::vector<GlobalValue> &values);
+  // Whether the function table is the application's (set_function_table) rather than the default
+  // one load() built.
+  bool custom_table() const { return custom_table_; }
+
   bool running() const { return running_; }
   bool hung() const { return hung_; }
 
 private:
   explicit Server(Gpu &gpu) : gpu_(gpu) {}
-  Status launch();
+  // `fresh`: a launch after load() or stop(), which forgets what was in flight; a swap's launch
+  // keeps it (the held requests are still to be answered).
+  Status launch(bool fresh = true);
+  // Stops the kernel for a swap: the bridge holds requests until the next launch.
+  Status hold();
+  void remember_global(GlobalValue value);
   void sent(std::span<const uint8_t> frame);        // in flight from now
   void answered(std::span<const uint8_t> response); // no longer
   std::string serving() const; // "serving request_id 7 (handler 'echo')", or empty
@@ -226,6 +293,9 @@ private:
   bool running_ = false;
   bool hung_ = false;
   bool faulted_ = false;
+  bool custom_table_ = false;
+  Digest manifest_;                  // the package's, as loaded
+  std::vector<GlobalValue> globals_; // the host-set values written, by name
 };
 
 } // namespace cudaq_rt

@@ -2,6 +2,8 @@
 // what is refused, and how a kernel that hangs or faults is reported, all without a GPU. The
 // package is the real example application, packed with the loopback bridge's hooks under the name
 // of a host-only bridge (host_bridge.c), and links happen for real with nvJitLink.
+#include "base/signing.h"
+#include "command/run_command.h"
 #include "cudaq_rt/cudaq_rt.h"
 #include "link/nvjitlink.h"
 #include "load/capi_gpu.h"
@@ -11,6 +13,8 @@
 #include "load/wire_frames.h"
 #include "package_fixture.h"
 #include "scratch_dir.h"
+#include "signing_keys.h"
+#include "unit_files.h"
 
 #include <doctest/doctest.h>
 
@@ -19,6 +23,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
@@ -53,7 +58,10 @@ public:
       return make_error("", "no GPU ", ordinal, ": this machine has 1 GPU (0)");
     return GpuDevice{ordinal, "Fake GPU", sm, 13000};
   }
+  bool load_fails = false;
   Expected<GpuLibrary> load(std::span<const uint8_t> image) override {
+    if (load_fails)
+      return make_error("", "no room for the module");
     loaded_bytes = image.size();
     return reinterpret_cast<GpuLibrary>(0x1);
   }
@@ -97,10 +105,12 @@ public:
   // global is), so that two fake GPUs, or two handlers, never share one.
   Status copy_from_device(std::span<uint8_t> dst, GpuPointer src) override {
     std::memset(dst.data(), 0xab, dst.size());
-    if (dst.size() == sizeof(GpuPointer)) {
-      const GpuPointer address = address_base + src;
-      std::memcpy(dst.data(), &address, sizeof address);
-    }
+    // The handlers' pointer globals (0x10000 on), read one by one or as a span.
+    if (src >= 0x10000 && src < 0x20000)
+      for (size_t at = 0; at + sizeof(GpuPointer) <= dst.size(); at += sizeof(GpuPointer)) {
+        const GpuPointer address = address_base + src + at;
+        std::memcpy(dst.data() + at, &address, sizeof address);
+      }
     return Status::ok();
   }
   GpuPointer address_base = 0xab00000000;
@@ -769,4 +779,248 @@ TEST_CASE("serving refuses a host-fed bridge, and a GPU list on a one-GPU machin
   s = Service::start(o, gpu);
   REQUIRE(!s);
   CHECK(s.error().str() == "GPU 1: no GPU 1: this machine has 1 GPU (0)");
+}
+
+// Hot reload (reload.cpp, Service::reload): the packages a serving process is asked to take.
+struct ReloadFixture {
+  ScratchDir dir{"cudaq_rt_test_reload"};
+  fs::path v2, rpc, corrupt, signed_v1;
+  std::string k1_pub;
+  ReloadFixture() {
+    serve_fixture();
+    v2 = packed(example_options(dir.path, "selffed", "served_v2"));
+    // Another application: it exports rpc_increment_handler, none of the example's handlers.
+    PackOptions r;
+    r.inputs = {{CUDAQ_RT_TEST_RPC_INCREMENT, Role::application, ""},
+                {CUDAQ_RT_TEST_LOOPBACK_BRIDGE, Role::bridge, "selffed"}};
+    r.output_dir = dir.path;
+    r.name = "rpc";
+    rpc = packed(r);
+    // v2 with one byte of a container changed: its size holds, its digest does not.
+    corrupt = package_fixture::copy_package(v2, dir.path, "corrupt");
+    {
+      Package p = package_fixture::open_package(corrupt);
+      const fs::path blob = p.blob_path(*p.referenced_blobs().begin());
+      fs::permissions(blob, fs::perms::owner_write, fs::perm_options::add);
+      std::fstream io(blob, std::ios::binary | std::ios::in | std::ios::out);
+      io.seekg(100);
+      const char c = char(io.get() ^ 0x5a);
+      io.seekp(100);
+      io.put(c);
+    }
+    auto signer = SigningKey::from_pem(test_keys::rfc8032_1_private, "k1");
+    REQUIRE(signer);
+    PackOptions s = example_options(dir.path, "selffed", "served_signed");
+    s.signer = std::make_shared<const SigningKey>(*signer);
+    signed_v1 = packed(s);
+    k1_pub = unit_files::write_file(dir.path / "k1.pub", test_keys::rfc8032_1_public);
+  }
+  // A service over `package`, whose reloads load what `next` holds then.
+  std::unique_ptr<Service> serve(FakeGpu &gpu, const fs::path &package,
+                                 std::shared_ptr<LoadOptions> next,
+                                 std::vector<GlobalValue> globals = {}) {
+    ServeOptions o = serve_fixture().options();
+    o.load.package = package;
+    o.load.globals = std::move(globals);
+    *next = o.load;
+    o.reload.next = [next]() -> Expected<LoadOptions> { return *next; };
+    auto s = Service::start(o, gpu);
+    REQUIRE_MESSAGE(s, (s ? "" : s.error().str()));
+    return std::move(*s);
+  }
+};
+
+ReloadFixture &reload_fixture() {
+  static ReloadFixture f;
+  return f;
+}
+
+TEST_CASE("reload: the new code is swapped in between two requests, on the same bridge instance") {
+  ReloadFixture &f = reload_fixture();
+  FakeGpu gpu;
+  auto next = std::make_shared<LoadOptions>();
+  auto s = f.serve(gpu, serve_fixture().package, next);
+  void *control = gpu.control;
+  REQUIRE(gpu.launches == 1);
+  next->package = f.v2;
+  ReloadRecord r = s->reload("test");
+  CHECK_MESSAGE(r.outcome == "swapped", r.why);
+  CHECK(r.trigger == "test");
+  CHECK(r.package == f.v2.string());
+  REQUIRE(r.swaps.size() == 1);
+  CHECK(r.swaps[0].gap_ms() >= 0);
+  // The old kernel held (drained, stopped), the new one launched on the same control block and
+  // bridge instance, the old module unloaded.
+  CHECK(gpu.launches == 2);
+  CHECK(gpu.unloads == 1);
+  CHECK(gpu.control == control);
+  const ServeCounters c = s->snapshot()[0];
+  CHECK(c.get("starts") == 2);
+  CHECK(c.get("drains") == 1);
+  CHECK(c.get("stops") == 1);
+  CHECK(c.get("last_op") == 1); // started again: serving
+  CHECK(s->instances()[0].report.package == f.v2);
+  // The new table: every handler of the new package, in the table the new launch uses.
+  CHECK(gpu.params.num_functions == s->instances()[0].report.handlers.size());
+
+  // The same again: nothing changed, nothing swapped.
+  r = s->reload("signal");
+  CHECK(r.outcome == "unchanged");
+  CHECK(gpu.launches == 2);
+  std::atomic<bool> stop{true};
+  ServeReport report = s->run(stop);
+  REQUIRE(report.reloads.size() == 2);
+  CHECK(format_serve_report(report, true).find("reloads: 1 done, 0 refused, 1 unchanged") !=
+        std::string::npos);
+  auto j = serve_report_json(report);
+  CHECK(j["reloads"][0]["outcome"] == "swapped");
+  CHECK(j["reloads"][0]["swaps"][0].contains("gap_ms"));
+  CHECK(j["reloads"][1]["outcome"] == "unchanged");
+}
+
+TEST_CASE("reload: a package that fails a check is refused in one line, and the old one serves") {
+  ReloadFixture &f = reload_fixture();
+  FakeGpu gpu;
+  auto next = std::make_shared<LoadOptions>();
+  auto s = f.serve(gpu, serve_fixture().package, next);
+  const LoadOptions first = *next;
+  auto refused = [&](const std::string &expected) {
+    ReloadRecord r = s->reload("signal");
+    CHECK(r.outcome == "refused");
+    CHECK_MESSAGE(r.why.find(expected) != std::string::npos, r.why);
+    CHECK(r.why.find('\n') == std::string::npos);
+    CHECK(format_reload(r).ends_with("; the old code serves on"));
+    CHECK(gpu.launches == 1); // never stopped
+    CHECK(s->snapshot()[0].get("drains") == 0);
+    CHECK(s->instances()[0].report.package == serve_fixture().package);
+    *next = first;
+  };
+  next->package = f.corrupt;
+  refused("': blob does not match its stored digest sha256:");
+  next->package = f.rpc;
+  refused("rpc.cudaqpkg': does not export handler '");
+  next->package = f.rpc;
+  refused(", which the running function table serves as function_id 0x");
+  next->package = f.v2;
+  next->policy.allow_link = false;
+  next->cache.disable = true;
+  refused("sm_90");
+  next->package = f.dir.path / "no_such.cudaqpkg";
+  refused("no_such.cudaqpkg");
+  next->package = f.v2;
+  next->globals = {{"cudaq_rt_example_lut", {1, 2, 3}}};
+  refused("global 'cudaq_rt_example_lut' is 256 bytes, but 3 bytes were given");
+  next->globals = {{"no_such_table", {1}}};
+  refused("no __device__ global 'no_such_table'");
+  // And it still serves, and a good package swaps in after all of that.
+  next->package = f.v2;
+  CHECK(s->reload("signal").outcome == "swapped");
+  CHECK(gpu.launches == 2);
+}
+
+TEST_CASE("reload under --trust: an unsigned package is refused, the signed one keeps serving") {
+  ReloadFixture &f = reload_fixture();
+  FakeGpu gpu;
+  auto trusted = TrustedKeys::load({f.k1_pub});
+  REQUIRE(trusted);
+  ServeOptions o = serve_fixture().options();
+  o.load.package = f.signed_v1;
+  o.load.trust.trusted = std::make_shared<const TrustedKeys>(std::move(*trusted));
+  auto next = std::make_shared<LoadOptions>(o.load);
+  o.reload.next = [next]() -> Expected<LoadOptions> { return *next; };
+  auto s = Service::start(o, gpu);
+  REQUIRE_MESSAGE(s, (s ? "" : s.error().str()));
+  next->package = f.v2;
+  ReloadRecord r = (*s)->reload("signal");
+  CHECK(r.outcome == "refused");
+  CHECK_MESSAGE(r.why.find("not signed") != std::string::npos, r.why);
+  CHECK(gpu.launches == 1);
+}
+
+TEST_CASE("reload: new values for globals are written between two requests, without a swap") {
+  ReloadFixture &f = reload_fixture();
+  FakeGpu gpu;
+  gpu.device_globals["cudaq_rt_example_lut"] = 256;
+  auto next = std::make_shared<LoadOptions>();
+  auto s = f.serve(gpu, serve_fixture().package, next,
+                   {{"cudaq_rt_example_lut", std::vector<uint8_t>(256, 1)}});
+  CHECK(gpu.written[0x20000] == std::vector<uint8_t>(256, 1));
+  next->globals = {{"cudaq_rt_example_lut", std::vector<uint8_t>(256, 2)}};
+  ReloadRecord r = s->reload("signal");
+  CHECK_MESSAGE(r.outcome == "globals", r.why);
+  CHECK(gpu.written[0x20000] == std::vector<uint8_t>(256, 2));
+  CHECK(gpu.unloads == 0); // the module stayed
+  CHECK(gpu.launches == 2);
+  // Written while no kernel ran: the bridge held (drained), the kernel stopped, then started.
+  CHECK(s->snapshot()[0].get("drains") == 1);
+  CHECK(s->reload("signal").outcome == "unchanged");
+}
+
+TEST_CASE("reload: a swap that fails on the GPU launches the old kernel again") {
+  ReloadFixture &f = reload_fixture();
+  FakeGpu gpu;
+  auto next = std::make_shared<LoadOptions>();
+  auto s = f.serve(gpu, serve_fixture().package, next);
+  next->package = f.v2;
+  gpu.load_fails = true;
+  ReloadRecord r = s->reload("signal");
+  CHECK(r.outcome == "failed");
+  CHECK_MESSAGE(r.why.find("no room for the module (the old code serves on)") != std::string::npos,
+                r.why);
+  CHECK(gpu.launches == 2); // the old kernel again
+  CHECK(gpu.unloads == 0);
+  CHECK(s->instances()[0].report.package == serve_fixture().package);
+  gpu.load_fails = false;
+  CHECK(s->reload("signal").outcome == "swapped");
+}
+
+TEST_CASE("reload: SIGHUP's flag and --watch's fingerprint trigger it from the serving loop") {
+  ReloadFixture &f = reload_fixture();
+  FakeGpu gpu;
+  // The package as named is a link: --watch sees it turn to another package.
+  const fs::path link = f.dir.path / "current.cudaqpkg";
+  fs::remove(link);
+  fs::create_directory_symlink(serve_fixture().package, link);
+  RunOptions named;
+  named.load.package = link;
+  auto fp1 = run_fingerprint(named);
+  REQUIRE_MESSAGE(fp1, (fp1 ? "" : fp1.error().str()));
+  CHECK(*run_fingerprint(named) == *fp1);
+
+  ServeOptions o = serve_fixture().options();
+  o.load.package = link;
+  o.reload.next = [o]() -> Expected<LoadOptions> { return o.load; };
+  o.reload.fingerprint = [named] { return run_fingerprint(named); };
+  o.reload.watch_interval_s = 0.01;
+  auto s = Service::start(o, gpu);
+  REQUIRE_MESSAGE(s, (s ? "" : s.error().str()));
+  std::atomic<bool> stop{false}, hup{true}; // a SIGHUP before the loop's first look
+  std::vector<ReloadRecord> seen;
+  Service::Hooks hooks;
+  hooks.reload = &hup;
+  hooks.reloaded = [&](const ReloadRecord &r) {
+    seen.push_back(r);
+    if (seen.size() == 1) { // the package changes under its name
+      fs::remove(link);
+      fs::create_directory_symlink(f.v2, link);
+    } else {
+      stop = true;
+    }
+  };
+  std::thread guard([&] {
+    for (int i = 0; i < 500 && !stop; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    stop = true;
+  });
+  ServeReport report = (*s)->run(stop, hooks);
+  guard.join();
+  REQUIRE(seen.size() == 2);
+  CHECK(seen[0].trigger == "signal");
+  CHECK(seen[0].outcome == "unchanged"); // SIGHUP with nothing changed swaps nothing
+  CHECK(seen[1].trigger == "watch");
+  CHECK_MESSAGE(seen[1].outcome == "swapped", seen[1].why);
+  CHECK(*run_fingerprint(named) != *fp1);
+  CHECK(report.reloads.size() == 2);
+  CHECK(gpu.launches == 2);
+  fs::remove(link);
 }
