@@ -152,9 +152,11 @@ int cudaq_rt_set_function(cudaq_rt_server *server, uint32_t function_id, cudaq_r
 /* Back to the default table. */
 int cudaq_rt_clear_functions(cudaq_rt_server *server);
 /* Writes `size` bytes into the __device__ global `name` (exported with CUDAQ_RT_EXPORT_GLOBAL;
- * exactly its size): now when loaded, else at the load; kept for later loads. Not while
- * running. A size over CUDAQ_RT_MAX_GLOBAL_SIZE is CUDAQ_RT_E_ARGUMENT, before anything is
- * copied. */
+ * exactly its size): now when loaded, else at the load; kept for later loads and reloads. While
+ * the kernel runs, between two requests: the kernel answers what it took and stops, the bytes are
+ * written, and it starts again on the same ring (requests sent meanwhile wait there), so that no
+ * request sees part of the old value and part of the new. A size over CUDAQ_RT_MAX_GLOBAL_SIZE is
+ * CUDAQ_RT_E_ARGUMENT, before anything is copied. */
 #define CUDAQ_RT_MAX_GLOBAL_SIZE ((size_t)1 << 30)
 int cudaq_rt_set_global(cudaq_rt_server *server, const char *name, const void *data, size_t size);
 
@@ -165,6 +167,33 @@ int cudaq_rt_start(cudaq_rt_server *server);
 int cudaq_rt_stop(cudaq_rt_server *server);
 /* CUDAQ_RT_OK while the kernel runs; an error naming the fault once it ended by itself. */
 int cudaq_rt_check(cudaq_rt_server *server);
+
+/* Hot reload: what cudaq_rt_reload did, in milliseconds on the host's clock. */
+typedef struct cudaq_rt_reload_info {
+  int swapped;     /* 1: the new code serves; 0: it was the code and globals already serving */
+  double stage_ms; /* the new code read, verified and its cubin found or linked, the old serving */
+  double hold_ms;  /* the bridge held new requests, the old kernel answered what it had, stopped */
+  double swap_ms;  /* the new module loaded, resolved and written, the old one unloaded */
+  double launch_ms; /* the new kernel launched and the bridge taking requests again */
+} cudaq_rt_reload_info;
+
+/* Swaps a running server's code for `code` (another package, or a new build's), keeping its GPU,
+ * config, bridge instance (and what is in its ring), counters and globals. First, with the old
+ * kernel serving: `code` is opened, every blob verified, its signature checked under
+ * config.trust, its cubin for this GPU found or linked, and its exports checked against the
+ * function table and the globals set. A refusal there (CUDAQ_RT_E_REFUSED, the reason in
+ * cudaq_rt_last_error: another bridge or dispatch kernel, a handler the table serves that `code`
+ * lacks, a global it lacks or sizes differently, no cubin for this GPU, no trusted signature)
+ * changes nothing. Then, between two requests: the old kernel answers what it took and stops,
+ * the new module is loaded and its table and globals written, the old module unloaded, the new
+ * kernel started on the same ring. Requests sent in between wait in the ring; none is lost or
+ * answered twice. A failure there (CUDAQ_RT_E_FAILED) starts the old kernel again as it was.
+ * The function table carries over by handler name: an application's (cudaq_rt_set_function)
+ * keeps its function_ids, each now served by the handler of the same name in `code`; the
+ * default one becomes `code`'s. Addresses looked up before are no longer valid. The same code
+ * and globals again swap nothing (info->swapped 0). `code` must outlive the server; the old code
+ * may be destroyed once this returns CUDAQ_RT_OK. `info` may be NULL. */
+int cudaq_rt_reload(cudaq_rt_server *server, cudaq_rt_code *code, cudaq_rt_reload_info *info);
 
 /* Bytes per frame slot of the bridge instance (0 before a load): a request's arg_len and a
  * result are at most this less 24. */

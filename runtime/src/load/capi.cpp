@@ -639,9 +639,6 @@ int cudaq_rt_set_global(cudaq_rt_server *s, const char *name, const void *data, 
     if (!is_c_identifier(name))
       return fail(CUDAQ_RT_E_ARGUMENT,
                   cat(subject_of(*s), ": global ", quote(name), " is not a C identifier"));
-    if (s->running())
-      return fail(CUDAQ_RT_E_STATE, cat(subject_of(*s), ": global ", quote(name),
-                                        " cannot be written while the dispatch kernel runs"));
     if (size > CUDAQ_RT_MAX_GLOBAL_SIZE)
       return fail(CUDAQ_RT_E_ARGUMENT,
                   cat(subject_of(*s), ": global ", quote(name), ": a value of ", size,
@@ -649,12 +646,19 @@ int cudaq_rt_set_global(cudaq_rt_server *s, const char *name, const void *data, 
                       " (CUDAQ_RT_MAX_GLOBAL_SIZE)"));
     const auto *bytes = static_cast<const uint8_t *>(data);
     GlobalValue v{name, std::vector<uint8_t>(bytes, bytes + size)};
-    if (s->server)
+    auto refused = [](const Error &e) {
+      return fail(e.message.find("no __device__ global") != std::string::npos
+                      ? CUDAQ_RT_E_NOT_FOUND
+                      : CUDAQ_RT_E_ARGUMENT,
+                  e);
+    };
+    if (s->running()) {
+      if (auto t = s->server->update_globals({v}); !t)
+        return s->running() ? refused(t.error()) : fail(CUDAQ_RT_E_FAILED, t.error());
+    } else if (s->server) {
       if (auto st = s->server->set_global(v.name, v.bytes); !st)
-        return fail(st.error().message.find("no __device__ global") != std::string::npos
-                        ? CUDAQ_RT_E_NOT_FOUND
-                        : CUDAQ_RT_E_ARGUMENT,
-                    st.error());
+        return refused(st.error());
+    }
     auto same = std::find_if(s->globals.begin(), s->globals.end(),
                              [&](const GlobalValue &g) { return g.name == v.name; });
     if (same != s->globals.end())
@@ -682,6 +686,48 @@ int cudaq_rt_start(cudaq_rt_server *s) {
       return fail(CUDAQ_RT_E_REFUSED, st.error());
     if (auto st = s->server->relaunch(); !st)
       return fail(CUDAQ_RT_E_FAILED, st.error());
+    return CUDAQ_RT_OK;
+  });
+}
+
+int cudaq_rt_reload(cudaq_rt_server *s, cudaq_rt_code *code, cudaq_rt_reload_info *info) {
+  return guarded([&] {
+    if (!s || !code)
+      return fail(CUDAQ_RT_E_ARGUMENT, "cudaq_rt_reload: server and code must not be NULL");
+    if (info)
+      *info = {};
+    if (!s->running())
+      return fail(CUDAQ_RT_E_STATE,
+                  cat(subject_of(*s), ": cudaq_rt_reload swaps a running kernel's code (start it "
+                                      "first, or create a server over the new code)"));
+    cudaq_rt_code *old = s->code;
+    s->code = code;
+    LoadOptions next = s->load_options();
+    s->code = old;
+    auto staged = s->server->stage(next);
+    if (!staged)
+      return fail(CUDAQ_RT_E_REFUSED, staged.error());
+    if (info)
+      info->stage_ms = staged->stage_ms;
+    if (s->server->serves(*staged))
+      return CUDAQ_RT_OK;
+    auto swapped = s->server->swap(std::move(*staged));
+    if (!swapped)
+      return fail(CUDAQ_RT_E_FAILED, swapped.error());
+    if (info)
+      *info = {1, info->stage_ms, swapped->hold_ms, swapped->swap_ms, swapped->launch_ms};
+    // The new module's addresses: the application's table now holds them.
+    s->code = code;
+    s->forget_addresses();
+    s->table = s->server->function_table();
+    if (s->custom_table) {
+      std::lock_guard<std::mutex> lock(issued_mutex);
+      for (const cudaq_rt_function_entry &e : s->table) {
+        const auto address = reinterpret_cast<uint64_t>(e.handler);
+        s->issued.insert(address);
+        issued_by[address] = {s, code->label};
+      }
+    }
     return CUDAQ_RT_OK;
   });
 }

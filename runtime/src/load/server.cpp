@@ -343,6 +343,14 @@ std::optional<GpuPointer> Server::handler_address(const std::string &name) const
   return std::nullopt;
 }
 
+std::vector<cudaq_rt_function_entry> Server::function_table() const {
+  std::vector<cudaq_rt_function_entry> out;
+  for (const auto &[function_id, name] : names_)
+    out.push_back({function_id, 0,
+                   reinterpret_cast<cudaq_rt_handler_fn>(handler_address(name).value_or(0))});
+  return out;
+}
+
 std::string Server::handler_at(GpuPointer address) const {
   for (const auto &[n, a] : addresses_)
     if (a == address)

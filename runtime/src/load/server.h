@@ -243,6 +243,8 @@ public:
   // against the module first (nothing is written when one is wrong), then written between two
   // requests as swap() does it, so that no request sees half of an old value and half of a new.
   Expected<SwapTimes> update_globals(const std::vector<GlobalValue> &values);
+  // The function table as the kernel serves it, sorted by function_id.
+  std::vector<cudaq_rt_function_entry> function_table() const;
   // Whether the function table is the application's (set_function_table) rather than the default
   // one load() built.
   bool custom_table() const { return custom_table_; }

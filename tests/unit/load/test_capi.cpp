@@ -153,6 +153,10 @@ TEST_CASE("NULL handles and pointers: CUDAQ_RT_E_ARGUMENT, naming the call that 
   refused(cudaq_rt_set_global(server, nullptr, buffer, 1),
           "cudaq_rt_set_global: server, name and data must not be NULL");
   refused(cudaq_rt_start(nullptr), "cudaq_rt_start: server must not be NULL");
+  refused(cudaq_rt_reload(nullptr, code, nullptr),
+          "cudaq_rt_reload: server and code must not be NULL");
+  refused(cudaq_rt_reload(server, nullptr, nullptr),
+          "cudaq_rt_reload: server and code must not be NULL");
   refused(cudaq_rt_stop(nullptr), "cudaq_rt_stop: server must not be NULL");
   refused(cudaq_rt_check(nullptr), "cudaq_rt_check: server must not be NULL");
   refused(cudaq_rt_get_stats(nullptr, &stats),
@@ -460,9 +464,9 @@ TEST_CASE("a loaded and a running server: lookups, the table, calls, and what wa
   CHECK(last_error() == who + "cudaq_rt_set_function: " + running);
   CHECK(cudaq_rt_clear_functions(s) == CUDAQ_RT_E_STATE);
   CHECK(last_error() == who + "cudaq_rt_clear_functions: " + running);
-  CHECK(cudaq_rt_set_global(s, "cudaq_rt_example_lut", &fn, 4) == CUDAQ_RT_E_STATE);
-  CHECK(last_error() ==
-        who + "global 'cudaq_rt_example_lut' cannot be written while the dispatch kernel runs");
+  // A global while running: checked against the module first, nothing stops when it is wrong.
+  CHECK(cudaq_rt_set_global(s, "cudaq_rt_example_lut", &fn, 4) == CUDAQ_RT_E_NOT_FOUND);
+  CHECK(gpu.launches == 1);
 
   // A call the echo bridge answers: the result, its length and status.
   const uint8_t arg[5] = {1, 2, 3, 4, 5};
@@ -598,4 +602,74 @@ TEST_CASE("config.trust: a package no trusted key signed is refused before the G
   CHECK(gpu.opens == 1);
   // No trust configured (NULL, and "" is the same): the unsigned package loads as before.
   CHECK(load_with(plain, "", gpu) == CUDAQ_RT_OK);
+}
+
+TEST_CASE("cudaq_rt_reload: the application's table carries over by name; a refusal changes "
+          "nothing") {
+  Fixture &f = fixture();
+  PackOptions o = example_options(f.dir.path, "echo");
+  o.name = "example_v2";
+  const fs::path v2_path = packed(o);
+  PackOptions r;
+  r.inputs = {{CUDAQ_RT_TEST_RPC_INCREMENT, Role::application, ""},
+              {CUDAQ_RT_TEST_LOOPBACK_BRIDGE, Role::bridge, "echo"}};
+  r.output_dir = f.dir.path;
+  r.name = "rpc";
+  const fs::path rpc_path = packed(r);
+  Code v1(f.package), v2(v2_path), rpc(rpc_path);
+
+  cudaq_rt_config cfg = config();
+  FakeGpu gpu;
+  gpu.device_globals["cudaq_rt_example_lut"] = 256;
+  Server server;
+  REQUIRE(create_server(v1.code, &cfg, gpu, &server.s) == CUDAQ_RT_OK);
+  cudaq_rt_server *s = server.s;
+  cudaq_rt_reload_info info{};
+  CHECK(cudaq_rt_reload(s, v2.code, &info) == CUDAQ_RT_E_STATE);
+  CHECK(last_error().find("cudaq_rt_reload swaps a running kernel's code") != std::string::npos);
+  REQUIRE_MESSAGE(cudaq_rt_load(s) == CUDAQ_RT_OK, last_error());
+  cudaq_rt_device_fn echo = 0;
+  REQUIRE(cudaq_rt_lookup_handler(s, "echo", &echo) == CUDAQ_RT_OK);
+  REQUIRE(cudaq_rt_set_function(s, 42, echo) == CUDAQ_RT_OK);
+  const std::vector<uint8_t> lut(256, 7);
+  REQUIRE(cudaq_rt_set_global(s, "cudaq_rt_example_lut", lut.data(), lut.size()) == CUDAQ_RT_OK);
+  REQUIRE_MESSAGE(cudaq_rt_start(s) == CUDAQ_RT_OK, last_error());
+  CHECK(gpu.params.num_functions == 1);
+
+  // rpc exports no `echo`, which the table serves as 42: refused, the old kernel never stopped.
+  CHECK(cudaq_rt_reload(s, rpc.code, &info) == CUDAQ_RT_E_REFUSED);
+  CHECK(last_error() == "'" + rpc_path.string() +
+                            "': does not export handler 'echo', which the running function "
+                            "table serves as function_id 0x2a");
+  CHECK(gpu.launches == 1);
+  CHECK(info.swapped == 0);
+
+  // v2: swapped in; the table is still function_id 42 -> echo, now v2's echo.
+  gpu.written.clear();
+  CHECK_MESSAGE(cudaq_rt_reload(s, v2.code, &info) == CUDAQ_RT_OK, last_error());
+  CHECK(info.swapped == 1);
+  CHECK(info.hold_ms >= 0);
+  CHECK(gpu.launches == 2);
+  CHECK(gpu.params.num_functions == 1);
+  // The globals set before were written into the new module.
+  CHECK(gpu.written[0x20000] == lut);
+  cudaq_rt_device_fn echo2 = 0;
+  CHECK(cudaq_rt_lookup_handler(s, "echo", &echo2) == CUDAQ_RT_OK);
+  // The same code again: nothing swapped.
+  CHECK(cudaq_rt_reload(s, v2.code, &info) == CUDAQ_RT_OK);
+  CHECK(info.swapped == 0);
+  CHECK(gpu.launches == 2);
+
+  // A global while running: written between two requests (the kernel stopped, then started).
+  const std::vector<uint8_t> lut2(256, 9);
+  CHECK(cudaq_rt_set_global(s, "cudaq_rt_example_lut", lut2.data(), 4) == CUDAQ_RT_E_ARGUMENT);
+  CHECK(gpu.launches == 2);
+  CHECK(cudaq_rt_set_global(s, "cudaq_rt_example_lut", lut2.data(), lut2.size()) == CUDAQ_RT_OK);
+  CHECK(gpu.written[0x20000] == lut2);
+  CHECK(gpu.launches == 3);
+  CHECK(cudaq_rt_check(s) == CUDAQ_RT_OK);
+  // The old code may go: the server serves v2's.
+  cudaq_rt_code_destroy(v1.code);
+  v1.code = nullptr;
+  CHECK(cudaq_rt_stop(s) == CUDAQ_RT_OK);
 }
