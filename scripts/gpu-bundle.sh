@@ -31,7 +31,9 @@ done
 copy "$build/examples/cudaq_rt_example_app" "$out/examples/cudaq_rt_example_app"
 for f in "$build"/examples/*.a; do copy "$f" "$out/examples/${f##*/}"; done
 copy "$build/tests/capi/capi_test" "$out/tests/capi/capi_test"
-for f in loopback_dispatch_test cudaq_rt_fault_app libcudaq_rt_test_hold_pairs.a; do
+copy "$build/tests/capi/reload_capi" "$out/tests/capi/reload_capi"
+for f in loopback_dispatch_test cudaq_rt_fault_app libcudaq_rt_test_hold_pairs.a \
+  libcudaq_rt_test_reload_v1.a libcudaq_rt_test_reload_v2.a; do
   copy "$build/tests/gpu/$f" "$out/tests/gpu/$f"
 done
 for f in loopback_rtt libcudaq_rt_bench_kernels.a libcudaq_rt_bench_warp_kernels.a udp_echo udp_rtt_client; do
