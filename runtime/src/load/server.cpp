@@ -132,33 +132,43 @@ handler_addresses(Gpu &gpu, GpuLibrary library, const std::vector<std::string> &
       return make_error("", symbol, " is ", (*g)->size, " bytes, not a function pointer");
     globals.push_back(**g);
   }
-  std::vector<std::pair<std::string, GpuPointer>> out;
-  if (globals.empty())
-    return out;
-  // The pointer globals lie together in the module's data: one copy of the span they cover
+  // The pointer globals lie side by side in the module's data: one copy for each run of them
   // instead of one synchronous copy each (about 20 us apiece on the H200, 20 ms for 1,000
-  // handlers, which a reload would pay between two requests).
-  auto [lo, hi] = std::minmax_element(globals.begin(), globals.end(),
-                                      [](auto &a, auto &b) { return a.address < b.address; });
-  const GpuPointer first = lo->address;
-  const size_t span = size_t(hi->address - first) + sizeof(GpuPointer);
-  constexpr size_t max_span = size_t(1) << 20;
-  std::vector<uint8_t> bytes(span <= max_span ? span : 0);
-  if (!bytes.empty())
-    if (auto st = gpu.copy_from_device(bytes, first); !st)
-      return std::move(st).take_error();
-  for (size_t i = 0; i < handlers.size(); ++i) {
-    GpuPointer address = 0;
-    if (!bytes.empty()) {
-      std::memcpy(&address, bytes.data() + (globals[i].address - first), sizeof address);
-    } else if (auto st = gpu.copy_from_device(
-                   std::span(reinterpret_cast<uint8_t *>(&address), sizeof address),
-                   globals[i].address);
-               !st) {
-      return std::move(st).take_error();
+  // handlers, which a reload pays between two requests). A run is read one by one where its copy
+  // fails (it crossed into memory the module does not map).
+  std::vector<size_t> order(globals.size());
+  for (size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return globals[a].address < globals[b].address; });
+  std::vector<GpuPointer> values(globals.size(), 0);
+  auto read_one = [&](size_t i) {
+    return gpu.copy_from_device(
+        std::span(reinterpret_cast<uint8_t *>(&values[i]), sizeof(GpuPointer)), globals[i].address);
+  };
+  constexpr GpuPointer max_hole = 64; // bytes between two globals of one run
+  for (size_t first = 0; first < order.size();) {
+    size_t last = first;
+    while (last + 1 < order.size() &&
+           globals[order[last + 1]].address <=
+               globals[order[last]].address + sizeof(GpuPointer) + max_hole)
+      ++last;
+    const GpuPointer base = globals[order[first]].address;
+    std::vector<uint8_t> bytes(size_t(globals[order[last]].address - base) + sizeof(GpuPointer));
+    if (last > first && gpu.copy_from_device(bytes, base)) {
+      for (size_t k = first; k <= last; ++k)
+        std::memcpy(&values[order[k]], bytes.data() + (globals[order[k]].address - base),
+                    sizeof(GpuPointer));
+    } else {
+      for (size_t k = first; k <= last; ++k)
+        if (auto st = read_one(order[k]); !st)
+          return std::move(st).take_error();
     }
-    out.emplace_back(handlers[i], address);
+    first = last + 1;
   }
+  std::vector<std::pair<std::string, GpuPointer>> out;
+  for (size_t i = 0; i < handlers.size(); ++i)
+    out.emplace_back(handlers[i], values[i]);
   return out;
 }
 
@@ -346,8 +356,8 @@ std::optional<GpuPointer> Server::handler_address(const std::string &name) const
 std::vector<cudaq_rt_function_entry> Server::function_table() const {
   std::vector<cudaq_rt_function_entry> out;
   for (const auto &[function_id, name] : names_)
-    out.push_back({function_id, 0,
-                   reinterpret_cast<cudaq_rt_handler_fn>(handler_address(name).value_or(0))});
+    out.push_back(
+        {function_id, 0, reinterpret_cast<cudaq_rt_handler_fn>(handler_address(name).value_or(0))});
   return out;
 }
 

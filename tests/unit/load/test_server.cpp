@@ -586,10 +586,14 @@ TEST_CASE("the C API: lookups, the application's function table and its guards, 
   CHECK(gpu.params.num_functions == 6);
   CHECK((*reinterpret_cast<const uint64_t *>(&gpu.written[0x30000][0]) != 0));
 
-  // Globals: the module's own size, kept for the next load.
+  // Globals: the module's own size, kept for the next load; while running, written between two
+  // requests (the kernel stopped and started again).
   gpu.device_globals["decoder_table"] = 4;
   const uint8_t bytes[4] = {1, 2, 3, 4};
-  CHECK(cudaq_rt_set_global(s, "decoder_table", bytes, 4) == CUDAQ_RT_E_STATE);
+  const int launched = gpu.launches;
+  CHECK(cudaq_rt_set_global(s, "decoder_table", bytes, 4) == CUDAQ_RT_OK);
+  CHECK(gpu.launches == launched + 1);
+  CHECK(cudaq_rt_check(s) == CUDAQ_RT_OK);
   CHECK(cudaq_rt_stop(s) == CUDAQ_RT_OK);
   CHECK(cudaq_rt_set_global(s, "decoder_table", bytes, 2) == CUDAQ_RT_E_ARGUMENT);
   CHECK(std::string(cudaq_rt_last_error()) ==
