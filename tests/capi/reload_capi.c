@@ -136,8 +136,8 @@ int main(int argc, char **argv) {
       holds[done_reloads] = info.hold_ms;
       printf("reload %d to v%d with %ld in flight: staged %.2f ms, gap %.3f ms (hold %.3f, swap "
              "%.3f, launch %.3f)\n",
-             done_reloads + 1, version, in_flight, info.stage_ms, gaps[done_reloads],
-             info.hold_ms, info.swap_ms, info.launch_ms);
+             done_reloads + 1, version, in_flight, info.stage_ms, gaps[done_reloads], info.hold_ms,
+             info.swap_ms, info.launch_ms);
       ++done_reloads;
     }
     if (sent > 0 && done_globals < reloads && sent == every * done_globals + every / 2) {

@@ -170,10 +170,10 @@ int cudaq_rt_check(cudaq_rt_server *server);
 
 /* Hot reload: what cudaq_rt_reload did, in milliseconds on the host's clock. */
 typedef struct cudaq_rt_reload_info {
-  int swapped;     /* 1: the new code serves; 0: it was the code and globals already serving */
-  double stage_ms; /* the new code read, verified and its cubin found or linked, the old serving */
-  double hold_ms;  /* the bridge held new requests, the old kernel answered what it had, stopped */
-  double swap_ms;  /* the new module loaded, resolved and written, the old one unloaded */
+  int swapped;      /* 1: the new code serves; 0: it was the code and globals already serving */
+  double stage_ms;  /* the new code read, verified and its cubin found or linked, the old serving */
+  double hold_ms;   /* the bridge held new requests, the old kernel answered what it had, stopped */
+  double swap_ms;   /* the new module loaded, resolved and written, the old one unloaded */
   double launch_ms; /* the new kernel launched and the bridge taking requests again */
 } cudaq_rt_reload_info;
 

@@ -647,9 +647,8 @@ int cudaq_rt_set_global(cudaq_rt_server *s, const char *name, const void *data, 
     const auto *bytes = static_cast<const uint8_t *>(data);
     GlobalValue v{name, std::vector<uint8_t>(bytes, bytes + size)};
     auto refused = [](const Error &e) {
-      return fail(e.message.find("no __device__ global") != std::string::npos
-                      ? CUDAQ_RT_E_NOT_FOUND
-                      : CUDAQ_RT_E_ARGUMENT,
+      return fail(e.message.find("no __device__ global") != std::string::npos ? CUDAQ_RT_E_NOT_FOUND
+                                                                              : CUDAQ_RT_E_ARGUMENT,
                   e);
     };
     if (s->running()) {
