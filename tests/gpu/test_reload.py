@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+import unittest
 
 from gpu_harness import ClassDirCase, RUN, assert_document, gpus, link_for, main, pack_into
 
@@ -120,7 +121,7 @@ def versioned_worker(args):
 class Serving:
     """A `cudaq-rt-run --serve --json` process whose stderr is read as it comes."""
 
-    def __init__(self, test, pkg, *args, env=None):
+    def __init__(self, test, pkg, *args, env=None, gpus=1):
         self.test = test
         self.proc = subprocess.Popen([RUN, pkg, "--serve", "--json", *args], env=env,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -128,6 +129,8 @@ class Serving:
         self.reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stderr))
         self.reader.start()
         self.address = self.wait_for(r"cudaq-rt-run: serving on (\S+) \(GPU").group(1)
+        self.addresses = [self.wait_for(r"cudaq-rt-run: serving on (\S+) \(GPU", count=i + 1)
+                          .group(1) for i in range(gpus)]
 
     def wait_for(self, pattern, count=1, timeout=120):
         """The `count`th stderr line that matches `pattern` (its match); fails after `timeout`."""
@@ -173,16 +176,19 @@ class ReloadCase(ClassDirCase):
         flip(link, target)
         return link
 
-    def swaps_under_load(self, handler, reloads, step, *serve_args):
-        """8 clients on `handler` while `step(i)` changes something and SIGHUP asks for a reload,
-        `reloads` times; returns the clients' results and the report."""
+    def swaps_under_load(self, handler, reloads, step, *serve_args, gpus=1):
+        """8 clients on `handler` (spread over the GPUs' ports) while `step(i)` changes something
+        and SIGHUP asks for a reload, `reloads` times; returns the clients' results and the
+        report."""
         write_atomically(self.table, table_bytes(1))
         link = self.current("current", self.v1)
-        s = Serving(self, link, "--global", f"{TABLE}=@{self.table}", *serve_args, env=self.env)
+        s = Serving(self, link, "--global", f"{TABLE}=@{self.table}", *serve_args, env=self.env,
+                    gpus=gpus)
         n, seconds = 8, 3.0 + 0.35 * reloads
         pool = multiprocessing.Pool(n)
-        work = pool.map_async(versioned_worker, [(s.address, seconds, 8, bytes([0x40 + i]) * 8,
-                                                  handler) for i in range(n)])
+        work = pool.map_async(versioned_worker, [(s.addresses[i % gpus], seconds, 8,
+                                                  bytes([0x40 + i]) * 8, handler)
+                                                 for i in range(n)])
         time.sleep(1.0)
         for i in range(reloads):
             step(i, link)
@@ -227,6 +233,18 @@ class ReloadTest(ReloadCase):
         self.assertEqual(t["dispatch"]["requests"], answered)  # the counters carried over
         self.assertEqual((t["protocol_errors"], t["dropped"]), (0, 0))
         self.report_gaps("versioned, 8 clients", doc, results)
+
+    @unittest.skipIf(GPU_COUNT < 2, "one GPU")
+    def test_two_gpus_swap_in_turn(self):
+        versions = [self.v1, self.v2]
+        results, doc, _ = self.swaps_under_load(
+            "versioned", 10, lambda i, link: flip(link, versions[(i + 1) % 2]), "--device",
+            "0,1", gpus=2)
+        for i, r in enumerate(results):
+            self.assertEqual((r["wrong"], r["lost"]), (0, 0), f"client {i}")
+            self.assertEqual(set(r["versions"]), {1, 2}, f"client {i}")
+        self.assertEqual([len(r["swaps"]) for r in doc["reloads"]], [2] * 10)
+        self.report_gaps("two GPUs in turn, 8 clients", doc, results)
 
     def test_table_generations_under_load_are_never_torn(self):
         def next_table(i, link):
