@@ -121,6 +121,10 @@ cudaq_rt_bridge_result drain(cudaq_rt_bridge *b, double timeout_s) {
   return self(b)->pump->drain(timeout_s) ? CUDAQ_RT_BRIDGE_OK : CUDAQ_RT_BRIDGE_AGAIN;
 }
 
+cudaq_rt_bridge_result hold(cudaq_rt_bridge *b, double timeout_s) {
+  return self(b)->pump->hold(timeout_s) ? CUDAQ_RT_BRIDGE_OK : CUDAQ_RT_BRIDGE_AGAIN;
+}
+
 void stop(cudaq_rt_bridge *b) {
   self(b)->pump->stop();
 }
@@ -163,6 +167,7 @@ const cudaq_rt_bridge_ops udp_ops = {
     .latency = latency,
     .instance_config = instance_config,
     .dispatch_shared_bytes = dispatch_shared_bytes,
+    .hold = hold,
 };
 
 } // namespace

@@ -253,6 +253,7 @@ bool Pump::start(std::string &error) {
     return false;
   }
   stopping_ = false;
+  holding_ = false;
   intake_open_ = true;
   rx_done_ = false;
   try {
@@ -268,6 +269,11 @@ bool Pump::start(std::string &error) {
     return false;
   }
   return true;
+}
+
+bool Pump::hold(double timeout_s) {
+  holding_.store(true, std::memory_order_release);
+  return drain(timeout_s);
 }
 
 bool Pump::drain(double timeout_s) {
@@ -338,6 +344,8 @@ struct Pump::Outlet {
 };
 
 int Pump::receive(Intake &in, bool wait) {
+  if (holding_.load(std::memory_order_acquire))
+    return -1; // held: what arrives waits in the socket for the next start
   const bool open = intake_open_.load(std::memory_order_acquire);
   // Datagrams are received straight into the bulk areas of the free slots, in ring order
   // (loopback::request_area), so that a request in bulk is not copied again on its way to the

@@ -160,6 +160,8 @@ public:
   // Takes no more datagrams (those already in the socket's buffer are still taken), then waits up
   // to timeout_s until every request taken was answered. False: time ran out.
   bool drain(double timeout_s);
+  // As drain, but receives nothing more at all: datagrams wait in the socket until start().
+  bool hold(double timeout_s);
   // Ends both threads; responses already in the ring are still sent (a second at most).
   void stop();
 
@@ -194,7 +196,7 @@ private:
   cudaq_rt_bridge rx_ring_, tx_ring_;
   std::atomic<uint64_t> sent_{0}, received_{0}; // rx_ring_.sent and tx_ring_.received, published
   std::atomic<uint64_t> answered_{0};           // responses sent (or failed) for the GPU's answers
-  std::atomic<bool> intake_open_{false}, rx_done_{true}, stopping_{false};
+  std::atomic<bool> intake_open_{false}, rx_done_{true}, stopping_{false}, holding_{false};
   std::atomic<uint32_t> wake_{0};         // bumped to wake a sleeping TX thread (wait=block)
   std::vector<sockaddr_storage> senders_; // per slot
   std::vector<socklen_t> sender_lengths_;

@@ -1,7 +1,7 @@
 /* A self-fed bridge whose host side needs no GPU, for the serving tests of test_server: like
  * host_bridge.c, its device hooks are the loopback bridge's, packed under this bridge's name. It
- * has no socket; its counters say how often the launcher called start, drain and stop, and in what
- * order (last_op: 1 start, 2 drain, 3 stop), and responses_sent grows by one on each read of the
+ * has no socket; its counters say how often the launcher called start, drain, hold and stop, and
+ * which came last (last_op: 1 start, 2 drain, 3 stop, 4 hold), and responses_sent grows by one on each read of the
  * counters, so that a --count bound is reached without traffic. They also say what the launcher
  * told instance_config (polling_lanes, instance), passed on to create in the configuration. It
  * asks for 512 bytes of dynamic shared memory per polling lane (dispatch_shared_bytes). */
@@ -11,7 +11,7 @@
 #include <string.h>
 
 struct cudaq_rt_bridge {
-  uint64_t starts, drains, stops, last_op, reads, drained_while_started;
+  uint64_t starts, drains, holds, stops, last_op, reads, drained_while_started;
   int started;
   unsigned polling_lanes, instance;
   unsigned char device_context[64];
@@ -54,6 +54,13 @@ static cudaq_rt_bridge_result drain(cudaq_rt_bridge *b, double timeout_s) {
   return CUDAQ_RT_BRIDGE_OK;
 }
 
+static cudaq_rt_bridge_result hold(cudaq_rt_bridge *b, double timeout_s) {
+  (void)timeout_s;
+  b->holds++;
+  b->last_op = 4;
+  return CUDAQ_RT_BRIDGE_OK;
+}
+
 static void stop(cudaq_rt_bridge *b) {
   b->stops++;
   b->started = 0;
@@ -70,6 +77,7 @@ static uint32_t counters(const cudaq_rt_bridge *b, cudaq_rt_bridge_counter *out,
   cudaq_rt_bridge *m = (cudaq_rt_bridge *)b;
   const cudaq_rt_bridge_counter all[] = {{"starts", m->starts},
                                          {"drains", m->drains},
+                                         {"holds", m->holds},
                                          {"stops", m->stops},
                                          {"last_op", m->last_op},
                                          {"responses_sent", ++m->reads},
@@ -105,6 +113,7 @@ static const cudaq_rt_bridge_ops ops = {
     .counters = counters,
     .instance_config = instance_config,
     .dispatch_shared_bytes = dispatch_shared_bytes,
+    .hold = hold,
 };
 
 __attribute__((visibility("default"))) const cudaq_rt_bridge_ops *cudaq_rt_bridge_entry(void) {

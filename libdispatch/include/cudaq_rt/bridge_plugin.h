@@ -210,6 +210,13 @@ typedef struct cudaq_rt_bridge_ops {
    * %dynamic_smem_size and go without where they did not get them. Only for a dispatch kernel
    * that uses no dynamic shared memory of its own: the hooks' bytes start at its base. */
   uint32_t (*dispatch_shared_bytes)(cudaq_rt_bridge *bridge);
+  /* Optional, CUDAQ_RT_BRIDGE_CAP_SELF_FED only (NULL, or a struct_size that ends before it: the
+   * launcher uses drain). For a swap of the dispatch kernel (a hot reload): as drain, but takes
+   * nothing more at once, not even what already waits in a socket's buffer. What arrives stays
+   * there until the next start, when the new kernel serves it; what was taken is answered
+   * (waiting up to timeout_s: AGAIN when the time ran out first). Under steady load a drain may
+   * go on taking what keeps arriving; a hold ends as soon as the requests taken are answered. */
+  cudaq_rt_bridge_result (*hold)(cudaq_rt_bridge *bridge, double timeout_s);
 } cudaq_rt_bridge_ops;
 
 /* The size of the table as ABI version 1 first defined it (up to receive). */

@@ -97,6 +97,9 @@ public:
   bool self_fed() const;
   Status start();
   Expected<bool> drain(double timeout_s);
+  // For a swap of the kernel: takes nothing more at once (cudaq_rt_bridge_ops::hold), or drains
+  // where the bridge has no hold.
+  Expected<bool> hold(double timeout_s);
   void stop();
   // Where clients reach it, or empty.
   std::string address() const;

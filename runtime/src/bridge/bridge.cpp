@@ -361,6 +361,20 @@ Expected<bool> Bridge::drain(double timeout_s) {
   }
 }
 
+Expected<bool> Bridge::hold(double timeout_s) {
+  auto hold = CUDAQ_RT_APPENDED(ops_, hold);
+  if (!self_fed() || !hold)
+    return drain(timeout_s);
+  switch (hold(bridge_, timeout_s)) {
+  case CUDAQ_RT_BRIDGE_OK:
+    return true;
+  case CUDAQ_RT_BRIDGE_AGAIN:
+    return false;
+  default:
+    return error("hold");
+  }
+}
+
 void Bridge::stop() {
   if (auto stop = CUDAQ_RT_APPENDED(ops_, stop); self_fed() && stop)
     stop(bridge_);

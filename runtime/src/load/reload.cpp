@@ -149,7 +149,7 @@ Status Server::hold() {
   // Server::stop: a self-fed bridge stops taking requests and waits for the answers to those it
   // took, the kernel answers what is in the ring and ends; the bridge's threads end after the
   // last responses are sent. Its socket stays open: what arrives meanwhile waits there.
-  Status st = stop();
+  Status st = stop(true);
   if (!st && (hung_ || faulted_ || running_))
     return st;
   return Status::ok(); // a drain that ran out of time: the kernel still answered the ring

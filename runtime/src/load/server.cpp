@@ -757,12 +757,13 @@ Status Server::check() {
                 "dispatch contract)");
 }
 
-Status Server::stop() {
+Status Server::stop(bool for_swap) {
   if (!running_)
     return Status::ok();
   // A self-fed bridge first stops taking requests and waits for the answers to those it took;
   // what is still in the ring then is answered before the kernel sees the flag (dispatch.h).
-  auto drained = bridge_->drain(stop_timeout_s_);
+  // For a swap it takes nothing more at once: what arrives waits for the next kernel.
+  auto drained = for_swap ? bridge_->hold(stop_timeout_s_) : bridge_->drain(stop_timeout_s_);
   std::atomic_ref<int>(*static_cast<int *>(control_.host)).store(1, std::memory_order_release);
   const auto deadline =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(

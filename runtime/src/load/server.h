@@ -217,7 +217,7 @@ public:
   // the error names it and what it was serving, and hung() turns true. A self-fed bridge (UDP) is
   // drained first: it takes no more requests, and those it took are answered before the flag is
   // set (waiting up to the stop timeout for them), then its threads end.
-  Status stop();
+  Status stop() { return stop(false); }
   // Launches the kernel after load(), or again on the same bridge instance after stop().
   Status relaunch();
 
@@ -259,6 +259,7 @@ private:
   Status launch(bool fresh = true);
   // Stops the kernel for a swap: the bridge holds requests until the next launch.
   Status hold();
+  Status stop(bool for_swap);
   void remember_global(GlobalValue value);
   void sent(std::span<const uint8_t> frame);        // in flight from now
   void answered(std::span<const uint8_t> response); // no longer
