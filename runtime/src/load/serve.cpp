@@ -203,6 +203,8 @@ struct Service::Worker {
   // Work for the worker's thread, where the GPU's context and the server live (a reload's swap);
   // the caller waits for it.
   std::function<void(Server &)> task;
+  // Readers of the server on another thread (a reload's staging): it is not freed while any.
+  int pinned = 0;
 
   void body(LoadOptions options, Gpu &gpu, Shared &shared) {
     // Loaded only: every GPU's module is loaded before any kernel runs (Server::load).
@@ -281,6 +283,10 @@ struct Service::Worker {
       task = nullptr; // a reload that asked too late: run_on_thread answers false
     }
     cv.notify_all();
+    {
+      std::unique_lock lock(m);
+      cv.wait(lock, [&] { return pinned == 0; });
+    }
     // Every kernel stops before any GPU's module is freed; after a hang, nothing is freed (the
     // process is about to end, and freeing would wait for the hung kernel).
     std::unique_lock lock(shared.m);
@@ -325,9 +331,19 @@ struct Service::Worker {
     return done;
   }
 
-  Server *serving() const {
+  // The server, kept from being freed until unpin(); nullptr when it no longer serves.
+  Server *pin() {
     std::lock_guard lock(m);
+    if (server)
+      ++pinned;
     return server;
+  }
+  void unpin() {
+    {
+      std::lock_guard lock(m);
+      --pinned;
+    }
+    cv.notify_all();
   }
 
   ServeCounters counters() const {
@@ -517,13 +533,14 @@ ReloadRecord Service::reload(const std::string &trigger) {
   // Every GPU's next code staged, with every GPU serving: a refusal on any swaps none.
   std::vector<StagedLoad> staged;
   for (size_t i = 0; i < workers_.size(); ++i) {
-    Server *server = workers_[i]->serving();
+    Server *server = workers_[i]->pin();
     if (!server)
       return finish("refused", cat("GPU ", options_.devices[i], " is not serving"));
     LoadOptions o = *next;
     o.device = options_.devices[i];
     o.bridge_instance = uint32_t(i);
     auto st = server->stage(o);
+    workers_[i]->unpin();
     if (!st)
       return finish("refused", on_gpu(i, st.error()));
     for (const std::string &w : st->report.warnings)
@@ -534,8 +551,12 @@ ReloadRecord Service::reload(const std::string &trigger) {
   rec.manifest = staged.front().manifest.str();
   rec.stage_ms = since(t0);
   bool unchanged = true;
-  for (size_t i = 0; i < workers_.size(); ++i)
-    unchanged = unchanged && workers_[i]->serving() && workers_[i]->serving()->serves(staged[i]);
+  for (size_t i = 0; i < workers_.size() && unchanged; ++i) {
+    Server *server = workers_[i]->pin();
+    unchanged = server && server->serves(staged[i]);
+    if (server)
+      workers_[i]->unpin();
+  }
   if (unchanged)
     return finish("unchanged", "the same manifest, cubin and globals are serving");
   const bool globals_only =
