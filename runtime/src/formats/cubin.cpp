@@ -30,9 +30,11 @@ Expected<ObjectPtr> open_cuda_elf(std::span<const uint8_t> cubin, const std::str
 // One defined symbol of a cubin's table (undefined ones are skipped).
 struct DefinedSymbol {
   llvm::StringRef name;
-  uint8_t type;   // STT_*
-  uint32_t flags; // llvm::object::BasicSymbolRef::SF_*
-  uint64_t size;  // st_size
+  uint8_t type;     // STT_*
+  uint32_t flags;   // llvm::object::BasicSymbolRef::SF_*
+  uint64_t size;    // st_size
+  uint64_t value;   // st_value: in a linked cubin, the offset in its section
+  uint32_t section; // st_shndx
 };
 
 // Calls `each` for every defined symbol of `elf`; a symbol whose name, flags or section cannot be
@@ -44,17 +46,21 @@ Status for_each_defined_symbol(const llvm::object::ELF64LEObjectFile &elf,
     auto name = sym.getName();
     auto flags = sym.getFlags();
     auto section = sym.getSection();
-    if (!name || !flags || !section) {
+    auto value = sym.getValue();
+    if (!name || !flags || !section || !value) {
       if (!name)
         llvm::consumeError(name.takeError());
       if (!flags)
         llvm::consumeError(flags.takeError());
       if (!section)
         llvm::consumeError(section.takeError());
+      if (!value)
+        llvm::consumeError(value.takeError());
       return make_error(subject, "linked output has a malformed symbol table");
     }
     if (*section != elf.section_end())
-      each(DefinedSymbol{*name, sym.getELFType(), *flags, sym.getSize()});
+      each(DefinedSymbol{*name, sym.getELFType(), *flags, sym.getSize(), *value,
+                         uint32_t((*section)->getIndex())});
   }
   return Status::ok();
 }
@@ -96,7 +102,7 @@ Expected<CubinInfo> read_cubin(std::span<const uint8_t> cubin, const std::string
       info.functions.insert(s.name.str());
     else if (s.type == llvm::ELF::STT_OBJECT || s.type == llvm::ELF::STT_COMMON) {
       info.variables.insert(s.name.str());
-      info.variable_sizes[s.name.str()] = s.size;
+      info.variable_symbols[s.name.str()] = {s.section, s.value, s.size};
     }
   });
   if (!st)

@@ -17,7 +17,14 @@ struct CubinInfo {
   bool relocatable = false;        // ET_REL: one unit compiled alone, not a loadable module
   std::set<std::string> functions; // defined function symbols (kernels and device functions)
   std::set<std::string> variables; // defined object symbols (globals)
-  std::map<std::string, uint64_t> variable_sizes; // their sizes in bytes, from the symbol table
+  // Each defined variable's place: in a linked module, its section and its offset there (the
+  // driver loads a section as one piece), and its size in bytes.
+  struct Variable {
+    uint32_t section = 0;
+    uint64_t offset = 0;
+    uint64_t size = 0;
+  };
+  std::map<std::string, Variable> variable_symbols;
 };
 
 // Reads a cubin's ELF header and symbol table (libObject). Not an NVIDIA CUDA ELF is an error.

@@ -1,6 +1,7 @@
 // The steps of the load path that a first load (server.cpp) and a reload (reload.cpp) share.
 #pragma once
 
+#include "formats/cubin.h"
 #include "load/server.h"
 #include "package/package.h"
 
@@ -30,9 +31,11 @@ Expected<GpuGlobal> exported_global(Gpu &gpu, GpuLibrary library, const std::str
                                     size_t size, const char *what);
 
 // Each handler's device address in a loaded module, read from its cudaq_rt_handler__<name>
-// global, in the order given.
+// global, in the order given. With the cubin's symbol table, the globals are found from one
+// lookup per section (checked against a second), not one each.
 Expected<std::vector<std::pair<std::string, GpuPointer>>>
-handler_addresses(Gpu &gpu, GpuLibrary library, const std::vector<std::string> &handlers);
+handler_addresses(Gpu &gpu, GpuLibrary library, const std::vector<std::string> &handlers,
+                  const CubinInfo *symbols = nullptr);
 
 // `entries` checked against a module's handler addresses (each must be one), sorted, named, and
 // no function_id twice.

@@ -48,17 +48,15 @@ bool same_globals(const std::vector<GlobalValue> &a, const std::vector<GlobalVal
 Status check_globals(const StagedLoad &next, const std::string &subject) {
   if (next.options.globals.empty())
     return Status::ok();
-  auto info = read_cubin(next.cubin, subject);
-  if (!info)
-    return std::move(info).take_error();
+  const CubinInfo &info = next.symbols;
   for (const GlobalValue &v : next.options.globals) {
-    auto it = info->variable_sizes.find(v.name);
-    if (it == info->variable_sizes.end())
+    auto it = info.variable_symbols.find(v.name);
+    if (it == info.variable_symbols.end())
       return make_error(subject, "no __device__ global ", quote(v.name),
                         " in the linked module (the link keeps a global visible by name only "
                         "when it is exported with CUDAQ_RT_EXPORT_GLOBAL)");
-    if (it->second != v.bytes.size())
-      return make_error(subject, "global ", quote(v.name), " is ", it->second, " bytes, but ",
+    if (it->second.size != v.bytes.size())
+      return make_error(subject, "global ", quote(v.name), " is ", it->second.size, " bytes, but ",
                         v.bytes.size(), " bytes were given");
   }
   return Status::ok();
@@ -134,6 +132,10 @@ Expected<StagedLoad> Server::stage(const LoadOptions &next) const {
   r.warnings.insert(r.warnings.end(), cubin->warnings.begin(), cubin->warnings.end());
   r.notes = cubin->notes;
   s.cubin = std::move(cubin->cubin);
+  auto symbols = read_cubin(s.cubin, cat(subject, ": ", r.device.arch()));
+  if (!symbols)
+    return std::move(symbols).take_error();
+  s.symbols = std::move(*symbols);
   if (auto st = check_globals(s, cat(subject, ": ", r.device.arch())); !st)
     return std::move(st).take_error();
   s.globals_only = s.manifest == manifest_ && r.record.cubin == report_.record.cubin;
@@ -244,7 +246,7 @@ Expected<SwapTimes> Server::swap(StagedLoad next) {
   auto kernel = gpu_.kernel(library, next.report.kernel);
   if (!kernel)
     return back_to_old(std::move(kernel).take_error());
-  auto addresses = handler_addresses(gpu_, library, next.report.handlers);
+  auto addresses = handler_addresses(gpu_, library, next.report.handlers, &next.symbols);
   if (!addresses)
     return back_to_old(std::move(addresses).take_error());
   std::vector<cudaq_rt_function_entry> entries;

@@ -36,6 +36,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -119,9 +120,9 @@ Expected<GpuGlobal> exported_global(Gpu &gpu, GpuLibrary library, const std::str
 }
 
 Expected<std::vector<std::pair<std::string, GpuPointer>>>
-handler_addresses(Gpu &gpu, GpuLibrary library, const std::vector<std::string> &handlers) {
-  std::vector<GpuGlobal> globals;
-  for (const std::string &name : handlers) {
+handler_addresses(Gpu &gpu, GpuLibrary library, const std::vector<std::string> &handlers,
+                  const CubinInfo *symbols) {
+  auto lookup = [&](const std::string &name) -> Expected<GpuGlobal> {
     const std::string symbol = CUDAQ_RT_HANDLER_SYMBOL_PREFIX + name;
     auto g = gpu.global(library, symbol);
     if (!g)
@@ -130,7 +131,45 @@ handler_addresses(Gpu &gpu, GpuLibrary library, const std::vector<std::string> &
       return make_error("", "the module lacks handler ", name, "'s global ", symbol);
     if ((*g)->size != sizeof(cudaq_rt_handler_fn))
       return make_error("", symbol, " is ", (*g)->size, " bytes, not a function pointer");
-    globals.push_back(**g);
+    return **g;
+  };
+  // The driver looks a global up by name in a time that grows with the module (1,000 handlers
+  // took 37 ms on the H200, between two requests of a reload). A section is loaded as one
+  // piece, so with the cubin's symbol table one lookup per section places every global in it;
+  // a second lookup, of the section's last handler, checks that, else each is looked up.
+  std::vector<GpuGlobal> globals(handlers.size());
+  std::vector<bool> placed(handlers.size(), false);
+  if (symbols) {
+    std::map<uint32_t, std::vector<std::pair<uint64_t, size_t>>> by_section; // offset, index
+    for (size_t i = 0; i < handlers.size(); ++i) {
+      auto it = symbols->variable_symbols.find(CUDAQ_RT_HANDLER_SYMBOL_PREFIX + handlers[i]);
+      if (it != symbols->variable_symbols.end() && it->second.size == sizeof(GpuPointer))
+        by_section[it->second.section].emplace_back(it->second.offset, i);
+    }
+    for (auto &[section, members] : by_section) {
+      std::sort(members.begin(), members.end());
+      auto first = lookup(handlers[members.front().second]);
+      if (!first)
+        return std::move(first).take_error();
+      const GpuPointer base = first->address - members.front().first;
+      auto last = lookup(handlers[members.back().second]);
+      if (!last)
+        return std::move(last).take_error();
+      if (last->address != base + members.back().first)
+        continue; // not laid out as the symbol table says: each is looked up below
+      for (const auto &[offset, i] : members) {
+        globals[i] = {base + offset, sizeof(GpuPointer)};
+        placed[i] = true;
+      }
+    }
+  }
+  for (size_t i = 0; i < handlers.size(); ++i) {
+    if (placed[i])
+      continue;
+    auto g = lookup(handlers[i]);
+    if (!g)
+      return std::move(g).take_error();
+    globals[i] = *g;
   }
   // The pointer globals lie side by side in the module's data: one copy for each run of them
   // instead of one synchronous copy each (about 20 us apiece on the H200, 20 ms for 1,000
@@ -275,7 +314,10 @@ Expected<std::unique_ptr<Server>> Server::load(const LoadOptions &opt, Gpu &gpu)
 
   // Each handler's address, read from its cudaq_rt_handler__<name> global: a device function
   // pointer is only valid inside the module that defines it, so this is the only source of them.
-  auto addresses = handler_addresses(gpu, s->library_, r.handlers);
+  // The cubin's symbol table places the handlers' globals; one it cannot read is looked up
+  // global by global.
+  auto symbols = read_cubin(cubin->cubin, subject);
+  auto addresses = handler_addresses(gpu, s->library_, r.handlers, symbols ? &*symbols : nullptr);
   if (!addresses)
     return on_this_gpu(std::move(addresses).take_error());
   s->addresses_ = std::move(*addresses);

@@ -13,6 +13,7 @@
 #include "cache/link_cache.h"
 #include "cudaq_rt/bridge.h"
 #include "cudaq_rt/dispatch.h"
+#include "formats/cubin.h"
 #include "load/global_value.h"
 #include "load/gpu.h"
 #include "load/select_cubin.h"
@@ -132,7 +133,8 @@ struct StagedLoad {
   LoadOptions options;
   LoadReport report; // what the load of it reports once swapped in (times: stage only)
   std::vector<uint8_t> cubin;
-  Digest manifest; // the package's manifest digest: the same as the running one's is no change
+  CubinInfo symbols; // the cubin's symbol table: where its globals lie
+  Digest manifest;   // the package's manifest digest: the same as the running one's is no change
   // Only the globals changed (same manifest, same cubin): no module is swapped, the values are
   // written between two requests (Server::swap).
   bool globals_only = false;

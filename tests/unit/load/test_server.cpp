@@ -5,6 +5,7 @@
 #include "base/signing.h"
 #include "command/run_command.h"
 #include "cudaq_rt/cudaq_rt.h"
+#include "formats/cubin.h"
 #include "link/nvjitlink.h"
 #include "load/capi_gpu.h"
 #include "load/client.h"
@@ -59,10 +60,18 @@ public:
     return GpuDevice{ordinal, "Fake GPU", sm, 13000};
   }
   bool load_fails = false;
+  // Places each handler's global where the cubin's symbol table says, as the driver does (a
+  // section loaded at 0x10000), instead of by its function_id.
+  bool place_as_cubin = false;
+  CubinInfo loaded_symbols;
+  std::atomic<int> handler_lookups = 0;
   Expected<GpuLibrary> load(std::span<const uint8_t> image) override {
     if (load_fails)
       return make_error("", "no room for the module");
     loaded_bytes = image.size();
+    if (place_as_cubin)
+      if (auto info = read_cubin(image, "loaded"))
+        loaded_symbols = std::move(*info);
     return reinterpret_cast<GpuLibrary>(0x1);
   }
   void unload(GpuLibrary) override { ++unloads; }
@@ -71,8 +80,13 @@ public:
     return reinterpret_cast<GpuFunction>(0x2);
   }
   Expected<std::optional<GpuGlobal>> global(GpuLibrary, const std::string &name) override {
-    if (name.rfind("cudaq_rt_handler__", 0) == 0)
+    if (name.rfind("cudaq_rt_handler__", 0) == 0) {
+      ++handler_lookups;
+      if (place_as_cubin)
+        return std::optional(
+            GpuGlobal{0x10000 + loaded_symbols.variable_symbols.at(name).offset, 8});
       return std::optional(GpuGlobal{0x10000 + (cudaq_rt_function_id(name.c_str()) & 0xfff0), 8});
+    }
     auto it = device_globals.find(name);
     if (it == device_globals.end())
       return std::optional<GpuGlobal>();
@@ -1028,4 +1042,28 @@ TEST_CASE("reload: SIGHUP's flag and --watch's fingerprint trigger it from the s
   CHECK(report.reloads.size() == 2);
   CHECK(gpu.launches == 2);
   fs::remove(link);
+}
+
+TEST_CASE("handler globals are placed from the cubin's symbol table: two lookups, not one each") {
+  Fixture &f = fixture();
+  FakeGpu per_handler, placed;
+  placed.place_as_cubin = true;
+  auto a = Server::load(f.options(f.package, "shared-cache"), per_handler);
+  REQUIRE_MESSAGE(a, error_of(a));
+  auto b = Server::load(f.options(f.package, "shared-cache"), placed);
+  REQUIRE_MESSAGE(b, error_of(b));
+  const std::vector<std::string> &handlers = (*b)->report().handlers;
+  REQUIRE(handlers.size() >= 3);
+  // The fake driver places them by function_id: the symbol table's layout does not hold, and
+  // each is looked up (after the two lookups that found out).
+  CHECK(per_handler.handler_lookups == int(handlers.size()) + 2);
+  // Placed as the symbol table says: the section's first and last handler only.
+  CHECK(placed.handler_lookups == 2);
+  for (const std::string &h : handlers) {
+    CAPTURE(h);
+    const auto offset =
+        placed.loaded_symbols.variable_symbols.at(CUDAQ_RT_HANDLER_SYMBOL_PREFIX + h).offset;
+    // The pointer read from where the global is: the fake's memory holds base + its address.
+    CHECK((*b)->handler_address(h) == placed.address_base + 0x10000 + offset);
+  }
 }
