@@ -107,6 +107,8 @@ def main():
             gaps = [sw["gap_ms"] for r in doc["reloads"] for sw in r["swaps"]]
             holds = [sw["hold_ms"] for r in doc["reloads"] for sw in r["swaps"]]
             swaps = [sw["swap_ms"] for r in doc["reloads"] for sw in r["swaps"]]
+            loads = [sw["load_ms"] for r in doc["reloads"] for sw in r["swaps"]]
+            unloads = [sw["unload_ms"] for r in doc["reloads"] for sw in r["swaps"]]
             took = [r["duration_ms"] for r in doc["reloads"]]
             stage = [r["stage_ms"] for r in doc["reloads"]]
             seen = sorted(g * 1e3 for r in results for g in r["gaps"])
@@ -117,7 +119,9 @@ def main():
                   f"under 8 clients: {answered} answered, {lost} lost, {wrong} wrong")
             print(f"  server gap ms: p50 {statistics.median(gaps):.3f}  max {max(gaps):.3f}  "
                   f"(hold p50 {statistics.median(holds):.3f}, swap p50 "
-                  f"{statistics.median(swaps):.3f})")
+                  f"{statistics.median(swaps):.3f}: the new module's load "
+                  f"{statistics.median(loads):.3f}, the old one's unload "
+                  f"{statistics.median(unloads):.3f})")
             print(f"  SIGHUP to swapped ms: p50 {statistics.median(took):.1f}  max {max(took):.1f}"
                   f"  (staging p50 {statistics.median(stage):.1f})")
             if seen:

@@ -29,6 +29,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
+#include <unordered_map>
 
 namespace cudaq_rt {
 namespace {
@@ -246,14 +248,19 @@ Expected<SwapTimes> Server::swap(StagedLoad next) {
   auto kernel = gpu_.kernel(library, next.report.kernel);
   if (!kernel)
     return back_to_old(std::move(kernel).take_error());
+  times.load_ms = ms_since(t);
   auto addresses = handler_addresses(gpu_, library, next.report.handlers, &next.symbols);
   if (!addresses)
     return back_to_old(std::move(addresses).take_error());
   std::vector<cudaq_rt_function_entry> entries;
-  for (const auto &[function_id, handler] : wanted)
+  {
+    std::unordered_map<std::string_view, GpuPointer> by_name;
     for (const auto &[name, address] : *addresses)
-      if (name == handler)
-        entries.push_back({function_id, 0, reinterpret_cast<cudaq_rt_handler_fn>(address)});
+      by_name.emplace(name, address);
+    for (const auto &[function_id, handler] : wanted)
+      if (auto it = by_name.find(handler); it != by_name.end())
+        entries.push_back({function_id, 0, reinterpret_cast<cudaq_rt_handler_fn>(it->second)});
+  }
   auto table = checked_table(entries, *addresses, subject);
   if (!table)
     return back_to_old(std::move(table).take_error());
@@ -277,7 +284,9 @@ Expected<SwapTimes> Server::swap(StagedLoad next) {
                                   " bytes of dynamic shared memory the bridge's hooks use"));
 
   // Commit: nothing of the old module is needed any more.
+  auto u = Clock::now();
   gpu_.unload(library_);
+  times.unload_ms = ms_since(u);
   if (table_)
     gpu_.release(table_);
   library_ = library;

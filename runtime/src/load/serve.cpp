@@ -607,6 +607,8 @@ nlohmann::json reload_json(const ReloadRecord &r) {
   for (const SwapTimes &t : r.swaps)
     swaps.push_back({{"hold_ms", t.hold_ms},
                      {"swap_ms", t.swap_ms},
+                     {"load_ms", t.load_ms},
+                     {"unload_ms", t.unload_ms},
                      {"launch_ms", t.launch_ms},
                      {"gap_ms", t.gap_ms()}});
   return {{"at_s", r.at_s},         {"trigger", r.trigger},         {"outcome", r.outcome},

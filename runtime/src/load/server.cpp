@@ -39,6 +39,7 @@
 #include <map>
 #include <sstream>
 #include <thread>
+#include <unordered_map>
 
 namespace cudaq_rt {
 namespace {
@@ -217,17 +218,19 @@ checked_table(std::span<const cudaq_rt_function_entry> entries,
               const std::string &subject) {
   Server::Table t;
   t.entries.assign(entries.begin(), entries.end());
+  std::unordered_map<GpuPointer, const std::string *> by_address;
+  for (const auto &[name, address] : addresses)
+    by_address.emplace(address, &name);
   for (cudaq_rt_function_entry &e : t.entries) {
     const auto address = reinterpret_cast<GpuPointer>(e.handler);
-    auto at = std::find_if(addresses.begin(), addresses.end(),
-                           [&](const auto &a) { return a.second == address; });
-    if (at == addresses.end())
+    auto at = by_address.find(address);
+    if (at == by_address.end())
       return make_error(subject, "function table entry for function_id ", hex(e.function_id), ": ",
                         hex(address),
                         " is not the address of a handler in the loaded module (take it from a "
                         "lookup of the handler by name)");
     e.reserved = 0;
-    t.names.emplace_back(e.function_id, at->first);
+    t.names.emplace_back(e.function_id, *at->second);
   }
   std::sort(t.entries.begin(), t.entries.end(),
             [](const auto &a, const auto &b) { return a.function_id < b.function_id; });

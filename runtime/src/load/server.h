@@ -149,6 +149,10 @@ struct SwapTimes {
   double hold_ms = 0;
   double swap_ms = 0;
   double launch_ms = 0;
+  // Within swap: the new module's load with its kernel (cuModuleLoadData, cuFuncLoad), and the
+  // old module's unload.
+  double load_ms = 0;
+  double unload_ms = 0;
   double gap_ms() const { return hold_ms + swap_ms + launch_ms; }
 };
 
