@@ -733,11 +733,13 @@ Expected<std::string> run_fingerprint(const RunOptions &options) {
   } else {
     // A layout's index names its images by digest; a package's manifest, its blobs.
     std::filesystem::path file = options.load.package / "manifest.json";
-    if (is_layout_reference(named) || is_copied_package_argument(named)) {
+    if (is_layout_reference(named)) {
       auto ref = LayoutRef::parse(named);
       if (!ref)
         return std::move(ref).take_error();
       file = ref->dir / "index.json";
+    } else if (is_copied_package_argument(named)) {
+      file = options.load.package / "index.json"; // a layout directory named as it is
     }
     std::ifstream in(file, std::ios::binary);
     const std::string bytes((std::istreambuf_iterator<char>(in)), {});

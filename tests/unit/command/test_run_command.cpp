@@ -8,8 +8,11 @@
 #include <doctest/doctest.h>
 
 #include "fake_gpu.h"
+#include "scratch_dir.h"
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 using namespace cudaq_rt;
 
@@ -95,6 +98,21 @@ TEST_CASE("options: each refusal's text") {
   a = serve;
   a.stats_interval_s = -1;
   CHECK(refusal(a) == "--stats-interval: must be more than 0 seconds");
+  a = call_args();
+  a.watch_s = 1;
+  CHECK(refusal(a) == "--watch needs --serve");
+  for (double bad : {0.0, -1.0, 86401.0}) {
+    a = serve;
+    a.watch_s = bad;
+    CHECK(refusal(a) == "--watch: the interval must be above 0 and at most 86400 seconds");
+  }
+  a = serve;
+  a.watch_s = 0.5;
+  a.globals = {"g=u8:1"};
+  auto watched = make_run_options(a);
+  REQUIRE(watched);
+  CHECK(watched->watch_s == 0.5);
+  CHECK(watched->global_specs == std::vector<std::string>{"g=u8:1"});
 
   a = RunArgs{};
   a.list = true;
@@ -441,4 +459,39 @@ TEST_CASE("a session that cannot start serving: one error line, with --json one 
   (void)run(*options, again, stop, none);
   CHECK(std::string(std::getenv("CUDA_MODULE_LOADING")) == "LAZY");
   ::unsetenv("CUDA_MODULE_LOADING");
+}
+
+TEST_CASE("--watch's fingerprint: the package's manifest, an OCI layout's index, the globals' "
+          "bytes") {
+  ScratchDir dir{"cudaq_rt_test_fingerprint"};
+  auto write = [](const std::filesystem::path &p, const std::string &text) {
+    std::filesystem::create_directories(p.parent_path());
+    std::ofstream(p, std::ios::binary) << text;
+  };
+  RunOptions o;
+  o.load.package = dir.path / "app.cudaqpkg";
+  auto fp = [&] { return run_fingerprint(o); };
+  CHECK(!fp()); // no manifest yet: a poll that saw nothing
+  write(dir.path / "app.cudaqpkg" / "manifest.json", "{\"a\": 1}");
+  auto one = fp();
+  REQUIRE_MESSAGE(one, (one ? "" : one.error().str()));
+  CHECK(*fp() == *one);
+  write(dir.path / "app.cudaqpkg" / "manifest.json", "{\"a\": 2}");
+  CHECK(*fp() != *one);
+  // A --global file read again.
+  const auto before = *fp();
+  write(dir.path / "table.bin", "\x01\x02");
+  o.global_specs = {"table=@" + (dir.path / "table.bin").string()};
+  const auto with_table = *fp();
+  CHECK(with_table != before);
+  write(dir.path / "table.bin", "\x01\x03");
+  CHECK(*fp() != with_table);
+  // An OCI layout: its index, which a moved tag changes.
+  o.global_specs.clear();
+  o.load.package = "oci:" + (dir.path / "layout").string() + ":1";
+  write(dir.path / "layout" / "index.json", "{\"manifests\": []}");
+  const auto layout = fp();
+  REQUIRE_MESSAGE(layout, (layout ? "" : layout.error().str()));
+  write(dir.path / "layout" / "index.json", "{\"manifests\": [1]}");
+  CHECK(*fp() != *layout);
 }
