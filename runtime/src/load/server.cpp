@@ -134,10 +134,11 @@ handler_addresses(Gpu &gpu, GpuLibrary library, const std::vector<std::string> &
       return make_error("", symbol, " is ", (*g)->size, " bytes, not a function pointer");
     return **g;
   };
-  // The driver looks a global up by name in a time that grows with the module (1,000 handlers
-  // took 37 ms on the H200, between two requests of a reload). A section is loaded as one
-  // piece, so with the cubin's symbol table one lookup per section places every global in it;
-  // a second lookup, of the section's last handler, checks that, else each is looked up.
+  // One driver lookup by name per handler is work a reload does between two requests. A section
+  // is loaded as one piece, so with the cubin's symbol table one lookup per section places every
+  // global in it; a second lookup, of the section's last handler, checks that, else each is
+  // looked up. (On the H200 this did not shorten a 1,000-handler swap measurably: its 40 ms are
+  // elsewhere in the driver, bench/reload/reload_gap.py.)
   std::vector<GpuGlobal> globals(handlers.size());
   std::vector<bool> placed(handlers.size(), false);
   if (symbols) {
