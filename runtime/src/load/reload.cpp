@@ -92,20 +92,27 @@ Expected<StagedLoad> Server::stage(const LoadOptions &next) const {
                       quote(report_.dispatcher),
                       " serves: a reload keeps the kernel's shape, which the bridge instance was "
                       "made for");
-  // The function table carries over by handler name: every function_id served now must still be
-  // served, by a handler of the same name (or, for the default table, an alias).
+  // The function table carries over: every function_id served now must still be served. An
+  // application's table keeps its function_ids, each by the handler of the same name; the
+  // default table becomes the new package's (its handlers' names and its aliases).
   const std::vector<AliasEntry> &aliases = ready->package.manifest().aliases;
   auto exports = [&](const std::string &h) {
     return std::find(plan.handlers.begin(), plan.handlers.end(), h) != plan.handlers.end();
   };
+  auto in_new_default = [&](uint32_t function_id) {
+    return std::any_of(plan.handlers.begin(), plan.handlers.end(),
+                       [&](const std::string &h) {
+                         return cudaq_rt_function_id(h.c_str()) == function_id;
+                       }) ||
+           std::any_of(aliases.begin(), aliases.end(),
+                       [&](const AliasEntry &a) { return a.function_id == function_id; });
+  };
   for (const auto &[function_id, handler] : names_) {
+    if (custom_table_ ? exports(handler) : in_new_default(function_id))
+      continue;
     if (exports(handler))
-      continue;
-    auto alias = std::find_if(aliases.begin(), aliases.end(), [&](const AliasEntry &a) {
-      return a.function_id == function_id && exports(a.handler);
-    });
-    if (!custom_table_ && alias != aliases.end())
-      continue;
+      return make_error(subject, "has no alias of function_id ", hex(function_id),
+                        ", under which the running function table serves handler ", quote(handler));
     return make_error(subject, "does not export handler ", quote(handler),
                       ", which the running function table serves as function_id ",
                       hex(function_id));

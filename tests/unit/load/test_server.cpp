@@ -928,6 +928,22 @@ TEST_CASE("reload: a package that fails a check is refused in one line, and the 
   refused("sm_90");
   next->package = f.dir.path / "no_such.cudaqpkg";
   refused("no_such.cudaqpkg");
+  // A package whose default table lost an alias the running one serves.
+  {
+    FakeGpu g2;
+    PackOptions a = example_options(f.dir.path, "selffed", "aliased");
+    a.aliases = {"add_them=sum_i32"};
+    auto next2 = std::make_shared<LoadOptions>();
+    auto s2 = f.serve(g2, packed(a), next2);
+    next2->package = f.v2;
+    ReloadRecord r = s2->reload("signal");
+    CHECK(r.outcome == "refused");
+    CHECK_MESSAGE(r.why.find("served_v2.cudaqpkg': has no alias of function_id " +
+                             hex(cudaq_rt_function_id("add_them")) +
+                             ", under which the running function table serves handler "
+                             "'sum_i32'") != std::string::npos,
+                  r.why);
+  }
   next->package = f.v2;
   next->globals = {{"cudaq_rt_example_lut", {1, 2, 3}}};
   refused("global 'cudaq_rt_example_lut' is 256 bytes, but 3 bytes were given");
