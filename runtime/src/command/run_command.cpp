@@ -417,8 +417,8 @@ Expected<RunOptions> resolve_package(const RunOptions &given, ToolOutput &output
                                      std::optional<PackageArgument> &layout);
 
 // What a reload of a --serve session loads: the package as named resolved again (an oci:// tag
-// pulled again, a layout copied again) and the --global values read again. The copies of the
-// layouts loaded stay until the session ends.
+// pulled again, a layout copied again) and the --global values read again. A layout's copy is
+// kept until the next reload: a loaded module needs nothing of its package's directory.
 ReloadSource reload_source(const RunOptions &given, ToolOutput &output) {
   ReloadSource r;
   auto layouts = std::make_shared<std::deque<PackageArgument>>();
@@ -435,6 +435,8 @@ ReloadSource reload_source(const RunOptions &given, ToolOutput &output) {
         return std::move(value).take_error();
       load.globals.push_back(std::move(*value));
     }
+    // The copy is read while the reload stages and swaps it; the one before, by nothing now.
+    layouts->clear();
     if (layout)
       layouts->push_back(std::move(*layout));
     return load;
