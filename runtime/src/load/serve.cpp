@@ -203,6 +203,7 @@ struct Service::Worker {
   // Work for the worker's thread, where the GPU's context and the server live (a reload's swap);
   // the caller waits for it.
   std::function<void(Server &)> task;
+  uint64_t tasks_done = 0;
   // Readers of the server on another thread (a reload's staging): it is not freed while any.
   int pinned = 0;
 
@@ -262,6 +263,7 @@ struct Service::Worker {
         std::lock_guard lock(m);
         task = nullptr;
         report = s->report();
+        ++tasks_done; // under the lock, after the report: the caller reads both
         cv.notify_all();
         continue;
       }
@@ -321,14 +323,11 @@ struct Service::Worker {
     std::unique_lock lock(m);
     if (!server || stop_requested)
       return false;
-    bool done = false;
-    task = [&, work = std::move(work)](Server &s) {
-      work(s);
-      done = true;
-    };
+    const uint64_t before = tasks_done;
+    task = std::move(work);
     cv.notify_all();
-    cv.wait(lock, [&] { return done || (!server && task == nullptr); });
-    return done;
+    cv.wait(lock, [&] { return tasks_done != before || (!server && task == nullptr); });
+    return tasks_done != before;
   }
 
   // The server, kept from being freed until unpin(); nullptr when it no longer serves.
