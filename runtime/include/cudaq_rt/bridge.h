@@ -114,6 +114,8 @@ private:
   Bridge(std::shared_ptr<void> handle, const cudaq_rt_bridge_ops *ops, cudaq_rt_bridge *bridge)
       : handle_(std::move(handle)), ops_(ops), bridge_(bridge) {}
   Error error(std::string_view op) const;
+  // What a drain or a hold answered: done (true), out of time (false), or the bridge's error.
+  Expected<bool> in_time(cudaq_rt_bridge_result r, std::string_view op) const;
 
   std::shared_ptr<void> handle_;
   const cudaq_rt_bridge_ops *ops_;

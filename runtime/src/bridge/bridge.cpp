@@ -351,27 +351,24 @@ Expected<bool> Bridge::drain(double timeout_s) {
   auto drain = CUDAQ_RT_APPENDED(ops_, drain);
   if (!self_fed() || !drain)
     return true;
-  switch (drain(bridge_, timeout_s)) {
-  case CUDAQ_RT_BRIDGE_OK:
-    return true;
-  case CUDAQ_RT_BRIDGE_AGAIN:
-    return false;
-  default:
-    return error("drain");
-  }
+  return in_time(drain(bridge_, timeout_s), "drain");
 }
 
 Expected<bool> Bridge::hold(double timeout_s) {
   auto hold = CUDAQ_RT_APPENDED(ops_, hold);
   if (!self_fed() || !hold)
     return drain(timeout_s);
-  switch (hold(bridge_, timeout_s)) {
+  return in_time(hold(bridge_, timeout_s), "hold");
+}
+
+Expected<bool> Bridge::in_time(cudaq_rt_bridge_result r, std::string_view op) const {
+  switch (r) {
   case CUDAQ_RT_BRIDGE_OK:
     return true;
   case CUDAQ_RT_BRIDGE_AGAIN:
     return false;
   default:
-    return error("hold");
+    return error(op);
   }
 }
 

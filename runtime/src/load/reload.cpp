@@ -28,7 +28,6 @@
 #include "load/server.h"
 
 #include <algorithm>
-#include <cstring>
 #include <string_view>
 #include <unordered_map>
 
