@@ -124,6 +124,11 @@ void cudaq_rt_code_destroy(cudaq_rt_code *code);
 /* The code's handler exports, by index from 0 (NULL past the last), and its aliases' wire names
  * (cudaq-rt-pack --alias). The strings live as long as the code. */
 const char *cudaq_rt_code_handler(const cudaq_rt_code *code, size_t index);
+/* Checks the code's signature as cudaq_rt_load will, under `trust` (config.trust's syntax; NULL:
+ * CUDAQ_RT_TRUST, if set): CUDAQ_RT_E_REFUSED, with cudaq_rt_load's reason, when none of the keys
+ * signed it (or a key cannot be read); CUDAQ_RT_OK when one did, or when no key is given. For a
+ * refusal at the open, before any server exists. No GPU work. */
+int cudaq_rt_code_check_trust(const cudaq_rt_code *code, const char *trust);
 /* CUDAQ_RT_OK when the code exports the dispatch kernel `name` (CUDAQ_RT_EXPORT_DISPATCH_KERNEL),
  * else CUDAQ_RT_E_NOT_FOUND with the names it does export. */
 int cudaq_rt_find_dispatch_kernel(const cudaq_rt_code *code, const char *name);
@@ -211,6 +216,38 @@ int cudaq_rt_receive(cudaq_rt_server *server, void *buffer, size_t capacity, siz
 int cudaq_rt_call(cudaq_rt_server *server, uint32_t function_id, const void *arg, uint32_t arg_len,
                   void *result, uint32_t capacity, uint32_t *result_len, int32_t *status,
                   double timeout_s);
+
+/* Many requests to one function, up to `inflight` in flight (at most the bridge's slots), and all
+ * their answers: request i's arguments are arg_lens[i] bytes at args + i * arg_stride (every one
+ * arg_stride bytes when arg_lens is NULL); its result goes to results + i * result_stride, its
+ * length to result_lens[i] and its status to statuses[i], whatever order the answers come in.
+ * Every request's length is checked before the first is sent (CUDAQ_RT_E_ARGUMENT: nothing was
+ * sent). CUDAQ_RT_OK once every request is answered, handler errors included (statuses[i] > 0);
+ * CUDAQ_RT_E_TIMEOUT when an answer does not come within timeout_s of the last, CUDAQ_RT_E_FAILED
+ * for a kernel that failed or an answer that does not fit result_stride. */
+int cudaq_rt_call_batch(cudaq_rt_server *server, uint32_t function_id, const void *args,
+                        size_t arg_stride, const uint32_t *arg_lens, size_t count, void *results,
+                        size_t result_stride, uint32_t *result_lens, int32_t *statuses,
+                        uint32_t inflight, double timeout_s);
+
+/* What cudaq_rt_bench measured (cudaq-rt-run --bench's summary). Latencies in microseconds, from
+ * handing a request to the bridge to taking its answer; percentiles are nearest-rank. */
+typedef struct cudaq_rt_bench_report {
+  size_t struct_size; /* sizeof(cudaq_rt_bench_report): set by the caller */
+  uint64_t requests;  /* measured, after the warm-up */
+  uint64_t wrong;     /* answers with a status other than 0, another request's id, a wrong echo */
+  double seconds, requests_per_s;
+  double min_us, mean_us, p50_us, p90_us, p99_us, p999_us, max_us;
+} cudaq_rt_bench_report;
+
+/* Sends `warmup` and then `requests` requests to `function_id` with the same `arg_len` bytes,
+ * `inflight` at a time (at most the bridge's slots), as cudaq-rt-run --bench does, and measures
+ * the latter. expect_echo 1: the handler echoes its input, and each request carries its id in
+ * its first 4 bytes (when arg_len >= 4), so that every result is checked to be its own request's.
+ * CUDAQ_RT_E_TIMEOUT when an answer does not come within timeout_s. */
+int cudaq_rt_bench(cudaq_rt_server *server, uint32_t function_id, const void *arg,
+                   uint32_t arg_len, uint64_t requests, uint32_t inflight, uint64_t warmup,
+                   int expect_echo, double timeout_s, cudaq_rt_bench_report *report);
 
 #ifdef __cplusplus
 }

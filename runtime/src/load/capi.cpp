@@ -513,6 +513,25 @@ const char *cudaq_rt_code_handler(const cudaq_rt_code *code, size_t index) {
   return code && index < code->names.size() ? code->names[index].c_str() : nullptr;
 }
 
+int cudaq_rt_code_check_trust(const cudaq_rt_code *code, const char *trust) {
+  return guarded([&] {
+    if (!code)
+      return fail(CUDAQ_RT_E_ARGUMENT, "cudaq_rt_code_check_trust: code must not be NULL");
+    auto policy = resolve_trust({.sign_key = "", .trust = split_path_list(trust ? trust : "")},
+                                [](const char *var) -> const char * { return std::getenv(var); });
+    if (!policy)
+      return fail(CUDAQ_RT_E_REFUSED, policy.error());
+    LoadOptions o;
+    o.package = code->package;
+    o.blob_source = code->source;
+    o.own_code = !code->temporary.empty();
+    o.trust = std::move(*policy);
+    if (auto st = check_package_trust(o); !st)
+      return fail(CUDAQ_RT_E_REFUSED, st.error());
+    return CUDAQ_RT_OK;
+  });
+}
+
 int cudaq_rt_find_dispatch_kernel(const cudaq_rt_code *code, const char *name) {
   return guarded([&] {
     if (!code || !name)
@@ -845,6 +864,85 @@ int cudaq_rt_call(cudaq_rt_server *s, uint32_t function_id, const void *arg, uin
       std::memcpy(result, r.result.data(), r.result.size());
     *result_len = static_cast<uint32_t>(r.result.size());
     *status = r.status;
+    return CUDAQ_RT_OK;
+  });
+}
+
+int cudaq_rt_call_batch(cudaq_rt_server *s, uint32_t function_id, const void *args,
+                        size_t arg_stride, const uint32_t *arg_lens, size_t count, void *results,
+                        size_t result_stride, uint32_t *result_lens, int32_t *statuses,
+                        uint32_t inflight, double timeout_s) {
+  return guarded([&] {
+    if (!s || (count && ((!args && arg_stride) || (!results && result_stride) || !result_lens ||
+                         !statuses)))
+      return fail(CUDAQ_RT_E_ARGUMENT, "cudaq_rt_call_batch: server, args, results, result_lens "
+                                       "and statuses must not be NULL");
+    if (!(timeout_s > 0))
+      return fail(CUDAQ_RT_E_ARGUMENT, "cudaq_rt_call_batch: timeout_s must be more than 0");
+    if (!s->running())
+      return fail(CUDAQ_RT_E_STATE,
+                  cat(subject_of(*s), ": cudaq_rt_call_batch: the dispatch kernel is not running"));
+    if (count > UINT32_MAX / 2)
+      return fail(CUDAQ_RT_E_ARGUMENT, cat(subject_of(*s), ": cudaq_rt_call_batch: ", count,
+                                           " requests, more than one batch may number"));
+    BatchCall b;
+    b.function_id = function_id;
+    b.args = static_cast<const uint8_t *>(args);
+    b.arg_stride = arg_stride;
+    if (arg_lens)
+      b.arg_lens = std::span(arg_lens, count);
+    b.count = count;
+    b.results = static_cast<uint8_t *>(results);
+    b.result_stride = result_stride;
+    b.result_lens = result_lens;
+    b.statuses = statuses;
+    b.inflight = inflight;
+    b.timeout_s = timeout_s;
+    if (auto st = check_batch(*s->server, b); !st)
+      return fail(CUDAQ_RT_E_ARGUMENT, cat("cudaq_rt_call_batch: ", st.error().str()));
+    b.first_request_id = s->next_request_id + 1;
+    s->next_request_id += static_cast<uint32_t>(count);
+    bool timed_out = false;
+    if (auto st = call_batch(*s->server, b, &timed_out); !st)
+      return fail(timed_out ? CUDAQ_RT_E_TIMEOUT : CUDAQ_RT_E_FAILED, st.error());
+    return CUDAQ_RT_OK;
+  });
+}
+
+int cudaq_rt_bench(cudaq_rt_server *s, uint32_t function_id, const void *arg, uint32_t arg_len,
+                   uint64_t requests, uint32_t inflight, uint64_t warmup, int expect_echo,
+                   double timeout_s, cudaq_rt_bench_report *report) {
+  return guarded([&] {
+    if (!s || (!arg && arg_len) || !report)
+      return fail(CUDAQ_RT_E_ARGUMENT, "cudaq_rt_bench: server, arg and report must not be NULL");
+    if (report->struct_size != sizeof(cudaq_rt_bench_report))
+      return fail(CUDAQ_RT_E_ARGUMENT, cat("cudaq_rt_bench: report->struct_size is ",
+                                           report->struct_size, ", not ",
+                                           sizeof(cudaq_rt_bench_report)));
+    if (!(timeout_s > 0))
+      return fail(CUDAQ_RT_E_ARGUMENT, "cudaq_rt_bench: timeout_s must be more than 0");
+    if (!s->running())
+      return fail(CUDAQ_RT_E_STATE,
+                  cat(subject_of(*s), ": cudaq_rt_bench: the dispatch kernel is not running"));
+    const uint32_t room = s->server->report().slot_size - CUDAQ_RT_HEADER_SIZE;
+    if (arg_len > room)
+      return fail(CUDAQ_RT_E_ARGUMENT,
+                  cat(subject_of(*s), ": cudaq_rt_bench: ", arg_len,
+                      " bytes of arguments, but the bridge's slots hold ", room));
+    BenchOptions o;
+    o.requests = requests;
+    o.inflight = inflight;
+    o.warmup = warmup;
+    o.timeout_s = timeout_s;
+    o.expect_echo = expect_echo != 0;
+    auto r = bench(*s->server, function_id, subject_of(*s),
+                   std::span(static_cast<const uint8_t *>(arg), arg_len), o);
+    if (!r)
+      return fail(s->server->running() ? CUDAQ_RT_E_TIMEOUT : CUDAQ_RT_E_FAILED, r.error());
+    const LatencyStats &l = r->latency;
+    *report = {sizeof *report, r->requests, r->wrong,  r->seconds, r->requests_per_s,
+               l.min_us,       l.mean_us,   l.p50_us,  l.p90_us,   l.p99_us,
+               l.p999_us,      l.max_us};
     return CUDAQ_RT_OK;
   });
 }

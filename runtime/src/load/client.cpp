@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstring>
+#include <optional>
 
 namespace cudaq_rt {
 namespace {
@@ -82,7 +83,7 @@ Expected<Reply> call(Server &server, std::span<const uint8_t> frame, double time
   return Reply{std::move(*response), us_between(t0, t1)};
 }
 
-Expected<BenchResult> bench(Server &server, const std::string &handler,
+Expected<BenchResult> bench(Server &server, uint32_t function_id, const std::string &label,
                             std::span<const uint8_t> payload, const BenchOptions &opt) {
   const uint32_t inflight =
       std::max<uint32_t>(1, std::min<uint32_t>(opt.inflight, server.report().num_slots));
@@ -91,7 +92,7 @@ Expected<BenchResult> bench(Server &server, const std::string &handler,
   // its payload's first bytes) patched in. Requests go out and responses come back in batches
   // (Server::send_batch, receive_batch), so that one host thread keeps a warp-wide dispatcher
   // fed: nothing is allocated per request.
-  auto built = build_request_frame(handler, payload, 0, 0);
+  auto built = build_request_frame(function_id, payload, 0, 0, label);
   if (!built)
     return std::move(built).take_error();
   const std::vector<uint8_t> tmpl = std::move(*built);
@@ -190,6 +191,108 @@ Expected<BenchResult> bench(Server &server, const std::string &handler,
   r.requests_per_s = r.seconds > 0 ? double(opt.requests) / r.seconds : 0;
   r.latency = latency_stats(latencies);
   return r;
+}
+
+Status check_batch(const Server &server, const BatchCall &b) {
+  const std::string subject = server.report().package.string();
+  const size_t room_for_args = server.report().slot_size - CUDAQ_RT_HEADER_SIZE;
+  if (!b.arg_lens.empty() && b.arg_lens.size() != b.count)
+    return make_error(subject, b.arg_lens.size(), " argument lengths for ", b.count, " requests");
+  for (size_t i = 0; i < b.count; ++i) {
+    const size_t len = b.arg_lens.empty() ? b.arg_stride : b.arg_lens[i];
+    if (len > b.arg_stride || len > room_for_args)
+      return make_error(subject, "request ", i, ": ", len, " bytes of arguments, but ",
+                        len > b.arg_stride ? cat("arg_stride is ", b.arg_stride)
+                                           : cat("the bridge's slots hold ", room_for_args));
+  }
+  return Status::ok();
+}
+
+Status call_batch(Server &server, const BatchCall &b, bool *timed_out) {
+  if (timed_out)
+    *timed_out = false;
+  const std::string subject = server.report().package.string();
+  const size_t stride = server.report().slot_size;
+  auto arg_len = [&](size_t i) -> size_t {
+    return b.arg_lens.empty() ? b.arg_stride : b.arg_lens[i];
+  };
+  // Every request is checked before the first is sent: a batch is refused whole or sent whole.
+  if (auto st = check_batch(server, b); !st)
+    return st;
+  const uint32_t inflight =
+      std::max<uint32_t>(1, std::min<uint32_t>(b.inflight, server.report().num_slots));
+  std::vector<uint8_t> frames(size_t{inflight} * stride);
+  std::vector<const void *> frame_ptrs(inflight);
+  std::vector<size_t> frame_sizes(inflight);
+  std::vector<uint8_t> responses(size_t{inflight} * stride);
+  std::vector<size_t> response_sizes(inflight);
+  std::vector<bool> answered(b.count);
+  size_t sent = 0, received = 0;
+  std::optional<Clock::time_point> stalled_until;
+  while (received < b.count) {
+    const size_t room = std::min<size_t>(b.count - sent, inflight - (sent - received));
+    if (room > 0) {
+      for (size_t k = 0; k < room; ++k) {
+        const size_t i = sent + k;
+        const uint32_t id = b.first_request_id + static_cast<uint32_t>(i);
+        const cudaq_rt_request_header h{CUDAQ_RT_REQUEST_MAGIC, b.function_id,
+                                        static_cast<uint32_t>(arg_len(i)), id, id};
+        uint8_t *f = frames.data() + k * stride;
+        std::memcpy(f, &h, sizeof h);
+        if (arg_len(i))
+          std::memcpy(f + sizeof h, b.args + i * b.arg_stride, arg_len(i));
+        frame_ptrs[k] = f;
+        frame_sizes[k] = sizeof h + arg_len(i);
+      }
+      auto queued = server.send_batch(std::span(frame_ptrs.data(), room),
+                                      std::span(frame_sizes.data(), room));
+      if (!queued)
+        return std::move(queued).take_error();
+      sent += *queued;
+    }
+    const size_t outstanding = sent - received;
+    if (outstanding == 0) { // the bridge took none, and none of ours is in flight: wait for room
+      if (!stalled_until)
+        stalled_until = Clock::now() + seconds(b.timeout_s);
+      else if (Clock::now() >= *stalled_until)
+        return make_error(subject, "no free slot in the bridge within ", b.timeout_s, " s");
+      continue;
+    }
+    stalled_until.reset();
+    auto taken = poll<size_t>(
+        server,
+        [&]() -> Expected<std::optional<size_t>> {
+          auto got = server.receive_batch(std::span(responses.data(), outstanding * stride), stride,
+                                          std::span(response_sizes.data(), outstanding));
+          if (!got)
+            return std::move(got).take_error();
+          return *got ? std::optional<size_t>(*got) : std::nullopt;
+        },
+        Clock::now() + seconds(b.timeout_s), b.timeout_s, "no response");
+    if (!taken) {
+      if (timed_out) // not a kernel that ended: the deadline passed
+        *timed_out = server.running();
+      return std::move(taken).take_error();
+    }
+    for (size_t k = 0; k < *taken; ++k, ++received) {
+      auto r = parse_response_frame(std::span(responses.data() + k * stride, response_sizes[k]));
+      if (!r)
+        return make_error(subject, r.error().message);
+      const size_t i = r->request_id - b.first_request_id;
+      if (i >= b.count || i >= sent || answered[i])
+        return make_error(subject, "an answer to request ", r->request_id,
+                          ", which this batch did not send or had answered already");
+      if (r->result.size() > b.result_stride)
+        return make_error(subject, "request ", i, "'s result is ", r->result.size(),
+                          " bytes, more than the result_stride of ", b.result_stride);
+      answered[i] = true;
+      if (!r->result.empty())
+        std::memcpy(b.results + i * b.result_stride, r->result.data(), r->result.size());
+      b.result_lens[i] = static_cast<uint32_t>(r->result.size());
+      b.statuses[i] = r->status;
+    }
+  }
+  return Status::ok();
 }
 
 } // namespace cudaq_rt

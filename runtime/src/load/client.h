@@ -4,6 +4,7 @@
 // without end.
 #pragma once
 
+#include "cudaq_rt/wire.h"
 #include "load/latency_stats.h"
 #include "load/server.h"
 #include "load/wire_frames.h"
@@ -41,8 +42,38 @@ struct BenchResult {
   LatencyStats latency;
 };
 
-// Sends `requests` requests to `handler` with `payload`, `inflight` at a time.
-Expected<BenchResult> bench(Server &server, const std::string &handler,
+// Sends `requests` requests to `function_id` (`label` names it in an error) with `payload`,
+// `inflight` at a time.
+Expected<BenchResult> bench(Server &server, uint32_t function_id, const std::string &label,
                             std::span<const uint8_t> payload, const BenchOptions &options);
+// The same for the handler exported as `handler` (function_id: the FNV-1a of its name).
+inline Expected<BenchResult> bench(Server &server, const std::string &handler,
+                                   std::span<const uint8_t> payload, const BenchOptions &options) {
+  return bench(server, function_id(handler.c_str()), handler, payload, options);
+}
+
+// Many requests to one function and all their answers (cudaq_rt_call_batch): request i's
+// arguments are arg_lens[i] bytes (every one arg_stride bytes when arg_lens is empty) at
+// args + i * arg_stride; its result goes to results + i * result_stride, its length and status to
+// result_lens[i] and statuses[i]. Request ids are first_request_id + i, which is how an answer
+// finds its request, in whatever order the answers come.
+struct BatchCall {
+  uint32_t function_id = 0;
+  const uint8_t *args = nullptr;
+  size_t arg_stride = 0;
+  std::span<const uint32_t> arg_lens;
+  size_t count = 0;
+  uint8_t *results = nullptr;
+  size_t result_stride = 0;
+  uint32_t *result_lens = nullptr;
+  int32_t *statuses = nullptr;
+  uint32_t inflight = 1; // at most the bridge's slots
+  double timeout_s = 10; // for any one answer
+  uint32_t first_request_id = 1;
+};
+// Whether every request fits arg_stride and the bridge's slots (call_batch checks this first).
+Status check_batch(const Server &server, const BatchCall &batch);
+// *timed_out (when given) says whether an error was an answer that did not come in time.
+Status call_batch(Server &server, const BatchCall &batch, bool *timed_out = nullptr);
 
 } // namespace cudaq_rt

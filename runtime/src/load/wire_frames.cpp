@@ -13,19 +13,27 @@ namespace cudaq_rt {
 static_assert(std::endian::native == std::endian::little,
               "frame headers are copied as host bytes, which must be the wire's little-endian");
 
-Expected<std::vector<uint8_t>> build_request_frame(const std::string &handler,
+Expected<std::vector<uint8_t>> build_request_frame(uint32_t function_id,
                                                    std::span<const uint8_t> payload,
-                                                   uint32_t request_id, uint64_t ptp_timestamp) {
+                                                   uint32_t request_id, uint64_t ptp_timestamp,
+                                                   const std::string &label) {
   if (payload.size() > std::numeric_limits<uint32_t>::max() - CUDAQ_RT_HEADER_SIZE)
-    return make_error(handler, "a payload of ", payload.size(),
+    return make_error(label, "a payload of ", payload.size(),
                       " bytes does not fit a request frame (arg_len is 32 bits)");
-  const cudaq_rt_request_header header{CUDAQ_RT_REQUEST_MAGIC, function_id(handler.c_str()),
+  const cudaq_rt_request_header header{CUDAQ_RT_REQUEST_MAGIC, function_id,
                                        uint32_t(payload.size()), request_id, ptp_timestamp};
   std::vector<uint8_t> frame(CUDAQ_RT_HEADER_SIZE + payload.size());
   std::memcpy(frame.data(), &header, sizeof header);
   if (!payload.empty())
     std::memcpy(frame.data() + CUDAQ_RT_HEADER_SIZE, payload.data(), payload.size());
   return frame;
+}
+
+Expected<std::vector<uint8_t>> build_request_frame(const std::string &handler,
+                                                   std::span<const uint8_t> payload,
+                                                   uint32_t request_id, uint64_t ptp_timestamp) {
+  return build_request_frame(function_id(handler.c_str()), payload, request_id, ptp_timestamp,
+                             handler);
 }
 
 Expected<Response> parse_response_frame(std::span<const uint8_t> frame) {

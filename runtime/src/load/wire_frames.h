@@ -16,6 +16,12 @@ namespace cudaq_rt {
 Expected<std::vector<uint8_t>> build_request_frame(const std::string &handler,
                                                    std::span<const uint8_t> payload,
                                                    uint32_t request_id, uint64_t ptp_timestamp);
+// The same for a function_id given as a number (an application's table); `label` names the
+// request in an error.
+Expected<std::vector<uint8_t>> build_request_frame(uint32_t function_id,
+                                                   std::span<const uint8_t> payload,
+                                                   uint32_t request_id, uint64_t ptp_timestamp,
+                                                   const std::string &label);
 
 struct Response {
   int32_t status = 0;
