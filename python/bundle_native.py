@@ -56,7 +56,8 @@ def _needed(elf: Path) -> dict[str, Path]:
             resolved[m.group(1)] = Path(m.group(2))
         elif "not found" in line:
             raise SystemExit(f"{elf}: {line.strip()} (install it, or build where it is found)")
-    return {n: resolved.get(n, Path(n)) for n in _run("patchelf", "--print-needed", str(elf)).split()}
+    needed = _run("patchelf", "--print-needed", str(elf)).split()
+    return {n: resolved.get(n, Path(n)) for n in needed}
 
 
 def _copy(src: Path, dst: Path) -> None:

@@ -77,7 +77,8 @@ def _preload_nvrtc() -> None:
     dependency on it (by soname) is met."""
     wheel = nvidia_wheel_library("libnvrtc.so.13")
     toolkit = Path(os.environ.get("CUDA_HOME") or "/usr/local/cuda")
-    for candidate in (wheel, toolkit / "lib64" / "libnvrtc.so.13", toolkit / "lib" / "libnvrtc.so.13"):
+    for candidate in (wheel, toolkit / "lib64" / "libnvrtc.so.13",
+                      toolkit / "lib" / "libnvrtc.so.13"):
         if candidate is not None and candidate.is_file():
             try:
                 ctypes.CDLL(str(candidate))

@@ -393,8 +393,8 @@ class Library(unittest.TestCase):
                            env={**ENV, "CUDAQ_RT_PREFIX": str(WORK / "nowhere")},
                            capture_output=True, text=True, check=False)
         self.assertNotEqual(r.returncode, 0)
-        self.assertIn(f"cudaq_rt._library.LibraryNotFoundError: $CUDAQ_RT_PREFIX={WORK / 'nowhere'}: "
-                      "no libcudaq_rt.so.0 there", r.stderr)
+        self.assertIn("cudaq_rt._library.LibraryNotFoundError: "
+                      f"$CUDAQ_RT_PREFIX={WORK / 'nowhere'}: no libcudaq_rt.so.0 there", r.stderr)
 
 
 if __name__ == "__main__":
