@@ -899,7 +899,8 @@ int cudaq_rt_call_batch(cudaq_rt_server *s, uint32_t function_id, const void *ar
     b.inflight = inflight;
     b.timeout_s = timeout_s;
     if (auto st = check_batch(*s->server, b); !st)
-      return fail(CUDAQ_RT_E_ARGUMENT, cat("cudaq_rt_call_batch: ", st.error().str()));
+      return fail(CUDAQ_RT_E_ARGUMENT,
+                  cat(subject_of(*s), ": cudaq_rt_call_batch: ", st.error().message));
     b.first_request_id = s->next_request_id + 1;
     s->next_request_id += static_cast<uint32_t>(count);
     bool timed_out = false;

@@ -568,6 +568,103 @@ TEST_CASE("cudaq_rt_call's codes: a handler's status, a timeout, someone else's 
   }
 }
 
+TEST_CASE("cudaq_rt_call_batch and cudaq_rt_bench: every answer by its request, and the codes") {
+  Code example(fixture().package);
+  const std::string who = "'" + fixture().package.string() + "': ";
+  cudaq_rt_config cfg = config();
+  FakeGpu gpu;
+  Server server;
+  REQUIRE(create_server(example.code, &cfg, gpu, &server.s) == CUDAQ_RT_OK);
+  cudaq_rt_server *s = server.s;
+  const uint32_t echo = cudaq_rt_function_id("echo");
+  uint32_t lens[3] = {};
+  int32_t statuses[3] = {};
+  uint8_t results[3 * 8] = {};
+  const uint8_t args[3 * 4] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  CHECK(cudaq_rt_call_batch(s, echo, args, 4, nullptr, 3, results, 8, lens, statuses, 2, 1.0) ==
+        CUDAQ_RT_E_STATE);
+  CHECK(last_error() == who + "cudaq_rt_call_batch: the dispatch kernel is not running");
+  REQUIRE_MESSAGE(cudaq_rt_start(s) == CUDAQ_RT_OK, last_error());
+
+  // Fixed-size rows, two in flight of the bridge's four slots.
+  REQUIRE_MESSAGE(cudaq_rt_call_batch(s, echo, args, 4, nullptr, 3, results, 8, lens, statuses, 2,
+                                      1.0) == CUDAQ_RT_OK,
+                  last_error());
+  for (int i = 0; i < 3; ++i) {
+    CHECK(lens[i] == 4);
+    CHECK(statuses[i] == 0);
+    CHECK(std::equal(args + 4 * i, args + 4 * i + 4, results + 8 * i));
+  }
+  // Rows of their own lengths; more in flight than the bridge has slots is its slots.
+  const uint32_t arg_lens[3] = {0, 3, 1};
+  REQUIRE(cudaq_rt_call_batch(s, echo, args, 4, arg_lens, 3, results, 8, lens, statuses, 64,
+                              1.0) == CUDAQ_RT_OK);
+  CHECK(lens[0] == 0);
+  CHECK(lens[1] == 3);
+  CHECK(lens[2] == 1);
+  CHECK(results[8 * 2] == args[4 * 2]);
+  // Refused whole before anything is sent: a length past the stride, or past the slots.
+  const uint32_t too_long[3] = {4, 5, 1};
+  CHECK(cudaq_rt_call_batch(s, echo, args, 4, too_long, 3, results, 8, lens, statuses, 2, 1.0) ==
+        CUDAQ_RT_E_ARGUMENT);
+  CHECK(last_error() == who + "cudaq_rt_call_batch: request 1: 5 bytes of arguments, but "
+                              "arg_stride is 4");
+  std::vector<uint8_t> big(2 * 1001);
+  CHECK(cudaq_rt_call_batch(s, echo, big.data(), 1001, nullptr, 2, results, 8, lens, statuses, 2,
+                            1.0) == CUDAQ_RT_E_ARGUMENT);
+  CHECK(last_error() == who + "cudaq_rt_call_batch: request 0: 1001 bytes of arguments, but the "
+                              "bridge's slots hold 1000");
+  // An answer that does not fit its row fails the batch, naming the request.
+  CHECK(cudaq_rt_call_batch(s, echo, args, 4, nullptr, 3, results, 2, lens, statuses, 1, 1.0) ==
+        CUDAQ_RT_E_FAILED);
+  CHECK(last_error() == who + "request 0's result is 4 bytes, more than the result_stride of 2");
+  CHECK(cudaq_rt_call_batch(s, echo, nullptr, 4, nullptr, 3, results, 8, lens, statuses, 1,
+                            1.0) == CUDAQ_RT_E_ARGUMENT);
+  CHECK(cudaq_rt_call_batch(s, echo, args, 0, nullptr, 0, nullptr, 0, nullptr, nullptr, 1, 1.0) ==
+        CUDAQ_RT_OK); // an empty batch
+
+  cudaq_rt_bench_report report{};
+  CHECK(cudaq_rt_bench(s, echo, args, 4, 100, 4, 10, 1, 1.0, &report) == CUDAQ_RT_E_ARGUMENT);
+  CHECK(last_error().find("report->struct_size is 0") != std::string::npos);
+  report.struct_size = sizeof report;
+  REQUIRE_MESSAGE(cudaq_rt_bench(s, echo, args, 12, 500, 4, 10, 1, 1.0, &report) == CUDAQ_RT_OK,
+                  last_error());
+  CHECK(report.requests == 500);
+  CHECK(report.wrong == 0);
+  CHECK(report.requests_per_s > 0);
+  CHECK(report.min_us <= report.p50_us);
+  CHECK(report.p50_us <= report.max_us);
+}
+
+TEST_CASE("cudaq_rt_bench counts a corrupted echo as wrong; a silent bridge times a batch out") {
+  Code example(fixture().package);
+  const uint32_t echo = cudaq_rt_function_id("echo");
+  const uint8_t arg[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  {
+    cudaq_rt_config cfg = config("corrupt");
+    FakeGpu gpu;
+    Server server;
+    REQUIRE(create_server(example.code, &cfg, gpu, &server.s) == CUDAQ_RT_OK);
+    REQUIRE_MESSAGE(cudaq_rt_start(server.s) == CUDAQ_RT_OK, last_error());
+    cudaq_rt_bench_report report{sizeof report};
+    REQUIRE(cudaq_rt_bench(server.s, echo, arg, 8, 50, 2, 0, 1, 1.0, &report) == CUDAQ_RT_OK);
+    CHECK(report.wrong == 50);
+  }
+  {
+    cudaq_rt_config cfg = config("silent");
+    FakeGpu gpu;
+    Server server;
+    REQUIRE(create_server(example.code, &cfg, gpu, &server.s) == CUDAQ_RT_OK);
+    REQUIRE_MESSAGE(cudaq_rt_start(server.s) == CUDAQ_RT_OK, last_error());
+    uint32_t len = 0;
+    int32_t status = 0;
+    uint8_t result[8];
+    CHECK(cudaq_rt_call_batch(server.s, echo, arg, 8, nullptr, 1, result, 8, &len, &status, 1,
+                              0.1) == CUDAQ_RT_E_TIMEOUT);
+    CHECK(last_error() == "'" + fixture().package.string() + "': sm_90: no response within 0.1 s");
+  }
+}
+
 TEST_CASE("config.trust: a package no trusted key signed is refused before the GPU; one signed "
           "loads") {
   ScratchDir keys;
@@ -589,12 +686,22 @@ TEST_CASE("config.trust: a package no trusted key signed is refused before the G
     REQUIRE(create_server(code.code, &cfg, gpu, &server.s) == CUDAQ_RT_OK);
     return cudaq_rt_load(server.s);
   };
+  // cudaq_rt_code_check_trust: the load's verdict and message, with no server and no GPU.
+  CHECK(cudaq_rt_code_check_trust(plain.code, k1.c_str()) == CUDAQ_RT_E_REFUSED);
+  const std::string unsigned_message = last_error();
+  CHECK(cudaq_rt_code_check_trust(signed_code.code, k2.c_str()) == CUDAQ_RT_E_REFUSED);
+  const std::string untrusted_message = last_error();
+  CHECK(cudaq_rt_code_check_trust(signed_code.code, (k2 + ":" + k1).c_str()) == CUDAQ_RT_OK);
+  CHECK(cudaq_rt_code_check_trust(plain.code, nullptr) == CUDAQ_RT_OK);
+  CHECK(cudaq_rt_code_check_trust(nullptr, nullptr) == CUDAQ_RT_E_ARGUMENT);
   FakeGpu gpu;
   CHECK(load_with(plain, k1, gpu) == CUDAQ_RT_E_REFUSED);
+  CHECK(last_error() == unsigned_message);
   CHECK(last_error() == "'" + fixture().package.string() +
                             "': not signed: no signature in signatures/ (cudaq-rt-pack or "
                             "cudaq-rt-link --sign KEY signs a package)");
   CHECK(load_with(signed_code, k2, gpu) == CUDAQ_RT_E_REFUSED);
+  CHECK(last_error() == untrusted_message);
   CHECK(last_error().find("signed only by keys that are not trusted: " + k1_id) !=
         std::string::npos);
   CHECK(gpu.opens == 0);
