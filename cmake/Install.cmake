@@ -114,11 +114,12 @@ endforeach()
 set(CUDAQ_RT_C_API_FUNCTIONS
   cudaq_rt_config_init cudaq_rt_last_error
   cudaq_rt_open_package cudaq_rt_open_self cudaq_rt_code_destroy cudaq_rt_code_handler
-  cudaq_rt_find_dispatch_kernel
+  cudaq_rt_code_check_trust cudaq_rt_find_dispatch_kernel
   cudaq_rt_server_create cudaq_rt_server_configure cudaq_rt_server_destroy
   cudaq_rt_load cudaq_rt_lookup_handler cudaq_rt_set_function cudaq_rt_clear_functions
   cudaq_rt_set_global cudaq_rt_start cudaq_rt_stop cudaq_rt_check cudaq_rt_reload
-  cudaq_rt_slot_size cudaq_rt_get_stats cudaq_rt_send cudaq_rt_receive cudaq_rt_call)
+  cudaq_rt_slot_size cudaq_rt_get_stats cudaq_rt_send cudaq_rt_receive cudaq_rt_call
+  cudaq_rt_call_batch cudaq_rt_bench)
 file(MAKE_DIRECTORY "${CMAKE_BINARY_DIR}/man/man3")
 foreach(fn IN LISTS CUDAQ_RT_C_API_FUNCTIONS)
   file(CONFIGURE OUTPUT "${CMAKE_BINARY_DIR}/man/man3/${fn}.3" CONTENT ".so man3/cudaq_rt.3\n")

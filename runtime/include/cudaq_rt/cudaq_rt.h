@@ -245,9 +245,9 @@ typedef struct cudaq_rt_bench_report {
  * the latter. expect_echo 1: the handler echoes its input, and each request carries its id in
  * its first 4 bytes (when arg_len >= 4), so that every result is checked to be its own request's.
  * CUDAQ_RT_E_TIMEOUT when an answer does not come within timeout_s. */
-int cudaq_rt_bench(cudaq_rt_server *server, uint32_t function_id, const void *arg,
-                   uint32_t arg_len, uint64_t requests, uint32_t inflight, uint64_t warmup,
-                   int expect_echo, double timeout_s, cudaq_rt_bench_report *report);
+int cudaq_rt_bench(cudaq_rt_server *server, uint32_t function_id, const void *arg, uint32_t arg_len,
+                   uint64_t requests, uint32_t inflight, uint64_t warmup, int expect_echo,
+                   double timeout_s, cudaq_rt_bench_report *report);
 
 #ifdef __cplusplus
 }

@@ -873,8 +873,8 @@ int cudaq_rt_call_batch(cudaq_rt_server *s, uint32_t function_id, const void *ar
                         size_t result_stride, uint32_t *result_lens, int32_t *statuses,
                         uint32_t inflight, double timeout_s) {
   return guarded([&] {
-    if (!s || (count && ((!args && arg_stride) || (!results && result_stride) || !result_lens ||
-                         !statuses)))
+    if (!s || (count &&
+               ((!args && arg_stride) || (!results && result_stride) || !result_lens || !statuses)))
       return fail(CUDAQ_RT_E_ARGUMENT, "cudaq_rt_call_batch: server, args, results, result_lens "
                                        "and statuses must not be NULL");
     if (!(timeout_s > 0))
@@ -917,9 +917,9 @@ int cudaq_rt_bench(cudaq_rt_server *s, uint32_t function_id, const void *arg, ui
     if (!s || (!arg && arg_len) || !report)
       return fail(CUDAQ_RT_E_ARGUMENT, "cudaq_rt_bench: server, arg and report must not be NULL");
     if (report->struct_size != sizeof(cudaq_rt_bench_report))
-      return fail(CUDAQ_RT_E_ARGUMENT, cat("cudaq_rt_bench: report->struct_size is ",
-                                           report->struct_size, ", not ",
-                                           sizeof(cudaq_rt_bench_report)));
+      return fail(CUDAQ_RT_E_ARGUMENT,
+                  cat("cudaq_rt_bench: report->struct_size is ", report->struct_size, ", not ",
+                      sizeof(cudaq_rt_bench_report)));
     if (!(timeout_s > 0))
       return fail(CUDAQ_RT_E_ARGUMENT, "cudaq_rt_bench: timeout_s must be more than 0");
     if (!s->running())
@@ -941,9 +941,8 @@ int cudaq_rt_bench(cudaq_rt_server *s, uint32_t function_id, const void *arg, ui
     if (!r)
       return fail(s->server->running() ? CUDAQ_RT_E_TIMEOUT : CUDAQ_RT_E_FAILED, r.error());
     const LatencyStats &l = r->latency;
-    *report = {sizeof *report, r->requests, r->wrong,  r->seconds, r->requests_per_s,
-               l.min_us,       l.mean_us,   l.p50_us,  l.p90_us,   l.p99_us,
-               l.p999_us,      l.max_us};
+    *report = {sizeof *report, r->requests, r->wrong, r->seconds, r->requests_per_s, l.min_us,
+               l.mean_us,      l.p50_us,    l.p90_us, l.p99_us,   l.p999_us,         l.max_us};
     return CUDAQ_RT_OK;
   });
 }
