@@ -6,8 +6,9 @@
 #   lib/cudaq-rt/bridges/             the bundled bridges: the runtime looks in
 #                                     <executable>/../lib/cudaq-rt/bridges, so this stays "lib"
 #                                     whatever CMAKE_INSTALL_LIBDIR says
-#   lib/cudaq-rt/python/              cudaq_rt_client, the Python package bin/cudaq-rt-client runs:
-#                                     it looks in <script>/../lib/cudaq-rt/python, so "lib" too
+#   lib/cudaq-rt/python/              cudaq_rt_client, the Python package bin/cudaq-rt-client runs
+#                                     (it looks in <script>/../lib/cudaq-rt/python, so "lib" too),
+#                                     and cudaq_rt, the C API in Python
 #   include/cudaq_rt/                 the public headers (the C API, the bridge loader) and the
 #                                     device contract; the runtime's internal headers stay in the tree
 #   lib/cmake/cudaq-rt/               cudaq-rtConfig.cmake, its targets, CudaDeviceCode.cmake,
@@ -100,6 +101,11 @@ install(PROGRAMS tools/cudaq-rt-client.py DESTINATION ${CMAKE_INSTALL_BINDIR}
         RENAME cudaq-rt-client)
 install(DIRECTORY python/cudaq_rt_client DESTINATION lib/cudaq-rt/python
         FILES_MATCHING PATTERN "*.py" PATTERN "py.typed" PATTERN "__pycache__" EXCLUDE)
+# cudaq_rt, the C API in Python, beside it: with PYTHONPATH=<prefix>/lib/cudaq-rt/python it finds
+# this prefix's libcudaq_rt.so (python/cudaq_rt/_library.py).
+install(DIRECTORY python/cudaq_rt DESTINATION lib/cudaq-rt/python
+        FILES_MATCHING PATTERN "*.py" PATTERN "py.typed" PATTERN "__pycache__" EXCLUDE
+        PATTERN "lib" EXCLUDE)
 install(DIRECTORY runtime/include/cudaq_rt libdispatch/include/cudaq_rt
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY schemas/ DESTINATION ${CUDAQ_RT_INSTALL_SCHEMADIR}

@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
@@ -30,6 +31,7 @@ NINJA = os.environ.get("CMAKE_MAKE_PROGRAM", "ninja")
 CXX_FLAGS = os.environ.get("CUDAQ_RT_CXX_FLAGS", "")
 EXE_LINKER_FLAGS = os.environ.get("CUDAQ_RT_EXE_LINKER_FLAGS", "")
 PROJECT = os.path.join(HERE, "outside_project")
+PROJECT_ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 
 HANDLERS = {"negate_i32", "xor_bytes"}
 DISPATCHER = "outside_ping_dispatch"
@@ -84,6 +86,23 @@ class CMakePackage(unittest.TestCase):
         self.assertTrue(r.stdout.startswith("cudaq-rt-client "), r.stdout)
         self.assertTrue(glob.glob(os.path.join(p, "lib*/libcudaq_rt.so")))
         self.assertTrue(glob.glob(os.path.join(p, "lib*/cmake/cudaq-rt/cudaq-rtConfig.cmake")))
+
+    def test_1a_installed_python_package(self):
+        """cudaq_rt from <prefix>/lib/cudaq-rt/python finds the prefix's runtime, as the tools
+        do; a pure install elsewhere finds it through CUDAQ_RT_PREFIX."""
+        p = self.prefix
+        probe = ("import cudaq_rt, sys; print(cudaq_rt.library_path()); "
+                 "print(cudaq_rt.open_package(sys.argv[1]).handlers)")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CUDAQ_RT_")}
+        package = os.path.join(self.build, "packages", "outside.cudaqpkg")
+        for extra in ({"PYTHONPATH": os.path.join(p, "lib", "cudaq-rt", "python")},
+                      {"PYTHONPATH": os.path.join(PROJECT_ROOT, "python"), "CUDAQ_RT_PREFIX": p}):
+            r = subprocess.run([sys.executable, "-c", probe, package], capture_output=True,
+                               text=True, env={**env, **extra}, cwd=self.tmp, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            library, handlers = r.stdout.splitlines()
+            self.assertTrue(library.startswith(os.path.join(p, "lib")), (extra, library))
+            self.assertIn("'", handlers)
 
     def test_1b_stripped_install_is_lean(self):
         """`cmake --install --strip`: the tools share libcudaq_rt.so (LLVM inside it once), so
