@@ -36,7 +36,8 @@ for f in loopback_dispatch_test cudaq_rt_fault_app libcudaq_rt_test_hold_pairs.a
   libcudaq_rt_test_reload_v1.a libcudaq_rt_test_reload_v2.a; do
   copy "$build/tests/gpu/$f" "$out/tests/gpu/$f"
 done
-for f in loopback_rtt libcudaq_rt_bench_kernels.a libcudaq_rt_bench_warp_kernels.a udp_echo udp_rtt_client; do
+for f in loopback_rtt libcudaq_rt_bench_kernels.a libcudaq_rt_bench_warp_kernels.a udp_echo udp_rtt_client \
+  capi_call_rtt; do
   copy "$build/bench/$f" "$out/bench/$f"
 done
 for f in "$build"/lib/libcudaq_rt_nvjitlink*.so; do copy "$f" "$out/lib/${f##*/}"; done

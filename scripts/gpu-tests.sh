@@ -2,13 +2,13 @@
 # Runs the GPU tests from a build tree or a bundle made by scripts/gpu-bundle.sh, the way ctest
 # runs them (tests/gpu/CMakeLists.txt), for a GPU machine without cmake's build tree:
 #   gpu-tests.sh BUILD_OR_BUNDLE [TEST...]
-# TEST: loopback, run, dispatch, udp, reload, capi, whole (default: all of them). whole: the loopback and
+# TEST: loopback, run, dispatch, udp, reload, python, capi, whole (default: all of them). whole: the loopback and
 # C API checks over the example package linked --lto whole (handlers called directly).
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 b=$(cd "${1:?build directory or bundle}" && pwd)
 shift
-only=" ${*:-loopback run dispatch udp reload capi whole} "
+only=" ${*:-loopback run dispatch udp reload python capi whole} "
 want() { [[ $only == *" $1 "* ]]; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -67,8 +67,9 @@ export CUDAQ_RT_PACK="$b/bin/cudaq-rt-pack" CUDAQ_RT_LINK="$b/bin/cudaq-rt-link"
   CUDAQ_RT_RPC_INCREMENT="$b/examples/libcudaq_rt_example_rpc_increment.a" \
   CUDAQ_RT_CLIENT="$here/tools/cudaq-rt-client.py" \
   CUDAQ_RT_RELOAD_V1="$b/tests/gpu/libcudaq_rt_test_reload_v1.a" \
-  CUDAQ_RT_RELOAD_V2="$b/tests/gpu/libcudaq_rt_test_reload_v2.a"
-for t in run dispatch udp reload; do
+  CUDAQ_RT_RELOAD_V2="$b/tests/gpu/libcudaq_rt_test_reload_v2.a" \
+  CUDAQ_RT_PREFIX="$b" PYTHONPATH="$here/python"
+for t in run dispatch udp reload python; do
   want $t || continue
   echo "== gpu.$t"
   timeout 600 python3 "$here/tests/gpu/test_$t.py" >"$tmp/$t.log" 2>&1 || status=1

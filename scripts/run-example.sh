@@ -48,6 +48,7 @@ if [ -z "$gpu_arch" ]; then
   echo "== no GPU on this machine: stopping after the link (the cubins are in $out/example.cudaqpkg)"
   echo "   on a GPU, this would run:"
   for c in "${calls[@]}"; do echo "   $run $c"; done
+  echo "   PYTHONPATH=python python3 examples/python/quickstart.py $out/example.cudaqpkg"
   exit 0
 fi
 
@@ -57,3 +58,10 @@ for c in "${calls[@]}"; do
   # shellcheck disable=SC2086
   $run $c
 done
+
+echo "== the same from Python, in process (examples/python/quickstart.py)"
+if python3 -c 'import numpy' 2>/dev/null; then
+  PYTHONPATH=$PWD/python python3 examples/python/quickstart.py "$out/example.cudaqpkg"
+else
+  echo "   skipped: numpy is not installed for $(command -v python3)"
+fi

@@ -52,6 +52,7 @@ class Code:
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` freed it."""
         return not self._finalizer.alive
 
     def has_dispatch_kernel(self, name: str) -> bool:

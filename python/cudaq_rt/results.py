@@ -65,6 +65,7 @@ class BatchResult:
         return (self[i] for i in range(len(self)))
 
     def answer(self, i: int) -> Answer:
+        """Request ``i``'s status and result."""
         return Answer(self.statuses[i], self[i])
 
     @property

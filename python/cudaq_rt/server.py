@@ -158,6 +158,7 @@ class Server:
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` freed it."""
         return not self._handle.pointer
 
     def load(self) -> None:

@@ -148,6 +148,11 @@ class NoGpu(unittest.TestCase):
         r = run(ENV["CUDAQ_RT_RUN"], str(PACKAGE), "--call", "echo")
         self.assertEqual(r.returncode, 1)
         self.assertIn(message, r.stderr)
+        # The README's example says the same, in one line, with exit status 1.
+        quickstart = Path(__file__).resolve().parents[2] / "examples" / "python" / "quickstart.py"
+        r = run(sys.executable, str(quickstart), str(PACKAGE))
+        self.assertEqual((r.returncode, r.stdout, r.stderr),
+                         (1, "", f"quickstart: error: {message}\n"))
 
 
 class Calls(unittest.TestCase):
