@@ -47,7 +47,9 @@ def forget(handle: Handle) -> None:
 @contextmanager
 def exclusive(handle: Handle) -> Iterator[None]:
     """Runs the body holding `handle` with every other server's kernel stopped, and starts them
-    again after it. A kernel that cannot be started again is left stopped; its next call says why.
+    again after it. A kernel that had ended by itself (a fault) stays ended, and one that cannot
+    be started again stays stopped: their next calls say why. One that does not stop (hung) is
+    an error, before anything is loaded.
     The registry's lock is taken before any server's (a call takes only its server's), so two
     of these cannot each hold a lock the other waits for."""
     with _registry_lock, handle.lock:
@@ -57,8 +59,16 @@ def exclusive(handle: Handle) -> Iterator[None]:
                 if other is handle or not other.running or not other.pointer:
                     continue
                 other.lock.acquire()
+                rc = api().stop(other.pointer)
+                if rc != 0:
+                    message = api().error_text()
+                    if api().check(other.pointer) == 0:  # it still runs: hung, and would block
+                        other.lock.release()
+                        api().ok_with(rc, message)
+                    other.running = False  # it ended by itself (a fault): its calls will say so
+                    other.lock.release()
+                    continue
                 paused.append(other)
-                api().ok(api().stop(other.pointer))
                 other.running = False
             yield
         finally:

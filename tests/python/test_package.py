@@ -348,6 +348,21 @@ class Lifetimes(unittest.TestCase):
             self.assertEqual(first.call("echo", b"still"), b"still")
             first.close()
 
+    def test_a_faulted_server_does_not_stop_another_from_starting(self) -> None:
+        with cudaq_rt.open_package(PACKAGE) as code:
+            first = fake_server(code).__enter__()
+            FAKE.cudaq_rt_test_fake_gpu_faults(1)
+            try:
+                second = fake_server(code)
+                second.start()  # pausing the first finds it ended by its fault, and goes on
+            finally:
+                FAKE.cudaq_rt_test_fake_gpu_faults(0)
+            self.assertFalse(first.running)
+            self.assertTrue(second.running)
+            self.assertEqual(second.call("echo", b"served"), b"served")
+            second.close()
+            first.close()
+
     def test_closed_means_closed_and_the_code_outlives_its_servers(self) -> None:
         code = cudaq_rt.open_package(PACKAGE)
         s = fake_server(code).__enter__()
