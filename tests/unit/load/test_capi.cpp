@@ -597,8 +597,8 @@ TEST_CASE("cudaq_rt_call_batch and cudaq_rt_bench: every answer by its request, 
   }
   // Rows of their own lengths; more in flight than the bridge has slots is its slots.
   const uint32_t arg_lens[3] = {0, 3, 1};
-  REQUIRE(cudaq_rt_call_batch(s, echo, args, 4, arg_lens, 3, results, 8, lens, statuses, 64,
-                              1.0) == CUDAQ_RT_OK);
+  REQUIRE(cudaq_rt_call_batch(s, echo, args, 4, arg_lens, 3, results, 8, lens, statuses, 64, 1.0) ==
+          CUDAQ_RT_OK);
   CHECK(lens[0] == 0);
   CHECK(lens[1] == 3);
   CHECK(lens[2] == 1);
@@ -618,8 +618,8 @@ TEST_CASE("cudaq_rt_call_batch and cudaq_rt_bench: every answer by its request, 
   CHECK(cudaq_rt_call_batch(s, echo, args, 4, nullptr, 3, results, 2, lens, statuses, 1, 1.0) ==
         CUDAQ_RT_E_FAILED);
   CHECK(last_error() == who + "request 0's result is 4 bytes, more than the result_stride of 2");
-  CHECK(cudaq_rt_call_batch(s, echo, nullptr, 4, nullptr, 3, results, 8, lens, statuses, 1,
-                            1.0) == CUDAQ_RT_E_ARGUMENT);
+  CHECK(cudaq_rt_call_batch(s, echo, nullptr, 4, nullptr, 3, results, 8, lens, statuses, 1, 1.0) ==
+        CUDAQ_RT_E_ARGUMENT);
   CHECK(cudaq_rt_call_batch(s, echo, args, 0, nullptr, 0, nullptr, 0, nullptr, nullptr, 1, 1.0) ==
         CUDAQ_RT_OK); // an empty batch
 
