@@ -133,9 +133,15 @@ class Server:
         self._finalizer = weakref.finalize(self, _destroy, self._handle, self._codes)
         _devices.register(self._handle)
         self._ids: dict[str, int] = {}
+        # What every call passes, made once: a call's cost is mostly the foreign call itself.
         self._result_len = ctypes.c_uint32()
         self._status = ctypes.c_int32()
+        self._result_len_ref = ctypes.byref(self._result_len)
+        self._status_ref = ctypes.byref(self._status)
+        self._c_call = api.call
         self._result_buffer: ctypes.Array[ctypes.c_char] | None = None
+        self._result_view = memoryview(b"")
+        self._result_address = 0
 
     # -- life -------------------------------------------------------------------------------
 
@@ -176,6 +182,8 @@ class Server:
             _capi.api().ok(_capi.api().start(pointer))
             self._handle.running = True
             self._result_buffer = ctypes.create_string_buffer(max(self.slot_size, 1))
+            self._result_view = memoryview(self._result_buffer).cast("B")
+            self._result_address = ctypes.addressof(self._result_buffer)
 
     def stop(self) -> None:
         """Stops the kernel (waiting up to `stop_timeout`); an error names a hung or failed
@@ -291,8 +299,7 @@ class Server:
         fid = self.function_id(handler)
         with self._handle.lock:
             status, n = self._call(fid, arg, timeout)
-            assert self._result_buffer is not None
-            return Answer(status, ctypes.string_at(self._result_buffer, n))
+            return Answer(status, self._result_view[:n].tobytes())
 
     @overload
     def call(self, handler: Handler, arg: Buffer = ..., *, timeout: float = ...) -> bytes: ...
@@ -313,8 +320,25 @@ class Server:
         other than 0 raises HandlerError (> 0, the handler's) or ProtocolError (< 0). No answer
         within `timeout` seconds raises CallTimeoutError; a kernel that faulted, FailedError
         naming it."""
-        fid = self.function_id(handler)
-        name = handler if isinstance(handler, str) else f"function_id {handler:#x}"
+        fid = self._ids.get(handler) if type(handler) is str else None
+        if fid is None:
+            fid = self.function_id(handler)
+        if result is None and out is None and type(arg) is bytes and self._result_address:
+            # The common case, kept short: bytes in (passed in place), bytes out.
+            with self._handle.lock:
+                if not self._handle.pointer:
+                    raise StateError(f"'{self._code.label}': the server is closed")
+                rc = self._c_call(self._handle.pointer, fid, arg, len(arg), self._result_address,
+                                  len(self._result_view), self._result_len_ref, self._status_ref,
+                                  timeout)
+                if rc:
+                    _capi.api().ok(rc)
+                status = self._status.value
+                data = self._result_view[:self._result_len.value].tobytes()
+            if status:
+                raise_for_status(self._name(handler), status, data)
+            return data
+        name = self._name(handler)
         if out is not None:
             with Pinned(out, f"{name}: out", writable=True) as into, self._handle.lock:
                 status, n = self._call(fid, arg, timeout, into.address, into.size)
@@ -336,31 +360,33 @@ class Server:
             return array_out[:n // dt.itemsize]
         with self._handle.lock:
             status, n = self._call(fid, arg, timeout)
-            assert self._result_buffer is not None
-            data = ctypes.string_at(self._result_buffer, n)
+            data = self._result_view[:n].tobytes()
         if status != 0:
             raise_for_status(name, status, data)
         return data
+
+    @staticmethod
+    def _name(handler: Handler) -> str:
+        return handler if isinstance(handler, str) else f"function_id {handler:#x}"
 
     def _call(self, fid: int, arg: Buffer, timeout: float, into: int | None = None,
               capacity: int | None = None) -> tuple[int, int]:
         """cudaq_rt_call, under the server's lock; the result goes to `into` or the server's
         buffer."""
-        api = _capi.api()
         pointer = self.pointer
         if into is None:
-            if self._result_buffer is None:
+            if not self._result_address:
                 raise StateError(f"'{self._code.label}': cudaq_rt_call: the dispatch kernel is "
                                  "not running")
-            into, capacity = ctypes.addressof(self._result_buffer), len(self._result_buffer)
+            into, capacity = self._result_address, len(self._result_view)
         if type(arg) is bytes:  # passed in place by ctypes itself
-            rc = api.call(pointer, fid, arg, len(arg), into, capacity,
-                          ctypes.byref(self._result_len), ctypes.byref(self._status), timeout)
+            rc = self._c_call(pointer, fid, arg, len(arg), into, capacity, self._result_len_ref,
+                              self._status_ref, timeout)
         else:
             with Pinned(arg, "the argument") as view:
-                rc = api.call(pointer, fid, view.address, view.size, into, capacity,
-                              ctypes.byref(self._result_len), ctypes.byref(self._status), timeout)
-        api.ok(rc)
+                rc = self._c_call(pointer, fid, view.address, view.size, into, capacity,
+                                  self._result_len_ref, self._status_ref, timeout)
+        _capi.api().ok(rc)
         return self._status.value, self._result_len.value
 
     def call_batch(self, handler: Handler, args: Buffer | Sequence[Buffer], *,
@@ -373,7 +399,7 @@ class Server:
         most a slot holds). Handler errors do not raise: see BatchResult.statuses and
         BatchResult.raise_for_status."""
         fid = self.function_id(handler)
-        name = handler if isinstance(handler, str) else f"function_id {handler:#x}"
+        name = self._name(handler)
         size = self.max_payload if result_size is None else result_size
         if size < 0:
             raise ArgumentError(f"{name}: result_size {size} is negative")

@@ -275,21 +275,30 @@ Status call_batch(Server &server, const BatchCall &b, bool *timed_out) {
       return std::move(taken).take_error();
     }
     for (size_t k = 0; k < *taken; ++k, ++received) {
-      auto r = parse_response_frame(std::span(responses.data() + k * stride, response_sizes[k]));
-      if (!r)
-        return make_error(subject, r.error().message);
-      const size_t i = r->request_id - b.first_request_id;
+      // The header read in place and the result copied once, to its row: nothing allocated per
+      // answer (parse_response_frame's checks, without its vector).
+      const uint8_t *frame = responses.data() + k * stride;
+      const size_t size = response_sizes[k];
+      cudaq_rt_response_header h{};
+      if (size < sizeof h)
+        return make_error(subject, "a response of ", size, " bytes is shorter than its ",
+                          sizeof h, "-byte header");
+      std::memcpy(&h, frame, sizeof h);
+      if (h.magic != CUDAQ_RT_RESPONSE_MAGIC || h.result_len > size - sizeof h)
+        return make_error(subject, "a response that is not one (magic ", hex(h.magic),
+                          ", result_len ", h.result_len, " in ", size, " bytes)");
+      const size_t i = h.request_id - b.first_request_id;
       if (i >= b.count || i >= sent || answered[i])
-        return make_error(subject, "an answer to request ", r->request_id,
+        return make_error(subject, "an answer to request ", h.request_id,
                           ", which this batch did not send or had answered already");
-      if (r->result.size() > b.result_stride)
-        return make_error(subject, "request ", i, "'s result is ", r->result.size(),
+      if (h.result_len > b.result_stride)
+        return make_error(subject, "request ", i, "'s result is ", h.result_len,
                           " bytes, more than the result_stride of ", b.result_stride);
       answered[i] = true;
-      if (!r->result.empty())
-        std::memcpy(b.results + i * b.result_stride, r->result.data(), r->result.size());
-      b.result_lens[i] = static_cast<uint32_t>(r->result.size());
-      b.statuses[i] = r->status;
+      if (h.result_len)
+        std::memcpy(b.results + i * b.result_stride, frame + sizeof h, h.result_len);
+      b.result_lens[i] = h.result_len;
+      b.statuses[i] = h.status;
     }
   }
   return Status::ok();
