@@ -281,8 +281,8 @@ Status call_batch(Server &server, const BatchCall &b, bool *timed_out) {
       const size_t size = response_sizes[k];
       cudaq_rt_response_header h{};
       if (size < sizeof h)
-        return make_error(subject, "a response of ", size, " bytes is shorter than its ",
-                          sizeof h, "-byte header");
+        return make_error(subject, "a response of ", size, " bytes is shorter than its ", sizeof h,
+                          "-byte header");
       std::memcpy(&h, frame, sizeof h);
       if (h.magic != CUDAQ_RT_RESPONSE_MAGIC || h.result_len > size - sizeof h)
         return make_error(subject, "a response that is not one (magic ", hex(h.magic),
