@@ -636,7 +636,8 @@ TEST_CASE("cudaq_rt_call_batch and cudaq_rt_bench: every answer by its request, 
   CHECK(report.p50_us <= report.max_us);
 }
 
-TEST_CASE("cudaq_rt_bench counts a corrupted echo as wrong; a silent bridge times a batch out") {
+TEST_CASE("cudaq_rt_bench counts a corrupted echo as wrong; a batch refuses an answer that is no "
+          "response or not its own, and times out on a silent bridge") {
   Code example(fixture().package);
   const uint32_t echo = cudaq_rt_function_id("echo");
   const uint8_t arg[8] = {1, 2, 3, 4, 5, 6, 7, 8};
@@ -649,6 +650,22 @@ TEST_CASE("cudaq_rt_bench counts a corrupted echo as wrong; a silent bridge time
     cudaq_rt_bench_report report{sizeof report};
     REQUIRE(cudaq_rt_bench(server.s, echo, arg, 8, 50, 2, 0, 1, 1.0, &report) == CUDAQ_RT_OK);
     CHECK(report.wrong == 50);
+  }
+  for (const auto &[mode, error] :
+       {std::pair<const char *, const char *>{"bad_magic", "a response that is not one (magic "},
+        {"wrong_id", "an answer to request 1001, which this batch did not send or had answered "
+                     "already"}}) {
+    cudaq_rt_config cfg = config(mode);
+    FakeGpu gpu;
+    Server server;
+    REQUIRE(create_server(example.code, &cfg, gpu, &server.s) == CUDAQ_RT_OK);
+    REQUIRE_MESSAGE(cudaq_rt_start(server.s) == CUDAQ_RT_OK, last_error());
+    uint32_t len = 0;
+    int32_t status = 0;
+    uint8_t result[8];
+    CHECK(cudaq_rt_call_batch(server.s, echo, arg, 8, nullptr, 1, result, 8, &len, &status, 1,
+                              1.0) == CUDAQ_RT_E_FAILED);
+    CHECK_MESSAGE(last_error().find(error) != std::string::npos, last_error());
   }
   {
     cudaq_rt_config cfg = config("silent");
