@@ -10,7 +10,10 @@ from pathlib import Path
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
-from wheel.bdist_wheel import bdist_wheel
+try:  # setuptools' own since 70.1; before it, the wheel package's
+    from setuptools.command.bdist_wheel import bdist_wheel
+except ImportError:
+    from wheel.bdist_wheel import bdist_wheel
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
