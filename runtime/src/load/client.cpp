@@ -65,6 +65,22 @@ Status send_all(Server &server, std::span<const uint8_t> frame, Clock::time_poin
   return Status::ok();
 }
 
+// Waits up to `timeout_s` for at least one of the `outstanding` responses, and takes every one
+// that has come: each into `buffer` (a slot's `stride` apart), its size into `sizes`. How many.
+Expected<size_t> take_responses(Server &server, std::vector<uint8_t> &buffer, size_t stride,
+                                std::vector<size_t> &sizes, size_t outstanding, double timeout_s) {
+  return poll<size_t>(
+      server,
+      [&]() -> Expected<std::optional<size_t>> {
+        auto got = server.receive_batch(std::span(buffer.data(), outstanding * stride), stride,
+                                        std::span(sizes.data(), outstanding));
+        if (!got)
+          return std::move(got).take_error();
+        return *got ? std::optional<size_t>(*got) : std::nullopt;
+      },
+      Clock::now() + seconds(timeout_s), timeout_s, "no response");
+}
+
 } // namespace
 
 Expected<Reply> call(Server &server, std::span<const uint8_t> frame, double timeout_s) {
@@ -143,16 +159,8 @@ Expected<BenchResult> bench(Server &server, uint32_t function_id, const std::str
     }
     // Every request in flight fits the buffers: take what has come, at least one.
     const size_t outstanding = size_t(sent - received);
-    auto taken = poll<size_t>(
-        server,
-        [&]() -> Expected<std::optional<size_t>> {
-          auto got = server.receive_batch(std::span(responses.data(), outstanding * stride), stride,
-                                          std::span(response_sizes.data(), outstanding));
-          if (!got)
-            return std::move(got).take_error();
-          return *got ? std::optional<size_t>(*got) : std::nullopt;
-        },
-        Clock::now() + seconds(opt.timeout_s), opt.timeout_s, "no response");
+    auto taken =
+        take_responses(server, responses, stride, response_sizes, outstanding, opt.timeout_s);
     if (!taken)
       return std::move(taken).take_error();
     const auto now = Clock::now();
@@ -259,16 +267,8 @@ Status call_batch(Server &server, const BatchCall &b, bool *timed_out) {
       continue;
     }
     stalled_until.reset();
-    auto taken = poll<size_t>(
-        server,
-        [&]() -> Expected<std::optional<size_t>> {
-          auto got = server.receive_batch(std::span(responses.data(), outstanding * stride), stride,
-                                          std::span(response_sizes.data(), outstanding));
-          if (!got)
-            return std::move(got).take_error();
-          return *got ? std::optional<size_t>(*got) : std::nullopt;
-        },
-        Clock::now() + seconds(b.timeout_s), b.timeout_s, "no response");
+    auto taken =
+        take_responses(server, responses, stride, response_sizes, outstanding, b.timeout_s);
     if (!taken) {
       if (timed_out) // not a kernel that ended: the deadline passed
         *timed_out = server.running();
