@@ -138,7 +138,13 @@ class Server:
         self._status = ctypes.c_int32()
         self._result_len_ref = ctypes.byref(self._result_len)
         self._status_ref = ctypes.byref(self._status)
-        self._c_call = api.call
+        # The fast path's arguments as ctypes objects (Api.call_prepared): the server, each
+        # handler's function_id, the result buffer, each timeout.
+        self._c_prepared = api.call_prepared
+        self._c_server = ctypes.c_void_p(out.value)
+        self._c_ids: dict[str, ctypes.c_uint32] = {}
+        self._c_result = ctypes.c_void_p()
+        self._c_timeouts: dict[float, ctypes.c_double] = {}
         self._result_buffer: ctypes.Array[ctypes.c_char] | None = None
         self._result_view = memoryview(b"")
         self._result_address = 0
@@ -184,6 +190,7 @@ class Server:
             self._result_buffer = ctypes.create_string_buffer(max(self.slot_size, 1))
             self._result_view = memoryview(self._result_buffer).cast("B")
             self._result_address = ctypes.addressof(self._result_buffer)
+            self._c_result = ctypes.c_void_p(self._result_address)
 
     def stop(self) -> None:
         """Stops the kernel (waiting up to `stop_timeout`); an error names a hung or failed
@@ -265,6 +272,7 @@ class Server:
         self._codes.append(code)
         del self._codes[:-1]
         self._ids.clear()
+        self._c_ids.clear()
         return ReloadReport(bool(info.swapped), info.stage_ms, info.hold_ms, info.swap_ms,
                             info.launch_ms)
 
@@ -296,10 +304,7 @@ class Server:
 
     def call_raw(self, handler: Handler, arg: Buffer = b"", *, timeout: float = 1.0) -> Answer:
         """One request and its answer, whatever its status."""
-        fid = self.function_id(handler)
-        with self._handle.lock:
-            status, n = self._call(fid, arg, timeout)
-            return Answer(status, self._result_view[:n].tobytes())
+        return Answer(*self._call_to_bytes(self._c_id(handler), arg, timeout))
 
     @overload
     def call(self, handler: Handler, arg: Buffer = ..., *, timeout: float = ...) -> bytes: ...
@@ -320,74 +325,99 @@ class Server:
         other than 0 raises HandlerError (> 0, the handler's) or ProtocolError (< 0). No answer
         within `timeout` seconds raises CallTimeoutError; a kernel that faulted, FailedError
         naming it."""
-        fid = self._ids.get(handler) if type(handler) is str else None
-        if fid is None:
-            fid = self.function_id(handler)
-        if result is None and out is None and type(arg) is bytes and self._result_address:
-            # The common case, kept short: bytes in (passed in place), bytes out.
-            with self._handle.lock:
-                if not self._handle.pointer:
-                    raise StateError(f"'{self._code.label}': the server is closed")
-                rc = self._c_call(self._handle.pointer, fid, arg, len(arg), self._result_address,
-                                  len(self._result_view), self._result_len_ref, self._status_ref,
-                                  timeout)
-                if rc:
-                    _capi.api().ok(rc)
-                status = self._status.value
-                data = self._result_view[:self._result_len.value].tobytes()
+        c_fid = self._c_ids.get(handler) if type(handler) is str else None
+        if c_fid is None:
+            c_fid = self._c_id(handler)
+        if out is None and result is None:
+            status, data = self._call_to_bytes(c_fid, arg, timeout)
             if status:
                 raise_for_status(self._name(handler), status, data)
             return data
-        name = self._name(handler)
         if out is not None:
-            with Pinned(out, f"{name}: out", writable=True) as into, self._handle.lock:
-                status, n = self._call(fid, arg, timeout, into.address, into.size)
+            with Pinned(out, "out", writable=True) as into:
+                status, n = self._call(c_fid, arg, timeout, into.address, into.size)
             if status != 0:
-                raise_for_status(name, status, ctypes.string_at(into.address, n))
+                raise_for_status(self._name(handler), status, bytes(memoryview(out)[:n]))
             return n
-        if result is not None:
-            import numpy as np
+        import numpy as np
 
-            dt = np.dtype(result)
-            array_out = np.empty(max(self.max_payload // dt.itemsize, 1), dt)
-            with self._handle.lock:
-                status, n = self._call(fid, arg, timeout, array_out.ctypes.data, array_out.nbytes)
-            if status != 0:
-                raise_for_status(name, status, array_out.tobytes()[:n])
-            if n % dt.itemsize:
-                raise ArgumentError(f"{name}: the result is {n} bytes, not a whole number of "
-                                    f"{dt} ({dt.itemsize} bytes each)")
-            return array_out[:n // dt.itemsize]
-        with self._handle.lock:
-            status, n = self._call(fid, arg, timeout)
-            data = self._result_view[:n].tobytes()
+        dt = np.dtype(result)
+        array_out = np.empty(max(self.max_payload // dt.itemsize, 1), dt)
+        status, n = self._call(c_fid, arg, timeout, array_out.ctypes.data, array_out.nbytes)
+        name = self._name(handler)
         if status != 0:
-            raise_for_status(name, status, data)
-        return data
+            raise_for_status(name, status, array_out.tobytes()[:n])
+        if n % dt.itemsize:
+            raise ArgumentError(f"{name}: the result is {n} bytes, not a whole number of "
+                                f"{dt} ({dt.itemsize} bytes each)")
+        return array_out[:n // dt.itemsize]
 
     @staticmethod
     def _name(handler: Handler) -> str:
         return handler if isinstance(handler, str) else f"function_id {handler:#x}"
 
-    def _call(self, fid: int, arg: Buffer, timeout: float, into: int | None = None,
-              capacity: int | None = None) -> tuple[int, int]:
-        """cudaq_rt_call, under the server's lock; the result goes to `into` or the server's
-        buffer."""
-        pointer = self.pointer
-        if into is None:
-            if not self._result_address:
+    # One call's cost is mostly ctypes' own: the calls below go through Api.call_prepared with
+    # their arguments as ctypes objects made once (the server, each handler's function_id, the
+    # result buffer, each timeout), and bytes passed in place.
+
+    def _c_id(self, handler: Handler) -> ctypes.c_uint32:
+        c_fid = self._c_ids.get(handler) if type(handler) is str else None
+        if c_fid is None:
+            c_fid = ctypes.c_uint32(self.function_id(handler))
+            if type(handler) is str:
+                self._c_ids[handler] = c_fid
+        return c_fid
+
+    def _c_timeout(self, timeout: float) -> ctypes.c_double:
+        c_timeout = self._c_timeouts.get(timeout)
+        if c_timeout is None:
+            c_timeout = ctypes.c_double(timeout)
+            if len(self._c_timeouts) < 16:  # the few a program uses, not one per call
+                self._c_timeouts[timeout] = c_timeout
+        return c_timeout
+
+    def _call_to_bytes(self, c_fid: ctypes.c_uint32, arg: Buffer,
+                       timeout: float) -> tuple[int, bytes]:
+        """cudaq_rt_call into the server's result buffer, copied out under the server's lock
+        (another thread's call would write the same buffer): (status, result)."""
+        with self._handle.lock:
+            if not self._result_address or not self._handle.pointer:
+                self.pointer  # closed: says so
                 raise StateError(f"'{self._code.label}': cudaq_rt_call: the dispatch kernel is "
                                  "not running")
-            into, capacity = self._result_address, len(self._result_view)
-        if type(arg) is bytes:  # passed in place by ctypes itself
-            rc = self._c_call(pointer, fid, arg, len(arg), into, capacity, self._result_len_ref,
-                              self._status_ref, timeout)
-        else:
-            with Pinned(arg, "the argument") as view:
-                rc = self._c_call(pointer, fid, view.address, view.size, into, capacity,
-                                  self._result_len_ref, self._status_ref, timeout)
-        _capi.api().ok(rc)
-        return self._status.value, self._result_len.value
+            if type(arg) is bytes and len(arg) <= 0x7FFFFFFF:  # in place, one foreign call
+                c_timeout = self._c_timeouts.get(timeout) or self._c_timeout(timeout)
+                rc = self._c_prepared(self._c_server, c_fid, arg, len(arg), self._c_result,
+                                      len(self._result_view), self._result_len_ref,
+                                      self._status_ref, c_timeout)
+                if rc:
+                    _capi.api().ok(rc)
+                return self._status.value, self._result_view[:self._result_len.value].tobytes()
+            status, n = self._call(c_fid, arg, timeout, self._c_result, len(self._result_view))
+            return status, self._result_view[:n].tobytes()
+
+    def _call(self, c_fid: ctypes.c_uint32, arg: Buffer, timeout: float,
+              into: int | ctypes.c_void_p, capacity: int) -> tuple[int, int]:
+        """cudaq_rt_call under the server's lock, the result to `into`: (status, its length)."""
+        with self._handle.lock:
+            if not self._handle.pointer:
+                raise StateError(f"'{self._code.label}': the server is closed")
+            if type(into) is int:
+                into = ctypes.c_void_p(into)
+            if type(arg) is bytes:  # passed in place by ctypes itself
+                if len(arg) > 0x7FFFFFFF:
+                    raise ArgumentError(f"{len(arg)} bytes of arguments: more than a call takes")
+                rc = self._c_prepared(self._c_server, c_fid, arg, len(arg), into, capacity,
+                                      self._result_len_ref, self._status_ref,
+                                      self._c_timeout(timeout))
+            else:
+                with Pinned(arg, "the argument") as view:
+                    rc = self._c_prepared(self._c_server, c_fid, ctypes.c_void_p(view.address),
+                                          view.size, into, capacity, self._result_len_ref,
+                                          self._status_ref, self._c_timeout(timeout))
+            if rc:
+                _capi.api().ok(rc)
+            return self._status.value, self._result_len.value
 
     def call_batch(self, handler: Handler, args: Buffer | Sequence[Buffer], *,
                    result_size: int | None = None, inflight: int = 32,

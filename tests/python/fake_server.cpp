@@ -8,8 +8,12 @@
 
 #include "fake_gpu.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <deque>
 #include <mutex>
+#include <vector>
 
 namespace {
 std::mutex gpus_mutex;
@@ -39,5 +43,25 @@ __attribute__((visibility("default"))) int cudaq_rt_test_fake_gpu_launches(void)
   for (const FakeGpu &g : gpus)
     n += g.launches;
   return n;
+}
+
+// The median of `n` cudaq_rt_call()s of `function_id` with `size` zero bytes, each timed in C,
+// in microseconds; -1 when a call fails. For bench/python/binding_overhead.py: what a call costs
+// in C, next to what it costs from Python, on the same server.
+__attribute__((visibility("default"))) double
+cudaq_rt_test_time_calls(cudaq_rt_server *server, uint32_t function_id, uint32_t size, size_t n) {
+  std::vector<uint8_t> arg(size), result(cudaq_rt_slot_size(server));
+  std::vector<double> us(n);
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t len = 0;
+    int32_t status = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    if (cudaq_rt_call(server, function_id, arg.data(), size, result.data(),
+                      static_cast<uint32_t>(result.size()), &len, &status, 5.0) != CUDAQ_RT_OK)
+      return -1;
+    us[i] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  }
+  std::nth_element(us.begin(), us.begin() + n / 2, us.end());
+  return n ? us[n / 2] : 0;
 }
 }
