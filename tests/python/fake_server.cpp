@@ -59,7 +59,8 @@ cudaq_rt_test_time_calls(cudaq_rt_server *server, uint32_t function_id, uint32_t
     if (cudaq_rt_call(server, function_id, arg.data(), size, result.data(),
                       static_cast<uint32_t>(result.size()), &len, &status, 5.0) != CUDAQ_RT_OK)
       return -1;
-    us[i] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    us[i] =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   }
   std::nth_element(us.begin(), us.begin() + n / 2, us.end());
   return n ? us[n / 2] : 0;
