@@ -145,9 +145,7 @@ class Server:
         self._c_ids: dict[str, ctypes.c_uint32] = {}
         self._c_result = ctypes.c_void_p()
         self._c_timeouts: dict[float, ctypes.c_double] = {}
-        self._result_buffer: ctypes.Array[ctypes.c_char] | None = None
         self._result_view = memoryview(b"")
-        self._result_address = 0
 
     # -- life -------------------------------------------------------------------------------
 
@@ -187,10 +185,10 @@ class Server:
         with _devices.exclusive(self._handle):
             _capi.api().ok(_capi.api().start(pointer))
             self._handle.running = True
-            self._result_buffer = ctypes.create_string_buffer(max(self.slot_size, 1))
-            self._result_view = memoryview(self._result_buffer).cast("B")
-            self._result_address = ctypes.addressof(self._result_buffer)
-            self._c_result = ctypes.c_void_p(self._result_address)
+            # The result buffer: the view keeps it alive, the pointer is what calls pass.
+            buffer = ctypes.create_string_buffer(max(self.slot_size, 1))
+            self._result_view = memoryview(buffer).cast("B")
+            self._c_result = ctypes.c_void_p(ctypes.addressof(buffer))
 
     def stop(self) -> None:
         """Stops the kernel (waiting up to `stop_timeout`); an error names a hung or failed
@@ -381,7 +379,7 @@ class Server:
         """cudaq_rt_call into the server's result buffer, copied out under the server's lock
         (another thread's call would write the same buffer): (status, result)."""
         with self._handle.lock:
-            if not self._result_address or not self._handle.pointer:
+            if not self._c_result.value or not self._handle.pointer:
                 self.pointer  # closed: says so
                 raise StateError(f"'{self._code.label}': cudaq_rt_call: the dispatch kernel is "
                                  "not running")
