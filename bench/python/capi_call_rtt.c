@@ -2,8 +2,9 @@
  * package, serves it on GPU 0 through the loopback bridge, and times N cudaq_rt_call()s of one
  * handler with the same payload, each on its own, after 1,000 not timed. Prints one JSON line:
  * {"calls": N, "p50_us": ..., "p90_us": ..., "p99_us": ..., "mean_us": ...}; percentiles
- * nearest-rank, as cudaq-rt-run --bench's.
- *   capi_call_rtt PACKAGE HANDLER PAYLOAD_BYTES N */
+ * nearest-rank, as cudaq-rt-run --bench's. GAP_US: the host spins that long between one call's
+ * return and the next call (default 0), as a caller that does work of its own between calls.
+ *   capi_call_rtt PACKAGE HANDLER PAYLOAD_BYTES N [GAP_US] */
 #include "cudaq_rt/cudaq_rt.h"
 
 #include <math.h>
@@ -34,12 +35,13 @@ static int die(const char *what) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 5) {
-    fprintf(stderr, "usage: capi_call_rtt PACKAGE HANDLER PAYLOAD_BYTES N\n");
+  if (argc != 5 && argc != 6) {
+    fprintf(stderr, "usage: capi_call_rtt PACKAGE HANDLER PAYLOAD_BYTES N [GAP_US]\n");
     return 2;
   }
   const uint32_t size = (uint32_t)strtoul(argv[3], NULL, 10);
   const size_t n = strtoull(argv[4], NULL, 10);
+  const double gap_us = argc == 6 ? strtod(argv[5], NULL) : 0;
   cudaq_rt_code *code = NULL;
   cudaq_rt_server *server = NULL;
   if (cudaq_rt_open_package(argv[1], &code))
@@ -62,6 +64,8 @@ int main(int argc, char **argv) {
     const double t1 = now_us();
     if (i >= 1000)
       us[i - 1000] = t1 - t0;
+    while (now_us() - t1 < gap_us) {
+    }
   }
   double mean = 0;
   for (size_t i = 0; i < n; ++i)
