@@ -104,7 +104,7 @@ install(DIRECTORY python/cudaq_rt_client DESTINATION lib/cudaq-rt/python
 # cudaq_rt, the C API in Python, beside it: with PYTHONPATH=<prefix>/lib/cudaq-rt/python it finds
 # this prefix's libcudaq_rt.so (python/cudaq_rt/_library.py).
 install(DIRECTORY python/cudaq_rt DESTINATION lib/cudaq-rt/python
-        FILES_MATCHING PATTERN "*.py" PATTERN "py.typed" PATTERN "__pycache__" EXCLUDE
+        FILES_MATCHING PATTERN "*.py" PATTERN "*.pyi" PATTERN "py.typed" PATTERN "__pycache__" EXCLUDE
         PATTERN "lib" EXCLUDE)
 install(DIRECTORY runtime/include/cudaq_rt libdispatch/include/cudaq_rt
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})

@@ -6,6 +6,8 @@ install prefix's lib/ (so that the runtime finds its bridges and shipped units a
     cudaq_rt/lib/cudaq-rt/units/          the dispatchers' units compiled at build time
     cudaq_rt/lib/lib*-<hash>.so.*         the shared libraries they need that a machine with
                                           only glibc, libstdc++ and a CUDA driver may lack
+    cudaq_rt/_fastcall.abi3.so            Server.call as one C function (Python 3.11+), where
+                                          the build tree has it
 
 A carried library is renamed with a hash of its bytes and its soname set to that name, and every
 carried file that needs it is told the new name (patchelf), so that it never stands in for a
@@ -23,6 +25,7 @@ import subprocess
 from pathlib import Path
 
 SONAME = "libcudaq_rt.so.0"
+FASTCALL = "_fastcall.abi3.so"  # python/native/fastcall.c, built by python/CMakeLists.txt
 BRIDGES = ("loopback", "udp")  # the bridges an install carries (bridges/CMakeLists.txt)
 # What every machine that runs the wheel has, or must provide itself: glibc, the C++ runtime, the
 # CUDA driver, NVRTC.
@@ -80,6 +83,10 @@ def bundle(build_tree: Path, lib: Path) -> None:
     units = build_tree / "lib" / "cudaq-rt" / "units"
     if units.is_dir():
         shutil.copytree(units, lib / "cudaq-rt" / "units")
+    # cudaq_rt._fastcall, where the build made it, into the package itself: it needs only libc.
+    fastcall = build_tree / "lib" / "cudaq-rt" / "python" / "cudaq_rt" / FASTCALL
+    if fastcall.is_file():
+        _copy(fastcall, lib.parent / FASTCALL)
 
     # The closure of what they need, outside SYSTEM, each carried once under a hashed name.
     carried: dict[str, Path] = {}  # soname -> the carried file

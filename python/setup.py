@@ -32,8 +32,9 @@ class BuildWithNative(build_py):
 
 
 class PlatformWheel(bdist_wheel):
-    """A wheel for this platform, any Python 3, when it carries the runtime (no extension module
-    is compiled: the runtime is driven through ctypes)."""
+    """A wheel for this platform, any Python 3, when it carries the runtime: the runtime is driven
+    through ctypes, and the one extension module it may carry (cudaq_rt._fastcall, stable ABI of
+    3.11) is loaded only where the Python can, else calls go through ctypes."""
 
     def finalize_options(self) -> None:
         super().finalize_options()

@@ -5,7 +5,7 @@
 # BRIDGES: the bridges to take, comma-separated names (loopback,udp,loopback_stamps); default
 # every one the build tree has. A tree where the bench's bridge variants were built holds a dozen
 # of them, and with bench/loopback_rtt the bundle then passes 64 MiB.
-# Layout: bin/, lib/libcudaq_rt.so.0, lib/cudaq-rt/bridges/, lib/libcudaq_rt_nvjitlink_cu13.so and
+# Layout: bin/, lib/libcudaq_rt.so.0, lib/cudaq-rt/bridges/, lib/cudaq-rt/python/cudaq_rt/, lib/libcudaq_rt_nvjitlink_cu13.so and
 # _cu12.so (and the cu13 one as lib/libcudaq_rt_nvjitlink.so),
 # examples/, tests/gpu/, bench/
 # and bench/jit_start/ (as in the build tree), so that bench/loopback_rtt.sh,
@@ -28,6 +28,12 @@ for f in "$build"/lib/cudaq-rt/bridges/*.so; do
 done
 # The dispatchers' units the build ships (a link cache directory beside the bridges).
 [ -d "$build/lib/cudaq-rt/units" ] && cp -r "$build/lib/cudaq-rt/units" "$out/lib/cudaq-rt/units"
+# cudaq_rt._fastcall, where the build made it (the Python package looks beside the runtime).
+if [ -f "$build/lib/cudaq-rt/python/cudaq_rt/_fastcall.abi3.so" ]; then
+  mkdir -p "$out/lib/cudaq-rt/python/cudaq_rt"
+  copy "$build/lib/cudaq-rt/python/cudaq_rt/_fastcall.abi3.so" \
+    "$out/lib/cudaq-rt/python/cudaq_rt/_fastcall.abi3.so"
+fi
 copy "$build/examples/cudaq_rt_example_app" "$out/examples/cudaq_rt_example_app"
 for f in "$build"/examples/*.a; do copy "$f" "$out/examples/${f##*/}"; done
 copy "$build/tests/capi/capi_test" "$out/tests/capi/capi_test"

@@ -12,7 +12,7 @@ packages=(cmake ninja-build g++ libcli11-dev nlohmann-json3-dev doctest-dev llvm
 # client.python and python.wheel pip-install python/ into a fresh venv, offline; the wheel carries
 # the runtime and the libraries it needs, renamed (patchelf); python.package and python.mypy use
 # numpy and mypy.
-packages+=(python3-venv python3-pip python3-setuptools python3-wheel patchelf python3-numpy mypy)
+packages+=(python3-dev python3-venv python3-pip python3-setuptools python3-wheel patchelf python3-numpy mypy)
 # scripts/test-sanitized.sh: the fuzz targets (clang's libFuzzer, ASan and UBSan runtimes).
 packages+=(clang-14 libclang-rt-14-dev)
 sudo_=""

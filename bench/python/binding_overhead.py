@@ -5,7 +5,8 @@ that no GPU time is in any figure and what is left is software. Prints medians; 
 
     binding_overhead.py BUILD [--calls N]
 
-Rows: cudaq_rt_call timed in C; Server.call (bytes), call(out=), call_raw, each timed in Python;
+Rows: cudaq_rt_call timed in C; Server.call (bytes) and call(out=) through cudaq_rt._fastcall
+(where the build has it) and through ctypes alone, call_raw, each timed in Python;
 ctypes' own call of cudaq_rt_call with argtypes, and the prepared one the package uses
 (Api.call_prepared); then a batch of N rows against cudaq_rt_bench's rate at 4 in flight. On a GPU the same comparison is bench/python/python_call.py."""
 from __future__ import annotations
@@ -64,9 +65,16 @@ def main() -> None:
             cudaq_rt.Server(code, cache_dir=tmp / "cache") as s:
         rows = [("cudaq_rt_call, timed in C", fake.cudaq_rt_test_time_calls(s.pointer, fid, 16, n))]
         into = bytearray(64)
-        rows.append(("Server.call(echo, 16 bytes)", median_us(lambda: s.call("echo", payload), n)))
-        rows.append(("Server.call(..., out=bytearray)",
-                     median_us(lambda: s.call("echo", payload, out=into), n)))
+        # Server.call as the package makes it (through cudaq_rt._fastcall where it was built),
+        # then through ctypes alone, as without it.
+        fast = s._fast
+        for path in ("fastcall", "ctypes") if fast is not None else ("ctypes",):
+            s._fast = fast if path == "fastcall" else None
+            rows.append((f"Server.call(echo, 16 bytes), {path}",
+                         median_us(lambda: s.call("echo", payload), n)))
+            rows.append((f"Server.call(..., out=bytearray), {path}",
+                         median_us(lambda: s.call("echo", payload, out=into), n)))
+        s._fast = fast
         rows.append(("Server.call_raw", median_us(lambda: s.call_raw("echo", payload), n)))
         api = cudaq_rt._capi.api()
         length, status = ctypes.c_uint32(), ctypes.c_int32()

@@ -8,6 +8,7 @@ BUILD: a build tree or a bundle (scripts/gpu-bundle.sh); the package is the exam
 and linked for the GPU here, with a fresh CUDA_CACHE_PATH and link cache. Rows:
   python call        Server.call("echo", 16 bytes), each timed in Python (perf_counter_ns)
   python call, out=  the same, the result written into a bytearray of the caller's
+  python call, ctypes  the first row through ctypes alone, as without cudaq_rt._fastcall
   python bench       Server.bench: the C loop of cudaq-rt-run --bench, driven from Python
   C cudaq_rt_call    bench/python/capi_call_rtt.c, each call timed in C
   cudaq-rt-run       cudaq-rt-run --bench, its own process
@@ -59,10 +60,20 @@ def main() -> None:
         for _ in range(1000):
             server.call("echo", payload)
         into = bytearray(64)
-        for label in ("python call", "python call, out="):
+        fast = server._fast
+        for label in ("python call", "python call, out=", "python call, ctypes"):
             us: list[float] = []
             clock = time.perf_counter_ns
-            if label == "python call":
+            if label == "python call, ctypes":  # as without cudaq_rt._fastcall
+                if fast is None:
+                    continue
+                server._fast = None
+                for _ in range(n):
+                    t0 = clock()
+                    server.call("echo", payload)
+                    us.append((clock() - t0) / 1000)
+                server._fast = fast
+            elif label == "python call":
                 for _ in range(n):
                     t0 = clock()
                     server.call("echo", payload)

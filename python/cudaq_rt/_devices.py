@@ -13,7 +13,10 @@ from __future__ import annotations
 import threading
 import weakref
 from contextlib import contextmanager
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:
+    from . import _fastcall
 
 from ._capi import api
 
@@ -21,13 +24,14 @@ from ._capi import api
 class Handle:
     """A cudaq_rt_server pointer and what the process knows of it."""
 
-    __slots__ = ("pointer", "lock", "running", "label", "__weakref__")
+    __slots__ = ("pointer", "lock", "running", "label", "fast", "__weakref__")
 
     def __init__(self, pointer: int, label: str) -> None:
         self.pointer = pointer
         self.lock = threading.RLock()
         self.running = False
         self.label = label
+        self.fast: _fastcall.Caller | None = None  # the server's cudaq_rt._fastcall.Caller, detached when it is freed
 
 
 _registry_lock = threading.RLock()

@@ -19,10 +19,13 @@ tools do. Its one shared dependency outside the C library is NVRTC 13: from the
 from __future__ import annotations
 
 import ctypes
+import importlib.machinery
+import importlib.util
 import os
 import sys
 import threading
 from pathlib import Path
+from types import ModuleType
 
 SONAME = "libcudaq_rt.so.0"
 PREFIX_VARIABLE = "CUDAQ_RT_PREFIX"
@@ -122,6 +125,54 @@ def _mapped(name: str) -> str:
             if path.startswith("/") and Path(path).name.startswith(name):
                 return path
     return name
+
+
+FASTCALL = "_fastcall.abi3.so"
+FASTCALL_VARIABLE = "CUDAQ_RT_FASTCALL"
+_fastcall: ModuleType | None = None
+_fastcall_tried = False
+
+
+def fastcall_candidates() -> list[Path]:
+    """Where cudaq_rt._fastcall (python/native/fastcall.c) is looked for: in this package (a
+    wheel, an install prefix), in ``$CUDAQ_RT_PREFIX``'s package when that is set, then beside
+    the runtime library loaded, as the build tree has it (``lib/cudaq-rt/python/cudaq_rt/``)."""
+    found = [_HERE / FASTCALL]
+    prefix = os.environ.get(PREFIX_VARIABLE)
+    if prefix:
+        found.append(Path(prefix) / "lib" / "cudaq-rt" / "python" / "cudaq_rt" / FASTCALL)
+    found.append(Path(library_path()).parent / "cudaq-rt" / "python" / "cudaq_rt" / FASTCALL)
+    return found
+
+
+def fastcall() -> ModuleType | None:
+    """cudaq_rt._fastcall, which makes Server.call one C function, or None: not built (no Python
+    headers where the runtime was built), not loadable (Python before 3.11), or turned off with
+    ``$CUDAQ_RT_FASTCALL=0``. Calls then go through ctypes, with the same results."""
+    global _fastcall, _fastcall_tried
+    with _lock:
+        if _fastcall_tried:
+            return _fastcall
+        _fastcall_tried = True
+        if os.environ.get(FASTCALL_VARIABLE, "1") == "0" or sys.version_info < (3, 11):
+            return None
+    name = f"{__package__}._fastcall"
+    for candidate in fastcall_candidates():
+        if not candidate.is_file():
+            continue
+        spec = importlib.util.spec_from_file_location(
+            name, candidate, loader=importlib.machinery.ExtensionFileLoader(name, str(candidate)))
+        if spec is None or spec.loader is None:
+            continue
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except ImportError:
+            continue
+        with _lock:
+            _fastcall = module
+        return module
+    return None
 
 
 def library_path() -> str:

@@ -6,7 +6,7 @@ import ctypes
 import os
 import weakref
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Mapping, Sequence, Union, overload
+from typing import TYPE_CHECKING, Any, Mapping, NoReturn, Sequence, Union, overload
 
 from cudaq_rt_client.wire import HEADER_SIZE, function_id as _fnv1a
 
@@ -18,6 +18,8 @@ from .results import (Answer, BatchResult, BenchReport, ReloadReport, Stats, rai
 
 if TYPE_CHECKING:
     import numpy.typing as npt
+
+    from . import _fastcall
 
 # A handler: its exported name or alias, or a function_id of the application's table.
 Handler = Union[str, int]
@@ -86,6 +88,8 @@ def _destroy(handle: _devices.Handle, codes: list[Code]) -> None:
     # The code is held here until the server is gone: the C API frees servers before their code.
     if handle.pointer:
         with _devices.exclusive(handle):
+            if handle.fast is not None:  # a thread holding it gets None: the general path
+                handle.fast.detach()
             _capi.api().server_destroy(handle.pointer)
             handle.pointer = 0
             handle.running = False
@@ -146,6 +150,8 @@ class Server:
         self._c_result = ctypes.c_void_p()
         self._c_timeouts: dict[float, ctypes.c_double] = {}
         self._result_view = memoryview(b"")
+        # cudaq_rt._fastcall's Caller for this server, made at each start; None without it.
+        self._fast: _fastcall.Caller | None = None
 
     # -- life -------------------------------------------------------------------------------
 
@@ -189,15 +195,29 @@ class Server:
             buffer = ctypes.create_string_buffer(max(self.slot_size, 1))
             self._result_view = memoryview(buffer).cast("B")
             self._c_result = ctypes.c_void_p(ctypes.addressof(buffer))
+            self._detach_fast()
+            fast = _library.fastcall()
+            if fast is not None:
+                call = ctypes.cast(_capi.api().library.cudaq_rt_call, ctypes.c_void_p).value
+                self._fast = self._handle.fast = fast.Caller(call, pointer, self._handle.lock,
+                                                             len(self._result_view))
 
     def stop(self) -> None:
         """Stops the kernel (waiting up to `stop_timeout`); an error names a hung or failed
         kernel. :meth:`start` starts it again on the same bridge instance."""
         with self._handle.lock:
+            self._detach_fast()  # a stopped server's calls take the general path, which says so
             try:
                 _capi.api().ok(_capi.api().stop(self.pointer))
             finally:
                 self._handle.running = False
+
+    def _detach_fast(self) -> None:
+        """Under the lock: the Caller made at the last start serves no more calls (a thread that
+        took it before gets None from it, and the general path)."""
+        if self._handle.fast is not None:
+            self._handle.fast.detach()
+        self._fast = self._handle.fast = None
 
     def check(self) -> None:
         """Raises FailedError naming the fault when the kernel has ended by itself, StateError
@@ -323,6 +343,25 @@ class Server:
         other than 0 raises HandlerError (> 0, the handler's) or ProtocolError (< 0). No answer
         within `timeout` seconds raises CallTimeoutError; a kernel that faulted, FailedError
         naming it."""
+        fast = self._fast
+        if fast is not None and result is None:  # one C function (native/fastcall.c)
+            fid = self._ids.get(handler) if type(handler) is str else None
+            if fid is None:
+                fid = self.function_id(handler)
+            if out is None:
+                answer = fast.call(fid, arg, timeout)
+                if isinstance(answer, bytes):  # status 0
+                    return answer
+                if answer is not None:
+                    rc, status, data = answer
+                    self._raise_for(handler, rc, status, data)
+            else:
+                filled = fast.call_into(fid, arg, out, timeout)
+                if isinstance(filled, int):
+                    return filled
+                if filled is not None:
+                    rc, status, n = filled
+                    self._raise_for(handler, rc, status, bytes(memoryview(out).cast("B")[:n]))
         c_fid = self._c_ids.get(handler) if type(handler) is str else None
         if c_fid is None:
             c_fid = self._c_id(handler)
@@ -349,6 +388,12 @@ class Server:
             raise ArgumentError(f"{name}: the result is {n} bytes, not a whole number of "
                                 f"{dt} ({dt.itemsize} bytes each)")
         return array_out[:n // dt.itemsize]
+
+    def _raise_for(self, handler: Handler, rc: int, status: int, result: bytes) -> NoReturn:
+        """A fast call's failure: the C API's error, else the handler's status."""
+        _capi.api().ok(rc)
+        raise_for_status(self._name(handler), status, result)
+        raise AssertionError(f"{handler!r}: status {status} raised nothing")
 
     @staticmethod
     def _name(handler: Handler) -> str:

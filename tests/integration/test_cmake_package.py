@@ -92,7 +92,12 @@ class CMakePackage(unittest.TestCase):
         do; a pure install elsewhere finds it through CUDAQ_RT_PREFIX."""
         p = self.prefix
         probe = ("import cudaq_rt, sys; print(cudaq_rt.library_path()); "
-                 "print(cudaq_rt.open_package(sys.argv[1]).handlers)")
+                 "print(cudaq_rt.open_package(sys.argv[1]).handlers); "
+                 "fast = cudaq_rt._library.fastcall(); print(fast and fast.__file__)")
+        # cudaq_rt._fastcall, where the build made it, is installed in the prefix's package.
+        built = os.path.isfile(os.path.join(BUILD_DIR, "lib", "cudaq-rt", "python", "cudaq_rt",
+                                            "_fastcall.abi3.so"))
+        fastcall = os.path.join(p, "lib", "cudaq-rt", "python", "cudaq_rt", "_fastcall.abi3.so")
         env = {k: v for k, v in os.environ.items() if not k.startswith("CUDAQ_RT_")}
         package = os.path.join(self.build, "packages", "outside.cudaqpkg")
         for extra in ({"PYTHONPATH": os.path.join(p, "lib", "cudaq-rt", "python")},
@@ -100,9 +105,10 @@ class CMakePackage(unittest.TestCase):
             r = subprocess.run([sys.executable, "-c", probe, package], capture_output=True,
                                text=True, env={**env, **extra}, cwd=self.tmp, timeout=60)
             self.assertEqual(r.returncode, 0, r.stderr)
-            library, handlers = r.stdout.splitlines()
+            library, handlers, fast = r.stdout.splitlines()
             self.assertTrue(library.startswith(os.path.join(p, "lib")), (extra, library))
             self.assertIn("'", handlers)
+            self.assertEqual(fast, fastcall if built else "None", extra)
 
     def test_1b_stripped_install_is_lean(self):
         """`cmake --install --strip`: the tools share libcudaq_rt.so (LLVM inside it once), so

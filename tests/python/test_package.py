@@ -374,6 +374,40 @@ class Lifetimes(unittest.TestCase):
         with self.assertRaises(cudaq_rt.StateError):
             s.call("echo", b"x")
 
+    def test_the_call_path_is_the_one_asked_for_and_ends_with_the_server(self) -> None:
+        # Server.call goes through cudaq_rt._fastcall where the build made it, unless
+        # CUDAQ_RT_FASTCALL=0 (ctest runs this file both ways); a Caller a thread still holds
+        # answers None once its server is stopped or freed, so that thread's call takes the
+        # general path and is refused there.
+        want_fast = ENV.get("CUDAQ_RT_FASTCALL", "1") != "0"
+        built = any(p.is_file() for p in cudaq_rt._library.fastcall_candidates())
+        self.assertEqual(built, ENV.get("CUDAQ_RT_EXPECT_FASTCALL") == "1")
+        fid = cudaq_rt.function_id("echo")
+        with cudaq_rt.open_package(PACKAGE) as code:
+            s = fake_server(code).__enter__()
+            held = s._fast
+            self.assertEqual(held is not None, want_fast and built)
+            if held is None:
+                s.close()
+                return
+            self.assertEqual(held.call(fid, b"fast", 1.0), b"fast")
+            out = bytearray(8)
+            self.assertEqual(held.call_into(fid, b"in", out, 1.0), 2)
+            self.assertEqual(held.call(fid, "not a buffer", 1.0), None)  # the general path's
+            s.stop()
+            self.assertIsNone(held.call(fid, b"x", 1.0))
+            with self.assertRaises(cudaq_rt.StateError):
+                s.call("echo", b"x")
+            s.start()
+            again = s._fast
+            assert again is not None
+            self.assertIsNot(again, held)
+            self.assertEqual(s.call("echo", b"restarted"), b"restarted")
+            s.close()
+            self.assertIsNone(again.call(fid, b"x", 1.0))
+            with self.assertRaises(cudaq_rt.StateError):
+                s.call("echo", b"x")
+
     def test_reload_of_the_same_code_swaps_nothing(self) -> None:
         with cudaq_rt.open_package(PACKAGE) as code, fake_server(code) as s:
             report = s.reload(code)

@@ -6,7 +6,8 @@ installed); it opens, verifies and refuses packages with the C API's messages, a
 as cudaq-rt-run does.
 
 Environment (tests/CMakeLists.txt): CUDAQ_RT_BUILD_DIR, CUDAQ_RT_PACK, CUDAQ_RT_RUN,
-CUDAQ_RT_EXAMPLE_APP, CUDAQ_RT_LOOPBACK_BRIDGE."""
+CUDAQ_RT_EXAMPLE_APP, CUDAQ_RT_LOOPBACK_BRIDGE, CUDAQ_RT_EXPECT_FASTCALL (1: the build made
+cudaq_rt._fastcall, and the wheel carries and loads it)."""
 from __future__ import annotations
 
 import json
@@ -25,7 +26,10 @@ PYTHON_DIR = Path(__file__).resolve().parents[2] / "python"
 PROBE = r"""
 import json, os, sys
 import cudaq_rt
-out = {"library": cudaq_rt.library_path(), "package": os.path.dirname(cudaq_rt.__file__)}
+from cudaq_rt import _library
+fast = _library.fastcall()
+out = {"library": cudaq_rt.library_path(), "package": os.path.dirname(cudaq_rt.__file__),
+       "fastcall": fast.__file__ if fast is not None else None}
 code = cudaq_rt.open_package(sys.argv[1])
 out["handlers"] = list(code.handlers)
 try:
@@ -81,6 +85,8 @@ class Wheel(unittest.TestCase):
                         "lib/cudaq-rt/bridges/libcudaq_rt_bridge_udp.so"):
             self.assertIn(carried, names)
         self.assertTrue(any(n.startswith("lib/cudaq-rt/units/v1/") for n in names))
+        # cudaq_rt._fastcall (stable ABI, Python 3.11+) where the build tree has it.
+        self.assertEqual("_fastcall.abi3.so" in names, ENV.get("CUDAQ_RT_EXPECT_FASTCALL") == "1")
         self.assertTrue(any(n.startswith("lib/libcurl-") for n in names))
         self.assertFalse(any("libnvrtc" in n or "libcuda.so" in n for n in names))
         print(f"\n{self.wheel.name}: {self.wheel.stat().st_size / 2**20:.1f} MiB, "
@@ -119,6 +125,8 @@ class Wheel(unittest.TestCase):
         self.assertEqual(Path(out["library"]), runtime)
         self.assertTrue(out["package"].startswith(str(venv)), out["package"])
         self.assertIn("sum_i32", out["handlers"])
+        if ENV.get("CUDAQ_RT_EXPECT_FASTCALL") == "1":
+            self.assertEqual(Path(out["fastcall"]), site / "cudaq_rt" / "_fastcall.abi3.so")
         self.assertEqual(out["refused"], f"'{package}': not signed: no signature in signatures/ "
                                          "(cudaq-rt-pack or cudaq-rt-link --sign KEY signs a "
                                          "package)")
