@@ -310,6 +310,9 @@ class Server:
         """The function_id requests to `handler` carry: a number as given, or the FNV-1a of one
         of the code's export names or aliases."""
         if isinstance(handler, int):
+            if not 0 <= handler <= 0xFFFFFFFF:
+                raise ArgumentError(f"'{self._code.label}': function_id {handler} is not a 32-bit "
+                                    "unsigned number")
             return handler
         fid = self._ids.get(handler)
         if fid is None:

@@ -209,6 +209,11 @@ class Calls(unittest.TestCase):
             s.call("echo", bytes(1001))
         self.assertIn("1001 bytes of arguments, but the bridge's slots hold 1000",
                       str(big.exception))
+        for fid in (-1, 1 << 32):
+            with self.assertRaises(cudaq_rt.ArgumentError) as wide:
+                s.call(fid, b"")
+            self.assertEqual(str(wide.exception), f"'{PACKAGE}': function_id {fid} is not a "
+                             "32-bit unsigned number")
         with self.assertRaises(cudaq_rt.NotFoundError) as missing:
             s.call("no_such", b"")
         self.assertEqual(str(missing.exception),
