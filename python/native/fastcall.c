@@ -95,18 +95,18 @@ static int lock_step(PyObject *method) {
   return 0;
 }
 
-/* The argument as one read-only contiguous buffer of at most 2^32 - 1 bytes; 0 when it is
- * one, 1 when it is not (no exception: the general path says why), -1 on an error. */
+/* `obj` as one contiguous buffer (writable when asked) of at most 2^32 - 1 bytes: 1 when it is
+ * one, 0 when it is not, with no exception set (the general path says why). */
 static int take_buffer(PyObject *obj, Py_buffer *view, int writable) {
   if (PyObject_GetBuffer(obj, view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) != 0) {
     PyErr_Clear();
-    return 1;
+    return 0;
   }
   if ((unsigned long long)view->len > UINT32_MAX) {
     PyBuffer_Release(view);
-    return 1;
+    return 0;
   }
-  return 0;
+  return 1;
 }
 
 /* One cudaq_rt_call under the server's lock with the GIL released, into `out` (the caller's
@@ -123,12 +123,11 @@ static PyObject *call_locked(Caller *self, PyObject *const *args, Py_ssize_t nar
   if (timeout == -1.0 && PyErr_Occurred())
     return NULL;
   Py_buffer arg, into;
-  int r = take_buffer(args[1], &arg, 0);
-  if (r != 0)
-    return r < 0 ? NULL : Py_NewRef(Py_None);
-  if (out && (r = take_buffer(out, &into, 1)) != 0) {
+  if (!take_buffer(args[1], &arg, 0))
+    return Py_NewRef(Py_None);
+  if (out && !take_buffer(out, &into, 1)) {
     PyBuffer_Release(&arg);
-    return r < 0 ? NULL : Py_NewRef(Py_None);
+    return Py_NewRef(Py_None);
   }
   PyObject *answer = NULL;
   if (lock_step(self->acquire) != 0)
