@@ -67,14 +67,14 @@ def main() -> None:
         into = bytearray(64)
         # Server.call as the package makes it (through cudaq_rt._fastcall where it was built),
         # then through ctypes alone, as without it.
-        fast = s._fast
+        fast = s._handle.fast
         for path in ("fastcall", "ctypes") if fast is not None else ("ctypes",):
-            s._fast = fast if path == "fastcall" else None
+            s._handle.fast = fast if path == "fastcall" else None
             rows.append((f"Server.call(echo, 16 bytes), {path}",
                          median_us(lambda: s.call("echo", payload), n)))
             rows.append((f"Server.call(..., out=bytearray), {path}",
                          median_us(lambda: s.call("echo", payload, out=into), n)))
-        s._fast = fast
+        s._handle.fast = fast
         rows.append(("Server.call_raw", median_us(lambda: s.call_raw("echo", payload), n)))
         api = cudaq_rt._capi.api()
         length, status = ctypes.c_uint32(), ctypes.c_int32()

@@ -60,19 +60,19 @@ def main() -> None:
         for _ in range(1000):
             server.call("echo", payload)
         into = bytearray(64)
-        fast = server._fast
+        fast = server._handle.fast
         for label in ("python call", "python call, out=", "python call, ctypes"):
             us: list[float] = []
             clock = time.perf_counter_ns
             if label == "python call, ctypes":  # as without cudaq_rt._fastcall
                 if fast is None:
                     continue
-                server._fast = None
+                server._handle.fast = None
                 for _ in range(n):
                     t0 = clock()
                     server.call("echo", payload)
                     us.append((clock() - t0) / 1000)
-                server._fast = fast
+                server._handle.fast = fast
             elif label == "python call":
                 for _ in range(n):
                     t0 = clock()

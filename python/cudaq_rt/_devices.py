@@ -31,7 +31,9 @@ class Handle:
         self.lock = threading.RLock()
         self.running = False
         self.label = label
-        self.fast: _fastcall.Caller | None = None  # the server's cudaq_rt._fastcall.Caller, detached when it is freed
+        # The server's cudaq_rt._fastcall.Caller, made at each start, which Server.call uses;
+        # detached (under the lock) at a stop, the next start and the free.
+        self.fast: _fastcall.Caller | None = None
 
 
 _registry_lock = threading.RLock()

@@ -19,8 +19,6 @@ from .results import (Answer, BatchResult, BenchReport, ReloadReport, Stats, rai
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-    from . import _fastcall
-
 # A handler: its exported name or alias, or a function_id of the application's table.
 Handler = Union[str, int]
 
@@ -31,6 +29,11 @@ class _FromCode:
 
 
 FROM_CODE: Any = _FromCode()
+
+
+def _head(buffer: Buffer, n: int) -> bytes:
+    """The first `n` bytes of a buffer, whatever its item size."""
+    return bytes(memoryview(buffer).cast("B")[:n])
 
 
 def _bridge_config_text(config: str | Mapping[str, object] | None) -> str | None:
@@ -142,7 +145,7 @@ class Server:
         self._status = ctypes.c_int32()
         self._result_len_ref = ctypes.byref(self._result_len)
         self._status_ref = ctypes.byref(self._status)
-        # The fast path's arguments as ctypes objects (Api.call_prepared): the server, each
+        # The ctypes path's arguments as ctypes objects (Api.call_prepared): the server, each
         # handler's function_id, the result buffer, each timeout.
         self._c_prepared = api.call_prepared
         self._c_server = ctypes.c_void_p(out.value)
@@ -150,8 +153,6 @@ class Server:
         self._c_result = ctypes.c_void_p()
         self._c_timeouts: dict[float, ctypes.c_double] = {}
         self._result_view = memoryview(b"")
-        # cudaq_rt._fastcall's Caller for this server, made at each start; None without it.
-        self._fast: _fastcall.Caller | None = None
 
     # -- life -------------------------------------------------------------------------------
 
@@ -199,8 +200,8 @@ class Server:
             fast = _library.fastcall()
             if fast is not None:
                 call = ctypes.cast(_capi.api().library.cudaq_rt_call, ctypes.c_void_p).value
-                self._fast = self._handle.fast = fast.Caller(call, pointer, self._handle.lock,
-                                                             len(self._result_view))
+                self._handle.fast = fast.Caller(call, pointer, self._handle.lock,
+                                                len(self._result_view))
 
     def stop(self) -> None:
         """Stops the kernel (waiting up to `stop_timeout`); an error names a hung or failed
@@ -217,7 +218,7 @@ class Server:
         took it before gets None from it, and the general path)."""
         if self._handle.fast is not None:
             self._handle.fast.detach()
-        self._fast = self._handle.fast = None
+        self._handle.fast = None
 
     def check(self) -> None:
         """Raises FailedError naming the fault when the kernel has ended by itself, StateError
@@ -346,7 +347,7 @@ class Server:
         other than 0 raises HandlerError (> 0, the handler's) or ProtocolError (< 0). No answer
         within `timeout` seconds raises CallTimeoutError; a kernel that faulted, FailedError
         naming it."""
-        fast = self._fast
+        fast = self._handle.fast
         if fast is not None and result is None:  # one C function (native/fastcall.c)
             fid = self._ids.get(handler) if type(handler) is str else None
             if fid is None:
@@ -364,7 +365,7 @@ class Server:
                     return filled
                 if filled is not None:
                     rc, status, n = filled
-                    self._raise_for(handler, rc, status, bytes(memoryview(out).cast("B")[:n]))
+                    self._raise_for(handler, rc, status, _head(out, n))
         c_fid = self._c_ids.get(handler) if type(handler) is str else None
         if c_fid is None:
             c_fid = self._c_id(handler)
@@ -377,7 +378,7 @@ class Server:
             with Pinned(out, "out", writable=True) as into:
                 status, n = self._call(c_fid, arg, timeout, into.address, into.size)
             if status != 0:
-                raise_for_status(self._name(handler), status, bytes(memoryview(out)[:n]))
+                raise_for_status(self._name(handler), status, _head(out, n))
             return n
         import numpy as np
 
@@ -431,14 +432,6 @@ class Server:
                 self.pointer  # closed: says so
                 raise StateError(f"'{self._code.label}': cudaq_rt_call: the dispatch kernel is "
                                  "not running")
-            if type(arg) is bytes and len(arg) <= 0x7FFFFFFF:  # in place, one foreign call
-                c_timeout = self._c_timeouts.get(timeout) or self._c_timeout(timeout)
-                rc = self._c_prepared(self._c_server, c_fid, arg, len(arg), self._c_result,
-                                      len(self._result_view), self._result_len_ref,
-                                      self._status_ref, c_timeout)
-                if rc:
-                    _capi.api().ok(rc)
-                return self._status.value, self._result_view[:self._result_len.value].tobytes()
             status, n = self._call(c_fid, arg, timeout, self._c_result, len(self._result_view))
             return status, self._result_view[:n].tobytes()
 

@@ -390,7 +390,7 @@ class Lifetimes(unittest.TestCase):
         fid = cudaq_rt.function_id("echo")
         with cudaq_rt.open_package(PACKAGE) as code:
             s = fake_server(code).__enter__()
-            held = s._fast
+            held = s._handle.fast
             self.assertEqual(held is not None, want_fast and built)
             if held is None:
                 s.close()
@@ -404,7 +404,7 @@ class Lifetimes(unittest.TestCase):
             with self.assertRaises(cudaq_rt.StateError):
                 s.call("echo", b"x")
             s.start()
-            again = s._fast
+            again = s._handle.fast
             assert again is not None
             self.assertIsNot(again, held)
             self.assertEqual(s.call("echo", b"restarted"), b"restarted")
