@@ -2,7 +2,7 @@
 """A Python call's round trip next to the C API's and cudaq-rt-run --bench's, on one GPU, in one
 run, with the mapped-memory floor beside them when given. Prints a table; asserts nothing.
 
-    python_call.py BUILD [--floor FLOOR_BINARY] [--calls N]
+    python_call.py BUILD [--floor FLOOR_BINARY] [--calls N] [--gaps US,US,...]
 
 BUILD: a build tree or a bundle (scripts/gpu-bundle.sh); the package is the example app, packed
 and linked for the GPU here, with a fresh CUDA_CACHE_PATH and link cache. Rows:
@@ -11,6 +11,9 @@ and linked for the GPU here, with a fresh CUDA_CACHE_PATH and link cache. Rows:
   python call, ctypes  the first row through ctypes alone, as without cudaq_rt._fastcall
   python bench       Server.bench: the C loop of cudaq-rt-run --bench, driven from Python
   C cudaq_rt_call    bench/python/capi_call_rtt.c, each call timed in C
+  C, GAP us between  the same with the host spinning GAP us between one call's return and the
+                     next call (--gaps): a C caller with a Python call's cadence, whose work
+                     between two round trips decides where a request meets the GPU's probe
   cudaq-rt-run       cudaq-rt-run --bench, its own process
   batch, 32 in flight  Server.call_batch of N requests, against cudaq_rt_bench at 32 in flight"""
 from __future__ import annotations
@@ -39,6 +42,8 @@ def main() -> None:
     ap.add_argument("build", type=Path)
     ap.add_argument("--floor", type=Path)
     ap.add_argument("--calls", type=int, default=100_000)
+    ap.add_argument("--gaps", default="0.25,0.5,0.75,1,1.5",
+                    help="rows of C calls with this many us between them ('' for none)")
     a = ap.parse_args()
     build = a.build.resolve()
     os.environ["CUDAQ_RT_PREFIX"] = str(build)
@@ -105,11 +110,13 @@ def main() -> None:
                                             f"{c32.requests_per_s / 1e6:.3f} M/s"))
     code.close()
 
-    out = subprocess.run([build / "bench" / "capi_call_rtt", package, "echo", "16", str(n)],
-                         check=True, capture_output=True, text=True).stdout
-    c = json.loads(out)
-    rows.append(("C cudaq_rt_call", f"p50 {c['p50_us']:.2f}  p90 {c['p90_us']:.2f}  "
-                                    f"p99 {c['p99_us']:.2f}  mean {c['mean_us']:.2f}"))
+    for gap in ["0"] + [g for g in a.gaps.split(",") if g]:
+        out = subprocess.run([build / "bench" / "capi_call_rtt", package, "echo", "16", str(n),
+                              gap], check=True, capture_output=True, text=True).stdout
+        c = json.loads(out)
+        rows.append(("C cudaq_rt_call" + ("" if gap == "0" else f", {gap} us between"),
+                     f"p50 {c['p50_us']:.2f}  p90 {c['p90_us']:.2f}  p99 {c['p99_us']:.2f}  "
+                     f"mean {c['mean_us']:.2f}"))
     out = subprocess.run([build / "bin" / "cudaq-rt-run", package, "--bench", str(n), "--call",
                           "echo", "--arg", "hex:" + payload.hex()], check=True,
                          capture_output=True, text=True).stdout

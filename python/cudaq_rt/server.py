@@ -201,7 +201,7 @@ class Server:
             if fast is not None:
                 call = ctypes.cast(_capi.api().library.cudaq_rt_call, ctypes.c_void_p).value
                 self._handle.fast = fast.Caller(call, pointer, self._handle.lock,
-                                                len(self._result_view))
+                                                len(self._result_view), self._ids)
 
     def stop(self) -> None:
         """Stops the kernel (waiting up to `stop_timeout`); an error names a hung or failed
@@ -349,18 +349,16 @@ class Server:
         naming it."""
         fast = self._handle.fast
         if fast is not None and result is None:  # one C function (native/fastcall.c)
-            fid = self._ids.get(handler) if type(handler) is str else None
-            if fid is None:
-                fid = self.function_id(handler)
+            # None: not done there (a name not resolved yet, among others): the path below.
             if out is None:
-                answer = fast.call(fid, arg, timeout)
+                answer = fast.call(handler, arg, timeout)
                 if isinstance(answer, bytes):  # status 0
                     return answer
                 if answer is not None:
                     rc, status, data = answer
                     self._raise_for(handler, rc, status, data)
             else:
-                filled = fast.call_into(fid, arg, out, timeout)
+                filled = fast.call_into(handler, arg, out, timeout)
                 if isinstance(filled, int):
                     return filled
                 if filled is not None:

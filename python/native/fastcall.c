@@ -9,14 +9,17 @@
  * stable ABI of Python 3.11 (the buffer protocol joined it there): one file for 3.11 and later.
  * Where it is missing or does not load, the package calls through ctypes, with the same results.
  *
- *   Caller(call_address, server_address, lock, capacity)
- *     call(function_id, arg, timeout)           -> result bytes, (rc, status, result bytes) or None
- *     call_into(function_id, arg, out, timeout) -> result length, (rc, status, length) or None
- *     detach()                                     the server is gone: every call returns None
- * The result alone when cudaq_rt_call returned CUDAQ_RT_OK and the handler status 0; else a tuple
- * of its return code (the message is the C API's last error, on this thread), the status and the
- * result. None: not done here (a detached Caller, an argument that is not one contiguous buffer,
- * a length over 32 bits); the caller takes its general path, which says why. */
+ *   Caller(call_address, server_address, lock, capacity, ids)
+ *     call(handler, arg, timeout)           -> result bytes, (rc, status, result bytes) or None
+ *     call_into(handler, arg, out, timeout) -> result length, (rc, status, length) or None
+ *     detach()                                 the server is gone: every call returns None
+ * `handler` is a function_id (an int of 32 bits) or a name that `ids` (the server's dict of the
+ * names it resolved, name -> function_id; read at every call) holds. The result alone when
+ * cudaq_rt_call returned CUDAQ_RT_OK and the handler status 0; else a tuple of its return code
+ * (the message is the C API's last error, on this thread), the status and the result. None: not
+ * done here (a detached Caller, a name not in `ids` yet, a number over 32 bits, an argument that
+ * is not one contiguous buffer, a length over 32 bits); the caller takes its general path, which
+ * resolves the name or says what is wrong. */
 #define Py_LIMITED_API 0x030B0000
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -35,6 +38,7 @@ typedef struct {
   PyObject_HEAD call_fn call;
   cudaq_rt_server *server;     /* NULL once detached */
   PyObject *acquire, *release; /* the server's lock's bound methods */
+  PyObject *ids;               /* the server's resolved names: str -> function_id */
   unsigned char *result;       /* call's result buffer, under the lock */
   uint32_t capacity;
 } Caller;
@@ -42,11 +46,11 @@ typedef struct {
 static int caller_init(PyObject *self_, PyObject *args, PyObject *kwargs) {
   Caller *self = (Caller *)self_;
   unsigned long long call = 0, server = 0;
-  PyObject *lock = NULL;
+  PyObject *lock = NULL, *ids = NULL;
   unsigned int capacity = 0;
-  static char *keywords[] = {"call_address", "server_address", "lock", "capacity", NULL};
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "KKOI", keywords, &call, &server, &lock,
-                                   &capacity))
+  static char *keywords[] = {"call_address", "server_address", "lock", "capacity", "ids", NULL};
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "KKOIO!", keywords, &call, &server, &lock,
+                                   &capacity, &PyDict_Type, &ids))
     return -1;
   if (!call || !server) {
     PyErr_SetString(PyExc_ValueError, "Caller: a NULL function or server address");
@@ -70,6 +74,7 @@ static int caller_init(PyObject *self_, PyObject *args, PyObject *kwargs) {
   self->server = (cudaq_rt_server *)(uintptr_t)server;
   self->acquire = acquire;
   self->release = release;
+  self->ids = Py_NewRef(ids);
   self->result = result;
   self->capacity = capacity;
   return 0;
@@ -79,6 +84,7 @@ static void caller_dealloc(PyObject *self_) {
   Caller *self = (Caller *)self_;
   Py_XDECREF(self->acquire);
   Py_XDECREF(self->release);
+  Py_XDECREF(self->ids);
   free(self->result);
   PyTypeObject *type = Py_TYPE(self_);
   freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
@@ -109,16 +115,34 @@ static int take_buffer(PyObject *obj, Py_buffer *view, int writable) {
   return 1;
 }
 
+/* The function_id `handler` stands for: 1 with it in `fid`; 0 where the general path decides (a
+ * name not resolved yet, anything else that is not an int of 32 bits; no exception set), or on
+ * an error (exception set). */
+static int function_id(Caller *self, PyObject *handler, uint32_t *fid) {
+  if (PyUnicode_CheckExact(handler)) {
+    handler = PyDict_GetItemWithError(self->ids, handler); /* borrowed */
+    if (!handler)
+      return 0;
+  }
+  if (!PyLong_Check(handler))
+    return 0;
+  const unsigned long value = PyLong_AsUnsignedLong(handler);
+  if (value == (unsigned long)-1 && PyErr_Occurred()) {
+    PyErr_Clear(); /* negative or too large: the general path says so */
+    return 0;
+  }
+  if (value > UINT32_MAX)
+    return 0;
+  *fid = (uint32_t)value;
+  return 1;
+}
+
 /* One cudaq_rt_call under the server's lock with the GIL released, into `out` (the caller's
  * buffer) or the Caller's own. Returns what call and call_into do (above), NULL on an error. */
 static PyObject *call_locked(Caller *self, PyObject *const *args, Py_ssize_t nargs, PyObject *out) {
-  const unsigned long fid = PyLong_AsUnsignedLong(args[0]);
-  if (fid == (unsigned long)-1 && PyErr_Occurred())
-    return NULL;
-  if (fid > UINT32_MAX) {
-    PyErr_SetString(PyExc_OverflowError, "a function_id is 32 bits");
-    return NULL;
-  }
+  uint32_t fid;
+  if (!function_id(self, args[0], &fid))
+    return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
   const double timeout = PyFloat_AsDouble(args[nargs - 1]);
   if (timeout == -1.0 && PyErr_Occurred())
     return NULL;
@@ -163,7 +187,7 @@ done:
 
 static PyObject *caller_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   if (nargs != 3) {
-    PyErr_SetString(PyExc_TypeError, "call(function_id, arg, timeout)");
+    PyErr_SetString(PyExc_TypeError, "call(handler, arg, timeout)");
     return NULL;
   }
   return call_locked((Caller *)self, args, nargs, NULL);
@@ -171,7 +195,7 @@ static PyObject *caller_call(PyObject *self, PyObject *const *args, Py_ssize_t n
 
 static PyObject *caller_call_into(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   if (nargs != 4) {
-    PyErr_SetString(PyExc_TypeError, "call_into(function_id, arg, out, timeout)");
+    PyErr_SetString(PyExc_TypeError, "call_into(handler, arg, out, timeout)");
     return NULL;
   }
   return call_locked((Caller *)self, args, nargs, args[2]);
@@ -185,9 +209,9 @@ static PyObject *caller_detach(PyObject *self, PyObject *unused) {
 
 static PyMethodDef caller_methods[] = {
     {"call", (PyCFunction)(void (*)(void))caller_call, METH_FASTCALL,
-     "call(function_id, arg, timeout) -> result, (rc, status, result) or None"},
+     "call(handler, arg, timeout) -> result, (rc, status, result) or None"},
     {"call_into", (PyCFunction)(void (*)(void))caller_call_into, METH_FASTCALL,
-     "call_into(function_id, arg, out, timeout) -> length, (rc, status, length) or None"},
+     "call_into(handler, arg, out, timeout) -> length, (rc, status, length) or None"},
     {"detach", caller_detach, METH_NOARGS, "the server is gone: every call returns None"},
     {NULL, NULL, 0, NULL}};
 
