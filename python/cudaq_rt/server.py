@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import array
 import ctypes
+import functools
 import os
 import weakref
 from types import TracebackType
@@ -18,6 +19,8 @@ from .results import (Answer, BatchResult, BenchReport, ReloadReport, Stats, rai
 
 if TYPE_CHECKING:
     import numpy.typing as npt
+
+    from . import _fastcall
 
 # A handler: its exported name or alias, or a function_id of the application's table.
 Handler = Union[str, int]
@@ -85,6 +88,16 @@ def _default_nvjitlink() -> str | None:
         return None
     wheel = _library.nvidia_wheel_library("libnvJitLink.so.13")
     return str(wheel) if wheel is not None else None
+
+
+def _call_general(server: "weakref.ref[Server]", handler: Handler, arg: Buffer, result: Any,
+                  out: Any, timeout: float, answer: Any) -> Any:
+    """Where cudaq_rt._fastcall's Server.call goes when it has no result to return (a weak
+    reference: the server holds the Caller that holds this)."""
+    s = server()
+    if s is None:
+        raise StateError("the server is closed")
+    return s._call_general(handler, arg, result, out, timeout, answer)
 
 
 def _destroy(handle: _devices.Handle, codes: list[Code]) -> None:
@@ -196,29 +209,37 @@ class Server:
             buffer = ctypes.create_string_buffer(max(self.slot_size, 1))
             self._result_view = memoryview(buffer).cast("B")
             self._c_result = ctypes.c_void_p(ctypes.addressof(buffer))
-            self._detach_fast()
+            self._set_fast(None)
             fast = _library.fastcall()
             if fast is not None:
                 call = ctypes.cast(_capi.api().library.cudaq_rt_call, ctypes.c_void_p).value
-                self._handle.fast = fast.Caller(call, pointer, self._handle.lock,
-                                                len(self._result_view), self._ids)
+                self._set_fast(fast.Caller(call, pointer, self._handle.lock,
+                                           len(self._result_view), self._ids,
+                                           functools.partial(_call_general, weakref.ref(self))))
 
     def stop(self) -> None:
         """Stops the kernel (waiting up to `stop_timeout`); an error names a hung or failed
         kernel. :meth:`start` starts it again on the same bridge instance."""
         with self._handle.lock:
-            self._detach_fast()  # a stopped server's calls take the general path, which says so
+            self._set_fast(None)  # a stopped server's calls take the general path, which says so
             try:
                 _capi.api().ok(_capi.api().stop(self.pointer))
             finally:
                 self._handle.running = False
 
-    def _detach_fast(self) -> None:
+    def _set_fast(self, caller: "_fastcall.Caller | None") -> None:
         """Under the lock: the Caller made at the last start serves no more calls (a thread that
-        took it before gets None from it, and the general path)."""
-        if self._handle.fast is not None:
-            self._handle.fast.detach()
-        self._handle.fast = None
+        took it before gets None from it, and the general path), and `caller` (None: none) serves
+        them from now on. While there is one, its server_call stands in this instance for
+        :meth:`call`, so that a call runs no Python code of the package's unless it fails."""
+        old = self._handle.fast
+        if old is not None and old is not caller:
+            old.detach()
+        self._handle.fast = caller
+        if caller is None:
+            self.__dict__.pop("call", None)
+        else:
+            self.__dict__["call"] = caller.server_call
 
     def check(self) -> None:
         """Raises FailedError naming the fault when the kernel has ended by itself, StateError
@@ -346,24 +367,20 @@ class Server:
         `out` (a writable buffer), written into `out` in place, returning its length. A status
         other than 0 raises HandlerError (> 0, the handler's) or ProtocolError (< 0). No answer
         within `timeout` seconds raises CallTimeoutError; a kernel that faulted, FailedError
-        naming it."""
-        fast = self._handle.fast
-        if fast is not None and result is None:  # one C function (native/fastcall.c)
-            # None: not done there (a name not resolved yet, among others): the path below.
-            if out is None:
-                answer = fast.call(handler, arg, timeout)
-                if isinstance(answer, bytes):  # status 0
-                    return answer
-                if answer is not None:
-                    rc, status, data = answer
-                    self._raise_for(handler, rc, status, data)
-            else:
-                filled = fast.call_into(handler, arg, out, timeout)
-                if isinstance(filled, int):
-                    return filled
-                if filled is not None:
-                    rc, status, n = filled
-                    self._raise_for(handler, rc, status, _head(out, n))
+        naming it.
+
+        While the server runs, a build with cudaq_rt._fastcall serves this method in C with the
+        same arguments and results (its stand-in is this instance's ``call``).
+        """
+        return self._call_general(handler, arg, result, out, timeout, None)
+
+    def _call_general(self, handler: Handler, arg: Buffer, result: Any, out: Any,
+                      timeout: float, answer: Any) -> Any:
+        """:meth:`call` through ctypes, or the failure of its call in C, `answer` (the tuple of
+        cudaq_rt._fastcall's call or call_into; None: there was none), raised."""
+        if answer is not None:
+            rc, status, data = answer
+            self._raise_for(handler, rc, status, data if out is None else _head(out, data))
         c_fid = self._c_ids.get(handler) if type(handler) is str else None
         if c_fid is None:
             c_fid = self._c_id(handler)

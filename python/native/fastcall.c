@@ -13,6 +13,12 @@
  *     call(handler, arg, timeout)           -> result bytes, (rc, status, result bytes) or None
  *     call_into(handler, arg, out, timeout) -> result length, (rc, status, length) or None
  *     detach()                                 the server is gone: every call returns None
+ *     server_call(handler, arg=b"", *, result=None, out=None, timeout=1.0)
+ *       Server.call whole (python/cudaq_rt/server.py), for a running server to put in place of
+ *       its method: the result bytes or length where call or call_into gives them; anything else
+ *       (`result` given, a failure's tuple, None) goes to `general`, a Caller's last argument:
+ *       general(handler, arg, result, out, timeout, answer), which raises or calls the general
+ *       way (answer None). It must not hold the server (the server holds this Caller).
  * `handler` is a function_id (an int of 32 bits) or a name that `ids` (the server's dict of the
  * names it resolved, name -> function_id; read at every call) holds. The result alone when
  * cudaq_rt_call returned CUDAQ_RT_OK and the handler status 0; else a tuple of its return code
@@ -39,6 +45,7 @@ typedef struct {
   cudaq_rt_server *server;     /* NULL once detached */
   PyObject *acquire, *release; /* the server's lock's bound methods */
   PyObject *ids;               /* the server's resolved names: str -> function_id */
+  PyObject *general;           /* server_call's way out (above) */
   unsigned char *result;       /* call's result buffer, under the lock */
   uint32_t capacity;
 } Caller;
@@ -46,12 +53,17 @@ typedef struct {
 static int caller_init(PyObject *self_, PyObject *args, PyObject *kwargs) {
   Caller *self = (Caller *)self_;
   unsigned long long call = 0, server = 0;
-  PyObject *lock = NULL, *ids = NULL;
+  PyObject *lock = NULL, *ids = NULL, *general = NULL;
   unsigned int capacity = 0;
-  static char *keywords[] = {"call_address", "server_address", "lock", "capacity", "ids", NULL};
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "KKOIO!", keywords, &call, &server, &lock,
-                                   &capacity, &PyDict_Type, &ids))
+  static char *keywords[] = {"call_address", "server_address", "lock", "capacity", "ids",
+                             "general", NULL};
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "KKOIO!O", keywords, &call, &server, &lock,
+                                   &capacity, &PyDict_Type, &ids, &general))
     return -1;
+  if (!PyCallable_Check(general)) {
+    PyErr_SetString(PyExc_TypeError, "Caller: general is not callable");
+    return -1;
+  }
   if (!call || !server) {
     PyErr_SetString(PyExc_ValueError, "Caller: a NULL function or server address");
     return -1;
@@ -75,6 +87,7 @@ static int caller_init(PyObject *self_, PyObject *args, PyObject *kwargs) {
   self->acquire = acquire;
   self->release = release;
   self->ids = Py_NewRef(ids);
+  self->general = Py_NewRef(general);
   self->result = result;
   self->capacity = capacity;
   return 0;
@@ -85,6 +98,7 @@ static void caller_dealloc(PyObject *self_) {
   Py_XDECREF(self->acquire);
   Py_XDECREF(self->release);
   Py_XDECREF(self->ids);
+  Py_XDECREF(self->general);
   free(self->result);
   PyTypeObject *type = Py_TYPE(self_);
   freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
@@ -201,6 +215,77 @@ static PyObject *caller_call_into(PyObject *self, PyObject *const *args, Py_ssiz
   return call_locked((Caller *)self, args, nargs, args[2]);
 }
 
+/* Server.call(handler, arg=b"", *, result=None, out=None, timeout=1.0): see the top. */
+static PyObject *caller_server_call(PyObject *self_, PyObject *const *args, Py_ssize_t nargs,
+                                    PyObject *kwnames) {
+  Caller *self = (Caller *)self_;
+  enum { HANDLER, ARG, RESULT, OUT, TIMEOUT, PARAMS };
+  static const char *const names[PARAMS] = {"handler", "arg", "result", "out", "timeout"};
+  PyObject *given[PARAMS] = {NULL, NULL, NULL, NULL, NULL};
+  if (nargs > 2) {
+    PyErr_Format(PyExc_TypeError,
+                 "Server.call() takes 2 positional arguments (handler, arg) but %zd were given",
+                 nargs);
+    return NULL;
+  }
+  for (Py_ssize_t i = 0; i < nargs; ++i)
+    given[i] = args[i];
+  const Py_ssize_t nkw = kwnames ? PyTuple_Size(kwnames) : 0;
+  for (Py_ssize_t k = 0; k < nkw; ++k) {
+    PyObject *name = PyTuple_GetItem(kwnames, k); /* borrowed */
+    int i = 0;
+    while (i < PARAMS && PyUnicode_CompareWithASCIIString(name, names[i]) != 0)
+      ++i;
+    if (i == PARAMS || given[i]) {
+      PyErr_Format(PyExc_TypeError,
+                   i == PARAMS ? "Server.call() got an unexpected keyword argument '%U'"
+                               : "Server.call() got multiple values for argument '%U'",
+                   name);
+      return NULL;
+    }
+    given[i] = args[nargs + k];
+  }
+  if (!given[HANDLER]) {
+    PyErr_SetString(PyExc_TypeError,
+                    "Server.call() missing 1 required positional argument: 'handler'");
+    return NULL;
+  }
+  PyObject *made_arg = NULL, *made_timeout = NULL, *answer = NULL, *out = NULL;
+  if (!given[ARG] && !(given[ARG] = made_arg = PyBytes_FromStringAndSize(NULL, 0)))
+    return NULL;
+  if (!given[TIMEOUT] && !(given[TIMEOUT] = made_timeout = PyFloat_FromDouble(1.0)))
+    goto done;
+  for (int i = RESULT; i <= OUT; ++i)
+    if (!given[i])
+      given[i] = Py_None;
+  if (given[RESULT] != Py_None) {
+    answer = Py_NewRef(Py_None);
+  } else if (given[OUT] == Py_None) {
+    PyObject *const call_args[3] = {given[HANDLER], given[ARG], given[TIMEOUT]};
+    answer = call_locked(self, call_args, 3, NULL);
+    if (answer && PyBytes_CheckExact(answer)) { /* status 0 */
+      out = answer;
+      goto done;
+    }
+  } else {
+    PyObject *const call_args[4] = {given[HANDLER], given[ARG], given[OUT], given[TIMEOUT]};
+    answer = call_locked(self, call_args, 4, given[OUT]);
+    if (answer && PyLong_CheckExact(answer)) {
+      out = answer;
+      goto done;
+    }
+  }
+  if (answer) {
+    out = PyObject_CallFunctionObjArgs(self->general, given[HANDLER], given[ARG], given[RESULT],
+                                       given[OUT], given[TIMEOUT], answer, NULL);
+    Py_DECREF(answer);
+  }
+done:
+  Py_XDECREF(made_timeout);
+  Py_XDECREF(made_arg);
+  return out;
+}
+
 static PyObject *caller_detach(PyObject *self, PyObject *unused) {
   (void)unused;
   ((Caller *)self)->server = NULL;
@@ -213,6 +298,9 @@ static PyMethodDef caller_methods[] = {
     {"call_into", (PyCFunction)(void (*)(void))caller_call_into, METH_FASTCALL,
      "call_into(handler, arg, out, timeout) -> length, (rc, status, length) or None"},
     {"detach", caller_detach, METH_NOARGS, "the server is gone: every call returns None"},
+    {"server_call", (PyCFunction)(void (*)(void))caller_server_call, METH_FASTCALL | METH_KEYWORDS,
+     "server_call($self, handler, arg=b'', *, result=None, out=None, timeout=1.0)\n--\n\n"
+     "Server.call, in C while the server runs: see help(cudaq_rt.Server.call)."},
     {NULL, NULL, 0, NULL}};
 
 static PyType_Slot caller_slots[] = {

@@ -20,6 +20,7 @@ import tempfile
 import threading
 import time
 import unittest
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -399,10 +400,29 @@ class Lifetimes(unittest.TestCase):
             out = bytearray(8)
             self.assertEqual(held.call_into(fid, b"in", out, 1.0), 2)
             self.assertEqual(held.call(fid, "not a buffer", 1.0), None)  # the general path's
+            # While it runs, the server's own `call` is the Caller's, with the method's arguments.
+            self.assertEqual(vars(s).get("call"), held.server_call)
+            self.assertEqual(s.call(handler="echo", arg=b"kw", timeout=2), b"kw")
+            self.assertEqual(s.call(fid), b"")
+            with self.assertRaises(TypeError) as extra:
+                s.call("echo", b"x", b"y")  # type: ignore[call-overload]
+            self.assertIn("takes 2 positional arguments (handler, arg) but 3", str(extra.exception))
+            with self.assertRaises(TypeError) as unknown:
+                s.call("echo", b"x", size=3)  # type: ignore[call-overload]
+            self.assertIn("unexpected keyword argument 'size'", str(unknown.exception))
+            with self.assertRaises(TypeError) as twice:
+                s.call("echo", b"x", arg=b"y")  # type: ignore[call-overload]
+            self.assertIn("multiple values for argument 'arg'", str(twice.exception))
+            with self.assertRaises(TypeError):
+                s.call(arg=b"x")  # type: ignore[call-overload]
+            self.assertEqual(cudaq_rt.Server.call(s, "echo", b"ctypes"), b"ctypes")  # the method
             s.stop()
+            self.assertNotIn("call", vars(s))
             self.assertIsNone(held.call(fid, b"x", 1.0))
             with self.assertRaises(cudaq_rt.StateError):
                 s.call("echo", b"x")
+            with self.assertRaises(cudaq_rt.StateError):
+                held.server_call("echo", b"x")  # a stand-in taken before the stop
             s.start()
             again = s._handle.fast
             assert again is not None
@@ -412,6 +432,15 @@ class Lifetimes(unittest.TestCase):
             self.assertIsNone(again.call(fid, b"x", 1.0))
             with self.assertRaises(cudaq_rt.StateError):
                 s.call("echo", b"x")
+            # A running server dropped without close is freed (its stand-in does not hold it),
+            # and a stand-in taken from it then says the server is gone.
+            dropped = fake_server(code).__enter__()
+            stand_in = dropped.call
+            gone = weakref.ref(dropped)
+            del dropped
+            self.assertIsNone(gone())
+            with self.assertRaises(cudaq_rt.StateError):
+                stand_in("echo", b"x")
 
     def test_reload_of_the_same_code_swaps_nothing(self) -> None:
         with cudaq_rt.open_package(PACKAGE) as code, fake_server(code) as s:
