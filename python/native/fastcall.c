@@ -55,8 +55,8 @@ static int caller_init(PyObject *self_, PyObject *args, PyObject *kwargs) {
   unsigned long long call = 0, server = 0;
   PyObject *lock = NULL, *ids = NULL, *general = NULL;
   unsigned int capacity = 0;
-  static char *keywords[] = {"call_address", "server_address", "lock", "capacity", "ids",
-                             "general", NULL};
+  static char *keywords[] = {"call_address", "server_address", "lock", "capacity",
+                             "ids",          "general",        NULL};
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, "KKOIO!O", keywords, &call, &server, &lock,
                                    &capacity, &PyDict_Type, &ids, &general))
     return -1;
