@@ -65,10 +65,8 @@ def main() -> None:
             cudaq_rt.Server(code, cache_dir=tmp / "cache") as s:
         rows = [("cudaq_rt_call, timed in C", fake.cudaq_rt_test_time_calls(s.pointer, fid, 16, n))]
         into = bytearray(64)
-        # Server.call as the package makes it (through cudaq_rt._fastcall where it was built),
-        # then through ctypes alone, as without it.
-        # The method itself (cudaq_rt.Server.call) is the ctypes path: with cudaq_rt._fastcall,
-        # a running server's own `call` is the C one that stands in for it.
+        # Server.call as the package makes it (a running server's own `call`: cudaq_rt._fastcall's
+        # stand-in where it was built), then the method itself, cudaq_rt.Server.call: ctypes alone.
         ctypes_call = cudaq_rt.Server.call
         if s._handle.fast is not None:
             rows.append(("Server.call(echo, 16 bytes), fastcall",

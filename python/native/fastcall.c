@@ -9,7 +9,7 @@
  * stable ABI of Python 3.11 (the buffer protocol joined it there): one file for 3.11 and later.
  * Where it is missing or does not load, the package calls through ctypes, with the same results.
  *
- *   Caller(call_address, server_address, lock, capacity, ids)
+ *   Caller(call_address, server_address, lock, capacity, ids, general)
  *     call(handler, arg, timeout)           -> result bytes, (rc, status, result bytes) or None
  *     call_into(handler, arg, out, timeout) -> result length, (rc, status, length) or None
  *     detach()                                 the server is gone: every call returns None
@@ -151,17 +151,21 @@ static int function_id(Caller *self, PyObject *handler, uint32_t *fid) {
   return 1;
 }
 
+/* A timeout argument as seconds: 1, or 0 with an exception set. */
+static int seconds(PyObject *timeout, double *out) {
+  *out = PyFloat_AsDouble(timeout);
+  return !(*out == -1.0 && PyErr_Occurred());
+}
+
 /* One cudaq_rt_call under the server's lock with the GIL released, into `out` (the caller's
  * buffer) or the Caller's own. Returns what call and call_into do (above), NULL on an error. */
-static PyObject *call_locked(Caller *self, PyObject *const *args, Py_ssize_t nargs, PyObject *out) {
+static PyObject *call_locked(Caller *self, PyObject *handler, PyObject *arg_obj, PyObject *out,
+                             double timeout) {
   uint32_t fid;
-  if (!function_id(self, args[0], &fid))
+  if (!function_id(self, handler, &fid))
     return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
-  const double timeout = PyFloat_AsDouble(args[nargs - 1]);
-  if (timeout == -1.0 && PyErr_Occurred())
-    return NULL;
   Py_buffer arg, into;
-  if (!take_buffer(args[1], &arg, 0))
+  if (!take_buffer(arg_obj, &arg, 0))
     return Py_NewRef(Py_None);
   if (out && !take_buffer(out, &into, 1)) {
     PyBuffer_Release(&arg);
@@ -178,8 +182,8 @@ static PyObject *call_locked(Caller *self, PyObject *const *args, Py_ssize_t nar
     uint32_t len = 0;
     int32_t status = 0;
     PyThreadState *released = PyEval_SaveThread();
-    const int rc = self->call(self->server, (uint32_t)fid, arg.buf, (uint32_t)arg.len, dst,
-                              capacity, &len, &status, timeout);
+    const int rc = self->call(self->server, fid, arg.buf, (uint32_t)arg.len, dst, capacity, &len,
+                              &status, timeout);
     PyEval_RestoreThread(released);
     if (rc != CUDAQ_RT_OK)
       len = 0;
@@ -204,7 +208,9 @@ static PyObject *caller_call(PyObject *self, PyObject *const *args, Py_ssize_t n
     PyErr_SetString(PyExc_TypeError, "call(handler, arg, timeout)");
     return NULL;
   }
-  return call_locked((Caller *)self, args, nargs, NULL);
+  double timeout;
+  return seconds(args[2], &timeout) ? call_locked((Caller *)self, args[0], args[1], NULL, timeout)
+                                    : NULL;
 }
 
 static PyObject *caller_call_into(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -212,7 +218,10 @@ static PyObject *caller_call_into(PyObject *self, PyObject *const *args, Py_ssiz
     PyErr_SetString(PyExc_TypeError, "call_into(handler, arg, out, timeout)");
     return NULL;
   }
-  return call_locked((Caller *)self, args, nargs, args[2]);
+  double timeout;
+  return seconds(args[3], &timeout)
+             ? call_locked((Caller *)self, args[0], args[1], args[2], timeout)
+             : NULL;
 }
 
 /* Server.call(handler, arg=b"", *, result=None, out=None, timeout=1.0): see the top. */
@@ -250,37 +259,29 @@ static PyObject *caller_server_call(PyObject *self_, PyObject *const *args, Py_s
                     "Server.call() missing 1 required positional argument: 'handler'");
     return NULL;
   }
+  double timeout = 1.0; /* the default; its object is made only for `general` */
+  if (given[TIMEOUT] && !seconds(given[TIMEOUT], &timeout))
+    return NULL;
   PyObject *made_arg = NULL, *made_timeout = NULL, *answer = NULL, *out = NULL;
   if (!given[ARG] && !(given[ARG] = made_arg = PyBytes_FromStringAndSize(NULL, 0)))
     return NULL;
-  if (!given[TIMEOUT] && !(given[TIMEOUT] = made_timeout = PyFloat_FromDouble(1.0)))
-    goto done;
   for (int i = RESULT; i <= OUT; ++i)
     if (!given[i])
       given[i] = Py_None;
   if (given[RESULT] != Py_None) {
     answer = Py_NewRef(Py_None);
-  } else if (given[OUT] == Py_None) {
-    PyObject *const call_args[3] = {given[HANDLER], given[ARG], given[TIMEOUT]};
-    answer = call_locked(self, call_args, 3, NULL);
-    if (answer && PyBytes_CheckExact(answer)) { /* status 0 */
-      out = answer;
-      goto done;
-    }
   } else {
-    PyObject *const call_args[4] = {given[HANDLER], given[ARG], given[OUT], given[TIMEOUT]};
-    answer = call_locked(self, call_args, 4, given[OUT]);
-    if (answer && PyLong_CheckExact(answer)) {
-      out = answer;
-      goto done;
+    const int into = given[OUT] != Py_None;
+    answer = call_locked(self, given[HANDLER], given[ARG], into ? given[OUT] : NULL, timeout);
+    if (answer && (into ? PyLong_CheckExact(answer) : PyBytes_CheckExact(answer))) { /* status 0 */
+      Py_XDECREF(made_arg);
+      return answer;
     }
   }
-  if (answer) {
+  if (answer && (given[TIMEOUT] || (given[TIMEOUT] = made_timeout = PyFloat_FromDouble(1.0))))
     out = PyObject_CallFunctionObjArgs(self->general, given[HANDLER], given[ARG], given[RESULT],
                                        given[OUT], given[TIMEOUT], answer, NULL);
-    Py_DECREF(answer);
-  }
-done:
+  Py_XDECREF(answer);
   Py_XDECREF(made_timeout);
   Py_XDECREF(made_arg);
   return out;
