@@ -11,6 +11,10 @@ extern "C" const uint8_t cudaq_rt_builtin_direct_dispatcher_fatbin_begin[];
 extern "C" const uint8_t cudaq_rt_builtin_direct_dispatcher_fatbin_end[];
 extern "C" const uint8_t cudaq_rt_warp_direct_dispatcher_fatbin_begin[];
 extern "C" const uint8_t cudaq_rt_warp_direct_dispatcher_fatbin_end[];
+extern "C" const uint8_t cudaq_rt_builtin_wide_dispatcher_fatbin_begin[];
+extern "C" const uint8_t cudaq_rt_builtin_wide_dispatcher_fatbin_end[];
+extern "C" const uint8_t cudaq_rt_builtin_wide_direct_dispatcher_fatbin_begin[];
+extern "C" const uint8_t cudaq_rt_builtin_wide_direct_dispatcher_fatbin_end[];
 
 namespace cudaq_rt {
 
@@ -22,7 +26,11 @@ std::span<const BuiltinDispatcher> builtin_dispatchers() {
        false,
        builtin_dispatcher_fatbin(),
        {cudaq_rt_builtin_direct_dispatcher_fatbin_begin,
-        cudaq_rt_builtin_direct_dispatcher_fatbin_end}},
+        cudaq_rt_builtin_direct_dispatcher_fatbin_end},
+       {cudaq_rt_builtin_wide_dispatcher_fatbin_begin, cudaq_rt_builtin_wide_dispatcher_fatbin_end},
+       {cudaq_rt_builtin_wide_direct_dispatcher_fatbin_begin,
+        cudaq_rt_builtin_wide_direct_dispatcher_fatbin_end},
+       CUDAQ_RT_WARP_LANES},
       {"warp",
        CUDAQ_RT_WARP_DISPATCH_KERNEL,
        32,
