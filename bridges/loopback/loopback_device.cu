@@ -21,6 +21,10 @@
 #include "cudaq_rt/dispatch.h"
 #include "loopback_ring.h"
 
+#if defined(CUDAQ_RT_LOOPBACK_WIDE_TRACE) && CUDAQ_RT_LOOPBACK_WIDE_TRACE
+#include <cstdio> // the trace's printf
+#endif
+
 namespace {
 
 struct Session {
@@ -117,6 +121,45 @@ __device__ __forceinline__ void stamp_probe(Session *s, long long issued) {
   (void)s, (void)issued;
 #endif
 }
+
+// A bench variant's trace (CUDAQ_RT_LOOPBACK_WIDE_TRACE=1): the serving thread's clock (lane 0's
+// in the wide form) at the stages of each request, summed, printed when the kernel stops.
+#ifndef CUDAQ_RT_LOOPBACK_WIDE_TRACE
+#define CUDAQ_RT_LOOPBACK_WIDE_TRACE 0
+#endif
+#if CUDAQ_RT_LOOPBACK_WIDE_TRACE
+__device__ unsigned long long wide_trace[8];
+__device__ long long wide_mark[8];
+#define WIDE_MARK(i)                                                                               \
+  do {                                                                                             \
+    if (lane == 0)                                                                                 \
+      wide_mark[i] = clock64();                                                                    \
+  } while (0)
+#else
+#define WIDE_MARK(i)                                                                               \
+  do {                                                                                             \
+  } while (0)
+#endif
+
+#if CUDAQ_RT_LOOPBACK_WIDE_TRACE
+__device__ void wide_trace_account(bool ready) {
+  if (ready) {
+    wide_trace[0] += 1;
+    wide_trace[1] += wide_mark[2] - wide_mark[1]; // the finding probe: issue to its answer
+    wide_trace[2] += wide_mark[3] - wide_mark[2]; // found to hand-out
+    wide_trace[3] += wide_mark[1] - wide_mark[0]; // poll entry to the finding probe's issue
+    wide_trace[4] += wide_mark[0] - wide_mark[5]; // last publish's end to poll entry
+  } else if (wide_trace[0]) {
+    printf("trace: %llu requests, %llu probes; cycles a request: probe %llu, found to hand-out "
+           "%llu, entry to probe %llu, publish to entry %llu, hand-out to publish %llu, publish "
+           "%llu\n",
+           wide_trace[0], wide_trace[7], wide_trace[1] / wide_trace[0],
+           wide_trace[2] / wide_trace[0], wide_trace[3] / wide_trace[0],
+           wide_trace[4] / wide_trace[0], wide_trace[5] / wide_trace[0],
+           wide_trace[6] / wide_trace[0]);
+  }
+}
+#endif
 
 constexpr uint32_t kBatch = 8; // cells loaded per round trip when unpacking a large payload
 constexpr uint32_t kW = CUDAQ_RT_LOOPBACK_PROBE_SLOTS;
@@ -724,6 +767,9 @@ __device__ bool fetch_one(Session *s, uint32_t L) {
         (!s->tail_inflight || tail_arrived(s, false)))
       tail_copy(s, slot, s->tail_ahead);
     const long long issued = probe_clock();
+#if CUDAQ_RT_LOOPBACK_WIDE_TRACE
+    wide_mark[1] = clock64();
+#endif
     uint4 probe[P];
 #pragma unroll
     for (uint32_t c = 0; c < P; ++c)
@@ -735,7 +781,13 @@ __device__ bool fetch_one(Session *s, uint32_t L) {
       s->draining = 1;
       continue;
     }
+#if CUDAQ_RT_LOOPBACK_WIDE_TRACE
+    ++wide_trace[7];
+#endif
     if (stamped(probe[0], lap)) {
+#if CUDAQ_RT_LOOPBACK_WIDE_TRACE
+      wide_mark[2] = clock64();
+#endif
       stamp_probe(s, issued);
       const uint32_t len = unpack<P>(s, L, slot, frame, lap, probe, 0);
       if (!shared)
@@ -1220,6 +1272,16 @@ __device__ __forceinline__ int hand_out(Session *s, void **request, void **respo
 
 extern "C" __device__ int cudaq_dev_rx_poll(void *session, void **request, void **response) {
   Session *s = static_cast<Session *>(session);
+#if CUDAQ_RT_LOOPBACK_WIDE_TRACE
+  const uint32_t lane = 0;
+  WIDE_MARK(0);
+  const int r = s->ahead_copy                  ? handout_ahead(s, request, response)
+                : s->pending == 0 && !fetch(s) ? shut_down(s)
+                                               : hand_out(s, request, response);
+  WIDE_MARK(3);
+  wide_trace_account(r == CUDAQ_DEV_RX_READY);
+  return r;
+#endif
   if (CUDAQ_RT_LOOPBACK_AHEAD && s->ahead_copy)
     return handout_ahead(s, request, response);
   if (s->pending == 0 && !fetch(s))
@@ -1256,6 +1318,20 @@ __device__ __forceinline__ void take_published(Session *s, const void *response,
 
 extern "C" __device__ void cudaq_dev_tx_publish(void *session, void *response) {
   Session *s = static_cast<Session *>(session);
+#if CUDAQ_RT_LOOPBACK_WIDE_TRACE
+  struct Done {
+    bool on;
+    __device__ ~Done() {
+      if (on) {
+        wide_mark[5] = clock64();
+        wide_trace[5] += wide_mark[4] - wide_mark[3];
+        wide_trace[6] += wide_mark[5] - wide_mark[4];
+      }
+    }
+  } done{!s->wide};
+  if (!s->wide)
+    wide_mark[4] = clock64();
+#endif
   uint32_t slot, lap;
   take_published(s, response, slot, lap);
 
@@ -1436,6 +1512,14 @@ extern "C" __device__ void cudaq_dev_warp_tx_publish(void *session, void *respon
 #ifndef CUDAQ_RT_LOOPBACK_WIDE
 #define CUDAQ_RT_LOOPBACK_WIDE 1
 #endif
+/* Bench variants of the wide form: 0 makes lane 0 receive (WIDE_FETCH) or publish (WIDE_PUBLISH)
+ * alone, with the one-thread hooks' code, the other lanes waiting. */
+#ifndef CUDAQ_RT_LOOPBACK_WIDE_FETCH
+#define CUDAQ_RT_LOOPBACK_WIDE_FETCH 1
+#endif
+#ifndef CUDAQ_RT_LOOPBACK_WIDE_PUBLISH
+#define CUDAQ_RT_LOOPBACK_WIDE_PUBLISH 1
+#endif
 #if CUDAQ_RT_LOOPBACK_HAS_BULK_COPY && CUDAQ_RT_LOOPBACK_WIDE
 // The wide form (cudaq_rt/dispatch.h, "The wide form"; loopback_ring.h, "The wide form"): the 32
 // lanes of the warp that runs the unified kernel's wide build. Lane 0's session is the one-thread
@@ -1475,7 +1559,82 @@ namespace {
 // Tail cells a lane loads with each probe, at most: a frame of up to the head cells and
 // CUDAQ_RT_LOOPBACK_WIDE_SPEC_CELLS tail cells comes whole with the probe that finds it.
 constexpr uint32_t kWidePerLane = CUDAQ_RT_LOOPBACK_WIDE_SPEC_CELLS / kWideLanes;
-static_assert(kWidePerLane * kWideLanes == CUDAQ_RT_LOOPBACK_WIDE_SPEC_CELLS, "whole lanes");
+static_assert(kWidePerLane == 4, "wide_probe_loads loads 4 tail cells a lane");
+
+// load_cell where `load`, else zeroes: a predicated load straight into the registers that hold the
+// zeroes. Written as `load ? load_cell(p) : zeroes`, the load went into scratch registers and a
+// predicated move took it from there, which waits for the load; under the wide form's register
+// pressure ptxas then gave the next load of the probe those scratch registers, so that it issued
+// only after the first one came back: two round trips a probe (8-byte echo 6.0 us against 2.7).
+__device__ __forceinline__ uint4 load_cell_if(bool load, const volatile uint4 *p) {
+  uint4 v = make_uint4(0u, 0u, 0u, 0u);
+  asm volatile(
+      "{ .reg .pred p; setp.ne.u32 p, %4, 0; @p ld.volatile.v4.u32 {%0, %1, %2, %3}, [%5]; }"
+      : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+      : "r"((uint32_t)load), "l"(p));
+  return v;
+}
+
+// One probe of wide_fetch, every load of it in one asm statement: the flag where want_flag, lane
+// `lane`'s tail cells lane + 32 k below `spec` (from `tails`), and its head cells of the slot at
+// `cells` (cells 1..4 where head, cell 0 where head0), each a predicated load into the registers
+// that hold zeroes. The control cell comes last: ptxas keeps volatile loads in order, and what it
+// schedules early that needs a loaded value (the stamp check of cell 0, which the vote needs) or
+// shares its scoreboard (the constant load of the flag's address, rematerialised in the loop)
+// then waits only once everything is in flight. With cell 0 first, the flag's load and the tail
+// cells' waited for cell 0, and a probe took two round trips (the trace variant: 4,954 cycles
+// from issue to answer against 2,514 over the one-thread hooks; an 8-byte echo 4.8 us against
+// 2.7). Written as separate statements, the loads also went into scratch registers, copied out
+// with moves that wait for them.
+__device__ __forceinline__ void wide_probe_loads(uint4 (&probe)[kHead], uint4 (&v)[4], int &flag,
+                                                 bool head0, bool head, bool want_flag,
+                                                 const volatile uint4 *cells, uint32_t stride,
+                                                 const volatile int *flag_at,
+                                                 const volatile uint4 *tails, uint32_t spec,
+                                                 uint32_t lane) {
+  static_assert(kHead == 5, "five head cells");
+#pragma unroll
+  for (uint32_t c = 0; c < kHead; ++c)
+    probe[c] = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+  for (uint32_t k = 0; k < 4; ++k)
+    v[k] = make_uint4(0u, 0u, 0u, 0u);
+  flag = 0;
+  const volatile uint4 *t[4];
+  uint32_t want[4];
+#pragma unroll
+  for (uint32_t k = 0; k < 4; ++k) {
+    const uint32_t cell = lane + k * CUDAQ_RT_WARP_LANES;
+    t[k] = tails + cudaq_rt_loopback_tail_cell(0u, cell, 0u);
+    want[k] = cell < spec;
+  }
+  asm volatile("{ .reg .pred h0, h, f, t0, t1, t2, t3;\n"
+               "setp.ne.u32 h0, %37, 0; setp.ne.u32 h, %38, 0; setp.ne.u32 f, %39, 0;\n"
+               "setp.ne.u32 t0, %40, 0; setp.ne.u32 t1, %41, 0; setp.ne.u32 t2, %42, 0;\n"
+               "setp.ne.u32 t3, %43, 0;\n"
+               "@f ld.volatile.u32 %20, [%49];\n"
+               "@t0 ld.volatile.v4.u32 {%21, %22, %23, %24}, [%50];\n"
+               "@t1 ld.volatile.v4.u32 {%25, %26, %27, %28}, [%51];\n"
+               "@t2 ld.volatile.v4.u32 {%29, %30, %31, %32}, [%52];\n"
+               "@t3 ld.volatile.v4.u32 {%33, %34, %35, %36}, [%53];\n"
+               "@h ld.volatile.v4.u32 {%16, %17, %18, %19}, [%48];\n"
+               "@h ld.volatile.v4.u32 {%12, %13, %14, %15}, [%47];\n"
+               "@h ld.volatile.v4.u32 {%8, %9, %10, %11}, [%46];\n"
+               "@h ld.volatile.v4.u32 {%4, %5, %6, %7}, [%45];\n"
+               "@h0 ld.volatile.v4.u32 {%0, %1, %2, %3}, [%44]; }"
+               : "+r"(probe[0].x), "+r"(probe[0].y), "+r"(probe[0].z), "+r"(probe[0].w),
+                 "+r"(probe[1].x), "+r"(probe[1].y), "+r"(probe[1].z), "+r"(probe[1].w),
+                 "+r"(probe[2].x), "+r"(probe[2].y), "+r"(probe[2].z), "+r"(probe[2].w),
+                 "+r"(probe[3].x), "+r"(probe[3].y), "+r"(probe[3].z), "+r"(probe[3].w),
+                 "+r"(probe[4].x), "+r"(probe[4].y), "+r"(probe[4].z), "+r"(probe[4].w), "+r"(flag),
+                 "+r"(v[0].x), "+r"(v[0].y), "+r"(v[0].z), "+r"(v[0].w), "+r"(v[1].x), "+r"(v[1].y),
+                 "+r"(v[1].z), "+r"(v[1].w), "+r"(v[2].x), "+r"(v[2].y), "+r"(v[2].z), "+r"(v[2].w),
+                 "+r"(v[3].x), "+r"(v[3].y), "+r"(v[3].z), "+r"(v[3].w)
+               : "r"((uint32_t)head0), "r"((uint32_t)head), "r"((uint32_t)want_flag), "r"(want[0]),
+                 "r"(want[1]), "r"(want[2]), "r"(want[3]), "l"(cells), "l"(cells + stride),
+                 "l"(cells + 2 * stride), "l"(cells + 3 * stride), "l"(cells + 4 * stride),
+                 "l"(flag_at), "l"(t[0]), "l"(t[1]), "l"(t[2]), "l"(t[3]));
+}
 
 // The tail of a request staged at `frame` (`need` tail cells stamped `lap`, in `tails`) into the
 // frame, by every lane: lane l's cells l, l + 32, ..., the first `spec` of them from `v` (loaded
@@ -1490,9 +1649,9 @@ __device__ __forceinline__ void wide_tail(uint2 *frame, const volatile uint4 *ta
 #pragma unroll
     for (uint32_t k = 0; k < K; ++k) {
       const uint32_t t = base + lane + k * kWideLanes;
-      if (t < need)
-        c[k] = base == 0 && t < spec ? v[k]
-                                     : load_cell(tails + cudaq_rt_loopback_tail_cell(0u, t, 0u));
+      c[k] = base == 0 && t < spec
+                 ? v[k]
+                 : load_cell_if(t < need, tails + cudaq_rt_loopback_tail_cell(0u, t, 0u));
     }
 #pragma unroll
     for (uint32_t k = 0; k < K; ++k) {
@@ -1553,19 +1712,10 @@ __device__ bool wide_fetch(Session *s) {
   for (;;) {
     const bool probes = lane < width, peeks = lane == width && width < n;
     const long long issued = probe_clock();
-#pragma unroll
-    for (uint32_t c = 0; c < P; ++c)
-      probe[c] = probes || (peeks && c == 0) ? load_cell(cells + c * stride) // a line per cell
-                                             : make_uint4(0u, 0u, 0u, 0u);
-    int shutdown = 0;
-    if (lane == 0)
-      shutdown = *s->shutdown_flag;
-#pragma unroll
-    for (uint32_t k = 0; k < K; ++k) {
-      const uint32_t t = lane + k * kWideLanes;
-      v[k] = t < spec ? load_cell(tails0 + cudaq_rt_loopback_tail_cell(0u, t, 0u))
-                      : make_uint4(0u, 0u, 0u, 0u);
-    }
+    WIDE_MARK(1); // the probe that finds the request is the last one marked
+    int shutdown; // a line per head cell; the flag, lane 0's
+    wide_probe_loads(probe, v, shutdown, probes || peeks, probes, lane == 0, cells, stride,
+                     s->shutdown_flag, tails0, spec, lane);
     found_mask = __ballot_sync(kAll, probes && stamped(probe[0], lap));
     word = 0;
     if (lane == 0) {
@@ -1577,15 +1727,17 @@ __device__ bool wide_fetch(Session *s) {
         word = 1u;
       } else if (shutdown) {
         word = 2u;
-      } else {
-        s->width = 1; // idle: the next slot only, as fetch goes on with fetch_one
       }
     }
     word = __shfl_sync(kAll, word, 0);
+#if CUDAQ_RT_LOOPBACK_WIDE_TRACE
+    if (lane == 0)
+      ++wide_trace[7]; // probes
+#endif
     if (word != 0)
       break;
-    width = 1;
   }
+  WIDE_MARK(2);
   if (word & 2u)
     return false;
 
@@ -1658,12 +1810,20 @@ __device__ bool wide_fetch(Session *s) {
 
 extern "C" __device__ int cudaq_dev_wide_rx_poll(void *session, void **request, void **response) {
   Session *s = static_cast<Session *>(session);
+#if CUDAQ_RT_LOOPBACK_WIDE_TRACE
+  const uint32_t lane = s->lane;
+  WIDE_MARK(0);
+#endif
   // Lane 0 hands out what it holds (a chained request, the rest of a batch) as the one-thread hook
   // does; else the lanes probe together.
   constexpr int kLanes = -1;
   int r = kLanes;
   void *req = nullptr, *resp = nullptr;
-  if (s->lane == 0) {
+  if (!CUDAQ_RT_LOOPBACK_WIDE_FETCH) {
+    if (s->lane == 0)
+      r = cudaq_dev_rx_poll(session, &req, &resp);
+    r = __shfl_sync(kAll, r, 0);
+  } else if (s->lane == 0) {
     if (CUDAQ_RT_LOOPBACK_AHEAD && s->ahead_copy)
       r = handout_ahead(s, &req, &resp);
     else if (s->pending != 0)
@@ -1678,17 +1838,37 @@ extern "C" __device__ int cudaq_dev_wide_rx_poll(void *session, void **request, 
   }
   *request = from_lane(req, 0);
   *response = from_lane(resp, 0);
+#if CUDAQ_RT_LOOPBACK_WIDE_TRACE
+  WIDE_MARK(3);
+  if (lane == 0)
+    wide_trace_account(r == CUDAQ_DEV_RX_READY);
+#endif
   return r;
 }
 
 extern "C" __device__ void cudaq_dev_wide_tx_publish(void *session, void *response) {
   Session *s = static_cast<Session *>(session);
+#if CUDAQ_RT_LOOPBACK_WIDE_TRACE
+  struct Done {
+    uint32_t lane;
+    __device__ ~Done() {
+      if (lane == 0) {
+        wide_mark[5] = clock64();
+        wide_trace[5] += wide_mark[4] - wide_mark[3];
+        wide_trace[6] += wide_mark[5] - wide_mark[4];
+      }
+    }
+  } done{s->lane};
+  const uint32_t lane = s->lane;
+  WIDE_MARK(4);
+#endif
   // Every lane reads the response's length (lane 0's handler wrote it before the kernel's
   // __syncwarp). A bulk frame, or one within the head cells: lane 0 publishes it, as tx_publish.
   const uint2 *frame = static_cast<const uint2 *>(response);
   const uint32_t len = response_len(s, frame[1].x);
   const uint32_t cells = frame_cells(len);
-  if ((CUDAQ_RT_LOOPBACK_BULK && cudaq_rt_loopback_is_bulk(len, s->bulk_min)) || cells <= kHead) {
+  if (!CUDAQ_RT_LOOPBACK_WIDE_PUBLISH ||
+      (CUDAQ_RT_LOOPBACK_BULK && cudaq_rt_loopback_is_bulk(len, s->bulk_min)) || cells <= kHead) {
     if (s->lane == 0)
       cudaq_dev_tx_publish(session, response);
     return;
