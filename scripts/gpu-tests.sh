@@ -43,10 +43,6 @@ if bash "$here/tests/gpu/link_example.sh" "$b/bin/cudaq-rt-pack" "$b/bin/cudaq-r
       --bulk 33 --mixed 1000000
     echo "== gpu.loopback_dispatch_cells"
     loopback "$tmp/example/example.cudaqpkg" --slot-size 16448 --bulk 0 --mixed 100000
-    echo "== gpu.loopback_dispatch_one_thread"
-    "$b/tests/gpu/loopback_dispatch_test" \
-      --bridge "$b/lib/cudaq-rt/bridges/libcudaq_rt_bridge_loopback_one_thread.so" \
-      --package "$tmp/example/example.cudaqpkg" --slot-size 16448 --mixed 1000000 || status=1
     echo "== gpu.hold_pairs_package + gpu.loopback_dispatch_hold_pairs (+ _one_frame)"
     if "$b/bin/cudaq-rt-pack" "$b/examples/cudaq_rt_example_app" --dispatcher \
          "$b/tests/gpu/libcudaq_rt_test_hold_pairs.a" --name hold -o "$tmp/hold" >/dev/null; then

@@ -21,10 +21,6 @@
 #include "cudaq_rt/dispatch.h"
 #include "loopback_ring.h"
 
-#if defined(CUDAQ_RT_LOOPBACK_WIDE_TRACE) && CUDAQ_RT_LOOPBACK_WIDE_TRACE
-#include <cstdio> // the trace's printf
-#endif
-
 namespace {
 
 struct Session {
@@ -49,11 +45,13 @@ struct Session {
   uint32_t sink;         // keeps the L1 warm-up loads alive
   uint32_t width;        // slots the next probe loads (adaptive: see fetch)
   uint32_t outstanding;  // frames handed out and not published yet
+  uint32_t shared_batch; // the pending frames are staged in shared memory (see kShared below)
   uint32_t batch_first;  // slot of the first frame of the pending batch
   uint32_t last_slot;    // slot of the frame rx_poll handed out last
   uint32_t last_lap;     // its lap
   uint32_t handout_lap;  // the lap of the frame fetch_one found (handout_request)
-  uint32_t lane;         // the warp and wide forms: this session's lane
+  uint32_t lane;         // the warp form: this session's lane
+  uint32_t warp_shared;  // the warp form: requests staged in warp_request_staging
   uint32_t batch_frames; // frames of a batch staged in shared memory (at most kW)
   uint32_t bulk_min;     // responses of at least this many bytes go in bulk (0: never)
   uint32_t bulk_phase;   // the parity bulk_barrier completes next
@@ -75,10 +73,6 @@ struct Session {
                          // staging (on bulk_barrier), with the control cell after it
   uint8_t ahead_spare;   // and into the spare frame, not the staging's first
   uint8_t has_spare;     // the chain's second request frame, spare_staging, is there
-  uint8_t shared_batch;  // the pending frames are staged in shared memory (see kShared below)
-  uint8_t warp_shared;   // the warp form: requests staged in warp_request_staging
-  uint8_t wide;          // the wide form: lane 0 serves with this session, the other lanes help
-  uint16_t wide_spec;    // the wide form: tail cells the lanes load with every idle probe
   uint32_t tail_slot;    // the slot the last copy into tail_buffer was of
   uint32_t ahead_len;    // not 0: the request at fetched_slot is a bulk frame of these bytes,
                          // its control cell seen stamped (the chain: start_ahead)
@@ -121,45 +115,6 @@ __device__ __forceinline__ void stamp_probe(Session *s, long long issued) {
   (void)s, (void)issued;
 #endif
 }
-
-// A bench variant's trace (CUDAQ_RT_LOOPBACK_WIDE_TRACE=1): the serving thread's clock (lane 0's
-// in the wide form) at the stages of each request, summed, printed when the kernel stops.
-#ifndef CUDAQ_RT_LOOPBACK_WIDE_TRACE
-#define CUDAQ_RT_LOOPBACK_WIDE_TRACE 0
-#endif
-#if CUDAQ_RT_LOOPBACK_WIDE_TRACE
-__device__ unsigned long long wide_trace[8];
-__device__ long long wide_mark[8];
-#define WIDE_MARK(i)                                                                               \
-  do {                                                                                             \
-    if (lane == 0)                                                                                 \
-      wide_mark[i] = clock64();                                                                    \
-  } while (0)
-#else
-#define WIDE_MARK(i)                                                                               \
-  do {                                                                                             \
-  } while (0)
-#endif
-
-#if CUDAQ_RT_LOOPBACK_WIDE_TRACE
-__device__ void wide_trace_account(bool ready) {
-  if (ready) {
-    wide_trace[0] += 1;
-    wide_trace[1] += wide_mark[2] - wide_mark[1]; // the finding probe: issue to its answer
-    wide_trace[2] += wide_mark[3] - wide_mark[2]; // found to hand-out
-    wide_trace[3] += wide_mark[1] - wide_mark[0]; // poll entry to the finding probe's issue
-    wide_trace[4] += wide_mark[0] - wide_mark[5]; // last publish's end to poll entry
-  } else if (wide_trace[0]) {
-    printf("trace: %llu requests, %llu probes; cycles a request: probe %llu, found to hand-out "
-           "%llu, entry to probe %llu, publish to entry %llu, hand-out to publish %llu, publish "
-           "%llu\n",
-           wide_trace[0], wide_trace[7], wide_trace[1] / wide_trace[0],
-           wide_trace[2] / wide_trace[0], wide_trace[3] / wide_trace[0],
-           wide_trace[4] / wide_trace[0], wide_trace[5] / wide_trace[0],
-           wide_trace[6] / wide_trace[0]);
-  }
-}
-#endif
 
 constexpr uint32_t kBatch = 8; // cells loaded per round trip when unpacking a large payload
 constexpr uint32_t kW = CUDAQ_RT_LOOPBACK_PROBE_SLOTS;
@@ -624,11 +579,9 @@ __device__ __forceinline__ int stage_tail(Session *s, uint32_t slot, uint32_t la
 // A bulk frame (its control cell's second half, stamped too, says so) is only noted here, as
 // frame `pos` of the batch: rx_poll stages it when it hands it out (stage_bulk), outside the
 // probe's code, which is inlined for every probed slot.
-// With `lanes_tail` (the wide form's probe) only the head: the lanes bring the tail in.
 template <uint32_t P>
 __device__ __forceinline__ uint32_t unpack(Session *s, uint32_t L, uint32_t slot, uint2 *frame,
-                                           uint32_t lap, const uint4 (&probe)[P], uint32_t pos,
-                                           bool lanes_tail = false) {
+                                           uint32_t lap, const uint4 (&probe)[P], uint32_t pos) {
   static_assert(P >= 3, "the probe holds the header's arg_len (frame cell 2)");
   static_assert((P - 1) * 8 <= CUDAQ_RT_LOOPBACK_MIN_SLOT_SIZE, "the probe's words fit a frame");
   if (CUDAQ_RT_LOOPBACK_BULK && probe[0].w == CUDAQ_RT_LOOPBACK_KIND_BULK) {
@@ -670,8 +623,6 @@ __device__ __forceinline__ uint32_t unpack(Session *s, uint32_t L, uint32_t slot
       if (c == 2) // header bytes 8..11 (c is a constant after unrolling: a register move)
         arg_len = v.y;
     }
-  if (lanes_tail)
-    return len; // wide_fetch checks the frame once the tail is in
   if (CUDAQ_RT_LOOPBACK_TAIL_COPY && CUDAQ_RT_LOOPBACK_HAS_BULK_COPY && s->bulk_engine &&
       pos < 4u && cells > P && cells - P <= kTailCells) {
     // The tail by the engine when rx_poll hands the frame out (stage_tail): noted here, as a
@@ -702,38 +653,6 @@ __device__ __forceinline__ uint32_t unpack(Session *s, uint32_t L, uint32_t slot
   return len;
 }
 
-// What fetch_one (and the wide form's wide_fetch) set when the probe of `slot` found its
-// request (lap `lap`), staged in `request` with `response` set aside for it; `after`: the next
-// slot's control cell as the probe saw it (`peek`: it was loaded).
-__device__ __forceinline__ void found_one(Session *s, uint32_t slot, uint32_t lap, uint32_t next,
-                                          uint32_t next_lap, const uint4 &after, bool peek,
-                                          bool shared, unsigned char *request,
-                                          unsigned char *response) {
-  constexpr uint32_t W = CUDAQ_RT_LOOPBACK_PROBE_SLOTS;
-  // Widen as fetch does after finding one, but only when a second request is waiting: a client
-  // that sends one request at a time then stays on this path, whose work after the probe is the
-  // shortest. Widened after every request (CUDAQ_RT_LOOPBACK_PEEK=0), such a client's every
-  // request was found by fetch's wider probe: 2.72 -> 2.41 us a round trip on the H200, same call
-  // (bench/loopback_rtt.md).
-  s->width = !CUDAQ_RT_LOOPBACK_PEEK || stamped(after, next_lap) ? (2u < W ? 2u : W) : 1u;
-  // A bulk request after it, already there: the chain (start_ahead) may bring it in.
-  s->ahead_len = peek && stamped(after, next_lap) && after.w == CUDAQ_RT_LOOPBACK_KIND_BULK &&
-                         after.y >= CUDAQ_RT_HEADER_SIZE
-                     ? after.y
-                     : 0u;
-  s->shared_batch = shared;
-  if (shared)
-    s->batch_first = slot;
-  s->fetched_slot = next;
-  s->fetched_lap = next_lap;
-  s->pending = 1;
-  s->handout_pos = 0;
-  s->busy = W == 1;
-  s->handout_request = request;
-  s->handout_response = response;
-  s->handout_lap = lap;
-}
-
 // fetch while the ring is idle: probes the next slot only, until its request is there (true) or
 // shutdown is seen (false). Everything the request's hand-out needs (its staging frame, the
 // position after it) is worked out before the first probe, while there is time, so that what
@@ -741,7 +660,7 @@ __device__ __forceinline__ void found_one(Session *s, uint32_t slot, uint32_t la
 // stores: 308 cycles on the H200, where fetch's path took 352 (bench/loopback_rtt.md).
 // The same protocol as fetch's loop with one slot, flag and fence included.
 __device__ bool fetch_one(Session *s, uint32_t L) {
-  constexpr uint32_t P = kHead;
+  constexpr uint32_t W = CUDAQ_RT_LOOPBACK_PROBE_SLOTS, P = kHead;
   const uint32_t slot = s->fetched_slot, lap = s->fetched_lap;
   const volatile uint4 *cells = s->request_heads + cudaq_rt_loopback_head_cell(L, slot, 0);
   const uint32_t stride = cudaq_rt_loopback_head_stride(L);
@@ -767,9 +686,6 @@ __device__ bool fetch_one(Session *s, uint32_t L) {
         (!s->tail_inflight || tail_arrived(s, false)))
       tail_copy(s, slot, s->tail_ahead);
     const long long issued = probe_clock();
-#if CUDAQ_RT_LOOPBACK_WIDE_TRACE
-    wide_mark[1] = clock64();
-#endif
     uint4 probe[P];
 #pragma unroll
     for (uint32_t c = 0; c < P; ++c)
@@ -781,20 +697,35 @@ __device__ bool fetch_one(Session *s, uint32_t L) {
       s->draining = 1;
       continue;
     }
-#if CUDAQ_RT_LOOPBACK_WIDE_TRACE
-    ++wide_trace[7];
-#endif
     if (stamped(probe[0], lap)) {
-#if CUDAQ_RT_LOOPBACK_WIDE_TRACE
-      wide_mark[2] = clock64();
-#endif
       stamp_probe(s, issued);
       const uint32_t len = unpack<P>(s, L, slot, frame, lap, probe, 0);
       if (!shared)
         warm_lines(s, reinterpret_cast<const unsigned char *>(frame), len);
       if (!(s->tail_pending & 1u))
         s->tail_ahead = 0; // a frame without a tail: stop copying tails ahead
-      found_one(s, slot, lap, next, next_lap, after, peek, shared, request, response);
+      // Widen as fetch does after finding one, but only when a second request is waiting: a
+      // client that sends one request at a time then stays on this path, whose work after the
+      // probe is the shortest. Widened after every request (CUDAQ_RT_LOOPBACK_PEEK=0), such a
+      // client's every request was found by fetch's wider probe: 2.72 -> 2.41 us a round trip
+      // on the H200, same call (bench/loopback_rtt.md).
+      s->width = !CUDAQ_RT_LOOPBACK_PEEK || stamped(after, next_lap) ? (2u < W ? 2u : W) : 1u;
+      // A bulk request after it, already there: the chain (start_ahead) may bring it in.
+      s->ahead_len = peek && stamped(after, next_lap) && after.w == CUDAQ_RT_LOOPBACK_KIND_BULK &&
+                             after.y >= CUDAQ_RT_HEADER_SIZE
+                         ? after.y
+                         : 0u;
+      s->shared_batch = shared;
+      if (shared)
+        s->batch_first = slot;
+      s->fetched_slot = next;
+      s->fetched_lap = next_lap;
+      s->pending = 1;
+      s->handout_pos = 0;
+      s->busy = W == 1;
+      s->handout_request = request;
+      s->handout_response = response;
+      s->handout_lap = lap;
       return true;
     }
     if (shutdown)
@@ -1028,9 +959,8 @@ __device__ __forceinline__ uint32_t response_len(const Session *s, uint32_t resu
 // Packs the response frame staged at `response` into the response cells of `slot`, stamped
 // `lap`: the head cells' words (the header and the first 8 payload bytes, result_len in header
 // word 2) in one batch of loads. A frame that fits the head cells (the small ones, whose latency
-// matters) takes the short way: four loads, its head cells, done. Without `Tail` (the wide form,
-// whose lanes store the tail) only the head cells.
-template <uint32_t L, bool Tail = true>
+// matters) takes the short way: four loads, its head cells, done.
+template <uint32_t L>
 __device__ __forceinline__ void publish_frame(Session *s, uint32_t slot, uint32_t lap,
                                               const void *response) {
   static_assert(kHead - 1 <= CUDAQ_RT_LOOPBACK_MIN_SLOT_SIZE / 8,
@@ -1050,7 +980,7 @@ __device__ __forceinline__ void publish_frame(Session *s, uint32_t slot, uint32_
   for (uint32_t c = 1; c < kHead; ++c)
     if (c < cells)
       store_cell(head + c * stride, make_uint4(lap, first[c - 1].x, lap, first[c - 1].y));
-  if (Tail && cells > kHead) {
+  if (cells > kHead) {
     // The tail, 8 cells at a time (one on each line of a block: cudaq_rt_loopback_tail_cell): the
     // group's words loaded in 16-byte pairs, all before its stores, whose "memory" clobber keeps a
     // load after one from issuing early (a load then a store per cell cost the serving thread a
@@ -1120,11 +1050,8 @@ __device__ __forceinline__ int handout_ahead(Session *s, void **request, void **
 
 } // namespace
 
-namespace {
-// A session on `ctx`. `owner`: the session's serving thread is the only one of its block that uses
-// the block's shared staging and the engine's barriers (one thread in its block, or lane 0 of the
-// wide form's warp).
-__device__ Session *enter(void *storage, void *ctx, volatile int *shutdown_flag, bool owner) {
+extern "C" __device__ void *cudaq_dev_enter_kernel(void *storage, void *ctx,
+                                                   volatile int *shutdown_flag) {
   cudaq_rt_loopback_device_ctx *c = static_cast<cudaq_rt_loopback_device_ctx *>(ctx);
   if (!storage || !c || !shutdown_flag || c->magic != CUDAQ_RT_LOOPBACK_CTX_MAGIC ||
       c->num_slots == 0 || c->slot_size < CUDAQ_RT_LOOPBACK_MIN_SLOT_SIZE ||
@@ -1166,7 +1093,7 @@ __device__ Session *enter(void *storage, void *ctx, volatile int *shutdown_flag,
   s->handout_lap = 0;
   const uint32_t fit = kSharedBytes / (2u * s->slot_size);
   s->batch_frames = fit < kW ? fit : kW;
-  s->shared_ok = CUDAQ_RT_LOOPBACK_SHARED_STAGING && s->batch_frames > 0 && owner;
+  s->shared_ok = CUDAQ_RT_LOOPBACK_SHARED_STAGING && s->batch_frames > 0 && one_thread_block();
   s->request_bulk = static_cast<const unsigned char *>(c->request_bulk);
   s->response_bulk = static_cast<unsigned char *>(c->response_bulk);
   s->bulk_min = c->bulk_min;
@@ -1183,8 +1110,8 @@ __device__ Session *enter(void *storage, void *ctx, volatile int *shutdown_flag,
   s->ahead_len = 0;
   s->ahead_copy = 0;
   s->ahead_spare = 0;
-  // The engine's barrier is the block's: only its owner uses it.
-  s->bulk_engine = CUDAQ_RT_LOOPBACK_HAS_BULK_COPY && owner;
+  // The engine's barrier is the block's: only a one-thread block's session uses it.
+  s->bulk_engine = CUDAQ_RT_LOOPBACK_HAS_BULK_COPY && one_thread_block();
 #if CUDAQ_RT_LOOPBACK_HAS_BULK_COPY
   if (s->bulk_engine) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(&bulk_barrier))
@@ -1197,37 +1124,25 @@ __device__ Session *enter(void *storage, void *ctx, volatile int *shutdown_flag,
   s->has_spare = CUDAQ_RT_LOOPBACK_SPARE && CUDAQ_RT_LOOPBACK_AHEAD && s->bulk_engine &&
                  s->shared_ok && c->spare_bytes >= s->slot_size &&
                  dynamic_shared_bytes() >= c->spare_bytes;
-  s->wide = 0;
-  s->wide_spec = 0;
-  s->lane = 0;
   return s;
 }
-} // namespace
 
-extern "C" __device__ void *cudaq_dev_enter_kernel(void *storage, void *ctx,
-                                                   volatile int *shutdown_flag) {
-  return enter(storage, ctx, shutdown_flag, one_thread_block());
-}
-
-namespace {
-// rx_poll's answer once fetch saw shutdown.
-__device__ __forceinline__ int shut_down(Session *s) {
-  // Every frame fetched has been handed out (pending == 0, so head_slot == fetched_slot), and the
-  // dispatch loop has published each before polling again (cudaq_rt/dispatch.h): the next kernel
-  // starts at the next frame to fetch. Plain stores, made visible to the next kernel by this
-  // one's end. A custom kernel that still holds unpublished frames may publish them after this
-  // (tx_publish does not depend on what is stored here), but must, before it ends.
-  s->ctx->resume_slot = s->fetched_slot;
-  s->ctx->resume_lap = s->fetched_lap;
-  if (s->tail_inflight) // no copy into this block's shared memory outlives the kernel
-    tail_arrived(s, true);
-  return CUDAQ_DEV_RX_SHUTDOWN;
-}
-
-// rx_poll's hand-out of the next pending frame (pending > 0). Without `Tails` (the wide form,
-// whose lanes bring tails in) no frame's tail waits for the engine (stage_tail).
-template <bool Tails = true>
-__device__ __forceinline__ int hand_out(Session *s, void **request, void **response) {
+extern "C" __device__ int cudaq_dev_rx_poll(void *session, void **request, void **response) {
+  Session *s = static_cast<Session *>(session);
+  if (CUDAQ_RT_LOOPBACK_AHEAD && s->ahead_copy)
+    return handout_ahead(s, request, response);
+  if (s->pending == 0 && !fetch(s)) {
+    // Every frame fetched has been handed out (pending == 0, so head_slot == fetched_slot), and
+    // the dispatch loop has published each before polling again (cudaq_rt/dispatch.h): the next
+    // kernel starts at the next frame to fetch. Plain stores, made visible to the next kernel
+    // by this one's end. A custom kernel that still holds unpublished frames may publish them
+    // after this (tx_publish does not depend on what is stored here), but must, before it ends.
+    s->ctx->resume_slot = s->fetched_slot;
+    s->ctx->resume_lap = s->fetched_lap;
+    if (s->tail_inflight) // no copy into this block's shared memory outlives the kernel
+      tail_arrived(s, true);
+    return CUDAQ_DEV_RX_SHUTDOWN;
+  }
   if (s->handout_request) {
     // The one request fetch_one found: its frames were worked out before the probe (working them
     // out here again, the shared window's address among them, cost about 100 cycles on the H200).
@@ -1260,7 +1175,7 @@ __device__ __forceinline__ int hand_out(Session *s, void **request, void **respo
   if (CUDAQ_RT_LOOPBACK_BULK && (s->bulk_pending >> pos & 1u)) {
     s->bulk_pending = uint16_t(s->bulk_pending & ~(1u << pos));
     ready = stage_bulk(s, s->last_slot, *request);
-  } else if (Tails && CUDAQ_RT_LOOPBACK_TAIL_COPY && (s->tail_pending >> pos & 1u)) {
+  } else if (CUDAQ_RT_LOOPBACK_TAIL_COPY && (s->tail_pending >> pos & 1u)) {
     s->tail_pending = uint16_t(s->tail_pending & ~(1u << pos));
     ready = stage_tail(s, s->last_slot, s->last_lap, *request,
                        (uint32_t)(s->tail_lens >> 16u * pos) & 0xFFFFu);
@@ -1268,32 +1183,11 @@ __device__ __forceinline__ int hand_out(Session *s, void **request, void **respo
   start_ahead_early(s, *request); // after stage_bulk's copy: one copy at a time on bulk_barrier
   return ready;
 }
-} // namespace
 
-extern "C" __device__ int cudaq_dev_rx_poll(void *session, void **request, void **response) {
+extern "C" __device__ void cudaq_dev_tx_publish(void *session, void *response) {
   Session *s = static_cast<Session *>(session);
-#if CUDAQ_RT_LOOPBACK_WIDE_TRACE
-  const uint32_t lane = 0;
-  WIDE_MARK(0);
-  const int r = s->ahead_copy                  ? handout_ahead(s, request, response)
-                : s->pending == 0 && !fetch(s) ? shut_down(s)
-                                               : hand_out(s, request, response);
-  WIDE_MARK(3);
-  wide_trace_account(r == CUDAQ_DEV_RX_READY);
-  return r;
-#endif
-  if (CUDAQ_RT_LOOPBACK_AHEAD && s->ahead_copy)
-    return handout_ahead(s, request, response);
-  if (s->pending == 0 && !fetch(s))
-    return shut_down(s);
-  return hand_out(s, request, response);
-}
-
-namespace {
-// The slot and lap of the response frame tx_publish is given, and that frame is published.
-__device__ __forceinline__ void take_published(Session *s, const void *response, uint32_t &slot,
-                                               uint32_t &lap) {
   const unsigned char *at = static_cast<const unsigned char *>(response);
+  uint32_t slot, lap;
   if (at == s->last_response) {
     // The frame rx_poll handed out last (always, for a kernel that publishes before it polls
     // again): no division, which for a 64-bit offset is a subroutine of ~100 instructions, and
@@ -1313,27 +1207,6 @@ __device__ __forceinline__ void take_published(Session *s, const void *response,
     lap = frame_lap(s, slot);
   }
   --s->outstanding;
-}
-} // namespace
-
-extern "C" __device__ void cudaq_dev_tx_publish(void *session, void *response) {
-  Session *s = static_cast<Session *>(session);
-#if CUDAQ_RT_LOOPBACK_WIDE_TRACE
-  struct Done {
-    bool on;
-    __device__ ~Done() {
-      if (on) {
-        wide_mark[5] = clock64();
-        wide_trace[5] += wide_mark[4] - wide_mark[3];
-        wide_trace[6] += wide_mark[5] - wide_mark[4];
-      }
-    }
-  } done{!s->wide};
-  if (!s->wide)
-    wide_mark[4] = clock64();
-#endif
-  uint32_t slot, lap;
-  take_published(s, response, slot, lap);
 
   if (CUDAQ_RT_LOOPBACK_BULK) {
     const uint32_t len = response_len(s, static_cast<const uint2 *>(response)[1].x);
@@ -1506,411 +1379,3 @@ extern "C" __device__ void cudaq_dev_warp_tx_publish(void *session, void *respon
   if (push_wanted(s))
     __threadfence_system();
 }
-
-/* 1: the wide hooks (sm_90 and later); 0: none, so that cudaq-rt-link gives the unified kernel's
- * one-thread build (a test and bench variant: tests/gpu, loopback_one_thread). */
-#ifndef CUDAQ_RT_LOOPBACK_WIDE
-#define CUDAQ_RT_LOOPBACK_WIDE 1
-#endif
-/* Bench variants of the wide form: 0 makes lane 0 receive (WIDE_FETCH) or publish (WIDE_PUBLISH)
- * alone, with the one-thread hooks' code, the other lanes waiting. */
-#ifndef CUDAQ_RT_LOOPBACK_WIDE_FETCH
-#define CUDAQ_RT_LOOPBACK_WIDE_FETCH 1
-#endif
-#ifndef CUDAQ_RT_LOOPBACK_WIDE_PUBLISH
-#define CUDAQ_RT_LOOPBACK_WIDE_PUBLISH 1
-#endif
-#if CUDAQ_RT_LOOPBACK_HAS_BULK_COPY && CUDAQ_RT_LOOPBACK_WIDE
-// The wide form (cudaq_rt/dispatch.h, "The wide form"; loopback_ring.h, "The wide form"): the 32
-// lanes of the warp that runs the unified kernel's wide build. Lane 0's session is the one-thread
-// form's own, and lane 0 hands frames out and publishes them with the one-thread hooks' code; the
-// lanes probe together, one slot each, with the first slot's tail loaded in the same round trip
-// and unpacked by all of them (wide_fetch), and store a response's tail together
-// (cudaq_dev_wide_tx_publish). The other lanes' sessions hold the ring's addresses, and their lane.
-// Only in the build for sm_90 and later, where lane 0 has the bulk copy engine: built for sm_80,
-// the lanes' code took the kernel past 255 registers into spilling (a 96- to 160-byte stack frame,
-// however few tail cells the lanes load), and the wide kernel's build for those GPUs is the
-// one-thread kernel (libdispatch/src/unified_dispatch.cu).
-
-extern "C" __device__ void *
-cudaq_dev_wide_enter_kernel(void *storage, void *ctx, volatile int *shutdown_flag, unsigned lane) {
-  if (lane >= CUDAQ_RT_WARP_LANES)
-    return nullptr;
-  Session *s = enter(storage, ctx, shutdown_flag,
-                     lane == 0 && blockDim.x * blockDim.y * blockDim.z == CUDAQ_RT_WARP_LANES);
-  if (!s)
-    return nullptr;
-  s->wide = 1;
-  s->lane = lane;
-  return s;
-}
-
-namespace {
-constexpr unsigned kAll = 0xFFFFFFFFu;
-constexpr uint32_t kWideLanes = CUDAQ_RT_WARP_LANES;
-
-// Lane `from`'s pointer, in every lane.
-template <class T> __device__ __forceinline__ T *from_lane(T *p, uint32_t from) {
-  return reinterpret_cast<T *>(__shfl_sync(kAll, reinterpret_cast<unsigned long long>(p), from));
-}
-} // namespace
-
-namespace {
-// Tail cells a lane loads with each probe, at most: a frame of up to the head cells and
-// CUDAQ_RT_LOOPBACK_WIDE_SPEC_CELLS tail cells comes whole with the probe that finds it.
-constexpr uint32_t kWidePerLane = CUDAQ_RT_LOOPBACK_WIDE_SPEC_CELLS / kWideLanes;
-static_assert(kWidePerLane == 4, "wide_probe_loads loads 4 tail cells a lane");
-
-// load_cell where `load`, else zeroes: a predicated load straight into the registers that hold the
-// zeroes. Written as `load ? load_cell(p) : zeroes`, the load went into scratch registers and a
-// predicated move took it from there, which waits for the load; under the wide form's register
-// pressure ptxas then gave the next load of the probe those scratch registers, so that it issued
-// only after the first one came back: two round trips a probe (8-byte echo 6.0 us against 2.7).
-__device__ __forceinline__ uint4 load_cell_if(bool load, const volatile uint4 *p) {
-  uint4 v = make_uint4(0u, 0u, 0u, 0u);
-  asm volatile(
-      "{ .reg .pred p; setp.ne.u32 p, %4, 0; @p ld.volatile.v4.u32 {%0, %1, %2, %3}, [%5]; }"
-      : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
-      : "r"((uint32_t)load), "l"(p));
-  return v;
-}
-
-// One probe of wide_fetch, every load of it in one asm statement: the flag where want_flag, lane
-// `lane`'s tail cells lane + 32 k below `spec` (from `tails`), and its head cells of the slot at
-// `cells` (cells 1..4 where head, cell 0 where head0), each a predicated load into the registers
-// that hold zeroes. The control cell comes last: ptxas keeps volatile loads in order, and what it
-// schedules early that needs a loaded value (the stamp check of cell 0, which the vote needs) or
-// shares its scoreboard (the constant load of the flag's address, rematerialised in the loop)
-// then waits only once everything is in flight. With cell 0 first, the flag's load and the tail
-// cells' waited for cell 0, and a probe took two round trips (the trace variant: 4,954 cycles
-// from issue to answer against 2,514 over the one-thread hooks; an 8-byte echo 4.8 us against
-// 2.7). Written as separate statements, the loads also went into scratch registers, copied out
-// with moves that wait for them.
-__device__ __forceinline__ void wide_probe_loads(uint4 (&probe)[kHead], uint4 (&v)[4], int &flag,
-                                                 bool head0, bool head, bool want_flag,
-                                                 const volatile uint4 *cells, uint32_t stride,
-                                                 const volatile int *flag_at,
-                                                 const volatile uint4 *tails, uint32_t spec,
-                                                 uint32_t lane) {
-  static_assert(kHead == 5, "five head cells");
-#pragma unroll
-  for (uint32_t c = 0; c < kHead; ++c)
-    probe[c] = make_uint4(0u, 0u, 0u, 0u);
-#pragma unroll
-  for (uint32_t k = 0; k < 4; ++k)
-    v[k] = make_uint4(0u, 0u, 0u, 0u);
-  flag = 0;
-  const volatile uint4 *t[4];
-  uint32_t want[4];
-#pragma unroll
-  for (uint32_t k = 0; k < 4; ++k) {
-    const uint32_t cell = lane + k * CUDAQ_RT_WARP_LANES;
-    t[k] = tails + cudaq_rt_loopback_tail_cell(0u, cell, 0u);
-    want[k] = cell < spec;
-  }
-  asm volatile("{ .reg .pred h0, h, f, t0, t1, t2, t3;\n"
-               "setp.ne.u32 h0, %37, 0; setp.ne.u32 h, %38, 0; setp.ne.u32 f, %39, 0;\n"
-               "setp.ne.u32 t0, %40, 0; setp.ne.u32 t1, %41, 0; setp.ne.u32 t2, %42, 0;\n"
-               "setp.ne.u32 t3, %43, 0;\n"
-               "@f ld.volatile.u32 %20, [%49];\n"
-               "@t0 ld.volatile.v4.u32 {%21, %22, %23, %24}, [%50];\n"
-               "@t1 ld.volatile.v4.u32 {%25, %26, %27, %28}, [%51];\n"
-               "@t2 ld.volatile.v4.u32 {%29, %30, %31, %32}, [%52];\n"
-               "@t3 ld.volatile.v4.u32 {%33, %34, %35, %36}, [%53];\n"
-               "@h ld.volatile.v4.u32 {%16, %17, %18, %19}, [%48];\n"
-               "@h ld.volatile.v4.u32 {%12, %13, %14, %15}, [%47];\n"
-               "@h ld.volatile.v4.u32 {%8, %9, %10, %11}, [%46];\n"
-               "@h ld.volatile.v4.u32 {%4, %5, %6, %7}, [%45];\n"
-               "@h0 ld.volatile.v4.u32 {%0, %1, %2, %3}, [%44]; }"
-               : "+r"(probe[0].x), "+r"(probe[0].y), "+r"(probe[0].z), "+r"(probe[0].w),
-                 "+r"(probe[1].x), "+r"(probe[1].y), "+r"(probe[1].z), "+r"(probe[1].w),
-                 "+r"(probe[2].x), "+r"(probe[2].y), "+r"(probe[2].z), "+r"(probe[2].w),
-                 "+r"(probe[3].x), "+r"(probe[3].y), "+r"(probe[3].z), "+r"(probe[3].w),
-                 "+r"(probe[4].x), "+r"(probe[4].y), "+r"(probe[4].z), "+r"(probe[4].w), "+r"(flag),
-                 "+r"(v[0].x), "+r"(v[0].y), "+r"(v[0].z), "+r"(v[0].w), "+r"(v[1].x), "+r"(v[1].y),
-                 "+r"(v[1].z), "+r"(v[1].w), "+r"(v[2].x), "+r"(v[2].y), "+r"(v[2].z), "+r"(v[2].w),
-                 "+r"(v[3].x), "+r"(v[3].y), "+r"(v[3].z), "+r"(v[3].w)
-               : "r"((uint32_t)head0), "r"((uint32_t)head), "r"((uint32_t)want_flag), "r"(want[0]),
-                 "r"(want[1]), "r"(want[2]), "r"(want[3]), "l"(cells), "l"(cells + stride),
-                 "l"(cells + 2 * stride), "l"(cells + 3 * stride), "l"(cells + 4 * stride),
-                 "l"(flag_at), "l"(t[0]), "l"(t[1]), "l"(t[2]), "l"(t[3]));
-}
-
-// The tail of a request staged at `frame` (`need` tail cells stamped `lap`, in `tails`) into the
-// frame, by every lane: lane l's cells l, l + 32, ..., the first `spec` of them from `v` (loaded
-// with the probe), the rest loaded now, K a lane per round trip; a half not stamped yet is loaded
-// again (the host writes the tail before the control cell, so it is there by then).
-template <uint32_t K>
-__device__ __forceinline__ void wide_tail(uint2 *frame, const volatile uint4 *tails, uint32_t need,
-                                          uint32_t lap, uint32_t lane, const uint4 (&v)[K],
-                                          uint32_t spec) {
-  for (uint32_t base = 0; base < need; base += K * kWideLanes) {
-    uint4 c[K];
-#pragma unroll
-    for (uint32_t k = 0; k < K; ++k) {
-      const uint32_t t = base + lane + k * kWideLanes;
-      c[k] = base == 0 && t < spec
-                 ? v[k]
-                 : load_cell_if(t < need, tails + cudaq_rt_loopback_tail_cell(0u, t, 0u));
-    }
-#pragma unroll
-    for (uint32_t k = 0; k < K; ++k) {
-      const uint32_t t = base + lane + k * kWideLanes;
-      if (t < need) {
-        while (!stamped(c[k], lap))
-          c[k] = load_cell(tails + cudaq_rt_loopback_tail_cell(0u, t, 0u));
-        frame[kHead - 1 + t] = make_uint2(c[k].y, c[k].w);
-      }
-    }
-  }
-}
-
-// The wide form's fetch, called by every lane: fetch's probe of up to CUDAQ_RT_LOOPBACK_PROBE_SLOTS
-// slots (width, adapted as there) with one slot per lane, lane w the w-th, each lane's head cells
-// in registers of its own (one thread held all of them); lane `width` loads the control cell of
-// the slot after them (fetch_one's peek), and lane 0 the flag. With them, in the same round trip,
-// every lane loads its share of the first slot's tail, as long as the last request's tail was
-// (wide_spec): tail cells carry their stamps, so they may be loaded before anyone knows a request
-// is there. Each lane unpacks its own request's head; the lanes then unpack each tail together,
-// where one thread took 27 cycles a cell (bench/payload_sizes.md). Bulk frames are noted for lane
-// 0's hand-out (stage_bulk). True in every lane when lane 0's session has the requests pending,
-// as fetch leaves them; false when shutdown was seen (after the fence, as fetch).
-__device__ bool wide_fetch(Session *s) {
-  constexpr uint32_t P = kHead, K = kWidePerLane, W = CUDAQ_RT_LOOPBACK_PROBE_SLOTS;
-  static_assert(W < kWideLanes, "a lane for every probed slot and the peek");
-  const uint32_t lane = s->lane, n = s->num_slots;
-  uint32_t slot0 = 0, lap0 = 0, setup = 0;
-  if (lane == 0) {
-    const uint32_t width = s->width < 1u ? 1u : s->width < n ? s->width : n;
-    const bool shared = s->shared_ok && s->outstanding == 0;
-    slot0 = s->fetched_slot;
-    lap0 = s->fetched_lap;
-    setup = width | (uint32_t)s->wide_spec << 8 | (shared ? 1u << 24 : 0u) |
-            (s->lanes_layout ? 1u << 25 : 0u);
-  }
-  slot0 = __shfl_sync(kAll, slot0, 0);
-  lap0 = __shfl_sync(kAll, lap0, 0);
-  setup = __shfl_sync(kAll, setup, 0);
-  uint32_t width = setup & 0xFFu;
-  const uint32_t spec = setup >> 8 & 0xFFFFu;
-  const bool shared = setup >> 24 & 1u;
-  const uint32_t L =
-      setup >> 25 & 1u ? CUDAQ_RT_LOOPBACK_LAYOUT_LANES : CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS;
-  // This lane's slot (those past the peek's are never loaded): width <= n, so one wrap at most.
-  uint32_t slot = slot0 + lane, lap = lap0;
-  if (slot >= n) {
-    slot -= n;
-    lap = cudaq_rt_loopback_next_lap(lap0);
-  }
-  const volatile uint4 *cells = s->request_heads + cudaq_rt_loopback_head_cell(L, slot, 0);
-  const uint32_t stride = cudaq_rt_loopback_head_stride(L);
-  const volatile uint4 *tails0 = s->request_tails + (size_t)slot0 * s->tail_cells;
-
-  uint4 probe[P], v[K];
-  uint32_t word; // bit 0: found; bit 1: shutdown, nothing found
-  unsigned found_mask;
-  for (;;) {
-    const bool probes = lane < width, peeks = lane == width && width < n;
-    const long long issued = probe_clock();
-    WIDE_MARK(1); // the probe that finds the request is the last one marked
-    int shutdown; // a line per head cell; the flag, lane 0's
-    wide_probe_loads(probe, v, shutdown, probes || peeks, probes, lane == 0, cells, stride,
-                     s->shutdown_flag, tails0, spec, lane);
-    found_mask = __ballot_sync(kAll, probes && stamped(probe[0], lap));
-    word = 0;
-    if (lane == 0) {
-      if (shutdown && !s->draining) {
-        __threadfence_system(); // as in fetch, then probe again
-        s->draining = 1;
-      } else if (found_mask & 1u) {
-        stamp_probe(s, issued);
-        word = 1u;
-      } else if (shutdown) {
-        word = 2u;
-      }
-    }
-    word = __shfl_sync(kAll, word, 0);
-#if CUDAQ_RT_LOOPBACK_WIDE_TRACE
-    if (lane == 0)
-      ++wide_trace[7]; // probes
-#endif
-    if (word != 0)
-      break;
-  }
-  WIDE_MARK(2);
-  if (word & 2u)
-    return false;
-
-  // The requests there from the first slot on, in order, at most what a shared batch holds.
-  uint32_t ready = __ffs(~found_mask) - 1u;
-  if (shared && ready > s->batch_frames)
-    ready = s->batch_frames;
-  const bool mine = lane < ready;
-  uint2 *frame =
-      reinterpret_cast<uint2 *>(shared ? shared_staging + (size_t)lane * s->slot_size
-                                       : s->request_frames + (size_t)slot * s->slot_size);
-  uint32_t need = 0, len = 0;
-  bool bulk = false;
-  if (mine) {
-    len = probe[0].y < s->slot_size ? probe[0].y : s->slot_size;
-    bulk = CUDAQ_RT_LOOPBACK_BULK && probe[0].w == CUDAQ_RT_LOOPBACK_KIND_BULK;
-    const uint32_t fc = frame_cells(len);
-    need = !bulk && fc > P ? fc - P : 0u;
-    unpack<P>(s, L, slot, frame, lap, probe, lane, true); // the head (a bulk frame: noted)
-  }
-  const unsigned bulk_mask = __ballot_sync(kAll, mine && bulk);
-  const unsigned tails = __ballot_sync(kAll, need != 0);
-  for (unsigned left = tails; left != 0; left &= left - 1u) {
-    const uint32_t w = __ffs(left) - 1u;
-    const uint32_t w_need = __shfl_sync(kAll, need, w), w_slot = __shfl_sync(kAll, slot, w),
-                   w_lap = __shfl_sync(kAll, lap, w);
-    wide_tail<K>(from_lane(frame, w), s->request_tails + (size_t)w_slot * s->tail_cells, w_need,
-                 w_lap, lane, v, w == 0 ? spec : 0u);
-  }
-  if (tails != 0) {
-    __syncwarp(kAll); // every tail in, then each lane checks its own frame
-    if (need != 0 && !cudaq_rt_loopback_request_whole(len, frame[1].x))
-      mark_truncated(frame, len);
-  }
-  if (tails != 0 || ready > 1)
-    __syncwarp(kAll); // the lanes' frames, to lane 0
-  // What the peek saw, and where the position goes next.
-  const uint4 after =
-      make_uint4(__shfl_sync(kAll, probe[0].x, width), __shfl_sync(kAll, probe[0].y, width),
-                 __shfl_sync(kAll, probe[0].z, width), __shfl_sync(kAll, probe[0].w, width));
-  const uint32_t next = __shfl_sync(kAll, slot, ready), next_lap = __shfl_sync(kAll, lap, ready);
-  if (lane == 0) {
-    // The next requests are likely of this size too: their tails come with the next probes.
-    const uint32_t round = (need + kWideLanes - 1u) & ~(kWideLanes - 1u);
-    s->wide_spec = uint16_t(round < K * kWideLanes ? round : K * kWideLanes);
-    s->bulk_pending = uint16_t(bulk_mask);
-    if (ready == 1 && width == 1) {
-      unsigned char *response = shared ? shared_staging + (size_t)s->batch_frames * s->slot_size
-                                       : s->response_frames + (size_t)slot0 * s->slot_size;
-      found_one(s, slot0, lap0, next, next_lap, after, width < n, shared,
-                reinterpret_cast<unsigned char *>(frame), response);
-    } else {
-      // As fetch: probe twice as many slots next time, up to W or what a shared batch holds.
-      const uint32_t most = s->shared_ok && s->batch_frames < W ? s->batch_frames : W;
-      s->width = 2 * ready < most ? 2 * ready : most;
-      s->shared_batch = shared;
-      if (shared)
-        s->batch_first = slot0;
-      s->fetched_slot = next;
-      s->fetched_lap = next_lap;
-      s->pending = ready;
-      s->handout_pos = 0;
-      s->busy = ready == W;
-      s->ahead_len = 0;
-    }
-  }
-  return true;
-}
-} // namespace
-
-extern "C" __device__ int cudaq_dev_wide_rx_poll(void *session, void **request, void **response) {
-  Session *s = static_cast<Session *>(session);
-#if CUDAQ_RT_LOOPBACK_WIDE_TRACE
-  const uint32_t lane = s->lane;
-  WIDE_MARK(0);
-#endif
-  // Lane 0 hands out what it holds (a chained request, the rest of a batch) as the one-thread hook
-  // does; else the lanes probe together.
-  constexpr int kLanes = -1;
-  int r = kLanes;
-  void *req = nullptr, *resp = nullptr;
-  if (!CUDAQ_RT_LOOPBACK_WIDE_FETCH) {
-    if (s->lane == 0)
-      r = cudaq_dev_rx_poll(session, &req, &resp);
-    r = __shfl_sync(kAll, r, 0);
-  } else if (s->lane == 0) {
-    if (CUDAQ_RT_LOOPBACK_AHEAD && s->ahead_copy)
-      r = handout_ahead(s, &req, &resp);
-    else if (s->pending != 0)
-      r = hand_out<false>(s, &req, &resp);
-  }
-  r = __shfl_sync(kAll, r, 0);
-  if (r == kLanes) {
-    const bool found = wide_fetch(s);
-    r = found ? CUDAQ_DEV_RX_READY : CUDAQ_DEV_RX_SHUTDOWN;
-    if (s->lane == 0)
-      r = found ? hand_out<false>(s, &req, &resp) : shut_down(s);
-  }
-  *request = from_lane(req, 0);
-  *response = from_lane(resp, 0);
-#if CUDAQ_RT_LOOPBACK_WIDE_TRACE
-  WIDE_MARK(3);
-  if (lane == 0)
-    wide_trace_account(r == CUDAQ_DEV_RX_READY);
-#endif
-  return r;
-}
-
-extern "C" __device__ void cudaq_dev_wide_tx_publish(void *session, void *response) {
-  Session *s = static_cast<Session *>(session);
-#if CUDAQ_RT_LOOPBACK_WIDE_TRACE
-  struct Done {
-    uint32_t lane;
-    __device__ ~Done() {
-      if (lane == 0) {
-        wide_mark[5] = clock64();
-        wide_trace[5] += wide_mark[4] - wide_mark[3];
-        wide_trace[6] += wide_mark[5] - wide_mark[4];
-      }
-    }
-  } done{s->lane};
-  const uint32_t lane = s->lane;
-  WIDE_MARK(4);
-#endif
-  // Every lane reads the response's length (lane 0's handler wrote it before the kernel's
-  // __syncwarp). A bulk frame, or one within the head cells: lane 0 publishes it, as tx_publish.
-  const uint2 *frame = static_cast<const uint2 *>(response);
-  const uint32_t len = response_len(s, frame[1].x);
-  const uint32_t cells = frame_cells(len);
-  if (!CUDAQ_RT_LOOPBACK_WIDE_PUBLISH ||
-      (CUDAQ_RT_LOOPBACK_BULK && cudaq_rt_loopback_is_bulk(len, s->bulk_min)) || cells <= kHead) {
-    if (s->lane == 0)
-      cudaq_dev_tx_publish(session, response);
-    return;
-  }
-  // A tail: every lane stores its cells l, l + 32, ..., lane 0 the head cells. Stores are posted
-  // and each half carries its stamp, in any order (the host waits for every half).
-  uint32_t slot = 0, lap = 0, push = 0;
-  if (s->lane == 0) {
-    take_published(s, response, slot, lap);
-    if (CUDAQ_RT_LOOPBACK_AHEAD != 3)
-      start_ahead(s);
-    push = s->pending == 0 && push_wanted(s);
-  }
-  slot = __shfl_sync(kAll, slot, 0);
-  lap = __shfl_sync(kAll, lap, 0);
-  push = __shfl_sync(kAll, push, 0);
-  volatile uint4 *tail = s->response_tails + (size_t)slot * s->tail_cells;
-  const uint32_t need = cells - kHead;
-  constexpr uint32_t K = 4; // loads of the staged words before their stores
-  for (uint32_t base = s->lane; base < need; base += K * kWideLanes) {
-    uint2 w[K];
-#pragma unroll
-    for (uint32_t k = 0; k < K; ++k)
-      if (base + k * kWideLanes < need)
-        w[k] = frame[kHead - 1 + base + k * kWideLanes];
-#pragma unroll
-    for (uint32_t k = 0; k < K; ++k) {
-      const uint32_t t = base + k * kWideLanes;
-      if (t < need)
-        store_cell(tail + cudaq_rt_loopback_tail_cell(0u, t, 0u),
-                   make_uint4(lap, w[k].x, lap, w[k].y));
-    }
-  }
-  if (s->lane == 0) {
-    if (s->lanes_layout)
-      publish_frame<CUDAQ_RT_LOOPBACK_LAYOUT_LANES, false>(s, slot, lap, response);
-    else
-      publish_frame<CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS, false>(s, slot, lap, response);
-  }
-  if (push)
-    __threadfence_system(); // every lane's stores out (CUDAQ_RT_LOOPBACK_PUSH)
-  if (CUDAQ_RT_LOOPBACK_AHEAD == 3 && s->lane == 0)
-    start_ahead(s);
-}
-#endif // CUDAQ_RT_LOOPBACK_HAS_BULK_COPY && CUDAQ_RT_LOOPBACK_WIDE

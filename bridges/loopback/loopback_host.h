@@ -126,24 +126,14 @@ inline std::string check_ring_shape(uint32_t slots, uint32_t slot_size,
 // "Tails by the engine"), and responses from the other size on in bulk. It also gets
 // spare_frame=1 unless the options name it: the chain's second request frame, in dynamic shared
 // memory the launcher gives that kernel (loopback_ring.h, "The chain").
-// The unified kernel's wide build launched as one warp (receive_lanes 32: loopback_ring.h, "The
-// wide form"; sm_90 and later) gets bulk=CUDAQ_RT_LOOPBACK_WIDE_BULK_MIN and
-// response_bulk=CUDAQ_RT_LOOPBACK_WIDE_RESPONSE_BULK_MIN instead: its lanes move frames of cells
-// up to those sizes together.
 inline void lay_out_for(const cudaq_rt_bridge_launch &launch, BridgeOptions &options, bool engine) {
-  const bool knows_receive_lanes =
-      launch.struct_size >= offsetof(cudaq_rt_bridge_launch, receive_lanes) + sizeof(uint32_t);
-  const bool wide = knows_receive_lanes && launch.receive_lanes == CUDAQ_RT_LOOPBACK_LANES;
   if (launch.polling_lanes == 1 && engine) {
     if (!options.find("spare_frame"))
       options.set("spare_frame", "1");
     if (!options.find("bulk")) {
-      options.set("bulk", std::to_string(wide ? CUDAQ_RT_LOOPBACK_WIDE_BULK_MIN
-                                              : CUDAQ_RT_LOOPBACK_ENGINE_BULK_MIN));
+      options.set("bulk", std::to_string(CUDAQ_RT_LOOPBACK_ENGINE_BULK_MIN));
       if (!options.find("response_bulk"))
-        options.set("response_bulk",
-                    std::to_string(wide ? CUDAQ_RT_LOOPBACK_WIDE_RESPONSE_BULK_MIN
-                                        : CUDAQ_RT_LOOPBACK_ENGINE_RESPONSE_BULK_MIN));
+        options.set("response_bulk", std::to_string(CUDAQ_RT_LOOPBACK_ENGINE_RESPONSE_BULK_MIN));
     }
     return;
   }

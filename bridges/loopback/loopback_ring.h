@@ -203,17 +203,6 @@
    CUDAQ_RT_LOOPBACK_CELL_DATA)
 #define CUDAQ_RT_LOOPBACK_ENGINE_BULK_MIN (CUDAQ_RT_LOOPBACK_BULK ? 537u : 0u)
 #define CUDAQ_RT_LOOPBACK_ENGINE_RESPONSE_BULK_MIN (CUDAQ_RT_LOOPBACK_BULK ? 281u : 0u)
-/* The wide form (below): tail cells the lanes load with every probe, at most (4 a lane: the tail
- * of a frame of up to 1,056 bytes, a 1 KB payload; 8 a lane took the dispatch kernel past 255
- * registers into spilling); and the thresholds a ring made for it gets unless configured: requests
- * and answers as cells up to that size. */
-#define CUDAQ_RT_LOOPBACK_WIDE_SPEC_CELLS 128u
-#ifndef CUDAQ_RT_LOOPBACK_WIDE_BULK_MIN
-#define CUDAQ_RT_LOOPBACK_WIDE_BULK_MIN (CUDAQ_RT_LOOPBACK_BULK ? 1057u : 0u)
-#endif
-#ifndef CUDAQ_RT_LOOPBACK_WIDE_RESPONSE_BULK_MIN
-#define CUDAQ_RT_LOOPBACK_WIDE_RESPONSE_BULK_MIN (CUDAQ_RT_LOOPBACK_BULK ? 1057u : 0u)
-#endif
 
 #define CUDAQ_RT_LOOPBACK_DEFAULT_SLOTS 64u
 #define CUDAQ_RT_LOOPBACK_DEFAULT_SLOT_SIZE 1024u

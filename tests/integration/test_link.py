@@ -265,7 +265,7 @@ class LinkTest(unittest.TestCase):
             self.assertEqual(a["key"]["nvjitlink"]["version"], "13.0")
             self.assertEqual(a["options"], l["options"])
             self.assertEqual(len(a["inputs"]), len(l["inputs"]))
-            self.assertEqual(a["inputs"][0], "dispatcher builtin (wide)")
+            self.assertEqual(a["inputs"][0], "dispatcher builtin")
 
     def test_cubin_is_cuda_elf_for_its_arch(self):
         for l in self.linked_manifest["links"]:
@@ -361,7 +361,7 @@ class LinkTest(unittest.TestCase):
         self.link(pkg, "--arch", "sm_80", cache=cache)
         again = self.link_json(pkg, "--arch", "sm_80", "--dry-run", cache=cache)
         names = again["archs"][0]["inputs"]
-        self.assertEqual(names[0], "dispatcher builtin (wide)")
+        self.assertEqual(names[0], "dispatcher builtin")
         self.assertTrue(names[1].startswith("bridge loopback ") and
                         names[1].endswith("libcudaq_rt_bridge_loopback.so#0"), names)
         self.assertEqual(len(names), 5, names)  # no second copy of the hooks or the dispatcher
@@ -496,7 +496,7 @@ class LinkTest(unittest.TestCase):
         self.assertEqual(r.stderr, "")
         keys = dict(re.findall(r"^(sm_\d+)  key (sha256:[0-9a-f]{64})$", r.stdout, re.M))
         self.assertEqual(keys, {l["arch"]: l["cache_key"] for l in self.linked_manifest["links"]})
-        self.assertIn("  input: dispatcher builtin (wide)", r.stdout)
+        self.assertIn("  input: dispatcher builtin", r.stdout)
         self.assertIn(f"-kernels-used={KERNEL}", r.stdout)
         doc = json.loads(self.link(pkg, "--arch", "sm_80,sm_90", "--dry-run", "--json",
                                    cache=cache).stdout)
@@ -733,7 +733,7 @@ class LinkTest(unittest.TestCase):
             # The generated unit, named after the dispatcher (whole only: per TU the built-in
             # kernel calls through the table).
             names = doc["archs"][0]["inputs"]
-            self.assertEqual(names[0], "dispatcher builtin (wide)")
+            self.assertEqual(names[0], "dispatcher builtin")
             self.assertEqual(names[1].startswith("direct calls (generated) sha256:"),
                              mode == "whole", names)
             m = self.manifest(pkg)

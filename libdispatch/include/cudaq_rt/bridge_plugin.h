@@ -114,12 +114,6 @@ typedef struct cudaq_rt_bridge_launch {
   /* The instance's place among those one launcher serves with, one per GPU (cudaq-rt-run --serve
    * --device 0,1 creates instances 0 and 1); 0 for a lone instance. */
   uint32_t instance;
-  /* Appended: read only where struct_size covers it (else 1). Threads of the kernel that receive
-   * and publish each frame together for one polling thread: 32 for the unified kernel's wide
-   * build launched as one warp (the wide hooks, cudaq_rt/dispatch.h), else 1. A bridge may lay
-   * its frames out for it (the loopback and UDP bridges send larger requests and answers as cells
-   * to it, which its lanes move together). */
-  uint32_t receive_lanes;
 } cudaq_rt_bridge_launch;
 
 /* One bridge instance; its layout is the bridge's own business. */

@@ -59,29 +59,7 @@
  * request sent to it before the flag was set. Responses of different
  * lanes are published in any order; the host side puts them back in request order if it must.
  * Handlers run in several lanes at once, so a package linked with the warp dispatcher must export
- * every handler with CUDAQ_RT_EXPORT_HANDLER_CONCURRENT (cudaq-rt-link checks).
- *
- * The wide form (optional). One thread serves, as above, but the 31 other lanes of its warp help
- * it move frames: a bridge may provide three more hooks, called by all 32 lanes of one warp
- * together (converged, full mask), each lane with a session of its own:
- *
- *   session = cudaq_dev_wide_enter_kernel(storage, transport_ctx, shutdown_flag, lane)
- *   while (cudaq_dev_wide_rx_poll(session, &req, &resp) == CUDAQ_DEV_RX_READY) {
- *     lane 0 serves req into resp (the handler runs on lane 0 alone); __syncwarp()
- *     cudaq_dev_wide_tx_publish(session, resp)                               every lane
- *   }
- *
- * rx_poll waits as the one-thread hook does and answers the same in every lane (READY or
- * SHUTDOWN, never IDLE), with the same frames; the lanes may load and unpack a frame's bytes
- * together, and once it returns the frame is whole for lane 0. tx_publish is called by every lane
- * with the frame rx_poll handed out, after a __syncwarp that makes lane 0's stores to it visible
- * to the others. Everything else is the one-thread contract (one frame held at a time, published
- * exactly once, SHUTDOWN as there). cudaq-rt-link detects the hooks (the bridge's relocatable cubin
- * defines cudaq_dev_wide_rx_poll) and then links the unified kernel's wide build, which the
- * launcher starts as one warp (a block of any other shape faults); a bridge without them gets the
- * one-thread kernel, as before. A bridge with the wide hooks keeps the one-thread ones for every
- * other kernel (CUDA-Q's, a custom one). Handlers are not run concurrently: they need no
- * CUDAQ_RT_EXPORT_HANDLER_CONCURRENT. */
+ * every handler with CUDAQ_RT_EXPORT_HANDLER_CONCURRENT (cudaq-rt-link checks). */
 #ifndef CUDAQ_RT_DISPATCH_H
 #define CUDAQ_RT_DISPATCH_H
 
@@ -102,8 +80,6 @@
 
 #define CUDAQ_RT_WARP_DISPATCH_KERNEL "cudaq_rt_warp_dispatch"
 #define CUDAQ_RT_WARP_LANES 32u
-/* The wide form's receive hook: what cudaq-rt-link looks for in a bridge's device code. */
-#define CUDAQ_RT_WIDE_RX_POLL_HOOK "cudaq_dev_wide_rx_poll"
 
 /* One row of the function table: the runtime fills it from the module's cudaq_rt_handler__*
  * globals. Sorted by function_id. */
@@ -151,12 +127,6 @@ __device__ void *cudaq_dev_warp_enter_kernel(void *storage, void *ctx, volatile 
                                              unsigned lane);
 __device__ int cudaq_dev_warp_rx_poll(void *session, void **request, void **response);
 __device__ void cudaq_dev_warp_tx_publish(void *session, void *response);
-
-/* The wide form (see above); `lane` is 0..31. */
-__device__ void *cudaq_dev_wide_enter_kernel(void *storage, void *ctx, volatile int *shutdown_flag,
-                                             unsigned lane);
-__device__ int cudaq_dev_wide_rx_poll(void *session, void **request, void **response);
-__device__ void cudaq_dev_wide_tx_publish(void *session, void *response);
 }
 
 #endif /* __CUDACC__ */

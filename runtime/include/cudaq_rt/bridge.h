@@ -25,9 +25,6 @@ class Bridge;
 struct BridgeLaunch {
   uint32_t polling_lanes = 0;
   uint32_t instance = 0;
-  // Threads that receive each frame together for one polling thread: 32 for the unified kernel's
-  // wide build launched as one warp, else 1 (cudaq_rt_bridge_launch::receive_lanes).
-  uint32_t receive_lanes = 1;
 };
 
 // A loaded bridge library. Copies share the dlopen handle; the library is unloaded when the last

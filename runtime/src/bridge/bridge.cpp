@@ -186,8 +186,7 @@ Expected<std::string> BridgeLibrary::instance_config(const BridgeLaunch &launch,
   auto op = CUDAQ_RT_APPENDED(ops_, instance_config);
   if (!op)
     return config;
-  const cudaq_rt_bridge_launch c{sizeof c, launch.polling_lanes, launch.instance,
-                                 launch.receive_lanes};
+  const cudaq_rt_bridge_launch c{sizeof c, launch.polling_lanes, launch.instance};
   // First asked for the size, then into a buffer of that size: nothing to guess.
   std::string out;
   size_t needed = 0;

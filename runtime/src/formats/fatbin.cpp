@@ -32,8 +32,6 @@
 // to the same cubin as the raw LTO-IR. So containers are kept verbatim and never re-encoded.
 #include "formats/fatbin.h"
 
-#include "base/zstd.h"
-
 #include <cstring>
 
 namespace cudaq_rt {
@@ -203,29 +201,6 @@ Expected<Container> parse_container(std::span<const uint8_t> data, const std::st
     return make_error(subject, what, ": ", data.size() - c->bytes.size(),
                       " bytes follow the container");
   return c;
-}
-
-Expected<std::optional<std::string>> entry_bytes(const Container &c, const Entry &e,
-                                                 uint64_t max_size, const std::string &subject) {
-  // parse_container checked that header and payload lie inside the container.
-  const std::span<const uint8_t> payload =
-      c.bytes.subspan(e.offset + e.header_size, e.payload_size);
-  switch (e.compression) {
-  case Compression::none:
-    if (payload.size() > max_size)
-      return make_error(subject, entry_kind_name(e.kind), " entry of ", payload.size(),
-                        " bytes, more than the ", max_size, " expected");
-    return std::optional<std::string>(std::string(payload.begin(), payload.end()));
-  case Compression::zstd: {
-    auto bytes = zstd_decompress(payload.first(e.compressed_size), max_size, subject);
-    if (!bytes)
-      return std::move(bytes).take_error();
-    return std::optional<std::string>(std::move(*bytes));
-  }
-  case Compression::lz4:
-    break;
-  }
-  return std::optional<std::string>();
 }
 
 } // namespace cudaq_rt

@@ -9,7 +9,6 @@
 #include "cudaq_rt/error.h"
 
 #include <cstdint>
-#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -64,11 +63,5 @@ Expected<std::vector<Container>> split_containers(std::span<const uint8_t> data,
 // Parses one container that must fill `data` exactly (a blob, a .fatbin file).
 Expected<Container> parse_container(std::span<const uint8_t> data, const std::string &subject,
                                     const std::string &what);
-
-// The bytes of entry `e` of container `c`: its payload, decompressed where it is stored
-// zstd-compressed (to at most max_size bytes, else an error). nullopt for an lz4-compressed
-// entry, which cudaq-rt does not decompress (nvJitLink reads it as it is).
-Expected<std::optional<std::string>> entry_bytes(const Container &c, const Entry &e,
-                                                 uint64_t max_size, const std::string &subject);
 
 } // namespace cudaq_rt

@@ -11,10 +11,6 @@ extern "C" const uint8_t cudaq_rt_builtin_direct_dispatcher_fatbin_begin[];
 extern "C" const uint8_t cudaq_rt_builtin_direct_dispatcher_fatbin_end[];
 extern "C" const uint8_t cudaq_rt_warp_direct_dispatcher_fatbin_begin[];
 extern "C" const uint8_t cudaq_rt_warp_direct_dispatcher_fatbin_end[];
-extern "C" const uint8_t cudaq_rt_builtin_wide_dispatcher_fatbin_begin[];
-extern "C" const uint8_t cudaq_rt_builtin_wide_dispatcher_fatbin_end[];
-extern "C" const uint8_t cudaq_rt_builtin_wide_direct_dispatcher_fatbin_begin[];
-extern "C" const uint8_t cudaq_rt_builtin_wide_direct_dispatcher_fatbin_end[];
 
 namespace cudaq_rt {
 
@@ -26,11 +22,7 @@ std::span<const BuiltinDispatcher> builtin_dispatchers() {
        false,
        builtin_dispatcher_fatbin(),
        {cudaq_rt_builtin_direct_dispatcher_fatbin_begin,
-        cudaq_rt_builtin_direct_dispatcher_fatbin_end},
-       {cudaq_rt_builtin_wide_dispatcher_fatbin_begin, cudaq_rt_builtin_wide_dispatcher_fatbin_end},
-       {cudaq_rt_builtin_wide_direct_dispatcher_fatbin_begin,
-        cudaq_rt_builtin_wide_direct_dispatcher_fatbin_end},
-       CUDAQ_RT_WARP_LANES},
+        cudaq_rt_builtin_direct_dispatcher_fatbin_end}},
       {"warp",
        CUDAQ_RT_WARP_DISPATCH_KERNEL,
        32,

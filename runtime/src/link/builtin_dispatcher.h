@@ -23,12 +23,6 @@ struct BuiltinDispatcher {
   // The same kernel compiled with CUDAQ_RT_DIRECT_CALLS: it calls handlers through the unit of
   // direct calls a whole-program link generates (direct_calls.h).
   std::span<const uint8_t> direct_fatbin;
-  // Its wide build, in both forms, where it has one (the unified kernel): taken for a bridge
-  // whose device code has the wide hooks (cudaq_rt/dispatch.h, "The wide form"), and launched
-  // with wide_threads threads. Empty for the warp dispatcher.
-  std::span<const uint8_t> wide_fatbin;
-  std::span<const uint8_t> wide_direct_fatbin;
-  unsigned wide_threads = 0;
 };
 
 // The unified kernel ("builtin", the default) and the warp-wide one ("warp").
@@ -41,8 +35,5 @@ std::span<const uint8_t> builtin_dispatcher_fatbin();
 
 // The SM number their LTO-IR was built for: the oldest GPU they link for.
 constexpr unsigned builtin_dispatcher_arch = 80;
-// The oldest GPU the unified kernel's wide build runs wide on (one warp); on older ones it is the
-// one-thread kernel, launched as such.
-constexpr unsigned wide_dispatch_min_sm = 90;
 
 } // namespace cudaq_rt

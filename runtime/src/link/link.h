@@ -95,10 +95,6 @@ public:
   std::string dispatcher; // "builtin" or the custom kernel's name
   std::string kernel;     // the kernel to launch
   std::string bridge;     // the bridge's name
-  // Threads of the one block a built-in kernel is launched with: 1 for the unified kernel, 32 for
-  // its wide build (taken where the bridge has the wide hooks) and for the warp dispatcher; 0 for
-  // a custom kernel (the launcher's shape, or one thread).
-  unsigned launch_threads = 0;
   std::vector<LinkInput> inputs;
   std::vector<NewContainer> new_containers;
   std::vector<std::string> handlers;        // exported handler names, as in the manifest

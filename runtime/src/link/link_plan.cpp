@@ -57,7 +57,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <iterator>
 #include <mutex>
 #include <set>
 
@@ -335,7 +334,7 @@ struct LinkPlan::Steps {
 
   // The dispatch kernel: the settings', else the package's only custom one, else the built-in
   // unified kernel. Returns the unified kernel's container where that is what was added.
-  Expected<std::optional<Container>> add_dispatcher(std::optional<LtoMode> requested, bool wide) {
+  Expected<std::optional<Container>> add_dispatcher(std::optional<LtoMode> requested) {
     std::vector<std::string> custom;
     for (const ExportEntry &e : m.exports)
       if (e.kind == export_kind_name(ExportKind::dispatch_kernel))
@@ -348,7 +347,7 @@ struct LinkPlan::Steps {
                       : custom.size() == 1         ? custom[0]
                                                    : "builtin";
     if (const BuiltinDispatcher *b = find_builtin_dispatcher(plan.dispatcher))
-      return add_builtin_dispatcher(*b, requested, wide && !b->wide_fatbin.empty());
+      return add_builtin_dispatcher(*b, requested);
     if (std::find(custom.begin(), custom.end(), plan.dispatcher) == custom.end())
       return make_error(plan.subject, "no dispatch kernel ", quote(plan.dispatcher),
                         " in the package (it exports ",
@@ -364,13 +363,10 @@ struct LinkPlan::Steps {
     return std::optional<Container>();
   }
 
-  // `wide`: its wide build (the bridge has the wide hooks, and the kernel a wide build).
-  Expected<std::optional<Container>>
-  add_builtin_dispatcher(const BuiltinDispatcher &b, std::optional<LtoMode> requested, bool wide) {
+  Expected<std::optional<Container>> add_builtin_dispatcher(const BuiltinDispatcher &b,
+                                                            std::optional<LtoMode> requested) {
     plan.kernel = b.kernel;
-    plan.launch_threads = wide ? b.wide_threads : b.threads;
-    const std::string what = cat("built-in dispatcher ", b.name, wide ? " (wide)" : "");
-    auto parsed = parse_container(wide ? b.wide_fatbin : b.fatbin, what, "fatbin");
+    auto parsed = parse_container(b.fatbin, cat("built-in dispatcher ", b.name), "fatbin");
     if (!parsed)
       return std::move(parsed).take_error();
     std::optional<Container> unified;
@@ -381,8 +377,8 @@ struct LinkPlan::Steps {
     // call), together with the unit of direct calls generated for the package.
     Digest digest = sha256(parsed->bytes);
     if (has_direct_handlers(m)) {
-      auto direct = parse_container(wide ? b.wide_direct_fatbin : b.direct_fatbin,
-                                    cat(what, " (direct calls)"), "fatbin");
+      auto direct = parse_container(
+          b.direct_fatbin, cat("built-in dispatcher ", b.name, " (direct calls)"), "fatbin");
       if (!direct)
         return std::move(direct).take_error();
       const Digest direct_digest = sha256(direct->bytes);
@@ -395,8 +391,8 @@ struct LinkPlan::Steps {
     }
     NewContainer nc{container_record(*parsed, digest, Role::dispatcher, ""), std::nullopt};
     nc.record.added_by = "cudaq-rt-link";
-    plan.inputs.push_back({cat("dispatcher ", b.name, wide ? " (wide)" : ""), nc.record.digest,
-                           parsed->bytes, nc.record.entries});
+    plan.inputs.push_back(
+        {cat("dispatcher ", b.name), nc.record.digest, parsed->bytes, nc.record.entries});
     if (!m.find_container(nc.record.digest))
       plan.new_containers.push_back(std::move(nc));
     return unified;
@@ -452,7 +448,6 @@ struct LinkPlan::Steps {
       if (!containers)
         return std::move(containers).take_error();
       for (UnitContainer &c : *containers) {
-        installed_wide = installed_wide || c.record.wide_hooks;
         NewContainer nc{std::move(c.record), std::nullopt};
         nc.record.added_by = "cudaq-rt-link";
         nc.record.origins[0].index = index;
@@ -470,35 +465,6 @@ struct LinkPlan::Steps {
                         "(no __nv_relfatbin): its hooks cannot be linked");
     return Status::ok();
   }
-
-  // The bridge's inputs and the containers it adds, taken out of the plan again (add_bridge
-  // appends them): they go after the dispatcher's, which depends on them (wide_hooks).
-  Status take_bridge(std::vector<LinkInput> &inputs, std::vector<NewContainer> &containers) {
-    const size_t first_input = plan.inputs.size(), first_container = plan.new_containers.size();
-    if (auto st = add_bridge(); !st)
-      return st;
-    inputs.assign(std::make_move_iterator(plan.inputs.begin() + ptrdiff_t(first_input)),
-                  std::make_move_iterator(plan.inputs.end()));
-    plan.inputs.resize(first_input);
-    containers.assign(
-        std::make_move_iterator(plan.new_containers.begin() + ptrdiff_t(first_container)),
-        std::make_move_iterator(plan.new_containers.end()));
-    plan.new_containers.resize(first_container);
-    return Status::ok();
-  }
-
-  // Whether the bridge's device code has the wide hooks (cudaq_rt/dispatch.h, "The wide form"),
-  // as the records of its containers say (ContainerRecord::wide_hooks: read from the bytes when
-  // they were packed, or now for an installed bridge's), so that a plan needs no blob.
-  bool wide_hooks(const std::vector<LinkInput> &bridge) const {
-    if (installed_wide)
-      return true;
-    for (const LinkInput &in : bridge)
-      if (const ContainerRecord *r = m.find_container(in.digest); r && r->packed() && r->wide_hooks)
-        return true;
-    return false;
-  }
-  bool installed_wide = false; // add_installed_bridge: the library's hooks have the wide form
 
   Status add_application() {
     return add_packed([](const ContainerRecord &c) { return c.role == Role::application; },
@@ -589,16 +555,11 @@ Expected<LinkPlan> plan_link(const Package &pkg, const LinkSettings &settings) {
   auto requested = steps.requested_mode();
   if (!requested)
     return std::move(requested).take_error();
-  std::vector<LinkInput> bridge_inputs;
-  std::vector<NewContainer> bridge_containers;
-  if (auto st = steps.take_bridge(bridge_inputs, bridge_containers); !st)
-    return std::move(st).take_error();
-  auto unified = steps.add_dispatcher(*requested, steps.wide_hooks(bridge_inputs));
+  auto unified = steps.add_dispatcher(*requested);
   if (!unified)
     return std::move(unified).take_error();
-  std::move(bridge_inputs.begin(), bridge_inputs.end(), std::back_inserter(plan.inputs));
-  std::move(bridge_containers.begin(), bridge_containers.end(),
-            std::back_inserter(plan.new_containers));
+  if (auto st = steps.add_bridge(); !st)
+    return std::move(st).take_error();
   const size_t first_application = plan.inputs.size();
   if (auto st = steps.add_application(); !st)
     return std::move(st).take_error();

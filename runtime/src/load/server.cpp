@@ -345,25 +345,8 @@ Expected<std::unique_ptr<Server>> Server::load(const LoadOptions &opt, Gpu &gpu)
   // What depends on the kernel and the GPU in the instance's configuration is the bridge's to
   // decide; it is told the kernel's polling threads (every thread of a built-in kernel's block
   // polls; of a custom kernel the runtime knows nothing) and the instance's place in a service.
-  // A built-in kernel's own shape (the warp dispatcher and the unified kernel's wide build: one
-  // warp) unless the caller gave one. The unified kernel's block receives each frame together
-  // (the wide build: cudaq_rt/dispatch.h) where it is launched with more than one thread.
-  // The unified kernel's wide build runs wide from sm_90 on; for older GPUs it is built as the
-  // one-thread kernel (libdispatch/src/unified_dispatch.cu).
   const BuiltinDispatcher *builtin = find_builtin_dispatcher(r.dispatcher);
-  const bool wide = builtin && !builtin->concurrent && plan.launch_threads > 1 &&
-                    ready->arch.sm >= wide_dispatch_min_sm;
-  LaunchShape shape;
-  if (builtin)
-    shape.threads = wide || builtin->concurrent ? plan.launch_threads : builtin->threads;
-  r.shape = opt.shape.value_or(shape);
-  if (wide && (r.shape.blocks != 1 || r.shape.threads != plan.launch_threads))
-    return make_error(subject, "the unified kernel's wide build (linked for bridge ",
-                      quote(r.bridge), ", whose hooks have the wide form) runs as one block of ",
-                      plan.launch_threads, " threads, not ", r.shape.blocks, " of ",
-                      r.shape.threads);
-  const BridgeLaunch launch{builtin ? builtin->threads : 0, opt.bridge_instance,
-                            wide ? plan.launch_threads : 1u};
+  const BridgeLaunch launch{builtin ? builtin->threads : 0, opt.bridge_instance};
   auto config = bridge_library->instance_config(launch, opt.bridge_config);
   if (!config)
     return std::move(config).take_error();
@@ -389,6 +372,11 @@ Expected<std::unique_ptr<Server>> Server::load(const LoadOptions &opt, Gpu &gpu)
   p.slot_size = r.slot_size;
   p.shutdown_flag = reinterpret_cast<volatile int *>(s->control_.device);
   p.stats = reinterpret_cast<cudaq_rt_dispatch_stats *>(s->control_.device + stats_offset);
+  // A built-in kernel's own shape (the warp dispatcher: one warp) unless the caller gave one.
+  LaunchShape shape;
+  if (builtin)
+    shape.threads = builtin->threads;
+  r.shape = opt.shape.value_or(shape);
   // What the bridge's hooks ask for (the loopback ring's spare frame), where the GPU can give it:
   // else they go without, and say nothing is wrong.
   if (const uint32_t want = s->bridge_->dispatch_shared_bytes(); want > 0) {

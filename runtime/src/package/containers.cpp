@@ -1,8 +1,6 @@
 #include "package/containers.h"
 
 #include "base/digest.h"
-#include "cudaq_rt/dispatch.h"
-#include "formats/cubin.h"
 
 namespace cudaq_rt {
 
@@ -23,20 +21,6 @@ EntryRecord entry_record(const Entry &e) {
   return r;
 }
 
-bool defines_function(const Container &c, const std::string &function) {
-  for (const Entry &e : c.entries) {
-    if (e.kind != static_cast<uint16_t>(EntryKind::cubin))
-      continue;
-    auto bytes = entry_bytes(c, e, max_read_cubin_bytes, "");
-    if (!bytes || !*bytes)
-      continue;
-    auto info = read_cubin(as_bytes(**bytes), "");
-    if (info && info->functions.count(function))
-      return true;
-  }
-  return false;
-}
-
 ContainerRecord container_record(const Container &c, const Digest &digest, Role role,
                                  const std::string &bridge) {
   ContainerRecord r;
@@ -46,7 +30,6 @@ ContainerRecord container_record(const Container &c, const Digest &digest, Role 
   r.bridge = bridge;
   for (const Entry &e : c.entries)
     r.entries.push_back(entry_record(e));
-  r.wide_hooks = role == Role::bridge && defines_function(c, CUDAQ_RT_WIDE_RX_POLL_HOOK);
   return r;
 }
 

@@ -11,12 +11,6 @@
 namespace cudaq_rt {
 
 EntryRecord entry_record(const Entry &e);
-// Whether one of the container's relocatable cubins (zstd-compressed or plain; nvcc writes both
-// beside the LTO-IR of code built with -rdc) defines `function`. A cubin that cannot be read (lz4,
-// larger than max_read_cubin_bytes, not an ELF) counts as not defining it: nvJitLink judges the
-// container itself when it links.
-bool defines_function(const Container &c, const std::string &function);
-constexpr uint64_t max_read_cubin_bytes = uint64_t(64) << 20;
 // No origins yet. `digest` is the container's SHA-256, which the caller has computed already.
 ContainerRecord container_record(const Container &c, const Digest &digest, Role role,
                                  const std::string &bridge);

@@ -214,8 +214,6 @@ json Manifest::to_json() const {
       jc["bridge"] = c.bridge;
     if (!c.added_by.empty())
       jc["added_by"] = c.added_by;
-    if (c.wide_hooks)
-      jc["wide_hooks"] = true;
     jc["origins"] = json::array();
     for (const Origin &o : c.origins) {
       json jo = {{"source", o.source}, {"offset", o.offset}, {"index", o.index}};
@@ -361,12 +359,6 @@ ContainerRecord read_container(const Manifest &m, const json &jc, const std::str
     c.added_by = str(jc, "added_by", p);
     if (c.added_by != "cudaq-rt-link")
       throw Bad{cat(p, ".added_by: unknown producer ", quote(c.added_by))};
-  }
-  if (jc.contains("wide_hooks")) {
-    const json &w = jc["wide_hooks"];
-    if (!w.is_boolean() || !w.get<bool>() || c.role != Role::bridge)
-      throw Bad{cat(p, ".wide_hooks: only true, and only for a bridge's container")};
-    c.wide_hooks = true;
   }
   const json &origins = array(jc, "origins", p);
   for (size_t k = 0; k < origins.size(); ++k) {

@@ -64,10 +64,6 @@ struct ContainerRecord {
   std::string added_by;
   std::vector<Origin> origins;
   std::vector<EntryRecord> entries;
-  // Role::bridge: the hooks have the wide form (cudaq_rt/dispatch.h): one of the container's
-  // relocatable cubins defines the wide receive hook. Read when the container is described, so
-  // that a plan knows it without the blob (a registry package's comes only for a link).
-  bool wide_hooks = false;
 
   bool packed() const { return added_by.empty(); }
 

@@ -388,7 +388,7 @@ TEST_CASE("a dry run prints each arch's key, options and inputs, and opens no ca
   CHECK(r.out.starts_with("sm_90  key sha256:"));
   CHECK(r.out.find("\nsm_80  key sha256:") != std::string::npos);
   CHECK(r.out.find("\n  options: -arch=sm_90 ") != std::string::npos);
-  CHECK(r.out.find("\n  input: dispatcher builtin (wide)\n") != std::string::npos);
+  CHECK(r.out.find("\n  input: dispatcher builtin\n") != std::string::npos);
   CHECK_FALSE(fs::exists(dir));
 
   LinkArgs j = a;

@@ -145,7 +145,7 @@ TEST_CASE("describe_arch: the key, options and inputs of a link, without linking
   const LinkPlan w = plan_of(p, whole);
   const ArchLink d = describe_arch(w, arch("sm_90"));
   REQUIRE(d.input_names.size() == w.inputs.size() + 1);
-  CHECK(d.input_names[0] == "dispatcher builtin (wide)");
+  CHECK(d.input_names[0] == "dispatcher builtin");
   CHECK(d.input_names[1] == "direct calls (generated) " + w.direct_calls->digest().short_str());
 }
 
@@ -300,8 +300,7 @@ TEST_CASE("a miss reported links nothing; an arch out of reach and a failed link
 
   const ArchLink old = link_arch(plan, arch("sm_75"), empty);
   CHECK(error_of(old) == "'" + fixture().example.string() +
-                             "': cannot link for sm_75: dispatcher builtin (wide) holds ltoir "
-                             "sm_80, ltoir sm_90; this "
+                             "': cannot link for sm_75: dispatcher builtin holds ltoir sm_80; this "
                              "package can serve sm_80 and newer");
   CHECK_FALSE(old.record);
 

@@ -8,10 +8,7 @@
 #include "link/link.h"
 
 #include "cudaq_rt/wire.h"
-#include "formats/cubin.h"
 #include "formats/fatbin.h"
-#include "formats/input_file.h"
-#include "link/builtin_dispatcher.h"
 
 #include <doctest/doctest.h>
 
@@ -23,7 +20,6 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
-#include <map>
 
 namespace fs = std::filesystem;
 using namespace cudaq_rt;
@@ -103,14 +99,7 @@ TEST_CASE("the default plan: built-in dispatcher, the packed bridge, the app; pe
   for (const ContainerRecord &c : m.containers)
     (c.role == Role::bridge ? bridge : app).push_back(&c);
   REQUIRE(plan.inputs.size() == 1 + bridge.size() + app.size());
-  // The loopback bridge's hooks have the wide form (its cubin for sm_90 defines the wide receive
-  // hook): the unified kernel's wide build, launched as one warp.
-  CHECK(plan.inputs[0].name == "dispatcher builtin (wide)");
-  const BuiltinDispatcher *unified = find_builtin_dispatcher("builtin");
-  REQUIRE(unified);
-  CHECK(plan.inputs[0].bytes.data() == unified->wide_fatbin.data());
-  CHECK(plan.inputs[0].bytes.size() == unified->wide_fatbin.size());
-  CHECK(plan.launch_threads == 32);
+  CHECK(plan.inputs[0].name == "dispatcher builtin");
   for (size_t k = 0; k < bridge.size(); ++k) {
     const LinkInput &in = plan.inputs[1 + k];
     CHECK(in.digest == bridge[k]->digest);
@@ -282,10 +271,9 @@ TEST_CASE("targets: LTO-IR reaches its arch and newer, a cubin only its own") {
     CHECK_MESSAGE(plan.check_target(arch(ok)), ok);
   Status old = plan.check_target(arch("sm_75"));
   REQUIRE_FALSE(old);
-  CHECK(old.error().str() ==
-        "'" + example().string() +
-            "': cannot link for sm_75: dispatcher builtin (wide) holds ltoir sm_80, ltoir sm_90; "
-            "this package can serve sm_80 and newer");
+  CHECK(old.error().str() == "'" + example().string() +
+                                 "': cannot link for sm_75: dispatcher builtin holds ltoir sm_80; "
+                                 "this package can serve sm_80 and newer");
 
   // An application built for sm_80 without LTO-IR: only sm_80, and a whole-program link.
   const fs::path nolto = fixture().pack_of(
@@ -415,73 +403,6 @@ TEST_CASE("bridges: the package's only one, one by name, else the installed loop
   CHECK(o.bridge == "other");
   CHECK(o.inputs[1].name == "bridge other bridge.o#0");
   CHECK(o.units[0].count == 2);
-  // Its hooks have no wide form: the unified kernel's one-thread build, on one thread.
-  CHECK(o.inputs[0].name == "dispatcher builtin");
-  CHECK(o.inputs[0].bytes.data() == builtin_dispatcher_fatbin().data());
-  CHECK(o.launch_threads == 1);
-  // The loopback bridge packed beside it, chosen by name: the wide build again.
-  LinkSettings echo_hooks;
-  echo_hooks.bridge = "echo";
-  CHECK(plan_of(q, echo_hooks).launch_threads == 32);
-  // The warp dispatcher has no wide build: one warp whatever the bridge.
-  echo_hooks.dispatcher = "warp";
-  const LinkPlan w = plan_of(q, echo_hooks);
-  CHECK(w.inputs[0].name == "dispatcher warp");
-  CHECK(w.launch_threads == 32);
-}
-
-TEST_CASE("the wide hooks are read from the bridge's relocatable cubins") {
-  // What wide_hooks reads: the loopback library's containers hold cubins (zstd-compressed, as
-  // nvcc writes them) beside their LTO-IR; the one for sm_90 defines the wide receive hook, the
-  // one for sm_80 does not (the wide form is built for sm_90 and later only).
-  auto file = InputFile::open(loopback);
-  REQUIRE(file);
-  std::map<uint32_t, bool> defines;
-  for (const CodeUnit &u : file->units()) {
-    if (!u.has_relfatbin)
-      continue;
-    auto containers = split_containers(u.relfatbin, loopback, "__nv_relfatbin");
-    REQUIRE(containers);
-    for (const Container &c : *containers)
-      for (const Entry &e : c.entries) {
-        if (e.kind != static_cast<uint16_t>(EntryKind::cubin))
-          continue;
-        auto bytes = entry_bytes(c, e, uint64_t(64) << 20, loopback);
-        REQUIRE(bytes);
-        REQUIRE(*bytes);
-        CHECK((*bytes)->size() ==
-              (e.compression == Compression::none ? e.payload_size : e.uncompressed_size));
-        auto info = read_cubin(as_bytes(**bytes), loopback);
-        REQUIRE(info);
-        CHECK(info->arch == e.arch);
-        CHECK(info->functions.count("cudaq_dev_rx_poll") == 1);
-        defines[e.arch] = info->functions.count(CUDAQ_RT_WIDE_RX_POLL_HOOK) == 1;
-        // A limit below the entry's size is refused, not decompressed past it.
-        auto small = entry_bytes(c, e, 1024, loopback);
-        CHECK_FALSE(small);
-      }
-  }
-  REQUIRE(defines.count(80));
-  REQUIRE(defines.count(90));
-  CHECK_FALSE(defines[80]);
-  CHECK(defines[90]);
-
-  // Packed, the hooks' record says so, and the manifest keeps it: a plan reads no blob for it.
-  const Package p = open_package(example());
-  size_t wide = 0;
-  for (const ContainerRecord &c : p.manifest().containers) {
-    if (c.role == Role::bridge)
-      wide += c.wide_hooks;
-    else
-      CHECK_FALSE(c.wide_hooks);
-  }
-  CHECK(wide >= 1);
-  CHECK(p.manifest().to_json().dump().find("\"wide_hooks\":true") != std::string::npos);
-  // A bridge whose cubin does not define the hook (the pack tests' bridge.o) is recorded without.
-  const Package q = open_package(fixture().pack_of(
-      "narrow", {{example_app, Role::application, ""}, {inputs + "/bridge.o", Role::bridge, "b"}}));
-  for (const ContainerRecord &c : q.manifest().containers)
-    CHECK_FALSE(c.wide_hooks);
 }
 
 TEST_CASE("refused before nvJitLink runs: an option that is not UTF-8, LTO-IR of another toolkit") {
