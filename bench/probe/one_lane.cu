@@ -94,14 +94,6 @@ __global__ void lane_work(volatile unsigned *mapped, unsigned long long *out, in
     out[0] = t;
 }
 
-__device__ __forceinline__ uint4 ld(const volatile uint4 *p) {
-  uint4 v;
-  asm volatile("ld.volatile.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
 // One probe a loop: lane 0 loads 5 cells (each on a line of its own) and the flag; with `peek`
 // lane 1 loads a sixth line, with `all` every other lane a line of its own.
 __global__ void probe_rtt(const volatile uint4 *ring, const volatile int *flag,
@@ -114,14 +106,14 @@ __global__ void probe_rtt(const volatile uint4 *ring, const volatile int *flag,
     uint4 a = {0, 0, 0, 0}, b = a, c = a, d = a, e = a;
     int f = 0;
     if (lane == 0) {
-      a = ld(ring);
-      b = ld(ring + 8);
-      c = ld(ring + 16);
-      d = ld(ring + 24);
-      e = ld(ring + 32);
+      a = load16(ring);
+      b = load16(ring + 8);
+      c = load16(ring + 16);
+      d = load16(ring + 24);
+      e = load16(ring + 32);
       f = *flag;
     } else if ((peek && lane == 1) || all) {
-      a = ld(ring + 64 + 8 * lane);
+      a = load16(ring + 64 + 8 * lane);
     }
     acc += __ballot_sync(0xFFFFFFFFu, (a.x ^ b.x ^ c.x ^ d.x ^ e.x ^ unsigned(f)) == 12345u);
     if (lane == 0)
