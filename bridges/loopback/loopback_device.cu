@@ -574,14 +574,16 @@ __device__ __forceinline__ int stage_tail(Session *s, uint32_t slot, uint32_t la
 }
 
 // Unpacks one ready frame: the cells already probed come from registers, the rest is loaded 8
-// cells per round trip; any half the host has not stamped yet (torn, or still being written) is
-// reloaded. A frame shorter than its header claims is staged marked (mark_truncated).
+// cells per round trip (unless the warp form's lanes staged it: tail_staged); any half the host
+// has not stamped yet (torn, or still being written) is reloaded. A frame shorter than its header
+// claims is staged marked (mark_truncated).
 // A bulk frame (its control cell's second half, stamped too, says so) is only noted here, as
 // frame `pos` of the batch: rx_poll stages it when it hands it out (stage_bulk), outside the
 // probe's code, which is inlined for every probed slot.
 template <uint32_t P>
 __device__ __forceinline__ uint32_t unpack(Session *s, uint32_t L, uint32_t slot, uint2 *frame,
-                                           uint32_t lap, const uint4 (&probe)[P], uint32_t pos) {
+                                           uint32_t lap, const uint4 (&probe)[P], uint32_t pos,
+                                           bool tail_staged = false) {
   static_assert(P >= 3, "the probe holds the header's arg_len (frame cell 2)");
   static_assert((P - 1) * 8 <= CUDAQ_RT_LOOPBACK_MIN_SLOT_SIZE, "the probe's words fit a frame");
   if (CUDAQ_RT_LOOPBACK_BULK && probe[0].w == CUDAQ_RT_LOOPBACK_KIND_BULK) {
@@ -631,7 +633,7 @@ __device__ __forceinline__ uint32_t unpack(Session *s, uint32_t L, uint32_t slot
     s->tail_lens = (s->tail_lens & ~(0xFFFFull << 16u * pos)) | (uint64_t)len << 16u * pos;
     return len;
   }
-  for (uint32_t c = P; c < cells; c += kBatch) {
+  for (uint32_t c = P; c < (tail_staged ? 0u : cells); c += kBatch) {
     uint4 v[kBatch];
     const volatile uint4 *at[kBatch];
 #pragma unroll
@@ -1288,6 +1290,51 @@ __device__ __forceinline__ uint32_t warp_earliest(const Session *s, unsigned mas
   return __popc(first) == 1 ? (uint32_t)(__ffs(first) - 1) : CUDAQ_RT_WARP_LANES;
 }
 
+// The warp form's tails loaded by all 32 lanes together, where one lane's loads would take more
+// round trips: a lane that found a frame longer than its probe (the cells of `tails`) would load
+// its tail 8 cells per round trip (unpack), 16 of them for a 1 KB request, while the lanes with
+// nothing to serve wait. Here each lane loads kWarpTailCells cells of a frame's tail in one round
+// trip, the 32 lanes 128 cells (a 1 KB request's tail), one frame after another. The lanes take
+// the cells in the order they lie in the ring (cudaq_rt_loopback_tail_cell_at), so that 32 lanes
+// read 512 consecutive bytes. Any half not stamped yet is reloaded, as in unpack.
+constexpr uint32_t kWarpTailCells = 4;
+__device__ __forceinline__ void warp_stage_tails(Session *s, unsigned tails, uint32_t slot,
+                                                 uint32_t lap, uint32_t cells) {
+  const unsigned mask = 0xFFFFFFFFu;
+  constexpr uint32_t B = CUDAQ_RT_LOOPBACK_TAIL_BLOCK;
+  for (unsigned left = tails; left != 0u; left &= left - 1u) {
+    const unsigned o = __ffs(left) - 1;
+    const uint32_t oslot = __shfl_sync(mask, slot, o);
+    const uint32_t olap = __shfl_sync(mask, lap, o);
+    const uint32_t need = __shfl_sync(mask, cells, o) - kHead;
+    unsigned char *staging = s->warp_shared ? warp_request_staging + (size_t)o * s->slot_size
+                                            : s->request_frames + (size_t)oslot * s->slot_size;
+    uint2 *words = reinterpret_cast<uint2 *>(staging) + (kHead - 1u);
+    const volatile uint4 *ring =
+        s->request_tails + cudaq_rt_loopback_tail_cell(oslot, 0u, s->tail_cells);
+    const uint32_t span = (need + B - 1u) & ~(B - 1u);
+    for (uint32_t first = 0; first < span; first += CUDAQ_RT_WARP_LANES * kWarpTailCells) {
+      uint4 v[kWarpTailCells];
+      uint32_t at[kWarpTailCells], t[kWarpTailCells];
+#pragma unroll
+      for (uint32_t k = 0; k < kWarpTailCells; ++k) {
+        at[k] = first + k * CUDAQ_RT_WARP_LANES + s->lane;
+        t[k] = cudaq_rt_loopback_tail_cell_at(at[k]);
+        if (t[k] < need)
+          v[k] = load_cell(ring + at[k]);
+      }
+#pragma unroll
+      for (uint32_t k = 0; k < kWarpTailCells; ++k)
+        if (t[k] < need) {
+          while (!stamped(v[k], olap))
+            v[k] = load_cell(ring + at[k]);
+          words[t[k]] = make_uint2(v[k].y, v[k].w);
+        }
+    }
+  }
+  __syncwarp(mask); // every lane's words are in the frames before their lanes serve them
+}
+
 template <uint32_t L>
 __device__ __forceinline__ int warp_poll(Session *s, void **request, void **response) {
   constexpr uint32_t P = kHead;
@@ -1316,10 +1363,30 @@ __device__ __forceinline__ int warp_poll(Session *s, void **request, void **resp
   if (found)
     stamp_probe(s, issued);
   const unsigned ready = __ballot_sync(mask, found);
+  // The frames with a tail (see below), voted on the control cell beside the round's vote.
+  const unsigned tails = __ballot_sync(
+      mask, found & (probe[0].y > (P - 1u) * 8u) & (s->slot_size > (P - 1u) * 8u) &
+                !(CUDAQ_RT_LOOPBACK_BULK && probe[0].w == CUDAQ_RT_LOOPBACK_KIND_BULK));
   s->busy = ready == 0xFFFFFFFFu;
   // The next round's probe, the same in every lane (ready, the flag and s->warp are).
   if (cudaq_rt_loopback_warp_round(&s->warp, ready, shutdown) && CUDAQ_RT_LOOPBACK_WARP_NARROW)
     cudaq_rt_loopback_warp_narrow(&s->warp, warp_earliest(s, mask));
+  // Frames longer than their probe: their tails by all lanes (warp_stage_tails), where that takes
+  // fewer round trips (one a frame) than the longest tail would take its own lane (one per 8
+  // cells); else each lane its own, in unpack. A bulk frame is staged apart (stage_bulk). `tails`
+  // is voted on the control cell alone, so that a round of frames without a tail pays one vote
+  // more and no more: a frame has a tail when it is longer than the probe's words, (P - 1) * 8
+  // bytes (frame_cells; slot_size is at least that).
+  bool tail_staged = false;
+  if (tails != 0u) {
+    const uint32_t n = (tails >> s->lane) & 1u
+                           ? frame_cells(probe[0].y < s->slot_size ? probe[0].y : s->slot_size)
+                           : 0u;
+    tail_staged =
+        __any_sync(mask, n > P && (n - P + kBatch - 1u) / kBatch > (uint32_t)__popc(tails));
+    if (tail_staged)
+      warp_stage_tails(s, tails, slot, lap, n);
+  }
   if (!found) {
     // A lane that did not probe has seen nothing: never SHUTDOWN (the next round probes it).
     if (!shutdown || !probes)
@@ -1340,7 +1407,7 @@ __device__ __forceinline__ int warp_poll(Session *s, void **request, void **resp
   const size_t offset = (size_t)slot * s->slot_size;
   unsigned char *frame = s->warp_shared ? warp_request_staging + (size_t)s->lane * s->slot_size
                                         : s->request_frames + offset;
-  unpack<P>(s, L, slot, reinterpret_cast<uint2 *>(frame), lap, probe, 0);
+  unpack<P>(s, L, slot, reinterpret_cast<uint2 *>(frame), lap, probe, 0, tail_staged);
   *request = frame;
   *response = s->response_frames + offset;
   s->last_slot = slot;

@@ -281,6 +281,16 @@ static inline CUDAQ_RT_LOOPBACK_HD uint64_t cudaq_rt_loopback_tail_cell(uint32_t
          (t % CUDAQ_RT_LOOPBACK_TAIL_BLOCK) / CUDAQ_RT_LOOPBACK_LINE_CELLS;
 }
 
+/* The tail cell t (frame cell HEAD_CELLS + t) that lies at position p of its slot's tails:
+ * cudaq_rt_loopback_tail_cell(slot, t, n) == slot * n + p. Each 64-cell block is 8 lines of 8
+ * cells, cell t on line t % 8, so reading the positions in order (the warp form's lanes, one cell
+ * each) reads whole lines. The mapping is its own inverse. */
+static inline CUDAQ_RT_LOOPBACK_HD uint32_t cudaq_rt_loopback_tail_cell_at(uint32_t p) {
+  return (p & ~(CUDAQ_RT_LOOPBACK_TAIL_BLOCK - 1u)) +
+         (p % CUDAQ_RT_LOOPBACK_LINE_CELLS) * CUDAQ_RT_LOOPBACK_LINE_CELLS +
+         (p % CUDAQ_RT_LOOPBACK_TAIL_BLOCK) / CUDAQ_RT_LOOPBACK_LINE_CELLS;
+}
+
 /* Byte offset, from the ring's bulk area, of `slot`'s plain frame bytes (slot_size is a multiple
  * of 16, so every slot's area is 16-byte aligned, as the bulk copy engine needs). */
 static inline CUDAQ_RT_LOOPBACK_HD uint64_t cudaq_rt_loopback_bulk_offset(uint32_t slot,

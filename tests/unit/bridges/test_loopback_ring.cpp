@@ -229,6 +229,28 @@ TEST_CASE("a bulk frame shorter than its header claims is staged as truncated") 
   CHECK(h.request_id == 12u);
 }
 
+TEST_CASE("the warp form's tail loads: position p holds cell tail_cell_at(p), lanes read lines") {
+  for (uint32_t slot_size : {48u, 1040u, 16448u}) {
+    CAPTURE(slot_size);
+    const uint32_t n = cudaq_rt_loopback_tail_cells(slot_size);
+    for (uint32_t slot : {0u, 5u}) {
+      std::set<uint32_t> cells;
+      for (uint32_t p = 0; p < n; ++p) {
+        CAPTURE(p);
+        const uint32_t t = cudaq_rt_loopback_tail_cell_at(p);
+        CHECK(cudaq_rt_loopback_tail_cell(slot, t, n) == uint64_t(slot) * n + p);
+        CHECK(cudaq_rt_loopback_tail_cell_at(t) == p);
+        CHECK(cells.insert(t).second);
+      }
+      CHECK(cells.size() == n);
+      CHECK(*cells.rbegin() == n - 1);
+    }
+  }
+  // Positions 0..7 (one line) are cells 0, 8, .., 56: a line holds one cell of each 8-cell batch.
+  for (uint32_t p = 0; p < CUDAQ_RT_LOOPBACK_LINE_CELLS; ++p)
+    CHECK(cudaq_rt_loopback_tail_cell_at(p) == p * CUDAQ_RT_LOOPBACK_LINE_CELLS);
+}
+
 TEST_CASE("the cell layout is a bijection, and each batch of loads is on distinct lines") {
   for (uint32_t layout : {CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS, CUDAQ_RT_LOOPBACK_LAYOUT_LANES}) {
     const bool lanes = layout == CUDAQ_RT_LOOPBACK_LAYOUT_LANES;
