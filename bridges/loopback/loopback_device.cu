@@ -51,7 +51,8 @@ struct Session {
   uint32_t last_lap;     // its lap
   uint32_t handout_lap;  // the lap of the frame fetch_one found (handout_request)
   uint32_t lane;         // the warp form: this session's lane
-  uint32_t warp_shared;  // the warp form: requests staged in warp_request_staging
+  uint16_t warp_shared;  // the warp form: requests staged in warp_request_staging
+  uint16_t warp_window;  // the warp form: a lone request and its response staged there too
   uint32_t batch_frames; // frames of a batch staged in shared memory (at most kW)
   uint32_t bulk_min;     // responses of at least this many bytes go in bulk (0: never)
   uint32_t bulk_phase;   // the parity bulk_barrier completes next
@@ -199,12 +200,14 @@ __shared__ __align__(8) unsigned long long tail_barrier;
 
 // The warp form stages each lane's request (not its response: the handler may write up to a whole
 // slot) in shared memory, lane l at l * slot_size, when the block is that one warp and 32 slots
-// fit; else in the per-slot frames in device memory. Only a kernel that uses the warp hooks
-// reserves it.
+// fit; else in the per-slot frames in device memory. A round that found one request (a client
+// that waits for each answer) stages it at the window's start and builds its response right after
+// it, where two slots fit (warp_frames). Only a kernel that uses the warp hooks reserves it: 32
+// slots of 1 KB, or two of 16 KB and a 64-byte header (slot_size=16448).
 #ifndef CUDAQ_RT_LOOPBACK_WARP_SHARED_STAGING
 #define CUDAQ_RT_LOOPBACK_WARP_SHARED_STAGING 1
 #endif
-constexpr uint32_t kWarpSharedBytes = 32768;
+constexpr uint32_t kWarpSharedBytes = 32768 + 256;
 __shared__ __align__(16) unsigned char warp_request_staging[kWarpSharedBytes];
 
 // Pushing responses out. A response's posted stores to mapped host memory reach the host about
@@ -1237,7 +1240,8 @@ extern "C" __device__ void cudaq_dev_tx_publish(void *session, void *response) {
 // fetched_slot and fetched_lap are the lane's next request (slots lane, lane + 32, ... of the
 // ring, so that the host's request k is lane k % 32's), last_slot and last_lap the one it holds.
 // Requests are staged in shared memory where 32 of them fit (warp_request_staging), responses in
-// the per-slot frames in device memory.
+// the per-slot frames in device memory; a lone request and its response in shared memory where
+// two slots fit (warp_frames).
 
 extern "C" __device__ void *
 cudaq_dev_warp_enter_kernel(void *storage, void *ctx, volatile int *shutdown_flag, unsigned lane) {
@@ -1248,9 +1252,10 @@ cudaq_dev_warp_enter_kernel(void *storage, void *ctx, volatile int *shutdown_fla
     return nullptr;
   Session *s = static_cast<Session *>(storage);
   s->lane = lane;
-  s->warp_shared = CUDAQ_RT_LOOPBACK_WARP_SHARED_STAGING &&
-                   blockDim.x * blockDim.y * blockDim.z == CUDAQ_RT_WARP_LANES &&
-                   c->slot_size <= kWarpSharedBytes / CUDAQ_RT_WARP_LANES;
+  const bool one_warp = CUDAQ_RT_LOOPBACK_WARP_SHARED_STAGING &&
+                        blockDim.x * blockDim.y * blockDim.z == CUDAQ_RT_WARP_LANES;
+  s->warp_shared = one_warp && c->slot_size <= kWarpSharedBytes / CUDAQ_RT_WARP_LANES;
+  s->warp_window = one_warp && c->slot_size <= kWarpSharedBytes / 2u;
   s->fetched_slot = c->warp_resume_slot[lane];
   s->fetched_lap = c->warp_resume_lap[lane];
   s->warp = cudaq_rt_loopback_warp_probe{0u, 0u, 0u, 0u}; // every lane probes the first round
@@ -1290,6 +1295,24 @@ __device__ __forceinline__ uint32_t warp_earliest(const Session *s, unsigned mas
   return __popc(first) == 1 ? (uint32_t)(__ffs(first) - 1) : CUDAQ_RT_WARP_LANES;
 }
 
+// Where lane `lane`'s request of `slot` is staged this round, and its response built: a lone
+// request (`lone`: no other lane found one) in the shared window with its response, so that the
+// handler and tx_publish work in shared memory as the unified kernel's do, where a frame in device
+// memory costs them an L2 round trip per load (a 16 KB echo copied 32 bytes a round trip);
+// else as warp_request_staging says.
+struct WarpFrames {
+  unsigned char *request, *response;
+};
+__device__ __forceinline__ WarpFrames warp_frames(const Session *s, uint32_t lane, uint32_t slot,
+                                                  bool lone) {
+  const size_t offset = (size_t)slot * s->slot_size;
+  if (lone && s->warp_window)
+    return {warp_request_staging, warp_request_staging + s->slot_size};
+  return {s->warp_shared ? warp_request_staging + (size_t)lane * s->slot_size
+                         : s->request_frames + offset,
+          s->response_frames + offset};
+}
+
 // The warp form's tails loaded by all 32 lanes together, where one lane's loads would take more
 // round trips: a lane that found a frame longer than its probe (the cells of `tails`) would load
 // its tail 8 cells per round trip (unpack), 16 of them for a 1 KB request, while the lanes with
@@ -1299,7 +1322,7 @@ __device__ __forceinline__ uint32_t warp_earliest(const Session *s, unsigned mas
 // read 512 consecutive bytes. Any half not stamped yet is reloaded, as in unpack.
 constexpr uint32_t kWarpTailCells = 4;
 __device__ __forceinline__ void warp_stage_tails(Session *s, unsigned tails, uint32_t slot,
-                                                 uint32_t lap, uint32_t cells) {
+                                                 uint32_t lap, uint32_t cells, bool lone) {
   const unsigned mask = 0xFFFFFFFFu;
   constexpr uint32_t B = CUDAQ_RT_LOOPBACK_TAIL_BLOCK;
   for (unsigned left = tails; left != 0u; left &= left - 1u) {
@@ -1307,9 +1330,7 @@ __device__ __forceinline__ void warp_stage_tails(Session *s, unsigned tails, uin
     const uint32_t oslot = __shfl_sync(mask, slot, o);
     const uint32_t olap = __shfl_sync(mask, lap, o);
     const uint32_t need = __shfl_sync(mask, cells, o) - kHead;
-    unsigned char *staging = s->warp_shared ? warp_request_staging + (size_t)o * s->slot_size
-                                            : s->request_frames + (size_t)oslot * s->slot_size;
-    uint2 *words = reinterpret_cast<uint2 *>(staging) + (kHead - 1u);
+    uint2 *words = reinterpret_cast<uint2 *>(warp_frames(s, o, oslot, lone).request) + (kHead - 1u);
     const volatile uint4 *ring =
         s->request_tails + cudaq_rt_loopback_tail_cell(oslot, 0u, s->tail_cells);
     const uint32_t span = (need + B - 1u) & ~(B - 1u);
@@ -1385,7 +1406,7 @@ __device__ __forceinline__ int warp_poll(Session *s, void **request, void **resp
     tail_staged =
         __any_sync(mask, n > P && (n - P + kBatch - 1u) / kBatch > (uint32_t)__popc(tails));
     if (tail_staged)
-      warp_stage_tails(s, tails, slot, lap, n);
+      warp_stage_tails(s, tails, slot, lap, n, (ready & (ready - 1u)) == 0u);
   }
   if (!found) {
     // A lane that did not probe has seen nothing: never SHUTDOWN (the next round probes it).
@@ -1404,12 +1425,11 @@ __device__ __forceinline__ int warp_poll(Session *s, void **request, void **resp
     s->ctx->warp_resume_lap[s->lane] = lap;
     return CUDAQ_DEV_RX_SHUTDOWN;
   }
-  const size_t offset = (size_t)slot * s->slot_size;
-  unsigned char *frame = s->warp_shared ? warp_request_staging + (size_t)s->lane * s->slot_size
-                                        : s->request_frames + offset;
+  const WarpFrames f = warp_frames(s, s->lane, slot, (ready & (ready - 1u)) == 0u);
+  unsigned char *frame = f.request;
   unpack<P>(s, L, slot, reinterpret_cast<uint2 *>(frame), lap, probe, 0, tail_staged);
   *request = frame;
-  *response = s->response_frames + offset;
+  *response = f.response;
   s->last_slot = slot;
   s->last_lap = lap;
   uint32_t next = slot + CUDAQ_RT_WARP_LANES;
