@@ -29,6 +29,9 @@ if bash "$here/tests/gpu/link_example.sh" "$b/bin/cudaq-rt-pack" "$b/bin/cudaq-r
     loopback "$tmp/example/example.cudaqpkg"
     echo "== gpu.loopback_dispatch_warp"
     loopback "$tmp/example/example.cudaqpkg" --dispatcher warp --slots 256 --many 1000000
+    echo "== gpu.loopback_dispatch_warp_feeders"
+    loopback "$tmp/example/example.cudaqpkg" --dispatcher warp --slots 256 \
+      --bridge-arg feeders=2 --many 1000000 --only-many
     echo "== gpu.loopback_dispatch_lanes"
     loopback "$tmp/example/example.cudaqpkg" --layout lanes --mixed 1000000
     echo "== gpu.loopback_dispatch_warp_slots"

@@ -1,7 +1,8 @@
 // The loopback bridge's host side: allocates the ring and feeds it from this process (a
 // launcher's one-shot calls, benchmarks, the GPU tests). The ring protocol is explained in
-// loopback_ring.h; send and receive are in loopback_host.h. One host thread drives an instance,
-// and one device thread serves it (loopback_ring.h), at a time.
+// loopback_ring.h; send and receive are in loopback_host.h. One host thread drives an instance
+// (with feeders=N, one thread each feeder), and its kernel serves it (loopback_ring.h), at a
+// time.
 #include "loopback_alloc.h"
 
 #include <algorithm>
@@ -21,35 +22,47 @@ bool fail_create(std::string message) {
   return false;
 }
 
-bool parse_config(std::string_view config, uint32_t &slots, uint32_t &slot_size, uint32_t &layout,
-                  uint32_t &bulk_min, uint32_t &response_bulk_min, uint32_t &spare_frame) {
+struct Config {
+  uint32_t slots = CUDAQ_RT_LOOPBACK_DEFAULT_SLOTS;
+  uint32_t slot_size = CUDAQ_RT_LOOPBACK_DEFAULT_SLOT_SIZE;
+  uint32_t layout = CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS;
+  uint32_t bulk_min = CUDAQ_RT_LOOPBACK_DEFAULT_BULK_MIN;
+  uint32_t response_bulk_min = CUDAQ_RT_LOOPBACK_RESPONSE_BULK_AS_REQUESTS;
+  uint32_t spare_frame = 0;
+  uint32_t feeders = 1;
+};
+
+bool parse_config(std::string_view config, Config &c) {
   BridgeOptions options;
   if (std::string why = options.parse(config); !why.empty())
     return fail_create(std::move(why));
   for (const auto &[key, value] : options.items()) {
     if (key == "layout") {
-      if (!parse_layout(value, layout))
+      if (!parse_layout(value, c.layout))
         return fail_create("option 'layout' is slots or lanes, got '" + value + "'");
       continue;
     }
     if (key == "spare_frame") {
-      if (!parse_flag(value, spare_frame))
+      if (!parse_flag(value, c.spare_frame))
         return fail_create("option 'spare_frame' is 0 or 1, got '" + value + "'");
       continue;
     }
-    uint32_t *target = key == "slots"           ? &slots
-                       : key == "slot_size"     ? &slot_size
-                       : key == "bulk"          ? &bulk_min
-                       : key == "response_bulk" ? &response_bulk_min
+    uint32_t *target = key == "slots"           ? &c.slots
+                       : key == "slot_size"     ? &c.slot_size
+                       : key == "bulk"          ? &c.bulk_min
+                       : key == "response_bulk" ? &c.response_bulk_min
+                       : key == "feeders"       ? &c.feeders
                                                 : nullptr;
     if (!target)
       return fail_create("unknown option '" + key +
                          "' (known: slots=N, slot_size=BYTES, layout=slots|lanes, bulk=BYTES, "
-                         "response_bulk=BYTES, spare_frame=0|1)");
+                         "response_bulk=BYTES, spare_frame=0|1, feeders=N)");
     if (!parse_u32(value, *target))
       return fail_create("option '" + key + "' needs a number, got '" + value + "'");
   }
-  if (std::string why = check_ring_shape(slots, slot_size, layout); !why.empty())
+  if (std::string why = check_ring_shape(c.slots, c.slot_size, c.layout); !why.empty())
+    return fail_create(std::move(why));
+  if (std::string why = check_feeders(c.feeders, c.slots); !why.empty())
     return fail_create(std::move(why));
   return true;
 }
@@ -66,19 +79,17 @@ cudaq_rt_bridge_result create(const char *config, cudaq_rt_bridge **out) {
     return CUDAQ_RT_BRIDGE_ERROR;
   }
   *out = nullptr;
-  uint32_t slots = CUDAQ_RT_LOOPBACK_DEFAULT_SLOTS, slot_size = CUDAQ_RT_LOOPBACK_DEFAULT_SLOT_SIZE;
-  uint32_t layout = CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS, bulk_min = CUDAQ_RT_LOOPBACK_DEFAULT_BULK_MIN;
-  uint32_t response_bulk_min = CUDAQ_RT_LOOPBACK_RESPONSE_BULK_AS_REQUESTS, spare_frame = 0;
-  if (!parse_config(config ? config : "", slots, slot_size, layout, bulk_min, response_bulk_min,
-                    spare_frame))
+  Config c;
+  if (!parse_config(config ? config : "", c))
     return CUDAQ_RT_BRIDGE_ERROR;
 
   auto *b = new cudaq_rt_bridge;
-  if (!allocate_ring(b, slots, slot_size, layout, bulk_min, response_bulk_min, spare_frame != 0,
-                     create_error)) {
+  if (!allocate_ring(b, c.slots, c.slot_size, c.layout, c.bulk_min, c.response_bulk_min,
+                     c.spare_frame != 0, c.feeders, create_error)) {
     delete b;
     return CUDAQ_RT_BRIDGE_ERROR;
   }
+  make_feeders(b, c.feeders);
   *out = b;
   return CUDAQ_RT_BRIDGE_OK;
 }
@@ -88,6 +99,10 @@ cudaq_rt_bridge_result instance_config(const cudaq_rt_bridge_launch *launch, con
   create_error.clear();
   BridgeOptions options;
   if (std::string why = options.parse(config); !why.empty()) {
+    create_error = std::move(why);
+    return CUDAQ_RT_BRIDGE_ERROR;
+  }
+  if (std::string why = check_feeders_for(*launch, options); !why.empty()) {
     create_error = std::move(why);
     return CUDAQ_RT_BRIDGE_ERROR;
   }
@@ -115,6 +130,9 @@ uint32_t num_slots(cudaq_rt_bridge *b) {
 }
 uint32_t dispatch_shared_bytes(cudaq_rt_bridge *b) {
   return b->spare_bytes;
+}
+cudaq_rt_bridge *feeder_of(cudaq_rt_bridge *b, uint32_t index) {
+  return feeder(b, index);
 }
 
 // The ring work is in loopback_host.h, where the tests reach it.
@@ -161,6 +179,7 @@ const cudaq_rt_bridge_ops loopback_ops = {
     .receive_batch = receive_batch,
     .instance_config = instance_config,
     .dispatch_shared_bytes = dispatch_shared_bytes,
+    .feeder = feeder_of,
 };
 
 } // namespace

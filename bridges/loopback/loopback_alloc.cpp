@@ -36,7 +36,7 @@ void release_ring(cudaq_rt_bridge *b) {
 
 bool allocate_ring(cudaq_rt_bridge *b, uint32_t slots, uint32_t slot_size, uint32_t layout,
                    uint32_t bulk_min, uint32_t response_bulk_min, bool spare_frame,
-                   std::string &error) {
+                   uint32_t feeders, std::string &error) {
   b->num_slots = slots;
   b->spare_bytes = spare_frame ? slot_size : 0u;
   b->slot_size = slot_size;
@@ -103,6 +103,7 @@ bool allocate_ring(cudaq_rt_bridge *b, uint32_t slots, uint32_t slot_size, uint3
                      ? bulk_min
                      : response_bulk_min;
   ctx.spare_bytes = b->spare_bytes;
+  ctx.feeders = feeders;
   ctx.request_bulk = static_cast<char *>(device_requests) + bulk_at;
   ctx.response_bulk = static_cast<char *>(device_responses) + bulk_at;
   ctx.request_frames = device + ctx_bytes;

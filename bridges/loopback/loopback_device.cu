@@ -74,6 +74,8 @@ struct Session {
                          // staging (on bulk_barrier), with the control cell after it
   uint8_t ahead_spare;   // and into the spare frame, not the staging's first
   uint8_t has_spare;     // the chain's second request frame, spare_staging, is there
+  uint8_t one_feeder;    // the warp form: one host thread feeds every lane in order (not
+                         // feeders=N, loopback_ring.h "Feeders"), so the probe may narrow
   uint32_t tail_slot;    // the slot the last copy into tail_buffer was of
   uint32_t ahead_len;    // not 0: the request at fetched_slot is a bulk frame of these bytes,
                          // its control cell seen stamped (the chain: start_ahead)
@@ -1259,6 +1261,7 @@ cudaq_dev_warp_enter_kernel(void *storage, void *ctx, volatile int *shutdown_fla
   s->fetched_slot = c->warp_resume_slot[lane];
   s->fetched_lap = c->warp_resume_lap[lane];
   s->warp = cudaq_rt_loopback_warp_probe{0u, 0u, 0u, 0u}; // every lane probes the first round
+  s->one_feeder = c->feeders <= 1u;
   return s;
 }
 
@@ -1390,7 +1393,10 @@ __device__ __forceinline__ int warp_poll(Session *s, void **request, void **resp
                 !(CUDAQ_RT_LOOPBACK_BULK && probe[0].w == CUDAQ_RT_LOOPBACK_KIND_BULK));
   s->busy = ready == 0xFFFFFFFFu;
   // The next round's probe, the same in every lane (ready, the flag and s->warp are).
-  if (cudaq_rt_loopback_warp_round(&s->warp, ready, shutdown) && CUDAQ_RT_LOOPBACK_WARP_NARROW)
+  // Several feeders' requests come in no order across their lanes: no lane comes next, so the
+  // probe stays wide.
+  if (cudaq_rt_loopback_warp_round(&s->warp, ready, shutdown) && CUDAQ_RT_LOOPBACK_WARP_NARROW &&
+      s->one_feeder)
     cudaq_rt_loopback_warp_narrow(&s->warp, warp_earliest(s, mask));
   // Frames longer than their probe: their tails by all lanes (warp_stage_tails), where that takes
   // fewer round trips (one a frame) than the longest tail would take its own lane (one per 8

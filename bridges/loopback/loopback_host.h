@@ -28,6 +28,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <vector>
 
 struct cudaq_rt_bridge {
   uint32_t num_slots = 0;
@@ -58,6 +59,13 @@ struct cudaq_rt_bridge {
   };
   Position send_at, receive_at;
   std::string error;
+  // Feeders (feeders=N, loopback_ring.h "Feeders"): this feeder's frames go to lanes first_lane ..
+  // first_lane + feeder_lanes - 1 of each group of 32 slots; feeder_lanes 0: to every slot, in
+  // order. The instance is feeder 0; `more_feeders` holds feeders 1..N-1, views of the same ring
+  // with positions of their own (their pointers are the instance's: only it releases the ring).
+  uint32_t first_lane = 0;
+  uint32_t feeder_lanes = 0;
+  std::vector<cudaq_rt_bridge> more_feeders;
 };
 
 namespace cudaq_rt::loopback {
@@ -145,6 +153,56 @@ inline void lay_out_for(const cudaq_rt_bridge_launch &launch, BridgeOptions &opt
     options.set("bulk", "0");
 }
 
+// Why a ring of `slots` slots cannot be fed by `feeders` host threads side by side (feeders=N,
+// loopback_ring.h "Feeders"); empty when it can.
+inline std::string check_feeders(uint32_t feeders, uint32_t slots) {
+  if (feeders == 0 || feeders > CUDAQ_RT_LOOPBACK_LANES || CUDAQ_RT_LOOPBACK_LANES % feeders != 0)
+    return "feeders=" + std::to_string(feeders) + " must divide " +
+           std::to_string(CUDAQ_RT_LOOPBACK_LANES) + " (1, 2, 4, 8, 16 or 32)";
+  if (feeders > 1 && slots % CUDAQ_RT_LOOPBACK_LANES != 0)
+    return "feeders=" + std::to_string(feeders) + " needs a multiple of " +
+           std::to_string(CUDAQ_RT_LOOPBACK_LANES) + " slots, not slots=" + std::to_string(slots);
+  return {};
+}
+
+// Makes b, whose ring is allocated and has carried no frame, the first of `feeders` feeders
+// (check_feeders said yes): each takes 32 / feeders lanes of every group of 32 slots, b the first
+// ones, and b->more_feeders the others.
+inline void make_feeders(cudaq_rt_bridge *b, uint32_t feeders) {
+  b->more_feeders.clear();
+  if (feeders <= 1)
+    return;
+  const uint32_t lanes = CUDAQ_RT_LOOPBACK_LANES / feeders;
+  b->first_lane = 0;
+  b->feeder_lanes = lanes;
+  b->more_feeders.reserve(feeders - 1);
+  for (uint32_t f = 1; f < feeders; ++f) {
+    cudaq_rt_bridge view = *b;
+    view.first_lane = f * lanes;
+    view.send_at = view.receive_at = {0, f * lanes, cudaq_rt_loopback_lap(0, b->num_slots)};
+    b->more_feeders.push_back(std::move(view));
+  }
+}
+
+// Feeder i of b (0: b itself), or null past the last.
+inline cudaq_rt_bridge *feeder(cudaq_rt_bridge *b, uint32_t i) {
+  return i == 0 ? b : i <= b->more_feeders.size() ? &b->more_feeders[i - 1] : nullptr;
+}
+
+// Why an instance with the `options` a user gave cannot serve the kernel of `launch`: feeders=N
+// with N > 1 is for a kernel whose lanes serve their own slots (the warp form); the unified kernel
+// serves the slots in order from one thread, so a feeder's requests would wait on another's.
+inline std::string check_feeders_for(const cudaq_rt_bridge_launch &launch,
+                                     const BridgeOptions &options) {
+  const std::string *value = options.find("feeders");
+  uint32_t feeders = 1;
+  if (!value || !parse_u32(*value, feeders) || feeders <= 1 || launch.polling_lanes != 1)
+    return {}; // what create does not take, it says
+  return "feeders=" + *value +
+         " needs a kernel whose 32 lanes serve their own slots (the warp dispatcher); this one "
+         "serves every slot in order from one thread";
+}
+
 // A response that has started to arrive completes within microseconds; a half missing for this
 // many polls means the kernel died mid-publish.
 constexpr uint64_t kMaxHalfPolls = uint64_t(1) << 32;
@@ -185,18 +243,47 @@ inline uint64_t *cell_half(uint64_t *heads, uint64_t *tails, uint32_t tail_cells
                                                        tail_cells);
 }
 
-// Slot and lap of frame k in a ring of n slots: `at`, moved to k (one step in the common case).
-inline cudaq_rt_bridge::Position &position(cudaq_rt_bridge::Position &at, uint64_t k, uint32_t n) {
+// Slots of a feeder that takes `lanes` lanes of each group of 32 (0: every slot) in a ring of n.
+inline uint32_t feeder_slots(uint32_t n, uint32_t lanes) {
+  return lanes ? n / CUDAQ_RT_LOOPBACK_LANES * lanes : n;
+}
+
+// The slot after `slot` among a feeder's (first_lane, lanes: cudaq_rt_bridge) in a ring of n
+// slots; `wrapped` says whether it went back to the feeder's first slot (a new lap).
+inline uint32_t next_feeder_slot(uint32_t slot, uint32_t n, uint32_t first_lane, uint32_t lanes,
+                                 bool &wrapped) {
+  if (lanes && slot % CUDAQ_RT_LOOPBACK_LANES == first_lane + lanes - 1)
+    slot += CUDAQ_RT_LOOPBACK_LANES - lanes + 1; // the feeder's first lane of the next group
+  else
+    ++slot;
+  wrapped = slot >= n;
+  return wrapped ? first_lane : slot;
+}
+
+// Slot and lap of a feeder's frame k in a ring of n slots: `at`, moved to k (one step in the
+// common case). A feeder's frame k is its share's k-th (feeder_slots), so its laps count its own
+// passes over its slots, as the lanes that serve them count theirs (loopback_ring.h, "Feeders").
+inline cudaq_rt_bridge::Position &position(cudaq_rt_bridge::Position &at, uint64_t k, uint32_t n,
+                                           uint32_t first_lane = 0, uint32_t lanes = 0) {
   if (at.k + 1 == k) {
     at.k = k;
-    if (++at.slot == n) {
-      at.slot = 0;
+    bool wrapped;
+    at.slot = next_feeder_slot(at.slot, n, first_lane, lanes, wrapped);
+    if (wrapped)
       at.lap = cudaq_rt_loopback_next_lap(at.lap);
-    }
   } else if (at.k != k) {
-    at = {k, uint32_t(k % n), cudaq_rt_loopback_lap(k, n)};
+    const uint32_t share = feeder_slots(n, lanes);
+    const uint32_t j = uint32_t(k % share);
+    at = {k, lanes ? j / lanes * CUDAQ_RT_LOOPBACK_LANES + first_lane + j % lanes : j,
+          cudaq_rt_loopback_lap(k, share)};
   }
   return at;
+}
+
+// The same for b's own feeder.
+inline cudaq_rt_bridge::Position &position(const cudaq_rt_bridge *b, cudaq_rt_bridge::Position &at,
+                                           uint64_t k) {
+  return position(at, k, b->num_slots, b->first_lane, b->feeder_lanes);
 }
 
 // The first halves of one slot's frame cells, addressed from its first head cell and its tail
@@ -259,9 +346,9 @@ inline unsigned char *request_area(const cudaq_rt_bridge *b, uint32_t slot) {
 // batch fences once, after its last frame).
 inline cudaq_rt_bridge_result write_request_unfenced(cudaq_rt_bridge *b, const void *frame,
                                                      size_t size) {
-  if (b->sent - b->received == b->num_slots)
+  if (b->sent - b->received == feeder_slots(b->num_slots, b->feeder_lanes))
     return CUDAQ_RT_BRIDGE_AGAIN;
-  const cudaq_rt_bridge::Position &at = position(b->send_at, b->sent, b->num_slots);
+  const cudaq_rt_bridge::Position &at = position(b, b->send_at, b->sent);
   const uint32_t lap = at.lap;
   const SlotCells cell = slot_cells(b, b->request_heads, b->request_tails, at.slot);
   const auto *bytes = static_cast<const unsigned char *>(frame);
@@ -350,7 +437,7 @@ inline cudaq_rt_bridge_result receive_response_in_place(cudaq_rt_bridge *b, void
   if (b->received == b->sent)
     return CUDAQ_RT_BRIDGE_AGAIN;
   const uint64_t k = b->received;
-  const cudaq_rt_bridge::Position &at = position(b->receive_at, k, b->num_slots);
+  const cudaq_rt_bridge::Position &at = position(b, b->receive_at, k);
   const uint32_t lap = at.lap;
   const SlotCells cell = slot_cells(b, b->response_heads, b->response_tails, at.slot);
   const uint64_t control = load_half(cell(0));
@@ -447,8 +534,11 @@ inline cudaq_rt_bridge_result receive_responses(cudaq_rt_bridge *b, void *buffer
   const uint32_t n = b->num_slots;
   // The slot of the response prefetched next: from the receive position, one step at a time
   // (a 64-bit division per response cost the host thread more than the prefetch saved).
-  uint32_t slot = position(b->receive_at, b->received, n).slot;
-  const auto advance = [n](uint32_t s) { return s + 1 == n ? 0u : s + 1; };
+  uint32_t slot = position(b, b->receive_at, b->received).slot;
+  const auto advance = [n, b](uint32_t s) {
+    bool wrapped;
+    return next_feeder_slot(s, n, b->first_lane, b->feeder_lanes, wrapped);
+  };
   for (size_t i = 0; i < ahead && i < kPrefetchResponses; ++i, slot = advance(slot))
     prefetch_response(b, slot);
   for (; done < count; ++done) {

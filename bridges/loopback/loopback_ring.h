@@ -257,6 +257,15 @@ static inline CUDAQ_RT_LOOPBACK_HD uint32_t cudaq_rt_loopback_tail_cells(uint32_
 #define CUDAQ_RT_LOOPBACK_LAYOUT_LANES 1u
 #define CUDAQ_RT_LOOPBACK_LANES 32u /* slots per group in the lanes layout */
 
+/* Feeders (feeders=N, the loopback bridge): N host threads feed one ring side by side, for a
+ * warp-form kernel, whose lane l serves slots l, l + 32, ... with a slot and lap of its own. Feeder
+ * f takes lanes f * 32 / N .. (f + 1) * 32 / N - 1 of every group of 32 slots, and sends and
+ * receives its frames in order over those slots alone: its k-th frame goes to its share's slot
+ * k mod (num_slots / N), with the lap k / (num_slots / N) + 1 (wrapping as laps do), which is the
+ * slot and lap the lane serving it expects next. No lane serves two feeders, so the feeders share
+ * nothing but the shutdown flag. N = 1 (the default) is one thread over every slot in order; the
+ * unified kernel, whose one thread serves the slots in that order, takes only that. */
+
 /* Cell index, from the ring's heads, of frame cell c < HEAD_CELLS of `slot`. */
 static inline CUDAQ_RT_LOOPBACK_HD uint64_t cudaq_rt_loopback_head_cell(uint32_t layout,
                                                                         uint32_t slot, uint32_t c) {
@@ -444,6 +453,9 @@ typedef struct cudaq_rt_loopback_device_ctx {
    * kernel for it (slot_size with spare_frame=1, else 0); the device uses it only where the
    * kernel has at least that many (%dynamic_smem_size). */
   uint32_t spare_bytes;
+  /* Host threads that feed the ring side by side, each on its own lanes ("Feeders"): 1, or a
+   * divisor of 32 for the warp form. */
+  uint32_t feeders;
 } cudaq_rt_loopback_device_ctx;
 
 #endif /* CUDAQ_RT_LOOPBACK_RING_H */

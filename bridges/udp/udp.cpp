@@ -68,7 +68,7 @@ cudaq_rt_bridge_result create(const char *config, cudaq_rt_bridge **out) {
     return CUDAQ_RT_BRIDGE_ERROR;
   if (!loopback::allocate_ring(&u->ring, u->config.slots, u->config.slot_size, u->config.layout,
                                u->config.bulk_min, u->config.response_bulk_min,
-                               u->config.spare_frame != 0, create_error)) {
+                               u->config.spare_frame != 0, /*feeders=*/1, create_error)) {
     ::close(u->socket.fd);
     return CUDAQ_RT_BRIDGE_ERROR;
   }

@@ -9,13 +9,14 @@
 //
 //   loopback_dispatch_test [--bridge NAME|PATH] --package DIR [--latency-requests N]
 //                          [--dispatcher builtin|warp] [--slots N] [--layout slots|lanes]
-//                          [--many N]
+//                          [--many N] [--bridge-arg KEY=VALUE]... [--only-many]
 //
 // --dispatcher warp runs every check against the warp dispatcher instead of the unified one;
 // --layout gives the loopback ring that layout (loopback_ring.h) instead of the load path's
 // choice for the dispatcher;
 // --many N also sends N echoes through the batched send and receive with the ring kept full,
-// each checked by request_id and payload.
+// each checked by request_id and payload, from one host thread per feeder of the bridge (the
+// loopback bridge's feeders=N); --only-many sends only those (the other checks drive feeder 0).
 //
 // The package must hold a cubin for this GPU (the load path runs with linking at load off, so the
 // test loads what cudaq-rt-link stored). Without a GPU the test exits 77 (ctest: skipped).
@@ -158,6 +159,7 @@ struct TestOptions {
   uint64_t many = 0;
   uint64_t mixed = 0;        // echoes of mixed sizes, 8 bytes to the slot's payload
   bool only_mixed = false;   // nothing but the mixed echoes (a kernel that serves pairs only)
+  bool only_many = false;    // nothing but the batched echoes (a ring fed by several threads)
   bool expect_spare = false; // the kernel must have been given the ring's spare frame
 };
 
@@ -205,6 +207,8 @@ TestOptions parse_options(int argc, char **argv) {
       options.load.policy.allow_link = true;
     else if (a == "--only-mixed")
       options.only_mixed = true;
+    else if (a == "--only-many") // a ring with feeders=N: the other checks drive one feeder
+      options.only_many = true;
     else if (a == "--expect-spare") // launched with a slot of dynamic shared memory for the hooks
       options.expect_spare = true;
     else
@@ -218,6 +222,8 @@ TestOptions parse_options(int argc, char **argv) {
   if (!layout.empty())
     config.push_back("layout=" + layout);
   config.insert(config.end(), bridge_args.begin(), bridge_args.end());
+  if (options.only_many && options.many == 0)
+    usage_error("--only-many needs --many");
   if (options.only_mixed && (options.mixed == 0 || options.mixed % 2 != 0))
     usage_error("--only-mixed needs an even --mixed count (the kernel may serve in pairs)");
   for (const std::string &item : config)
@@ -490,9 +496,10 @@ void check_batched_echoes(Session &s, uint64_t many) {
   s.id += uint32_t(many);
   s.expected.requests += many;
   s.expected.ok += many;
-  std::printf("batched: %llu echoes of 8 B, %u in flight, none lost, %llu wrong: %.2f M "
-              "requests/s\n",
-              (unsigned long long)many, b.inflight, (unsigned long long)r->wrong,
+  std::printf("batched: %llu echoes of 8 B, %u in flight, %u host thread%s, none lost, %llu "
+              "wrong: %.2f M requests/s\n",
+              (unsigned long long)many, b.inflight, s.loaded.feeders(),
+              s.loaded.feeders() == 1 ? "" : "s", (unsigned long long)r->wrong,
               r->requests_per_s / 1e6);
 }
 
@@ -663,6 +670,17 @@ int main(int argc, char **argv) {
                std::to_string(s.slot_size));
   if (options.only_mixed) {
     check_mixed_echoes(s, options.mixed);
+    s.stop();
+    check_final_counters(s);
+    return verdict();
+  }
+  if (options.only_many) {
+    // Then again on a second kernel: each lane goes on where it stopped, as each feeder does.
+    check_batched_echoes(s, options.many);
+    s.stop();
+    if (auto st = s.loaded.relaunch(); !st)
+      fail(st.error().str());
+    check_batched_echoes(s, std::max<uint64_t>(options.many / 10, 1));
     s.stop();
     check_final_counters(s);
     return verdict();

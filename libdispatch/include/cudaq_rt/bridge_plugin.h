@@ -217,6 +217,15 @@ typedef struct cudaq_rt_bridge_ops {
    * (waiting up to timeout_s: AGAIN when the time ran out first). Under steady load a drain may
    * go on taking what keeps arriving; a hold ends as soon as the requests taken are answered. */
   cudaq_rt_bridge_result (*hold)(cudaq_rt_bridge *bridge, double timeout_s);
+  /* Optional, CUDAQ_RT_BRIDGE_CAP_HOST_FRAMES only (NULL, or a struct_size that ends before it:
+   * one feeder, the instance). Feeder `index` of the instance, or NULL past the last: host threads
+   * that feed one instance side by side each drive a feeder of their own, which holds a share of
+   * the slots (num_slots / feeders) and takes and answers its frames in order, apart from the
+   * others' (the loopback bridge's feeders=N, for the warp dispatcher, whose lanes serve their own
+   * slots). Feeder 0 is the instance. A feeder is passed where send, receive, send_batch,
+   * receive_batch and last_error take an instance, and nowhere else; it lives as long as the
+   * instance. One thread at a time drives a feeder. */
+  cudaq_rt_bridge *(*feeder)(cudaq_rt_bridge *bridge, uint32_t index);
 } cudaq_rt_bridge_ops;
 
 /* The size of the table as ABI version 1 first defined it (up to receive). */

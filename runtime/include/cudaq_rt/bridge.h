@@ -79,9 +79,13 @@ public:
   void abandon();
 
   // Host-fed bridges: false when the ring is full (send) or the response is not there yet
-  // (receive, else the frame's size).
-  Expected<bool> send(std::span<const uint8_t> frame);
-  Expected<std::optional<size_t>> receive(std::span<uint8_t> buffer);
+  // (receive, else the frame's size). `feeder` (below feeders()) is the share of the slots the
+  // calling thread drives; 0, the instance, where the bridge has one.
+  Expected<bool> send(std::span<const uint8_t> frame, uint32_t feeder = 0);
+  Expected<std::optional<size_t>> receive(std::span<uint8_t> buffer, uint32_t feeder = 0);
+  // Host threads that may feed the instance side by side, one feeder each
+  // (cudaq_rt_bridge_ops::feeder): 1 for a bridge without them.
+  uint32_t feeders() const { return uint32_t(feeders_.size()); }
   // The batched forms (cudaq_rt_bridge_ops::send_batch, receive_batch; a loop over send and
   // receive where the bridge has none): how many frames were queued, or responses taken, in
   // order. On an error, the ones before it were queued or taken and the count says how many.
@@ -89,8 +93,10 @@ public:
     size_t done = 0;
     std::optional<Error> error;
   };
-  BatchResult send_batch(std::span<const void *const> frames, std::span<const size_t> sizes);
-  BatchResult receive_batch(std::span<uint8_t> buffer, size_t stride, std::span<size_t> sizes);
+  BatchResult send_batch(std::span<const void *const> frames, std::span<const size_t> sizes,
+                         uint32_t feeder = 0);
+  BatchResult receive_batch(std::span<uint8_t> buffer, size_t stride, std::span<size_t> sizes,
+                            uint32_t feeder = 0);
 
   // Self-fed bridges (a socket): see cudaq_rt_bridge_ops::start, drain and stop. drain answers
   // false when the time ran out before every request taken was answered.
@@ -111,15 +117,16 @@ public:
 
 private:
   friend class BridgeLibrary;
-  Bridge(std::shared_ptr<void> handle, const cudaq_rt_bridge_ops *ops, cudaq_rt_bridge *bridge)
-      : handle_(std::move(handle)), ops_(ops), bridge_(bridge) {}
-  Error error(std::string_view op) const;
+  Bridge(std::shared_ptr<void> handle, const cudaq_rt_bridge_ops *ops, cudaq_rt_bridge *bridge);
+  // Why the last call on `on` (the instance or one of its feeders) failed.
+  Error error(std::string_view op, cudaq_rt_bridge *on = nullptr) const;
   // What a drain or a hold answered: done (true), out of time (false), or the bridge's error.
   Expected<bool> in_time(cudaq_rt_bridge_result r, std::string_view op) const;
 
   std::shared_ptr<void> handle_;
   const cudaq_rt_bridge_ops *ops_;
   cudaq_rt_bridge *bridge_;
+  std::vector<cudaq_rt_bridge *> feeders_; // feeder i; [0] is bridge_
 };
 
 // Where bridge names are looked up, in order: each directory of $CUDAQ_RT_BRIDGE_PATH (colon

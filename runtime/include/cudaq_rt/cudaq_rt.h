@@ -244,7 +244,10 @@ typedef struct cudaq_rt_bench_report {
  * `inflight` at a time (at most the bridge's slots), as cudaq-rt-run --bench does, and measures
  * the latter. expect_echo 1: the handler echoes its input, and each request carries its id in
  * its first 4 bytes (when arg_len >= 4), so that every result is checked to be its own request's.
- * CUDAQ_RT_E_TIMEOUT when an answer does not come within timeout_s. */
+ * Where the bridge has several feeders (the loopback bridge's feeders=N), one thread drives each,
+ * with its share of `inflight` and of the requests; cudaq_rt_call and cudaq_rt_call_batch use
+ * the first feeder's slots alone. CUDAQ_RT_E_TIMEOUT when an answer does not come within
+ * timeout_s. */
 int cudaq_rt_bench(cudaq_rt_server *server, uint32_t function_id, const void *arg, uint32_t arg_len,
                    uint64_t requests, uint32_t inflight, uint64_t warmup, int expect_echo,
                    double timeout_s, cudaq_rt_bench_report *report);

@@ -219,8 +219,23 @@ Expected<Bridge> BridgeLibrary::create(const std::string &config) const {
   return Bridge(handle_, ops_, bridge);
 }
 
+Bridge::Bridge(std::shared_ptr<void> handle, const cudaq_rt_bridge_ops *ops,
+               cudaq_rt_bridge *bridge)
+    : handle_(std::move(handle)), ops_(ops), bridge_(bridge), feeders_{bridge} {
+  // Bounded, so that a bridge that never answers NULL costs a table, not a hang.
+  constexpr size_t kMaxFeeders = 1024;
+  auto feeder = CUDAQ_RT_APPENDED(ops_, feeder);
+  while (feeder && ops_->send && feeders_.size() < kMaxFeeders) {
+    cudaq_rt_bridge *f = feeder(bridge_, uint32_t(feeders_.size()));
+    if (!f)
+      break;
+    feeders_.push_back(f);
+  }
+}
+
 Bridge::Bridge(Bridge &&other) noexcept
-    : handle_(std::move(other.handle_)), ops_(other.ops_), bridge_(other.bridge_) {
+    : handle_(std::move(other.handle_)), ops_(other.ops_), bridge_(other.bridge_),
+      feeders_(std::move(other.feeders_)) {
   other.bridge_ = nullptr;
 }
 
@@ -231,6 +246,7 @@ Bridge &Bridge::operator=(Bridge &&other) noexcept {
     handle_ = std::move(other.handle_);
     ops_ = other.ops_;
     bridge_ = other.bridge_;
+    feeders_ = std::move(other.feeders_);
     other.bridge_ = nullptr;
   }
   return *this;
@@ -249,8 +265,8 @@ Bridge::~Bridge() {
     ops_->destroy(bridge_);
 }
 
-Error Bridge::error(std::string_view op) const {
-  const char *why = ops_->last_error(bridge_);
+Error Bridge::error(std::string_view op, cudaq_rt_bridge *on) const {
+  const char *why = ops_->last_error(on ? on : bridge_);
   return make_error("", "bridge ", quote(ops_->name), ": ", op, ": ", why && *why ? why : "failed");
 }
 
@@ -259,21 +275,22 @@ uint32_t Bridge::dispatch_shared_bytes() const {
   return op ? op(bridge_) : 0u;
 }
 
-Expected<bool> Bridge::send(std::span<const uint8_t> frame) {
+Expected<bool> Bridge::send(std::span<const uint8_t> frame, uint32_t feeder) {
   if (!ops_->send)
     return make_error("", "bridge ", quote(ops_->name), " is not fed from the host");
-  switch (ops_->send(bridge_, frame.data(), frame.size())) {
+  cudaq_rt_bridge *on = feeders_.at(feeder);
+  switch (ops_->send(on, frame.data(), frame.size())) {
   case CUDAQ_RT_BRIDGE_OK:
     return true;
   case CUDAQ_RT_BRIDGE_AGAIN:
     return false;
   default:
-    return error("send");
+    return error("send", on);
   }
 }
 
 Bridge::BatchResult Bridge::send_batch(std::span<const void *const> frames,
-                                       std::span<const size_t> sizes) {
+                                       std::span<const size_t> sizes, uint32_t feeder) {
   BatchResult r;
   const size_t count = std::min(frames.size(), sizes.size());
   if (!ops_->send) {
@@ -281,12 +298,14 @@ Bridge::BatchResult Bridge::send_batch(std::span<const void *const> frames,
     return r;
   }
   if (auto batch = CUDAQ_RT_APPENDED(ops_, send_batch)) {
-    if (batch(bridge_, frames.data(), sizes.data(), count, &r.done) == CUDAQ_RT_BRIDGE_ERROR)
-      r.error = error("send");
+    cudaq_rt_bridge *on = feeders_.at(feeder);
+    if (batch(on, frames.data(), sizes.data(), count, &r.done) == CUDAQ_RT_BRIDGE_ERROR)
+      r.error = error("send", on);
     return r;
   }
   for (; r.done < count; ++r.done) {
-    auto sent = send(std::span(static_cast<const uint8_t *>(frames[r.done]), sizes[r.done]));
+    auto sent =
+        send(std::span(static_cast<const uint8_t *>(frames[r.done]), sizes[r.done]), feeder);
     if (!sent)
       r.error = std::move(sent).take_error();
     if (!sent || !*sent)
@@ -296,7 +315,7 @@ Bridge::BatchResult Bridge::send_batch(std::span<const void *const> frames,
 }
 
 Bridge::BatchResult Bridge::receive_batch(std::span<uint8_t> buffer, size_t stride,
-                                          std::span<size_t> sizes) {
+                                          std::span<size_t> sizes, uint32_t feeder) {
   BatchResult r;
   const size_t count = stride ? std::min(buffer.size() / stride, sizes.size()) : 0;
   if (!ops_->receive) {
@@ -304,13 +323,13 @@ Bridge::BatchResult Bridge::receive_batch(std::span<uint8_t> buffer, size_t stri
     return r;
   }
   if (auto batch = CUDAQ_RT_APPENDED(ops_, receive_batch)) {
-    if (batch(bridge_, buffer.data(), stride, sizes.data(), count, &r.done) ==
-        CUDAQ_RT_BRIDGE_ERROR)
-      r.error = error("receive");
+    cudaq_rt_bridge *on = feeders_.at(feeder);
+    if (batch(on, buffer.data(), stride, sizes.data(), count, &r.done) == CUDAQ_RT_BRIDGE_ERROR)
+      r.error = error("receive", on);
     return r;
   }
   for (; r.done < count; ++r.done) {
-    auto got = receive(buffer.subspan(r.done * stride, stride));
+    auto got = receive(buffer.subspan(r.done * stride, stride), feeder);
     if (!got)
       r.error = std::move(got).take_error();
     if (!got || !*got)
@@ -320,17 +339,18 @@ Bridge::BatchResult Bridge::receive_batch(std::span<uint8_t> buffer, size_t stri
   return r;
 }
 
-Expected<std::optional<size_t>> Bridge::receive(std::span<uint8_t> buffer) {
+Expected<std::optional<size_t>> Bridge::receive(std::span<uint8_t> buffer, uint32_t feeder) {
   if (!ops_->receive)
     return make_error("", "bridge ", quote(ops_->name), " is not fed from the host");
   size_t size = 0;
-  switch (ops_->receive(bridge_, buffer.data(), buffer.size(), &size)) {
+  cudaq_rt_bridge *on = feeders_.at(feeder);
+  switch (ops_->receive(on, buffer.data(), buffer.size(), &size)) {
   case CUDAQ_RT_BRIDGE_OK:
     return std::optional<size_t>(size);
   case CUDAQ_RT_BRIDGE_AGAIN:
     return std::optional<size_t>();
   default:
-    return error("receive");
+    return error("receive", on);
   }
 }
 

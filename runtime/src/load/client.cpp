@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstring>
 #include <optional>
+#include <thread>
 
 namespace cudaq_rt {
 namespace {
@@ -68,12 +69,13 @@ Status send_all(Server &server, std::span<const uint8_t> frame, Clock::time_poin
 // Waits up to `timeout_s` for at least one of the `outstanding` responses, and takes every one
 // that has come: each into `buffer` (a slot's `stride` apart), its size into `sizes`. How many.
 Expected<size_t> take_responses(Server &server, std::vector<uint8_t> &buffer, size_t stride,
-                                std::vector<size_t> &sizes, size_t outstanding, double timeout_s) {
+                                std::vector<size_t> &sizes, size_t outstanding, double timeout_s,
+                                uint32_t feeder = 0) {
   return poll<size_t>(
       server,
       [&]() -> Expected<std::optional<size_t>> {
         auto got = server.receive_batch(std::span(buffer.data(), outstanding * stride), stride,
-                                        std::span(sizes.data(), outstanding));
+                                        std::span(sizes.data(), outstanding), feeder);
         if (!got)
           return std::move(got).take_error();
         return *got ? std::optional<size_t>(*got) : std::nullopt;
@@ -99,19 +101,26 @@ Expected<Reply> call(Server &server, std::span<const uint8_t> frame, double time
   return Reply{std::move(*response), us_between(t0, t1)};
 }
 
-Expected<BenchResult> bench(Server &server, uint32_t function_id, const std::string &label,
-                            std::span<const uint8_t> payload, const BenchOptions &opt) {
-  const uint32_t inflight =
-      std::max<uint32_t>(1, std::min<uint32_t>(opt.inflight, server.report().num_slots));
+namespace {
+
+// One feeder's part of a benchmark (all of it where the bridge has one feeder): `requests` after
+// `warmup`, `inflight` at a time, through feeder `feeder` of `feeders`.
+struct FeedPart {
+  uint32_t feeder = 0, feeders = 1;
+  uint64_t requests = 0, warmup = 0;
+  uint32_t inflight = 1;
+};
+struct FeedResult {
+  uint64_t wrong = 0;
+  std::vector<double> latencies;
+  Clock::time_point measured_from{}, done_at{};
+};
+
+Expected<FeedResult> feed(Server &server, const std::vector<uint8_t> &tmpl,
+                          std::span<const uint8_t> payload, const BenchOptions &opt,
+                          const FeedPart &part) {
   const size_t stride = server.report().slot_size;
-  // One frame, built once; each request gets its request_id (and, for an echo, the same id in
-  // its payload's first bytes) patched in. Requests go out and responses come back in batches
-  // (Server::send_batch, receive_batch), so that one host thread keeps a warp-wide dispatcher
-  // fed: nothing is allocated per request.
-  auto built = build_request_frame(function_id, payload, 0, 0, label);
-  if (!built)
-    return std::move(built).take_error();
-  const std::vector<uint8_t> tmpl = std::move(*built);
+  const uint32_t inflight = part.inflight;
   const size_t frame_size = tmpl.size();
   const bool stamp_payload = opt.expect_echo && payload.size() >= 4;
   std::vector<uint8_t> frames(size_t{inflight} * frame_size);
@@ -121,18 +130,18 @@ Expected<BenchResult> bench(Server &server, uint32_t function_id, const std::str
   std::vector<size_t> frame_sizes(inflight, frame_size);
   std::vector<uint8_t> responses(size_t{inflight} * stride);
   std::vector<size_t> response_sizes(inflight);
-  const uint64_t total = opt.warmup + opt.requests;
-  // Send times by request_id modulo a ring larger than what can be in flight (a power of two: a
-  // mask, not a division, per request).
+  const uint64_t total = part.warmup + part.requests;
+  // Send times by request number modulo a ring larger than what can be in flight (a power of
+  // two: a mask, not a division, per request).
   std::vector<Clock::time_point> sent_at(std::bit_ceil(size_t{inflight} * 2));
   const size_t sent_mask = sent_at.size() - 1;
-  std::vector<double> latencies;
-  latencies.reserve(opt.requests);
-  BenchResult r;
+  FeedResult r;
+  r.latencies.reserve(part.requests);
   uint64_t sent = 0, received = 0;
-  Clock::time_point measured_from{};
-  const uint32_t first_id = 1;
-  auto id_of = [&](uint64_t k) { return first_id + static_cast<uint32_t>(k); };
+  // Request k of this feeder: ids apart from every other feeder's.
+  auto id_of = [&](uint64_t k) {
+    return 1u + part.feeder + part.feeders * static_cast<uint32_t>(k);
+  };
   while (received < total) {
     // Fill the free slots, up to `inflight` in flight.
     const size_t room =
@@ -146,21 +155,21 @@ Expected<BenchResult> bench(Server &server, uint32_t function_id, const std::str
           std::memcpy(f + CUDAQ_RT_HEADER_SIZE, &id, 4);
         frame_ptrs[i] = f;
       }
-      if (sent <= opt.warmup && opt.warmup < sent + room)
-        measured_from = Clock::now();
+      if (sent <= part.warmup && part.warmup < sent + room)
+        r.measured_from = Clock::now();
       auto queued = server.send_batch(std::span(frame_ptrs.data(), room),
-                                      std::span(frame_sizes.data(), room));
+                                      std::span(frame_sizes.data(), room), part.feeder);
       if (!queued)
         return std::move(queued).take_error();
       const auto now = Clock::now();
       for (size_t i = 0; i < *queued; ++i)
-        sent_at[id_of(sent + i) & sent_mask] = now;
+        sent_at[(sent + i) & sent_mask] = now;
       sent += *queued;
     }
     // Every request in flight fits the buffers: take what has come, at least one.
     const size_t outstanding = size_t(sent - received);
-    auto taken =
-        take_responses(server, responses, stride, response_sizes, outstanding, opt.timeout_s);
+    auto taken = take_responses(server, responses, stride, response_sizes, outstanding,
+                                opt.timeout_s, part.feeder);
     if (!taken)
       return std::move(taken).take_error();
     const auto now = Clock::now();
@@ -186,15 +195,65 @@ Expected<BenchResult> bench(Server &server, uint32_t function_id, const std::str
           right = std::equal(payload.begin(), payload.end(), result);
         }
       }
-      if (received >= opt.warmup) {
+      if (received >= part.warmup) {
         r.wrong += right ? 0 : 1;
-        latencies.push_back(us_between(sent_at[want & sent_mask], now));
+        r.latencies.push_back(us_between(sent_at[received & sent_mask], now));
       } else if (!right) {
         r.wrong += 1;
       }
     }
   }
-  r.seconds = std::chrono::duration<double>(Clock::now() - measured_from).count();
+  r.done_at = Clock::now();
+  return r;
+}
+
+} // namespace
+
+Expected<BenchResult> bench(Server &server, uint32_t function_id, const std::string &label,
+                            std::span<const uint8_t> payload, const BenchOptions &opt) {
+  // One host thread per feeder of the bridge (Server::feeders: the loopback bridge's feeders=N),
+  // each with its share of the requests, of the warm-up and of what is in flight, on slots of its
+  // own; one feeder runs on this thread.
+  const uint32_t feeders = server.feeders();
+  const uint32_t share_slots = std::max<uint32_t>(1, server.report().num_slots / feeders);
+  // One frame, built once; each request gets its request_id (and, for an echo, the same id in
+  // its payload's first bytes) patched in. Requests go out and responses come back in batches
+  // (Server::send_batch, receive_batch), so that one host thread keeps a warp-wide dispatcher
+  // fed: nothing is allocated per request.
+  auto built = build_request_frame(function_id, payload, 0, 0, label);
+  if (!built)
+    return std::move(built).take_error();
+  const std::vector<uint8_t> tmpl = std::move(*built);
+  std::vector<FeedPart> parts(feeders);
+  for (uint32_t f = 0; f < feeders; ++f) {
+    auto share = [&](uint64_t n) { return n / feeders + (f < n % feeders ? 1 : 0); };
+    const uint32_t inflight = static_cast<uint32_t>(share(std::max<uint32_t>(opt.inflight, 1)));
+    parts[f] = {f, feeders, share(opt.requests), share(opt.warmup),
+                std::clamp<uint32_t>(inflight, 1, share_slots)};
+  }
+  std::vector<std::optional<Expected<FeedResult>>> results(feeders);
+  {
+    std::vector<std::jthread> threads;
+    for (uint32_t f = 1; f < feeders; ++f)
+      threads.emplace_back([&, f] { results[f] = feed(server, tmpl, payload, opt, parts[f]); });
+    results[0] = feed(server, tmpl, payload, opt, parts[0]);
+  } // joined
+  BenchResult r;
+  std::vector<double> latencies;
+  latencies.reserve(opt.requests);
+  Clock::time_point from = Clock::time_point::max(), to = Clock::time_point::min();
+  for (uint32_t f = 0; f < feeders; ++f) {
+    if (!*results[f])
+      return std::move(*results[f]).take_error();
+    FeedResult &part = **results[f];
+    r.wrong += part.wrong;
+    latencies.insert(latencies.end(), part.latencies.begin(), part.latencies.end());
+    if (parts[f].requests == 0) // only warm-up: not in the measured time
+      continue;
+    from = std::min(from, part.measured_from);
+    to = std::max(to, part.done_at);
+  }
+  r.seconds = from < to ? std::chrono::duration<double>(to - from).count() : 0;
   r.requests = opt.requests;
   r.requests_per_s = r.seconds > 0 ? double(opt.requests) / r.seconds : 0;
   r.latency = latency_stats(latencies);

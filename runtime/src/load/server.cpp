@@ -354,6 +354,8 @@ Expected<std::unique_ptr<Server>> Server::load(const LoadOptions &opt, Gpu &gpu)
   if (!bridge)
     return std::move(bridge).take_error();
   s->bridge_.emplace(std::move(*bridge));
+  while (s->books_.size() < s->bridge_->feeders())
+    s->books_.emplace_back();
   r.slot_size = s->bridge_->slot_size();
   r.num_slots = s->bridge_->num_slots();
 
@@ -656,9 +658,12 @@ Status Server::launch(bool fresh) {
   std::atomic_ref<int>(*static_cast<int *>(control_.host)).store(0, std::memory_order_release);
   if (fresh) {
     requests_at_launch_ = stats().requests;
-    received_since_launch_ = 0;
-    in_flight_.clear();
-    last_answered_.reset();
+    for (Book &book : books_) {
+      std::lock_guard lock(book.mutex);
+      book.received_since_launch = 0;
+      book.in_flight.clear();
+      book.last_answered.reset();
+    }
   }
   void *args[] = {&params_};
   launched_at_ = Clock::now();
@@ -702,60 +707,69 @@ std::string Server::handler_name(uint32_t function_id) const {
 
 Expected<bool> Server::send(std::span<const uint8_t> frame) {
   auto queued = bridge_->send(frame);
-  if (queued && *queued)
-    sent(frame);
+  if (queued && *queued) {
+    std::lock_guard lock(books_[0].mutex);
+    sent(books_[0], frame);
+  }
   return queued;
 }
 
-void Server::sent(std::span<const uint8_t> frame) {
+void Server::sent(Book &book, std::span<const uint8_t> frame) {
   if (frame.size() < sizeof(cudaq_rt_request_header))
     return;
   cudaq_rt_request_header h;
   std::memcpy(&h, frame.data(), sizeof h);
-  in_flight_.push_back({h.request_id, h.function_id});
+  book.in_flight.push_back({h.request_id, h.function_id});
 }
 
-void Server::answered(std::span<const uint8_t> response) {
+void Server::answered(Book &book, std::span<const uint8_t> response) {
   if (response.size() < sizeof(cudaq_rt_response_header))
     return;
   cudaq_rt_response_header h;
   std::memcpy(&h, response.data(), sizeof h);
   // Responses come in request order from the loopback bridge: the oldest is nearly always it.
-  auto it = !in_flight_.empty() && in_flight_.front().request_id == h.request_id
-                ? in_flight_.begin()
-                : std::find_if(in_flight_.begin(), in_flight_.end(),
+  auto &in_flight = book.in_flight;
+  auto it = !in_flight.empty() && in_flight.front().request_id == h.request_id
+                ? in_flight.begin()
+                : std::find_if(in_flight.begin(), in_flight.end(),
                                [&](const InFlight &f) { return f.request_id == h.request_id; });
-  if (it != in_flight_.end()) {
-    last_answered_ = *it;
-    in_flight_.erase(it);
-    ++received_since_launch_;
+  if (it != in_flight.end()) {
+    book.last_answered = *it;
+    in_flight.erase(it);
+    ++book.received_since_launch;
   }
-  if (!report_.times.first_response_ms)
+  if (!answered_once_.load(std::memory_order_relaxed) && !answered_once_.exchange(true))
     report_.times.first_response_ms = ms_since(launched_at_);
 }
 
 Expected<std::optional<size_t>> Server::receive(std::span<uint8_t> buffer) {
   auto got = bridge_->receive(buffer);
-  if (got && *got)
-    answered(buffer.first(**got));
+  if (got && *got) {
+    std::lock_guard lock(books_[0].mutex);
+    answered(books_[0], buffer.first(**got));
+  }
   return got;
 }
 
 Expected<size_t> Server::send_batch(std::span<const void *const> frames,
-                                    std::span<const size_t> sizes) {
-  Bridge::BatchResult r = bridge_->send_batch(frames, sizes);
+                                    std::span<const size_t> sizes, uint32_t feeder) {
+  Bridge::BatchResult r = bridge_->send_batch(frames, sizes, feeder);
+  Book &book = books_[feeder];
+  std::lock_guard lock(book.mutex);
   for (size_t i = 0; i < r.done; ++i)
-    sent(std::span(static_cast<const uint8_t *>(frames[i]), sizes[i]));
+    sent(book, std::span(static_cast<const uint8_t *>(frames[i]), sizes[i]));
   if (r.error)
     return std::move(*r.error);
   return r.done;
 }
 
 Expected<size_t> Server::receive_batch(std::span<uint8_t> buffer, size_t stride,
-                                       std::span<size_t> sizes) {
-  Bridge::BatchResult r = bridge_->receive_batch(buffer, stride, sizes);
+                                       std::span<size_t> sizes, uint32_t feeder) {
+  Bridge::BatchResult r = bridge_->receive_batch(buffer, stride, sizes, feeder);
+  Book &book = books_[feeder];
+  std::lock_guard lock(book.mutex);
   for (size_t i = 0; i < r.done; ++i)
-    answered(buffer.subspan(i * stride, sizes[i]));
+    answered(book, buffer.subspan(i * stride, sizes[i]));
   if (r.error)
     return std::move(*r.error);
   return r.done;
@@ -769,15 +783,34 @@ std::string Server::describe(const InFlight &f) const {
 }
 
 std::string Server::serving() const {
-  if (in_flight_.empty())
-    return last_answered_ ? "after answering " + describe(*last_answered_) : "";
+  if (books_.size() > 1)
+    return serving_feeders();
+  if (books_.empty())
+    return "";
+  const Book &book = books_[0];
+  std::lock_guard lock(book.mutex);
+  if (book.in_flight.empty())
+    return book.last_answered ? "after answering " + describe(*book.last_answered) : "";
   // The counters are stored after each publish: requests finished since the launch, less those
   // already taken by the host, is how far into what is in flight the kernel got.
   const uint64_t finished = stats().requests - requests_at_launch_;
+  const uint64_t received = book.received_since_launch;
   size_t index = 0;
-  if (finished >= received_since_launch_ && finished - received_since_launch_ < in_flight_.size())
-    index = static_cast<size_t>(finished - received_since_launch_);
-  return "serving " + describe(in_flight_[index]);
+  if (finished >= received && finished - received < book.in_flight.size())
+    index = static_cast<size_t>(finished - received);
+  return "serving " + describe(book.in_flight[index]);
+}
+
+std::string Server::serving_feeders() const {
+  // Several feeders' requests are served side by side: the oldest of each is what the kernel
+  // may have been serving.
+  std::string oldest;
+  for (const Book &book : books_) {
+    std::lock_guard lock(book.mutex);
+    if (!book.in_flight.empty())
+      oldest += (oldest.empty() ? "" : " or ") + describe(book.in_flight.front());
+  }
+  return oldest.empty() ? "" : "serving " + oldest;
 }
 
 Error Server::failed(const std::string &what) const {
@@ -787,6 +820,7 @@ Error Server::failed(const std::string &what) const {
 }
 
 Status Server::check() {
+  std::lock_guard lock(check_mutex_);
   if (!running_)
     return Status::ok();
   StreamState st = gpu_.query(stream_);

@@ -21,10 +21,12 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -209,8 +211,14 @@ public:
   Expected<std::optional<size_t>> receive(std::span<uint8_t> buffer);
   // The batched forms (Bridge::send_batch, receive_batch): how many frames were queued, or
   // responses taken (response i at buffer + i * stride, sizes[i] bytes), 0 when none could be.
-  Expected<size_t> send_batch(std::span<const void *const> frames, std::span<const size_t> sizes);
-  Expected<size_t> receive_batch(std::span<uint8_t> buffer, size_t stride, std::span<size_t> sizes);
+  // With a bridge that has several feeders (Bridge::feeders), one thread per feeder may call
+  // these side by side, each with its own `feeder`, and check() from any of them.
+  Expected<size_t> send_batch(std::span<const void *const> frames, std::span<const size_t> sizes,
+                              uint32_t feeder = 0);
+  Expected<size_t> receive_batch(std::span<uint8_t> buffer, size_t stride, std::span<size_t> sizes,
+                                 uint32_t feeder = 0);
+  // Host threads that may feed the bridge side by side (Bridge::feeders): 1 for most bridges.
+  uint32_t feeders() const { return bridge_ ? bridge_->feeders() : 1u; }
 
   // Copies a __device__ global of the loaded module (exported with CUDAQ_RT_EXPORT_GLOBAL, so
   // that the link kept it by name) into `out`, which must be exactly its size. Only while the
@@ -267,9 +275,11 @@ private:
   Status hold();
   Status stop(bool for_swap);
   void remember_global(GlobalValue value);
-  void sent(std::span<const uint8_t> frame);        // in flight from now
-  void answered(std::span<const uint8_t> response); // no longer
-  std::string serving() const; // "serving request_id 7 (handler 'echo')", or empty
+  struct Book;
+  void sent(Book &book, std::span<const uint8_t> frame);        // in flight from now
+  void answered(Book &book, std::span<const uint8_t> response); // no longer
+  std::string serving() const;         // "serving request_id 7 (handler 'echo')", or empty
+  std::string serving_feeders() const; // the same where several feeders have requests in flight
 
   Error failed(const std::string &what) const;
 
@@ -292,12 +302,20 @@ private:
   GpuStream stream_ = nullptr;
   cudaq_rt_dispatch_params params_{};
   double stop_timeout_s_ = 5;
-  std::deque<InFlight> in_flight_;
-  // The last request answered: a fault the GPU reports after the handler returned (a store to a
-  // bad address completes late) is attributed to it.
-  std::optional<InFlight> last_answered_;
+  // What one feeder has in flight (the bridge's feeder 0 for send and receive), under its mutex
+  // where several feeders' threads run: a failure reported on one thread reads them all.
+  struct Book {
+    mutable std::mutex mutex;
+    std::deque<InFlight> in_flight;
+    // The last request answered: a fault the GPU reports after the handler returned (a store to a
+    // bad address completes late) is attributed to it.
+    std::optional<InFlight> last_answered;
+    uint64_t received_since_launch = 0;
+  };
+  std::deque<Book> books_; // one per feeder of the bridge, made with it
   uint64_t requests_at_launch_ = 0;
-  uint64_t received_since_launch_ = 0;
+  std::atomic<bool> answered_once_{false}; // report_.times.first_response_ms is set
+  std::mutex check_mutex_;                 // check() from several feeders' threads
   std::chrono::steady_clock::time_point launched_at_;
   bool running_ = false;
   bool hung_ = false;

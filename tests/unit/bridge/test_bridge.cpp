@@ -103,7 +103,7 @@ TEST_CASE("loopback rejects a bad configuration with a clear message") {
   REQUIRE(!bridge);
   CHECK(bridge.error().message ==
         "bridge 'loopback': unknown option 'colour' (known: slots=N, slot_size=BYTES, "
-        "layout=slots|lanes, bulk=BYTES, response_bulk=BYTES, spare_frame=0|1)");
+        "layout=slots|lanes, bulk=BYTES, response_bulk=BYTES, spare_frame=0|1, feeders=N)");
   auto lanes = lib->create("slots=48,layout=lanes");
   REQUIRE(!lanes);
   CHECK(lanes.error().message ==
@@ -116,6 +116,14 @@ TEST_CASE("loopback rejects a bad configuration with a clear message") {
   REQUIRE(!odd);
   CHECK(odd.error().message == "bridge 'loopback': slot_size=100 must be a multiple of 16 in "
                                "32..1048576");
+  auto feeders = lib->create("slots=64,feeders=3");
+  REQUIRE(!feeders);
+  CHECK(feeders.error().message ==
+        "bridge 'loopback': feeders=3 must divide 32 (1, 2, 4, 8, 16 or 32)");
+  auto feeders_slots = lib->create("slots=48,feeders=2");
+  REQUIRE(!feeders_slots);
+  CHECK(feeders_slots.error().message ==
+        "bridge 'loopback': feeders=2 needs a multiple of 32 slots, not slots=48");
 }
 
 TEST_CASE("loopback lays its ring out for the warp form, unless the configuration names it") {
@@ -132,6 +140,13 @@ TEST_CASE("loopback lays its ring out for the warp form, unless the configuratio
   CHECK(config(0, "slots=256") == "slots=256");
   CHECK(config(1, "slots=8,slots=16") ==
         "error: '" + lib->path().string() + "': bridge 'loopback': option 'slots' is given twice");
+  // Several feeders only for the warp form, whose lanes serve their own slots.
+  CHECK(config(CUDAQ_RT_WARP_LANES, "slots=256,feeders=2") ==
+        "slots=256,feeders=2,layout=lanes,bulk=0");
+  CHECK(config(1, "slots=256,feeders=2") ==
+        "error: '" + lib->path().string() +
+            "': bridge 'loopback': feeders=2 needs a kernel whose 32 lanes serve their own slots "
+            "(the warp dispatcher); this one serves every slot in order from one thread");
   // The same parser refuses the same text at create.
   auto twice = lib->create("slots=8,slots=16");
   REQUIRE(!twice);

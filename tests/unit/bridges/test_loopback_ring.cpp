@@ -923,3 +923,149 @@ TEST_CASE("warp form: exactly the lane whose request comes next is first") {
   }
   CHECK(count != 1u);
 }
+
+TEST_CASE("feeders: a feeder's frames go to its lanes' slots, in the order those lanes serve") {
+  // Lane l of the warp form serves slots l, l + 32, ..., its laps counted by its own passes
+  // (loopback_device.cu, cudaq_dev_warp_enter_kernel and next_slot): the slot and lap of each of
+  // a feeder's frames must be the next that lane expects, also after a jump (the running
+  // position recomputed) and where the laps wrap.
+  for (uint32_t n : {32u, 64u, 256u})
+    for (uint32_t feeders : {2u, 4u, 32u}) {
+      CAPTURE(n);
+      CAPTURE(feeders);
+      const uint32_t lanes = 32 / feeders;
+      const uint32_t share = n / 32 * lanes;
+      for (uint32_t f = 0; f < feeders; f += feeders - 1) { // the first feeder and the last
+        CAPTURE(f);
+        for (uint64_t start : {uint64_t(0), uint64_t(share) * (CUDAQ_RT_LOOPBACK_LAP_PERIOD - 2)}) {
+          CAPTURE(start);
+          // The lanes' own positions at frame `start`: lane f * lanes + i has served
+          // ceil((start - i) / lanes) frames.
+          Position lane[32];
+          for (uint32_t i = 0; i < lanes; ++i) {
+            const uint64_t served = start > i ? (start - i + lanes - 1) / lanes : 0;
+            const uint32_t groups = n / 32;
+            lane[i] = {uint32_t(f * lanes + i + 32 * (served % groups)),
+                       uint32_t((served / groups) % CUDAQ_RT_LOOPBACK_LAP_PERIOD) + 1};
+          }
+          cudaq_rt_bridge::Position at{0, f * lanes, 1}; // a feeder's first (make_feeders)
+          for (uint64_t k = start; k < start + 3 * share + 5; ++k) {
+            const cudaq_rt_bridge::Position &p = position(at, k, n, f * lanes, lanes);
+            Position &l = lane[(k - start + start % lanes) % lanes];
+            CHECK(p.k == k);
+            REQUIRE(p.slot == l.slot);
+            REQUIRE(p.lap == l.lap);
+            bool wrapped = false; // the lane's next: slot + 32, or its first at the next lap
+            l.slot += 32;
+            if (l.slot >= n) {
+              l.slot -= n;
+              wrapped = true;
+            }
+            if (wrapped)
+              l.lap = cudaq_rt_loopback_next_lap(l.lap);
+          }
+        }
+      }
+    }
+}
+
+TEST_CASE("feeders: each sends and receives over its own slots, whatever the others do") {
+  TestBridge t(64, 256, CUDAQ_RT_LOOPBACK_LAYOUT_LANES, 0);
+  make_feeders(&t.b, 2);
+  REQUIRE(feeder(&t.b, 0) == &t.b);
+  REQUIRE(feeder(&t.b, 1) != nullptr);
+  CHECK(feeder(&t.b, 2) == nullptr);
+  cudaq_rt_bridge *second = feeder(&t.b, 1);
+  // The lanes, each with its own position (the device's warp form).
+  Position lane[32];
+  for (uint32_t l = 0; l < 32; ++l)
+    lane[l] = {l, 1};
+  auto serve_lane = [&](uint32_t l) -> bool {
+    Bytes staging(256);
+    auto len = device_unpack(t, lane[l].slot, lane[l].lap, staging);
+    if (!len)
+      return false;
+    staging.resize(*len);
+    device_publish(t, lane[l].slot, lane[l].lap, staging); // an echo of the whole frame
+    lane[l].slot += 32;
+    if (lane[l].slot >= 64) {
+      lane[l].slot -= 64;
+      lane[l].lap = cudaq_rt_loopback_next_lap(lane[l].lap);
+    }
+    return true;
+  };
+  auto send_on = [&](cudaq_rt_bridge *b, const Bytes &f) {
+    return send_request(b, f.data(), f.size());
+  };
+  // Feeder 1 alone, five laps of its 32 slots: served by lanes 16..31 only; feeder 0 sends none.
+  uint32_t seed = 1;
+  for (int round = 0; round < 5; ++round) {
+    std::vector<Bytes> sent;
+    for (uint32_t i = 0; i < 32; ++i) {
+      sent.push_back(request(8 + i % 3 * 8, seed++));
+      REQUIRE(send_on(second, sent.back()) == CUDAQ_RT_BRIDGE_OK);
+    }
+    // Its share is full: the 33rd waits, and feeder 0 still has all of its own.
+    CHECK(send_on(second, request(8, 999)) == CUDAQ_RT_BRIDGE_AGAIN);
+    for (uint32_t l = 0; l < 16; ++l)
+      CHECK_FALSE(serve_lane(l));
+    for (uint32_t pass = 0; pass < 2; ++pass)
+      for (uint32_t l = 16; l < 32; ++l)
+        REQUIRE(serve_lane(l));
+    for (const Bytes &f : sent) {
+      Bytes buffer(256);
+      size_t size = 0;
+      REQUIRE(receive_response(second, buffer.data(), buffer.size(), &size) == CUDAQ_RT_BRIDGE_OK);
+      buffer.resize(size);
+      CHECK(buffer == f);
+    }
+  }
+  // Now feeder 0 too, interleaved with feeder 1 at another pace: both get their own answers, in
+  // their own order.
+  std::vector<Bytes> first_sent, second_sent;
+  for (uint32_t i = 0; i < 30; ++i) {
+    first_sent.push_back(request(16, seed++));
+    REQUIRE(send_on(&t.b, first_sent.back()) == CUDAQ_RT_BRIDGE_OK);
+    if (i % 3 == 0) {
+      second_sent.push_back(request(24, seed++));
+      REQUIRE(send_on(second, second_sent.back()) == CUDAQ_RT_BRIDGE_OK);
+    }
+  }
+  for (uint32_t pass = 0; pass < 2; ++pass)
+    for (uint32_t l = 0; l < 32; ++l)
+      serve_lane(l);
+  for (auto [b, frames] : {std::pair{&t.b, &first_sent}, std::pair{second, &second_sent}})
+    for (const Bytes &f : *frames) {
+      Bytes buffer(256);
+      size_t size = 0;
+      REQUIRE(receive_response(b, buffer.data(), buffer.size(), &size) == CUDAQ_RT_BRIDGE_OK);
+      buffer.resize(size);
+      CHECK(buffer == f);
+    }
+  size_t size = 0;
+  Bytes buffer(256);
+  CHECK(receive_response(&t.b, buffer.data(), buffer.size(), &size) == CUDAQ_RT_BRIDGE_AGAIN);
+  CHECK(receive_response(second, buffer.data(), buffer.size(), &size) == CUDAQ_RT_BRIDGE_AGAIN);
+}
+
+TEST_CASE("feeders: how many, and only for a kernel whose lanes serve their own slots") {
+  CHECK(check_feeders(1, 10).empty());
+  CHECK(check_feeders(2, 64).empty());
+  CHECK(check_feeders(32, 32).empty());
+  CHECK(check_feeders(0, 64) == "feeders=0 must divide 32 (1, 2, 4, 8, 16 or 32)");
+  CHECK(check_feeders(3, 64) == "feeders=3 must divide 32 (1, 2, 4, 8, 16 or 32)");
+  CHECK(check_feeders(64, 64) == "feeders=64 must divide 32 (1, 2, 4, 8, 16 or 32)");
+  CHECK(check_feeders(2, 48) == "feeders=2 needs a multiple of 32 slots, not slots=48");
+  auto refused = [](uint32_t polling_lanes, const char *config) {
+    cudaq_rt::BridgeOptions options;
+    REQUIRE(options.parse(config).empty());
+    return check_feeders_for({sizeof(cudaq_rt_bridge_launch), polling_lanes, 0}, options);
+  };
+  CHECK(refused(32, "feeders=2").empty());
+  CHECK(refused(0, "feeders=2").empty()); // a custom kernel: its author's choice
+  CHECK(refused(1, "feeders=1").empty());
+  CHECK(refused(1, "slots=64").empty());
+  CHECK(refused(1, "feeders=2") ==
+        "feeders=2 needs a kernel whose 32 lanes serve their own slots (the warp dispatcher); "
+        "this one serves every slot in order from one thread");
+}
