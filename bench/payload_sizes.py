@@ -15,7 +15,8 @@ bench/probe/copy_rtt.cu built. Rows, each a cudaq-rt-run process of its own:
   warp, bulk      the warp dispatcher (layout=lanes, 256 slots)
   unified, ARGS   with --args-row ARGS: the default and ARGS (thresholds, compared)
 then throughput at 32 in flight (1 KB and 16 KB) and the warp dispatcher's 8-byte echo at 256 in
-flight, and with --depths requests/s by requests in flight. The goal column is the one
+flight, fed by one host thread and by two (feeders=2), and with --depths requests/s by requests in
+flight. The goal column is the one
 bench/payload_sizes.md states ("The goals"): the floor's p50 plus the payload's time each way at the
 copy probe's rate for that size, times two. It prints; it asserts nothing."""
 import argparse
@@ -198,6 +199,7 @@ def main():
                 ("unified, cells", [], f"slots=64,slot_size={SLOT_SIZE},bulk=0", 1024, 32),
                 ("unified, cells", [], f"slots=64,slot_size={SLOT_SIZE},bulk=0", 16384, 32),
                 ("warp, bulk", ["--dispatcher", "warp"], "slots=256", 8, 256),
+                ("warp, two feeders", ["--dispatcher", "warp"], "slots=256,feeders=2", 8, 256),
                 ("warp, bulk", ["--dispatcher", "warp"], f"slots=256,slot_size={SLOT_SIZE}",
                  1024, 256)]:
             n = 200000 if size <= 8 else 20000

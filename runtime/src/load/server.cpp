@@ -659,7 +659,7 @@ Status Server::launch(bool fresh) {
   if (fresh) {
     requests_at_launch_ = stats().requests;
     for (Book &book : books_) {
-      std::lock_guard lock(book.mutex);
+      auto lock = lock_book(book);
       book.received_since_launch = 0;
       book.in_flight.clear();
       book.last_answered.reset();
@@ -708,7 +708,7 @@ std::string Server::handler_name(uint32_t function_id) const {
 Expected<bool> Server::send(std::span<const uint8_t> frame) {
   auto queued = bridge_->send(frame);
   if (queued && *queued) {
-    std::lock_guard lock(books_[0].mutex);
+    auto lock = lock_book(books_[0]);
     sent(books_[0], frame);
   }
   return queued;
@@ -745,7 +745,7 @@ void Server::answered(Book &book, std::span<const uint8_t> response) {
 Expected<std::optional<size_t>> Server::receive(std::span<uint8_t> buffer) {
   auto got = bridge_->receive(buffer);
   if (got && *got) {
-    std::lock_guard lock(books_[0].mutex);
+    auto lock = lock_book(books_[0]);
     answered(books_[0], buffer.first(**got));
   }
   return got;
@@ -754,10 +754,12 @@ Expected<std::optional<size_t>> Server::receive(std::span<uint8_t> buffer) {
 Expected<size_t> Server::send_batch(std::span<const void *const> frames,
                                     std::span<const size_t> sizes, uint32_t feeder) {
   Bridge::BatchResult r = bridge_->send_batch(frames, sizes, feeder);
-  Book &book = books_[feeder];
-  std::lock_guard lock(book.mutex);
-  for (size_t i = 0; i < r.done; ++i)
-    sent(book, std::span(static_cast<const uint8_t *>(frames[i]), sizes[i]));
+  if (r.done > 0) { // an empty try takes no lock
+    Book &book = books_[feeder];
+    auto lock = lock_book(book);
+    for (size_t i = 0; i < r.done; ++i)
+      sent(book, std::span(static_cast<const uint8_t *>(frames[i]), sizes[i]));
+  }
   if (r.error)
     return std::move(*r.error);
   return r.done;
@@ -766,10 +768,12 @@ Expected<size_t> Server::send_batch(std::span<const void *const> frames,
 Expected<size_t> Server::receive_batch(std::span<uint8_t> buffer, size_t stride,
                                        std::span<size_t> sizes, uint32_t feeder) {
   Bridge::BatchResult r = bridge_->receive_batch(buffer, stride, sizes, feeder);
-  Book &book = books_[feeder];
-  std::lock_guard lock(book.mutex);
-  for (size_t i = 0; i < r.done; ++i)
-    answered(book, buffer.subspan(i * stride, sizes[i]));
+  if (r.done > 0) { // an empty poll takes no lock
+    Book &book = books_[feeder];
+    auto lock = lock_book(book);
+    for (size_t i = 0; i < r.done; ++i)
+      answered(book, buffer.subspan(i * stride, sizes[i]));
+  }
   if (r.error)
     return std::move(*r.error);
   return r.done;
@@ -788,7 +792,7 @@ std::string Server::serving() const {
   if (books_.empty())
     return "";
   const Book &book = books_[0];
-  std::lock_guard lock(book.mutex);
+  auto lock = lock_book(book);
   if (book.in_flight.empty())
     return book.last_answered ? "after answering " + describe(*book.last_answered) : "";
   // The counters are stored after each publish: requests finished since the launch, less those
@@ -806,7 +810,7 @@ std::string Server::serving_feeders() const {
   // may have been serving.
   std::string oldest;
   for (const Book &book : books_) {
-    std::lock_guard lock(book.mutex);
+    auto lock = lock_book(book);
     if (!book.in_flight.empty())
       oldest += (oldest.empty() ? "" : " or ") + describe(book.in_flight.front());
   }

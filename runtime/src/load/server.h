@@ -303,7 +303,8 @@ private:
   cudaq_rt_dispatch_params params_{};
   double stop_timeout_s_ = 5;
   // What one feeder has in flight (the bridge's feeder 0 for send and receive), under its mutex
-  // where several feeders' threads run: a failure reported on one thread reads them all.
+  // where several feeders' threads run (lock_book): a failure reported on one thread reads them
+  // all.
   struct Book {
     mutable std::mutex mutex;
     std::deque<InFlight> in_flight;
@@ -313,6 +314,10 @@ private:
     uint64_t received_since_launch = 0;
   };
   std::deque<Book> books_; // one per feeder of the bridge, made with it
+  // A book's lock, taken only where several feeders' threads run: one feeder is one thread's.
+  std::unique_lock<std::mutex> lock_book(const Book &book) const {
+    return books_.size() > 1 ? std::unique_lock(book.mutex) : std::unique_lock<std::mutex>();
+  }
   uint64_t requests_at_launch_ = 0;
   std::atomic<bool> answered_once_{false}; // report_.times.first_response_ms is set
   std::mutex check_mutex_;                 // check() from several feeders' threads
