@@ -51,8 +51,10 @@ struct Session {
   uint32_t last_lap;     // its lap
   uint32_t handout_lap;  // the lap of the frame fetch_one found (handout_request)
   uint32_t lane;         // the warp form: this session's lane
-  uint16_t warp_shared;  // the warp form: requests staged in warp_request_staging
-  uint16_t warp_window;  // the warp form: a lone request and its response staged there too
+  uint8_t warp_shared;   // the warp form: requests staged in warp_request_staging
+  uint8_t warp_window;   // the warp form: a lone request and its response staged there too
+  uint8_t warp_ahead;    // the warp form: this lane's next probe is on its way into
+                         // warp_probe_ahead (warp_poll)
   uint32_t batch_frames; // frames of a batch staged in shared memory (at most kW)
   uint32_t bulk_min;     // responses of at least this many bytes go in bulk (0: never)
   uint32_t bulk_phase;   // the parity bulk_barrier completes next
@@ -1262,6 +1264,7 @@ cudaq_dev_warp_enter_kernel(void *storage, void *ctx, volatile int *shutdown_fla
   s->fetched_lap = c->warp_resume_lap[lane];
   s->warp = cudaq_rt_loopback_warp_probe{0u, 0u, 0u, 0u}; // every lane probes the first round
   s->one_feeder = c->feeders <= 1u;
+  s->warp_ahead = 0;
   return s;
 }
 
@@ -1359,6 +1362,26 @@ __device__ __forceinline__ void warp_stage_tails(Session *s, unsigned tails, uin
   __syncwarp(mask); // every lane's words are in the frames before their lanes serve them
 }
 
+// The warp form's next probe, sent ahead after a busy round (warp_poll): at 256 in flight the
+// warp's rounds were a probe's round trip (1.67 us) and then the serving (1.18 us), one after the
+// other (bench/loopback_rtt.md, warp rounds), about 11.5 M requests/s; two host threads feeding the
+// ring did not move that (bench/payload_sizes.md). The copies are async (cp.async), so that no
+// register waits for them across the handler's call; cell c of lane l at c * 32 + l.
+// 0: every round probes after it serves (the bench's loopback_warp_no_ahead, to compare).
+#ifndef CUDAQ_RT_LOOPBACK_WARP_AHEAD
+#define CUDAQ_RT_LOOPBACK_WARP_AHEAD 1
+#endif
+__shared__ __align__(16) uint4 warp_probe_ahead[CUDAQ_RT_WARP_LANES * kHead];
+
+// One cell of mapped host memory copied into shared memory by cp.async (L2 only, not L1). A
+// weak load: a cell it brings is used only where its stamps say it is this lap's (see above).
+__device__ __forceinline__ void probe_ahead(uint4 *to, const volatile uint4 *from) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
+                   (uint32_t)__cvta_generic_to_shared(to)),
+               "l"(__cvta_generic_to_global(const_cast<const uint4 *>(from)))
+               : "memory");
+}
+
 template <uint32_t L>
 __device__ __forceinline__ int warp_poll(Session *s, void **request, void **response) {
   constexpr uint32_t P = kHead;
@@ -1374,10 +1397,24 @@ __device__ __forceinline__ int warp_poll(Session *s, void **request, void **resp
   // never stamped.
   const long long issued = probe_clock();
   uint4 probe[P];
+  bool ahead = false;
+  if (CUDAQ_RT_LOOPBACK_WARP_AHEAD && s->warp_ahead) {
+    // The probe the last round sent ahead (below): used where its control cell came back stamped
+    // and is not a bulk frame's, whose bytes outside the cells only a strong load orders; its
+    // other cells are checked and reloaded in unpack, as a probe's are.
+    s->warp_ahead = 0;
+    asm volatile("cp.async.wait_all;" ::: "memory");
 #pragma unroll
-  for (uint32_t c = 0; c < P; ++c)
-    probe[c] = probes ? load_cell(cells + c * cudaq_rt_loopback_head_stride(L))
-                      : make_uint4(0u, 0u, 0u, 0u);
+    for (uint32_t c = 0; c < P; ++c)
+      probe[c] = warp_probe_ahead[c * CUDAQ_RT_WARP_LANES + s->lane];
+    ahead = probes && stamped(probe[0], lap) &&
+            !(CUDAQ_RT_LOOPBACK_BULK && probe[0].w == CUDAQ_RT_LOOPBACK_KIND_BULK);
+  }
+  if (!ahead)
+#pragma unroll
+    for (uint32_t c = 0; c < P; ++c)
+      probe[c] = probes ? load_cell(cells + c * cudaq_rt_loopback_head_stride(L))
+                        : make_uint4(0u, 0u, 0u, 0u);
   // The flag as any lane saw it (it only goes from 0 to set): lanes can reach the poll apart
   // (votes over __activemask() here once came out split, bench/loopback_rtt.md) and load it
   // apart, and the probe state below, with its votes and shuffles, must be the same in every lane.
@@ -1444,6 +1481,18 @@ __device__ __forceinline__ int warp_poll(Session *s, void **request, void **resp
     s->fetched_lap = cudaq_rt_loopback_next_lap(lap);
   }
   s->fetched_slot = next;
+  if (CUDAQ_RT_LOOPBACK_WARP_AHEAD && ready == 0xFFFFFFFFu && !shutdown) {
+    // A busy round (all 32 lanes found one): the next round's probe goes out now, by the async
+    // copy into shared memory, and comes back while this round serves, so that a round costs its
+    // serving or its probe, not both (see warp_probe_ahead).
+    const volatile uint4 *ahead_cells = s->request_heads + cudaq_rt_loopback_head_cell(L, next, 0);
+#pragma unroll
+    for (uint32_t c = 0; c < P; ++c)
+      probe_ahead(&warp_probe_ahead[c * CUDAQ_RT_WARP_LANES + s->lane],
+                  ahead_cells + c * cudaq_rt_loopback_head_stride(L));
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    s->warp_ahead = 1;
+  }
   if (CUDAQ_RT_LOOPBACK_BULK && s->bulk_pending) {
     s->bulk_pending = 0;
     return stage_bulk(s, slot, frame);
