@@ -1376,10 +1376,10 @@ __shared__ __align__(16) uint4 warp_probe_ahead[CUDAQ_RT_WARP_LANES * kHead];
 // One cell of mapped host memory copied into shared memory by cp.async (L2 only, not L1). A
 // weak load: a cell it brings is used only where its stamps say it is this lap's (see above).
 __device__ __forceinline__ void probe_ahead(uint4 *to, const volatile uint4 *from) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
-                   (uint32_t)__cvta_generic_to_shared(to)),
-               "l"(__cvta_generic_to_global(const_cast<const uint4 *>(from)))
-               : "memory");
+  asm volatile(
+      "cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((uint32_t)__cvta_generic_to_shared(to)),
+      "l"(__cvta_generic_to_global(const_cast<const uint4 *>(from)))
+      : "memory");
 }
 
 template <uint32_t L>
