@@ -53,8 +53,7 @@ struct Session {
   uint32_t lane;         // the warp form: this session's lane
   uint8_t warp_shared;   // the warp form: requests staged in warp_request_staging
   uint8_t warp_window;   // the warp form: a lone request and its response staged there too
-  uint8_t warp_ahead;    // the warp form: this lane's next probe is on its way into
-                         // warp_probe_ahead (warp_poll)
+  uint8_t warp_ahead;    // the warp form: the next probe sent ahead (kWarpAhead* bits)
   uint32_t batch_frames; // frames of a batch staged in shared memory (at most kW)
   uint32_t bulk_min;     // responses of at least this many bytes go in bulk (0: never)
   uint32_t bulk_phase;   // the parity bulk_barrier completes next
@@ -213,6 +212,26 @@ __shared__ __align__(8) unsigned long long tail_barrier;
 #endif
 constexpr uint32_t kWarpSharedBytes = 32768 + 256;
 __shared__ __align__(16) unsigned char warp_request_staging[kWarpSharedBytes];
+
+// The warp form's next probe, sent ahead after a busy round (warp_poll). At 256 in flight the
+// warp's rounds were a probe's round trip (1.67 us) and then the serving (1.18 us), one after the
+// other (bench/loopback_rtt.md, warp rounds): about 11.5 M requests/s, which two host threads
+// feeding the ring did not move (bench/payload_sizes.md). After a round in which every lane found
+// a request, and where the 32 lanes' next slots are one group of the lanes layout (their head
+// cells are then 2,560 bytes in a row), lane 0 has the engine copy that group's head cells here
+// while the round serves, and the next round uses them where they came stamped. Needs the bulk
+// copy engine (sm_90), a block of one warp and the lanes layout.
+// 0: every round probes after it serves (the bench's loopback_warp_no_ahead, to compare).
+#ifndef CUDAQ_RT_LOOPBACK_WARP_AHEAD
+#define CUDAQ_RT_LOOPBACK_WARP_AHEAD 1
+#endif
+__shared__
+    __align__(128) uint4 warp_probe_ahead[CUDAQ_RT_WARP_LANES * CUDAQ_RT_LOOPBACK_HEAD_CELLS];
+__shared__ __align__(8) unsigned long long warp_ahead_barrier;
+// Session::warp_ahead's bits.
+constexpr uint8_t kWarpAheadOn = 1;       // this session may send probes ahead
+constexpr uint8_t kWarpAheadInFlight = 2; // a copy into warp_probe_ahead is on its way
+constexpr uint8_t kWarpAheadParity = 4;   // the parity warp_ahead_barrier completes next
 
 // Pushing responses out. A response's posted stores to mapped host memory reach the host about
 // 0.8 us late when the serving thread goes straight back to polling: measured on the H200
@@ -1264,7 +1283,16 @@ cudaq_dev_warp_enter_kernel(void *storage, void *ctx, volatile int *shutdown_fla
   s->fetched_lap = c->warp_resume_lap[lane];
   s->warp = cudaq_rt_loopback_warp_probe{0u, 0u, 0u, 0u}; // every lane probes the first round
   s->one_feeder = c->feeders <= 1u;
-  s->warp_ahead = 0;
+  const bool ahead = CUDAQ_RT_LOOPBACK_WARP_AHEAD && CUDAQ_RT_LOOPBACK_HAS_BULK_COPY && one_warp &&
+                     s->lanes_layout;
+#if CUDAQ_RT_LOOPBACK_HAS_BULK_COPY
+  if (ahead && lane == 0) { // the lanes wait on it only after a round's __syncwarp (warp_poll)
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(&warp_ahead_barrier))
+                 : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); // to the engine
+  }
+#endif
+  s->warp_ahead = ahead ? kWarpAheadOn : 0;
   return s;
 }
 
@@ -1362,26 +1390,6 @@ __device__ __forceinline__ void warp_stage_tails(Session *s, unsigned tails, uin
   __syncwarp(mask); // every lane's words are in the frames before their lanes serve them
 }
 
-// The warp form's next probe, sent ahead after a busy round (warp_poll): at 256 in flight the
-// warp's rounds were a probe's round trip (1.67 us) and then the serving (1.18 us), one after the
-// other (bench/loopback_rtt.md, warp rounds), about 11.5 M requests/s; two host threads feeding the
-// ring did not move that (bench/payload_sizes.md). The copies are async (cp.async), so that no
-// register waits for them across the handler's call; cell c of lane l at c * 32 + l.
-// 0: every round probes after it serves (the bench's loopback_warp_no_ahead, to compare).
-#ifndef CUDAQ_RT_LOOPBACK_WARP_AHEAD
-#define CUDAQ_RT_LOOPBACK_WARP_AHEAD 1
-#endif
-__shared__ __align__(16) uint4 warp_probe_ahead[CUDAQ_RT_WARP_LANES * kHead];
-
-// One cell of mapped host memory copied into shared memory by cp.async (L2 only, not L1). A
-// weak load: a cell it brings is used only where its stamps say it is this lap's (see above).
-__device__ __forceinline__ void probe_ahead(uint4 *to, const volatile uint4 *from) {
-  asm volatile(
-      "cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((uint32_t)__cvta_generic_to_shared(to)),
-      "l"(__cvta_generic_to_global(const_cast<const uint4 *>(from)))
-      : "memory");
-}
-
 template <uint32_t L>
 __device__ __forceinline__ int warp_poll(Session *s, void **request, void **response) {
   constexpr uint32_t P = kHead;
@@ -1398,12 +1406,14 @@ __device__ __forceinline__ int warp_poll(Session *s, void **request, void **resp
   const long long issued = probe_clock();
   uint4 probe[P];
   bool ahead = false;
-  if (CUDAQ_RT_LOOPBACK_WARP_AHEAD && s->warp_ahead) {
-    // The probe the last round sent ahead (below): used where its control cell came back stamped
-    // and is not a bulk frame's, whose bytes outside the cells only a strong load orders; its
-    // other cells are checked and reloaded in unpack, as a probe's are.
-    s->warp_ahead = 0;
-    asm volatile("cp.async.wait_all;" ::: "memory");
+  if (CUDAQ_RT_LOOPBACK_WARP_AHEAD && L == CUDAQ_RT_LOOPBACK_LAYOUT_LANES &&
+      (s->warp_ahead & kWarpAheadInFlight)) {
+    // The probe the last round sent ahead (below), the same in every lane: used where this lane's
+    // control cell came stamped and is not a bulk frame's (whose bytes outside the cells only a
+    // probe's strong load orders); its other cells are checked and reloaded in unpack, as a
+    // probe's are. Else this lane probes as it would have.
+    phase_done(&warp_ahead_barrier, (s->warp_ahead & kWarpAheadParity) != 0, true);
+    s->warp_ahead ^= kWarpAheadInFlight | kWarpAheadParity;
 #pragma unroll
     for (uint32_t c = 0; c < P; ++c)
       probe[c] = warp_probe_ahead[c * CUDAQ_RT_WARP_LANES + s->lane];
@@ -1481,17 +1491,21 @@ __device__ __forceinline__ int warp_poll(Session *s, void **request, void **resp
     s->fetched_lap = cudaq_rt_loopback_next_lap(lap);
   }
   s->fetched_slot = next;
-  if (CUDAQ_RT_LOOPBACK_WARP_AHEAD && ready == 0xFFFFFFFFu && !shutdown) {
-    // A busy round (all 32 lanes found one): the next round's probe goes out now, by the async
-    // copy into shared memory, and comes back while this round serves, so that a round costs its
-    // serving or its probe, not both (see warp_probe_ahead).
-    const volatile uint4 *ahead_cells = s->request_heads + cudaq_rt_loopback_head_cell(L, next, 0);
-#pragma unroll
-    for (uint32_t c = 0; c < P; ++c)
-      probe_ahead(&warp_probe_ahead[c * CUDAQ_RT_WARP_LANES + s->lane],
-                  ahead_cells + c * cudaq_rt_loopback_head_stride(L));
-    asm volatile("cp.async.commit_group;" ::: "memory");
-    s->warp_ahead = 1;
+  if (CUDAQ_RT_LOOPBACK_WARP_AHEAD && L == CUDAQ_RT_LOOPBACK_LAYOUT_LANES &&
+      (s->warp_ahead & kWarpAheadOn) && ready == 0xFFFFFFFFu && !shutdown) {
+    // A busy round: the next one's probe goes out now (see warp_probe_ahead), where the lanes'
+    // next slots are one group (several feeders' lanes may be apart).
+    const uint32_t group = next / CUDAQ_RT_LOOPBACK_LANES;
+    if (__all_sync(mask, group == __shfl_sync(mask, group, 0))) {
+      __syncwarp(mask); // every lane has read its cells of the last copy before the engine writes
+      if (s->lane == 0)
+        engine_in(
+            &warp_ahead_barrier, warp_probe_ahead,
+            const_cast<const uint4 *>(
+                s->request_heads + cudaq_rt_loopback_head_cell(L, group * CUDAQ_RT_WARP_LANES, 0)),
+            sizeof(warp_probe_ahead));
+      s->warp_ahead |= kWarpAheadInFlight;
+    }
   }
   if (CUDAQ_RT_LOOPBACK_BULK && s->bulk_pending) {
     s->bulk_pending = 0;
