@@ -217,10 +217,9 @@ __shared__ __align__(16) unsigned char warp_request_staging[kWarpSharedBytes];
 // warp's rounds were a probe's round trip (1.67 us) and then the serving (1.18 us), one after the
 // other (bench/loopback_rtt.md, warp rounds): about 11.5 M requests/s, which two host threads
 // feeding the ring did not move (bench/payload_sizes.md). After a round in which every lane found
-// a request, and where the 32 lanes' next slots are one group of the lanes layout (their head
-// cells are then 2,560 bytes in a row), lane 0 has the engine copy that group's head cells here
-// while the round serves, and the next round uses them where they came stamped. Needs the bulk
-// copy engine (sm_90), a block of one warp and the lanes layout.
+// a request, the engine copies the lanes' next head cells here (send_probe_ahead) while the round
+// serves, cell c of lane l at c * 32 + l, and the next round uses them where they came stamped.
+// Needs the bulk copy engine (sm_90), a block of one warp and the lanes layout.
 // 0: every round probes after it serves (the bench's loopback_warp_no_ahead, to compare).
 #ifndef CUDAQ_RT_LOOPBACK_WARP_AHEAD
 #define CUDAQ_RT_LOOPBACK_WARP_AHEAD 1
@@ -1390,6 +1389,44 @@ __device__ __forceinline__ void warp_stage_tails(Session *s, unsigned tails, uin
   __syncwarp(mask); // every lane's words are in the frames before their lanes serve them
 }
 
+// The next round's probe sent ahead (see warp_probe_ahead), in the lanes layout. The lanes whose
+// next slots are in one group form a run (several feeders' lanes can be groups apart); the run's
+// first lane has the engine copy the run's head cells, one copy per head cell, or one copy of
+// 2,560 bytes where the run is the whole warp (its cells then lie in a row). Each counts its
+// bytes on the barrier, and lane 0 arrives once every copy was counted.
+__device__ __forceinline__ void send_probe_ahead(Session *s, uint32_t next) {
+#if CUDAQ_RT_LOOPBACK_HAS_BULK_COPY
+  const unsigned mask = 0xFFFFFFFFu;
+  constexpr uint32_t G = CUDAQ_RT_LOOPBACK_LANES, P = kHead;
+  const uint32_t group = next / G;
+  const uint32_t before = __shfl_up_sync(mask, group, 1);
+  const unsigned starts = __ballot_sync(mask, s->lane == 0 || group != before);
+  const uint32_t bar = shared_address(&warp_ahead_barrier);
+  __syncwarp(mask); // every lane has read its cells of the last copy before the engine writes
+  if ((starts >> s->lane) & 1u) {
+    const unsigned later = (unsigned)((uint64_t)starts >> (s->lane + 1u));
+    const uint32_t run = later ? (uint32_t)__ffs(later) : G - s->lane;
+    const uint4 *from = const_cast<const uint4 *>(
+        s->request_heads + cudaq_rt_loopback_head_cell(CUDAQ_RT_LOOPBACK_LAYOUT_LANES, next, 0));
+    asm volatile("fence.proxy.async;" ::: "memory");
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(bar),
+                 "r"(run * P * 16u)
+                 : "memory");
+    for (uint32_t c = 0; c < (run == G ? 1u : P); ++c)
+      asm volatile(
+          "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
+          "[%3];" ::"r"(shared_address(&warp_probe_ahead[c * G + s->lane])),
+          "l"(from + c * G), "r"(run == G ? P * G * 16u : run * 16u), "r"(bar)
+          : "memory");
+  }
+  __syncwarp(mask); // every copy counted before the phase's one arrival
+  if (s->lane == 0)
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+#else
+  (void)s, (void)next;
+#endif
+}
+
 template <uint32_t L>
 __device__ __forceinline__ int warp_poll(Session *s, void **request, void **response) {
   constexpr uint32_t P = kHead;
@@ -1493,19 +1530,8 @@ __device__ __forceinline__ int warp_poll(Session *s, void **request, void **resp
   s->fetched_slot = next;
   if (CUDAQ_RT_LOOPBACK_WARP_AHEAD && L == CUDAQ_RT_LOOPBACK_LAYOUT_LANES &&
       (s->warp_ahead & kWarpAheadOn) && ready == 0xFFFFFFFFu && !shutdown) {
-    // A busy round: the next one's probe goes out now (see warp_probe_ahead), where the lanes'
-    // next slots are one group (several feeders' lanes may be apart).
-    const uint32_t group = next / CUDAQ_RT_LOOPBACK_LANES;
-    if (__all_sync(mask, group == __shfl_sync(mask, group, 0))) {
-      __syncwarp(mask); // every lane has read its cells of the last copy before the engine writes
-      if (s->lane == 0)
-        engine_in(
-            &warp_ahead_barrier, warp_probe_ahead,
-            const_cast<const uint4 *>(
-                s->request_heads + cudaq_rt_loopback_head_cell(L, group * CUDAQ_RT_WARP_LANES, 0)),
-            sizeof(warp_probe_ahead));
-      s->warp_ahead |= kWarpAheadInFlight;
-    }
+    send_probe_ahead(s, next); // a busy round: the next one's probe goes out now
+    s->warp_ahead |= kWarpAheadInFlight;
   }
   if (CUDAQ_RT_LOOPBACK_BULK && s->bulk_pending) {
     s->bulk_pending = 0;
