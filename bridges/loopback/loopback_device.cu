@@ -51,9 +51,8 @@ struct Session {
   uint32_t last_lap;     // its lap
   uint32_t handout_lap;  // the lap of the frame fetch_one found (handout_request)
   uint32_t lane;         // the warp form: this session's lane
-  uint8_t warp_shared;   // the warp form: requests staged in warp_request_staging
-  uint8_t warp_window;   // the warp form: a lone request and its response staged there too
-  uint8_t warp_ahead;    // the warp form: the next probe sent ahead (kWarpAhead* bits)
+  uint16_t warp_shared;  // the warp form: requests staged in warp_request_staging
+  uint16_t warp_window;  // the warp form: a lone request and its response staged there too
   uint32_t batch_frames; // frames of a batch staged in shared memory (at most kW)
   uint32_t bulk_min;     // responses of at least this many bytes go in bulk (0: never)
   uint32_t bulk_phase;   // the parity bulk_barrier completes next
@@ -212,25 +211,6 @@ __shared__ __align__(8) unsigned long long tail_barrier;
 #endif
 constexpr uint32_t kWarpSharedBytes = 32768 + 256;
 __shared__ __align__(16) unsigned char warp_request_staging[kWarpSharedBytes];
-
-// The warp form's next probe, sent ahead after a busy round (warp_poll). At 256 in flight the
-// warp's rounds were a probe's round trip (1.67 us) and then the serving (1.18 us), one after the
-// other (bench/loopback_rtt.md, warp rounds): about 11.5 M requests/s, which two host threads
-// feeding the ring did not move (bench/payload_sizes.md). After a round in which every lane found
-// a request, the engine copies the lanes' next head cells here (send_probe_ahead) while the round
-// serves, cell c of lane l at c * 32 + l, and the next round uses them where they came stamped.
-// Needs the bulk copy engine (sm_90), a block of one warp and the lanes layout.
-// 0: every round probes after it serves (the bench's loopback_warp_no_ahead, to compare).
-#ifndef CUDAQ_RT_LOOPBACK_WARP_AHEAD
-#define CUDAQ_RT_LOOPBACK_WARP_AHEAD 1
-#endif
-__shared__
-    __align__(128) uint4 warp_probe_ahead[CUDAQ_RT_WARP_LANES * CUDAQ_RT_LOOPBACK_HEAD_CELLS];
-__shared__ __align__(8) unsigned long long warp_ahead_barrier;
-// Session::warp_ahead's bits.
-constexpr uint8_t kWarpAheadOn = 1;       // this session may send probes ahead
-constexpr uint8_t kWarpAheadInFlight = 2; // a copy into warp_probe_ahead is on its way
-constexpr uint8_t kWarpAheadParity = 4;   // the parity warp_ahead_barrier completes next
 
 // Pushing responses out. A response's posted stores to mapped host memory reach the host about
 // 0.8 us late when the serving thread goes straight back to polling: measured on the H200
@@ -1282,16 +1262,6 @@ cudaq_dev_warp_enter_kernel(void *storage, void *ctx, volatile int *shutdown_fla
   s->fetched_lap = c->warp_resume_lap[lane];
   s->warp = cudaq_rt_loopback_warp_probe{0u, 0u, 0u, 0u}; // every lane probes the first round
   s->one_feeder = c->feeders <= 1u;
-  const bool ahead = CUDAQ_RT_LOOPBACK_WARP_AHEAD && CUDAQ_RT_LOOPBACK_HAS_BULK_COPY && one_warp &&
-                     s->lanes_layout;
-#if CUDAQ_RT_LOOPBACK_HAS_BULK_COPY
-  if (ahead && lane == 0) { // the lanes wait on it only after a round's __syncwarp (warp_poll)
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(&warp_ahead_barrier))
-                 : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); // to the engine
-  }
-#endif
-  s->warp_ahead = ahead ? kWarpAheadOn : 0;
   return s;
 }
 
@@ -1389,44 +1359,6 @@ __device__ __forceinline__ void warp_stage_tails(Session *s, unsigned tails, uin
   __syncwarp(mask); // every lane's words are in the frames before their lanes serve them
 }
 
-// The next round's probe sent ahead (see warp_probe_ahead), in the lanes layout. The lanes whose
-// next slots are in one group form a run (several feeders' lanes can be groups apart); the run's
-// first lane has the engine copy the run's head cells, one copy per head cell, or one copy of
-// 2,560 bytes where the run is the whole warp (its cells then lie in a row). Each counts its
-// bytes on the barrier, and lane 0 arrives once every copy was counted.
-__device__ __forceinline__ void send_probe_ahead(Session *s, uint32_t next) {
-#if CUDAQ_RT_LOOPBACK_HAS_BULK_COPY
-  const unsigned mask = 0xFFFFFFFFu;
-  constexpr uint32_t G = CUDAQ_RT_LOOPBACK_LANES, P = kHead;
-  const uint32_t group = next / G;
-  const uint32_t before = __shfl_up_sync(mask, group, 1);
-  const unsigned starts = __ballot_sync(mask, s->lane == 0 || group != before);
-  const uint32_t bar = shared_address(&warp_ahead_barrier);
-  __syncwarp(mask); // every lane has read its cells of the last copy before the engine writes
-  if ((starts >> s->lane) & 1u) {
-    const unsigned later = (unsigned)((uint64_t)starts >> (s->lane + 1u));
-    const uint32_t run = later ? (uint32_t)__ffs(later) : G - s->lane;
-    const uint4 *from = const_cast<const uint4 *>(
-        s->request_heads + cudaq_rt_loopback_head_cell(CUDAQ_RT_LOOPBACK_LAYOUT_LANES, next, 0));
-    asm volatile("fence.proxy.async;" ::: "memory");
-    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(bar),
-                 "r"(run * P * 16u)
-                 : "memory");
-    for (uint32_t c = 0; c < (run == G ? 1u : P); ++c)
-      asm volatile(
-          "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
-          "[%3];" ::"r"(shared_address(&warp_probe_ahead[c * G + s->lane])),
-          "l"(from + c * G), "r"(run == G ? P * G * 16u : run * 16u), "r"(bar)
-          : "memory");
-  }
-  __syncwarp(mask); // every copy counted before the phase's one arrival
-  if (s->lane == 0)
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-#else
-  (void)s, (void)next;
-#endif
-}
-
 template <uint32_t L>
 __device__ __forceinline__ int warp_poll(Session *s, void **request, void **response) {
   constexpr uint32_t P = kHead;
@@ -1442,26 +1374,10 @@ __device__ __forceinline__ int warp_poll(Session *s, void **request, void **resp
   // never stamped.
   const long long issued = probe_clock();
   uint4 probe[P];
-  bool ahead = false;
-  if (CUDAQ_RT_LOOPBACK_WARP_AHEAD && L == CUDAQ_RT_LOOPBACK_LAYOUT_LANES &&
-      (s->warp_ahead & kWarpAheadInFlight)) {
-    // The probe the last round sent ahead (below), the same in every lane: used where this lane's
-    // control cell came stamped and is not a bulk frame's (whose bytes outside the cells only a
-    // probe's strong load orders); its other cells are checked and reloaded in unpack, as a
-    // probe's are. Else this lane probes as it would have.
-    phase_done(&warp_ahead_barrier, (s->warp_ahead & kWarpAheadParity) != 0, true);
-    s->warp_ahead ^= kWarpAheadInFlight | kWarpAheadParity;
 #pragma unroll
-    for (uint32_t c = 0; c < P; ++c)
-      probe[c] = warp_probe_ahead[c * CUDAQ_RT_WARP_LANES + s->lane];
-    ahead = probes && stamped(probe[0], lap) &&
-            !(CUDAQ_RT_LOOPBACK_BULK && probe[0].w == CUDAQ_RT_LOOPBACK_KIND_BULK);
-  }
-  if (!ahead)
-#pragma unroll
-    for (uint32_t c = 0; c < P; ++c)
-      probe[c] = probes ? load_cell(cells + c * cudaq_rt_loopback_head_stride(L))
-                        : make_uint4(0u, 0u, 0u, 0u);
+  for (uint32_t c = 0; c < P; ++c)
+    probe[c] = probes ? load_cell(cells + c * cudaq_rt_loopback_head_stride(L))
+                      : make_uint4(0u, 0u, 0u, 0u);
   // The flag as any lane saw it (it only goes from 0 to set): lanes can reach the poll apart
   // (votes over __activemask() here once came out split, bench/loopback_rtt.md) and load it
   // apart, and the probe state below, with its votes and shuffles, must be the same in every lane.
@@ -1528,11 +1444,6 @@ __device__ __forceinline__ int warp_poll(Session *s, void **request, void **resp
     s->fetched_lap = cudaq_rt_loopback_next_lap(lap);
   }
   s->fetched_slot = next;
-  if (CUDAQ_RT_LOOPBACK_WARP_AHEAD && L == CUDAQ_RT_LOOPBACK_LAYOUT_LANES &&
-      (s->warp_ahead & kWarpAheadOn) && ready == 0xFFFFFFFFu && !shutdown) {
-    send_probe_ahead(s, next); // a busy round: the next one's probe goes out now
-    s->warp_ahead |= kWarpAheadInFlight;
-  }
   if (CUDAQ_RT_LOOPBACK_BULK && s->bulk_pending) {
     s->bulk_pending = 0;
     return stage_bulk(s, slot, frame);
