@@ -8,7 +8,7 @@
 # Layout: bin/, lib/libcudaq_rt.so.0, lib/cudaq-rt/bridges/, lib/cudaq-rt/python/cudaq_rt/, lib/libcudaq_rt_nvjitlink_cu13.so and
 # _cu12.so (and the cu13 one as lib/libcudaq_rt_nvjitlink.so),
 # examples/, tests/gpu/, bench/
-# and bench/jit_start/ (as in the build tree), so that bench/loopback_rtt.sh,
+# and bench/jit_start/ (as in the build tree), so that bench/loopback_rtt.sh, bench/bridge_ab.sh,
 # bench/jit_start/jit_start.sh and scripts/gpu-tests.sh take the bundle for a build directory.
 set -euo pipefail
 build=${1:?build directory} out=${2:?output directory} bridges=${3:-}
