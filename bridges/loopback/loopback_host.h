@@ -175,13 +175,17 @@ inline void make_feeders(cudaq_rt_bridge *b, uint32_t feeders) {
   const uint32_t lanes = CUDAQ_RT_LOOPBACK_LANES / feeders;
   b->first_lane = 0;
   b->feeder_lanes = lanes;
-  b->more_feeders.reserve(feeders - 1);
+  // Built apart and moved in at the end, so that each view copies b while its more_feeders is
+  // still empty (copying b after the first push would nest the views in each other).
+  std::vector<cudaq_rt_bridge> views;
+  views.reserve(feeders - 1);
   for (uint32_t f = 1; f < feeders; ++f) {
     cudaq_rt_bridge view = *b;
     view.first_lane = f * lanes;
     view.send_at = view.receive_at = {0, f * lanes, cudaq_rt_loopback_lap(0, b->num_slots)};
-    b->more_feeders.push_back(std::move(view));
+    views.push_back(std::move(view));
   }
+  b->more_feeders = std::move(views);
 }
 
 // Feeder i of b (0: b itself), or null past the last.
