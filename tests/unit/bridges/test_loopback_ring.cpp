@@ -1069,3 +1069,24 @@ TEST_CASE("feeders: how many, and only for a kernel whose lanes serve their own 
         "feeders=2 needs a kernel whose 32 lanes serve their own slots (the warp dispatcher); "
         "this one serves every slot in order from one thread");
 }
+
+TEST_CASE("feeders: each view is one feeder of the ring, holding no other") {
+  for (uint32_t feeders : {2u, 4u, 32u}) {
+    CAPTURE(feeders);
+    TestBridge t(64, 256, CUDAQ_RT_LOOPBACK_LAYOUT_LANES, 0);
+    make_feeders(&t.b, feeders);
+    const uint32_t lanes = 32 / feeders;
+    CHECK(t.b.first_lane == 0);
+    CHECK(t.b.feeder_lanes == lanes);
+    CHECK(feeder(&t.b, feeders) == nullptr);
+    for (uint32_t f = 1; f < feeders; ++f) {
+      const cudaq_rt_bridge *view = feeder(&t.b, f);
+      REQUIRE(view != nullptr);
+      CHECK(view->first_lane == f * lanes);
+      CHECK(view->feeder_lanes == lanes);
+      CHECK(view->send_at.slot == f * lanes);
+      CHECK(view->more_feeders.empty()); // a view copies the ring's pointers, not the other views
+      CHECK(view->request_heads == t.b.request_heads);
+    }
+  }
+}
