@@ -32,6 +32,12 @@ if bash "$here/tests/gpu/link_example.sh" "$b/bin/cudaq-rt-pack" "$b/bin/cudaq-r
     echo "== gpu.loopback_dispatch_warp_feeders"
     loopback "$tmp/example/example.cudaqpkg" --dispatcher warp --slots 256 \
       --bridge-arg feeders=2 --many 1000000 --only-many
+    echo "== gpu.loopback_dispatch_warp2"
+    loopback "$tmp/example/example.cudaqpkg" --dispatcher warp --slots 256 --grid 2,32 \
+      --many 1000000 --mixed 1000000
+    echo "== gpu.loopback_dispatch_warp4_feeders"
+    loopback "$tmp/example/example.cudaqpkg" --dispatcher warp --slots 512 --grid 4,32 \
+      --bridge-arg feeders=4 --many 1000000 --only-many
     echo "== gpu.loopback_dispatch_lanes"
     loopback "$tmp/example/example.cudaqpkg" --layout lanes --mixed 1000000
     echo "== gpu.loopback_dispatch_warp_slots"

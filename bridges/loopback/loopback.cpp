@@ -30,6 +30,7 @@ struct Config {
   uint32_t response_bulk_min = CUDAQ_RT_LOOPBACK_RESPONSE_BULK_AS_REQUESTS;
   uint32_t spare_frame = 0;
   uint32_t feeders = 1;
+  uint32_t warps = 1;
 };
 
 bool parse_config(std::string_view config, Config &c) {
@@ -52,17 +53,20 @@ bool parse_config(std::string_view config, Config &c) {
                        : key == "bulk"          ? &c.bulk_min
                        : key == "response_bulk" ? &c.response_bulk_min
                        : key == "feeders"       ? &c.feeders
+                       : key == "warps"         ? &c.warps
                                                 : nullptr;
     if (!target)
       return fail_create("unknown option '" + key +
                          "' (known: slots=N, slot_size=BYTES, layout=slots|lanes, bulk=BYTES, "
-                         "response_bulk=BYTES, spare_frame=0|1, feeders=N)");
+                         "response_bulk=BYTES, spare_frame=0|1, feeders=N, warps=N)");
     if (!parse_u32(value, *target))
       return fail_create("option '" + key + "' needs a number, got '" + value + "'");
   }
   if (std::string why = check_ring_shape(c.slots, c.slot_size, c.layout); !why.empty())
     return fail_create(std::move(why));
   if (std::string why = check_feeders(c.feeders, c.slots); !why.empty())
+    return fail_create(std::move(why));
+  if (std::string why = check_warps(c.warps, c.slots); !why.empty())
     return fail_create(std::move(why));
   return true;
 }
@@ -85,7 +89,7 @@ cudaq_rt_bridge_result create(const char *config, cudaq_rt_bridge **out) {
 
   auto *b = new cudaq_rt_bridge;
   if (!allocate_ring(b, c.slots, c.slot_size, c.layout, c.bulk_min, c.response_bulk_min,
-                     c.spare_frame != 0, c.feeders, create_error)) {
+                     c.spare_frame != 0, c.feeders, c.warps, create_error)) {
     delete b;
     return CUDAQ_RT_BRIDGE_ERROR;
   }
@@ -102,10 +106,11 @@ cudaq_rt_bridge_result instance_config(const cudaq_rt_bridge_launch *launch, con
     create_error = std::move(why);
     return CUDAQ_RT_BRIDGE_ERROR;
   }
-  if (std::string why = check_feeders_for(*launch, options); !why.empty()) {
-    create_error = std::move(why);
-    return CUDAQ_RT_BRIDGE_ERROR;
-  }
+  for (std::string why : {check_feeders_for(*launch, options), check_warps_for(*launch, options)})
+    if (!why.empty()) {
+      create_error = std::move(why);
+      return CUDAQ_RT_BRIDGE_ERROR;
+    }
   lay_out_for(*launch, options, current_gpu_has_bulk_engine());
   return write_instance_config(options.text(), out, capacity, needed);
 }

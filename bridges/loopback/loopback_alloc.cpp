@@ -36,7 +36,7 @@ void release_ring(cudaq_rt_bridge *b) {
 
 bool allocate_ring(cudaq_rt_bridge *b, uint32_t slots, uint32_t slot_size, uint32_t layout,
                    uint32_t bulk_min, uint32_t response_bulk_min, bool spare_frame,
-                   uint32_t feeders, std::string &error) {
+                   uint32_t feeders, uint32_t warps, std::string &error) {
   b->num_slots = slots;
   b->spare_bytes = spare_frame ? slot_size : 0u;
   b->slot_size = slot_size;
@@ -104,15 +104,17 @@ bool allocate_ring(cudaq_rt_bridge *b, uint32_t slots, uint32_t slot_size, uint3
                      : response_bulk_min;
   ctx.spare_bytes = b->spare_bytes;
   ctx.feeders = feeders;
+  ctx.warps = warps;
   ctx.request_bulk = static_cast<char *>(device_requests) + bulk_at;
   ctx.response_bulk = static_cast<char *>(device_responses) + bulk_at;
   ctx.request_frames = device + ctx_bytes;
   ctx.response_frames = device + ctx_bytes + frames_bytes;
   ctx.resume_slot = 0; // the first kernel starts where send() does: request 0, slot 0
   ctx.resume_lap = cudaq_rt_loopback_lap(0, slots);
-  for (uint32_t lane = 0; lane < 32; ++lane) { // request `lane` is the warp form's first for it
-    ctx.warp_resume_slot[lane] = lane;
-    ctx.warp_resume_lap[lane] = cudaq_rt_loopback_lap(lane, slots);
+  // Request i is the first for lane i % 32 of warp i / 32 (loopback_ring.h, "Warps").
+  for (uint32_t i = 0; i < std::size(ctx.warp_resume_slot) && i < slots; ++i) {
+    ctx.warp_resume_slot[i] = i;
+    ctx.warp_resume_lap[i] = cudaq_rt_loopback_lap(i, slots);
   }
   b->device_ctx = reinterpret_cast<cudaq_rt_loopback_device_ctx *>(device);
   // Synchronous copies: the dispatch kernel is not running yet, so nothing can queue behind it.

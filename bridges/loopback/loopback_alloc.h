@@ -18,11 +18,11 @@ namespace cudaq_rt::loopback {
 // responses of at least response_bulk_min (CUDAQ_RT_LOOPBACK_RESPONSE_BULK_AS_REQUESTS: bulk_min);
 // with spare_frame, the device hooks want slot_size bytes of dynamic shared memory (the chain's
 // spare frame, loopback_ring.h); `feeders` host threads feed it side by side (check_feeders said
-// yes; the caller then makes them, make_feeders). On failure, says why in `error` and leaves
-// nothing allocated.
+// yes; the caller then makes them, make_feeders); `warps` warps of the warp form serve it side by
+// side (check_warps said yes). On failure, says why in `error` and leaves nothing allocated.
 bool allocate_ring(cudaq_rt_bridge *b, uint32_t slots, uint32_t slot_size, uint32_t layout,
                    uint32_t bulk_min, uint32_t response_bulk_min, bool spare_frame,
-                   uint32_t feeders, std::string &error);
+                   uint32_t feeders, uint32_t warps, std::string &error);
 
 // Frees what allocate_ring allocated (the dispatch kernel must have stopped).
 void release_ring(cudaq_rt_bridge *b);

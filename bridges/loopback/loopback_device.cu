@@ -51,8 +51,10 @@ struct Session {
   uint32_t last_lap;     // its lap
   uint32_t handout_lap;  // the lap of the frame fetch_one found (handout_request)
   uint32_t lane;         // the warp form: this session's lane
-  uint16_t warp_shared;  // the warp form: requests staged in warp_request_staging
-  uint16_t warp_window;  // the warp form: a lone request and its response staged there too
+  uint8_t warp_shared;   // the warp form: requests staged in warp_request_staging
+  uint8_t warp_window;   // the warp form: a lone request and its response staged there too
+  uint16_t warp_stride;  // the warp form: slots from one of the lane's slots to its next (32 *
+                         // warps: loopback_ring.h, "Warps")
   uint32_t batch_frames; // frames of a batch staged in shared memory (at most kW)
   uint32_t bulk_min;     // responses of at least this many bytes go in bulk (0: never)
   uint32_t bulk_phase;   // the parity bulk_barrier completes next
@@ -1240,7 +1242,9 @@ extern "C" __device__ void cudaq_dev_tx_publish(void *session, void *response) {
 
 // The warp form (cudaq_rt/dispatch.h). Every lane has a Session of its own, used differently:
 // fetched_slot and fetched_lap are the lane's next request (slots lane, lane + 32, ... of the
-// ring, so that the host's request k is lane k % 32's), last_slot and last_lap the one it holds.
+// ring, so that the host's request k is lane k % 32's; with W warps, warp w's lane serves every
+// W-th group of 32 from group w: loopback_ring.h, "Warps"), last_slot and last_lap the one it
+// holds. Warp w is block w's: a ring made for W warps is served only by a kernel of W blocks.
 // Requests are staged in shared memory where 32 of them fit (warp_request_staging), responses in
 // the per-slot frames in device memory; a lone request and its response in shared memory where
 // two slots fit (warp_frames).
@@ -1248,18 +1252,23 @@ extern "C" __device__ void cudaq_dev_tx_publish(void *session, void *response) {
 extern "C" __device__ void *
 cudaq_dev_warp_enter_kernel(void *storage, void *ctx, volatile int *shutdown_flag, unsigned lane) {
   cudaq_rt_loopback_device_ctx *c = static_cast<cudaq_rt_loopback_device_ctx *>(ctx);
-  if (lane >= CUDAQ_RT_WARP_LANES || !cudaq_dev_enter_kernel(storage, ctx, shutdown_flag) ||
-      c->num_slots % CUDAQ_RT_WARP_LANES != 0 || c->warp_resume_slot[lane] >= c->num_slots ||
-      c->warp_resume_slot[lane] % CUDAQ_RT_WARP_LANES != lane || c->warp_resume_lap[lane] == 0)
+  if (lane >= CUDAQ_RT_WARP_LANES || !cudaq_dev_enter_kernel(storage, ctx, shutdown_flag))
+    return nullptr;
+  const uint32_t warps = c->warps, warp = blockIdx.x, at = warp * CUDAQ_RT_WARP_LANES + lane;
+  const uint32_t stride = warps * CUDAQ_RT_WARP_LANES;
+  if (warps == 0 || warps > CUDAQ_RT_LOOPBACK_MAX_WARPS || gridDim.x != warps ||
+      c->num_slots % stride != 0 || c->warp_resume_slot[at] >= c->num_slots ||
+      c->warp_resume_slot[at] % stride != at || c->warp_resume_lap[at] == 0)
     return nullptr;
   Session *s = static_cast<Session *>(storage);
   s->lane = lane;
+  s->warp_stride = stride;
   const bool one_warp = CUDAQ_RT_LOOPBACK_WARP_SHARED_STAGING &&
                         blockDim.x * blockDim.y * blockDim.z == CUDAQ_RT_WARP_LANES;
   s->warp_shared = one_warp && c->slot_size <= kWarpSharedBytes / CUDAQ_RT_WARP_LANES;
   s->warp_window = one_warp && c->slot_size <= kWarpSharedBytes / 2u;
-  s->fetched_slot = c->warp_resume_slot[lane];
-  s->fetched_lap = c->warp_resume_lap[lane];
+  s->fetched_slot = c->warp_resume_slot[at];
+  s->fetched_lap = c->warp_resume_lap[at];
   s->warp = cudaq_rt_loopback_warp_probe{0u, 0u, 0u, 0u}; // every lane probes the first round
   s->one_feeder = c->feeders <= 1u;
   return s;
@@ -1287,14 +1296,16 @@ namespace {
 #endif
 
 // The lane whose next request comes first (cudaq_rt_loopback_warp_first against lane l - 1's
-// position), or 32 when that is not exactly one lane.
+// position), or 32 when that is not exactly one lane. With several warps, among this warp's
+// lanes: lane 0's predecessor is lane 31's slot of the warp's group before.
 __device__ __forceinline__ uint32_t warp_earliest(const Session *s, unsigned mask) {
   const unsigned prev_lane = (s->lane + CUDAQ_RT_WARP_LANES - 1) % CUDAQ_RT_WARP_LANES;
   const uint32_t prev_slot = __shfl_sync(mask, s->fetched_slot, prev_lane);
   const uint32_t prev_lap = __shfl_sync(mask, s->fetched_lap, prev_lane);
+  const uint32_t back = s->lane == 0 ? s->warp_stride - (CUDAQ_RT_WARP_LANES - 1u) : 1u;
   const unsigned first =
       __ballot_sync(mask, cudaq_rt_loopback_warp_first(s->fetched_slot, s->fetched_lap, prev_slot,
-                                                       prev_lap, s->num_slots));
+                                                       prev_lap, s->num_slots, back));
   return __popc(first) == 1 ? (uint32_t)(__ffs(first) - 1) : CUDAQ_RT_WARP_LANES;
 }
 
@@ -1427,8 +1438,9 @@ __device__ __forceinline__ int warp_poll(Session *s, void **request, void **resp
     }
     // Nothing after the fence: every request sent to this lane before the flag was served. The
     // next kernel on this instance starts where this lane stopped.
-    s->ctx->warp_resume_slot[s->lane] = slot;
-    s->ctx->warp_resume_lap[s->lane] = lap;
+    const uint32_t at = blockIdx.x * CUDAQ_RT_WARP_LANES + s->lane;
+    s->ctx->warp_resume_slot[at] = slot;
+    s->ctx->warp_resume_lap[at] = lap;
     return CUDAQ_DEV_RX_SHUTDOWN;
   }
   const WarpFrames f = warp_frames(s, s->lane, slot, (ready & (ready - 1u)) == 0u);
@@ -1438,7 +1450,7 @@ __device__ __forceinline__ int warp_poll(Session *s, void **request, void **resp
   *response = f.response;
   s->last_slot = slot;
   s->last_lap = lap;
-  uint32_t next = slot + CUDAQ_RT_WARP_LANES;
+  uint32_t next = slot + s->warp_stride;
   if (next >= s->num_slots) {
     next -= s->num_slots;
     s->fetched_lap = cudaq_rt_loopback_next_lap(lap);

@@ -134,6 +134,7 @@ inline std::string check_ring_shape(uint32_t slots, uint32_t slot_size,
 // "Tails by the engine"), and responses from the other size on in bulk. It also gets
 // spare_frame=1 unless the options name it: the chain's second request frame, in dynamic shared
 // memory the launcher gives that kernel (loopback_ring.h, "The chain").
+// The warp dispatcher launched as W > 1 blocks (32 * W polling lanes) gets warps=W as well.
 inline void lay_out_for(const cudaq_rt_bridge_launch &launch, BridgeOptions &options, bool engine) {
   if (launch.polling_lanes == 1 && engine) {
     if (!options.find("spare_frame"))
@@ -145,12 +146,49 @@ inline void lay_out_for(const cudaq_rt_bridge_launch &launch, BridgeOptions &opt
     }
     return;
   }
-  if (launch.polling_lanes != CUDAQ_RT_LOOPBACK_LANES)
+  if (launch.polling_lanes == 0 || launch.polling_lanes % CUDAQ_RT_LOOPBACK_LANES != 0)
     return;
   if (!options.find("layout"))
     options.set("layout", "lanes");
   if (!options.find("bulk"))
     options.set("bulk", "0");
+  // The warp dispatcher of several blocks: a warp each ("Warps"; check_warps_for said yes).
+  if (launch.polling_lanes > CUDAQ_RT_LOOPBACK_LANES && !options.find("warps"))
+    options.set("warps", std::to_string(launch.polling_lanes / CUDAQ_RT_LOOPBACK_LANES));
+}
+
+// Why a ring of `slots` slots cannot be served by `warps` warps of the warp form side by side
+// (warps=W, loopback_ring.h "Warps"); empty when it can.
+inline std::string check_warps(uint32_t warps, uint32_t slots) {
+  if (warps == 0 || warps > CUDAQ_RT_LOOPBACK_MAX_WARPS)
+    return "warps=" + std::to_string(warps) + " is out of range 1.." +
+           std::to_string(CUDAQ_RT_LOOPBACK_MAX_WARPS);
+  if (warps > 1 && slots % (CUDAQ_RT_LOOPBACK_LANES * warps) != 0)
+    return "warps=" + std::to_string(warps) + " needs a multiple of " +
+           std::to_string(CUDAQ_RT_LOOPBACK_LANES * warps) +
+           " slots, not slots=" + std::to_string(slots);
+  return {};
+}
+
+// Why an instance with the `options` a user gave cannot serve the kernel of `launch`: warps=W is
+// the number of warps the kernel serves with, which a built-in one says (32 * W polling lanes: the
+// warp dispatcher as W blocks); a custom kernel (0: not known) takes what the options say.
+inline std::string check_warps_for(const cudaq_rt_bridge_launch &launch,
+                                   const BridgeOptions &options) {
+  const std::string *value = options.find("warps");
+  uint32_t warps = 1;
+  if (!value || !parse_u32(*value, warps) || launch.polling_lanes == 0)
+    return {}; // what create does not take, it says
+  const uint32_t serving = launch.polling_lanes % CUDAQ_RT_LOOPBACK_LANES == 0
+                               ? launch.polling_lanes / CUDAQ_RT_LOOPBACK_LANES
+                               : 1u;
+  if (warps == serving)
+    return {};
+  return "warps=" + *value + " does not match the kernel, which serves with " +
+         (launch.polling_lanes == 1
+              ? std::string("one thread")
+              : std::to_string(serving) + (serving == 1 ? " warp" : " warps") +
+                    " (the warp dispatcher's blocks: --grid " + std::to_string(serving) + ",32)");
 }
 
 // Why a ring of `slots` slots cannot be fed by `feeders` host threads side by side (feeders=N,

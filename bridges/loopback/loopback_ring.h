@@ -264,7 +264,16 @@ static inline CUDAQ_RT_LOOPBACK_HD uint32_t cudaq_rt_loopback_tail_cells(uint32_
  * k mod (num_slots / N), with the lap k / (num_slots / N) + 1 (wrapping as laps do), which is the
  * slot and lap the lane serving it expects next. No lane serves two feeders, so the feeders share
  * nothing but the shutdown flag. N = 1 (the default) is one thread over every slot in order; the
- * unified kernel, whose one thread serves the slots in that order, takes only that. */
+ * unified kernel, whose one thread serves the slots in that order, takes only that.
+ *
+ * Warps (warps=W, set from the launch: the warp dispatcher launched with W blocks, each serving
+ * with one warp): warp w's lane l serves slots 32 * w + l, 32 * (w + W) + l, ..., that is lane l
+ * of every W-th group of 32 slots, starting with group w, each with a slot and lap of its own as
+ * for one warp, stepping 32 * W slots at a time (the ring needs a multiple of 32 * W slots). A
+ * warp's round (its probe's trip over the link, then the serving) no longer bounds the rate: the
+ * W warps' rounds overlap. Nothing changes for the host: its frames go to the slots in order, and
+ * feeders split every group of 32 slots as with one warp. W = 1 (the default) is one warp. */
+#define CUDAQ_RT_LOOPBACK_MAX_WARPS 8u
 
 /* Cell index, from the ring's heads, of frame cell c < HEAD_CELLS of `slot`. */
 static inline CUDAQ_RT_LOOPBACK_HD uint64_t cudaq_rt_loopback_head_cell(uint32_t layout,
@@ -407,17 +416,18 @@ cudaq_rt_loopback_warp_narrow(cudaq_rt_loopback_warp_probe *w, uint32_t first) {
   w->idle = 0u;
 }
 
-/* Whether a lane whose next request is at (slot, lap) comes first among the lanes: the lanes'
- * next slots are 32 consecutive slots of the ring, so the first is the one whose predecessor
- * (slot - 1, or the last slot of the lap before) is not lane l - 1's next (prev_slot, prev_lap).
- * Exactly one lane is first unless a lane has served a request while an earlier one was not yet
- * visible; the caller then leaves the probe wide. */
-static inline CUDAQ_RT_LOOPBACK_HD int cudaq_rt_loopback_warp_first(uint32_t slot, uint32_t lap,
-                                                                    uint32_t prev_slot,
-                                                                    uint32_t prev_lap,
-                                                                    uint32_t num_slots) {
-  const uint32_t pred_slot = slot == 0u ? num_slots - 1u : slot - 1u;
-  const uint32_t pred_lap = slot == 0u ? cudaq_rt_loopback_prev_lap(lap) : lap;
+/* Whether a lane whose next request is at (slot, lap) comes first among its warp's lanes: the
+ * lanes' next slots are 32 consecutive slots of the warp's groups, so the first is the one whose
+ * predecessor in the warp's order is not lane l - 1's next (prev_slot, prev_lap). That predecessor
+ * lies `back` slots before (wrapping into the lap before): 1, except for lane 0 of one of W > 1
+ * warps, whose predecessor is lane 31's slot of the warp's group before, 32 * (W - 1) + 1 back
+ * ("Warps"). Exactly one lane is first unless a lane has served a request while an earlier one was
+ * not yet visible; the caller then leaves the probe wide. */
+static inline CUDAQ_RT_LOOPBACK_HD int
+cudaq_rt_loopback_warp_first(uint32_t slot, uint32_t lap, uint32_t prev_slot, uint32_t prev_lap,
+                             uint32_t num_slots, uint32_t back) {
+  const uint32_t pred_slot = slot < back ? slot + num_slots - back : slot - back;
+  const uint32_t pred_lap = slot < back ? cudaq_rt_loopback_prev_lap(lap) : lap;
   return (prev_slot != pred_slot) | (prev_lap != pred_lap);
 }
 
@@ -440,11 +450,12 @@ typedef struct cudaq_rt_loopback_device_ctx {
    * the next one, which the launcher orders after it (cudaq_rt/dispatch.h). */
   uint32_t resume_slot;
   uint32_t resume_lap;
-  /* The warp form's positions (cudaq_rt/dispatch.h): lane l serves slots l, l + 32, ..., so each
-   * lane has its own next slot and lap, kept here across a relaunch like resume_*. create sets
-   * slot l and lap 1; a ring whose slots are not a multiple of 32 has no warp form. */
-  uint32_t warp_resume_slot[32];
-  uint32_t warp_resume_lap[32];
+  /* The warp form's positions (cudaq_rt/dispatch.h): lane l of warp w (w * 32 + l here) serves
+   * slots 32 * w + l, 32 * (w + warps) + l, ... ("Warps"), so each lane has its own next slot and
+   * lap, kept here across a relaunch like resume_*. create sets slot i and its lap for each i; a
+   * ring whose slots are not a multiple of 32 * warps has no warp form. */
+  uint32_t warp_resume_slot[32 * CUDAQ_RT_LOOPBACK_MAX_WARPS];
+  uint32_t warp_resume_lap[32 * CUDAQ_RT_LOOPBACK_MAX_WARPS];
   uint32_t layout;     /* CUDAQ_RT_LOOPBACK_LAYOUT_*: where the head cells are */
   uint32_t bulk_min;   /* responses of at least this many bytes go in bulk (0: never) */
   void *request_bulk;  /* mapped host memory: num_slots * slot_size bytes, plain frames */
@@ -456,6 +467,10 @@ typedef struct cudaq_rt_loopback_device_ctx {
   /* Host threads that feed the ring side by side, each on its own lanes ("Feeders"): 1, or a
    * divisor of 32 for the warp form. */
   uint32_t feeders;
+  /* Warps of the warp form that serve the ring side by side ("Warps"): 1 to
+   * CUDAQ_RT_LOOPBACK_MAX_WARPS; the warp form serves only a kernel launched with that many
+   * blocks, warp w in block w. */
+  uint32_t warps;
 } cudaq_rt_loopback_device_ctx;
 
 #endif /* CUDAQ_RT_LOOPBACK_RING_H */

@@ -58,9 +58,11 @@ cudaq_rt_bridge_result create(const char *config, cudaq_rt_bridge **out) {
     create_error = std::move(why);
     return CUDAQ_RT_BRIDGE_ERROR;
   }
-  if (std::string why =
-          loopback::check_ring_shape(u->config.slots, u->config.slot_size, u->config.layout);
-      !why.empty()) {
+  std::string why =
+      loopback::check_ring_shape(u->config.slots, u->config.slot_size, u->config.layout);
+  if (why.empty())
+    why = loopback::check_warps(u->config.warps, u->config.slots);
+  if (!why.empty()) {
     create_error = std::move(why);
     return CUDAQ_RT_BRIDGE_ERROR;
   }
@@ -68,7 +70,8 @@ cudaq_rt_bridge_result create(const char *config, cudaq_rt_bridge **out) {
     return CUDAQ_RT_BRIDGE_ERROR;
   if (!loopback::allocate_ring(&u->ring, u->config.slots, u->config.slot_size, u->config.layout,
                                u->config.bulk_min, u->config.response_bulk_min,
-                               u->config.spare_frame != 0, /*feeders=*/1, create_error)) {
+                               u->config.spare_frame != 0, /*feeders=*/1, u->config.warps,
+                               create_error)) {
     ::close(u->socket.fd);
     return CUDAQ_RT_BRIDGE_ERROR;
   }

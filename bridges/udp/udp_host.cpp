@@ -86,11 +86,12 @@ std::string parse_config(std::string_view text, Config &out) {
       if (!loopback::parse_layout(value, out.layout))
         return "option 'layout' is slots or lanes, got '" + value + "'";
     } else if (key == "port" || key == "slots" || key == "slot_size" || key == "bulk" ||
-               key == "response_bulk") {
+               key == "response_bulk" || key == "warps") {
       uint32_t *target = key == "port"        ? &out.port
                          : key == "slots"     ? &out.slots
                          : key == "slot_size" ? &out.slot_size
                          : key == "bulk"      ? &out.bulk_min
+                         : key == "warps"     ? &out.warps
                                               : &out.response_bulk_min;
       if (!loopback::parse_u32(value, *target))
         return "option '" + key + "' needs a number, got '" + value + "'";
@@ -99,7 +100,7 @@ std::string parse_config(std::string_view text, Config &out) {
     } else {
       return "unknown option '" + key +
              "' (known: bind=ADDR, port=N, slots=N, slot_size=BYTES, wait=spin|block, threads=1|2, "
-             "layout=slots|lanes, bulk=BYTES, response_bulk=BYTES, spare_frame=0|1)";
+             "layout=slots|lanes, bulk=BYTES, response_bulk=BYTES, spare_frame=0|1, warps=N)";
     }
   }
   return {};
@@ -109,6 +110,8 @@ std::string instance_config(const cudaq_rt_bridge_launch &launch, std::string_vi
                             bool engine, std::string &out) {
   BridgeOptions options;
   if (std::string why = options.parse(config); !why.empty())
+    return why;
+  if (std::string why = loopback::check_warps_for(launch, options); !why.empty())
     return why;
   loopback::lay_out_for(launch, options, engine);
   const std::string *port = options.find("port");

@@ -73,6 +73,7 @@ struct Config {
   uint32_t bulk_min = CUDAQ_RT_LOOPBACK_DEFAULT_BULK_MIN; // frames this long go in bulk (0: never)
   uint32_t response_bulk_min = CUDAQ_RT_LOOPBACK_RESPONSE_BULK_AS_REQUESTS; // the same, responses
   uint32_t spare_frame = 0; // the chain's spare frame in dynamic shared memory (loopback_ring.h)
+  uint32_t warps = 1;       // warps of the warp form serving the ring (loopback_ring.h, "Warps")
   bool spin = true; // wait=spin: threads poll without sleeping; wait=block: they sleep when idle
   uint32_t threads = 1; // threads=1: one thread receives and sends; threads=2: a thread each
 };

@@ -1,10 +1,13 @@
 // The warp dispatch kernel: 32 lanes of one warp serve 32 requests at a time, for throughput.
 // Selected with --dispatcher warp (cudaq-rt-link, cudaq-rt-run); launched as one block of 32
-// threads. It drives the bridge's warp-form hooks (cudaq_rt/dispatch.h): every lane polls its own
-// next request in the same instructions, the lanes that found one serve it (the same framing as
-// the unified kernel: cudaq_rt/dispatch_framing.cuh) and publish it, and lane 0 adds the round's
-// outcomes to the counters. Handlers therefore run concurrently: the link admits only handlers
-// exported with CUDAQ_RT_EXPORT_HANDLER_CONCURRENT.
+// threads, or as B blocks (--grid B,32), each of whose first warp serves: the bridge is told 32 * B
+// polling lanes and gives each warp its own share of the ring (the loopback ring's warps=B), so
+// that one warp's round overlaps another's. It drives the bridge's warp-form hooks
+// (cudaq_rt/dispatch.h): every lane polls its own next request in the same instructions, the
+// lanes that found one serve it (the same framing as the unified kernel:
+// cudaq_rt/dispatch_framing.cuh) and publish it, and lane 0 adds the round's outcomes to the
+// counters, block b's at stats[b] (the launcher sums them). Handlers therefore run concurrently:
+// the link admits only handlers exported with CUDAQ_RT_EXPORT_HANDLER_CONCURRENT.
 //
 // Built like the unified kernel: LTO-IR for sm_80, embedded in the runtime library.
 #include "cudaq_rt/dispatch_framing.cuh"
@@ -17,6 +20,7 @@ namespace {
 // The serving loop of one lane, over its bridge session.
 __device__ __forceinline__ void serve(const cudaq_rt_dispatch_params &p, void *session,
                                       unsigned lane) {
+  cudaq_rt_dispatch_stats *stats = p.stats ? p.stats + blockIdx.x : p.stats; // this warp's row
   const unsigned all = 0xFFFFFFFFu;
   __shared__ cudaq_rt_function_entry rows[CUDAQ_RT_WARP_SHARED_TABLE_ROWS];
   const cudaq_rt_function_entry *table = p.function_table;
@@ -30,7 +34,7 @@ __device__ __forceinline__ void serve(const cudaq_rt_dispatch_params &p, void *s
   cudaq_rt_dispatch_counters counters = {0, 0, 0, 0};
   cudaq_rt_handler_cache cache = {0, 0}; // per lane
   if (lane == 0)
-    counters = cudaq_rt_counters_load(p.stats);
+    counters = cudaq_rt_counters_load(stats);
   for (;;) {
     void *request = 0, *response = 0;
     const int r = cudaq_dev_warp_rx_poll(session, &request, &response);
@@ -47,7 +51,7 @@ __device__ __forceinline__ void serve(const cudaq_rt_dispatch_params &p, void *s
         counters.ok += __popc(ok);
         counters.handler_errors += __popc(failed);
         counters.protocol_errors += __popc(ready & ~ok & ~failed);
-        cudaq_rt_counters_store(p.stats, &counters); // before the responses, as the unified kernel
+        cudaq_rt_counters_store(stats, &counters); // before the responses, as the unified kernel
       }
       __syncwarp(all); // lane 0's counters are stored before any lane publishes
     }
@@ -62,9 +66,9 @@ __device__ __forceinline__ void serve(const cudaq_rt_dispatch_params &p, void *s
 } // namespace
 
 extern "C" __global__ void cudaq_rt_warp_dispatch(cudaq_rt_dispatch_params p) {
-  // Warp 0 of block 0 serves; a launch with fewer than 32 threads cannot.
-  if (blockIdx.x != 0 || blockIdx.y != 0 || blockIdx.z != 0 || threadIdx.y != 0 ||
-      threadIdx.z != 0 || threadIdx.x >= CUDAQ_RT_WARP_LANES || blockDim.x < CUDAQ_RT_WARP_LANES)
+  // Warp 0 of each block serves; a launch with fewer than 32 threads cannot.
+  if (blockIdx.y != 0 || blockIdx.z != 0 || threadIdx.y != 0 || threadIdx.z != 0 ||
+      threadIdx.x >= CUDAQ_RT_WARP_LANES || blockDim.x < CUDAQ_RT_WARP_LANES)
     return;
   const unsigned lane = threadIdx.x;
 

@@ -9,9 +9,11 @@
 //
 //   loopback_dispatch_test [--bridge NAME|PATH] --package DIR [--latency-requests N]
 //                          [--dispatcher builtin|warp] [--slots N] [--layout slots|lanes]
-//                          [--many N] [--bridge-arg KEY=VALUE]... [--only-many]
+//                          [--many N] [--bridge-arg KEY=VALUE]... [--only-many] [--grid B,T]
 //
 // --dispatcher warp runs every check against the warp dispatcher instead of the unified one;
+// --grid launches it as B blocks of T threads (the warp dispatcher: B serving warps, each with its
+// own share of the ring, the loopback ring's warps=B);
 // --layout gives the loopback ring that layout (loopback_ring.h) instead of the load path's
 // choice for the dispatcher;
 // --many N also sends N echoes through the batched send and receive with the ring kept full,
@@ -189,7 +191,14 @@ TestOptions parse_options(int argc, char **argv) {
       options.latency_requests = std::stoi(value());
     else if (a == "--dispatcher")
       options.load.link.dispatcher = value();
-    else if (a == "--slots")
+    else if (a == "--grid") {
+      const std::string g = value();
+      const size_t comma = g.find(',');
+      if (comma == std::string::npos)
+        usage_error("--grid needs BLOCKS,THREADS");
+      options.load.shape = cudaq_rt::LaunchShape{unsigned(std::stoul(g.substr(0, comma))),
+                                                 unsigned(std::stoul(g.substr(comma + 1)))};
+    } else if (a == "--slots")
       slots = value();
     else if (a == "--slot-size")
       slot_size = value();

@@ -108,8 +108,9 @@ typedef struct cudaq_rt_bridge_launch {
   uint32_t struct_size; /* sizeof(cudaq_rt_bridge_launch) as the launcher was built */
   /* Threads of the dispatch kernel that poll the ring side by side, each for its own slots: 1 for
    * a kernel that drives cudaq_dev_rx_poll from one thread (the unified kernel), 32 for one that
-   * drives the warp-form hooks (the warp dispatcher; cudaq_rt/dispatch.h), 0 when the launcher
-   * cannot tell (a custom kernel). */
+   * drives the warp-form hooks (the warp dispatcher; cudaq_rt/dispatch.h), 32 * B for the warp
+   * dispatcher launched as B blocks, one serving warp each (a bridge that cannot serve B warps
+   * refuses), 0 when the launcher cannot tell (a custom kernel). */
   uint32_t polling_lanes;
   /* The instance's place among those one launcher serves with, one per GPU (cudaq-rt-run --serve
    * --device 0,1 creates instances 0 and 1); 0 for a lone instance. */

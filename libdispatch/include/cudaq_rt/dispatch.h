@@ -58,6 +58,13 @@
  * position across a relaunch, and answers SHUTDOWN to a lane only when it has served every
  * request sent to it before the flag was set. Responses of different
  * lanes are published in any order; the host side puts them back in request order if it must.
+ *
+ * Several warps. The warp dispatcher launched as B blocks (cudaq-rt-run --dispatcher warp --grid
+ * B,32) serves with the first warp of each, and stores block b's counters at stats[b]. The
+ * launcher tells the bridge 32 * B polling lanes (cudaq_rt_bridge_launch), and a bridge that
+ * takes them gives each warp its own share of the requests (the loopback bridge: warp w's lane l
+ * the slots 32 * w + l, 32 * (w + B) + l, ...); the hooks may read blockIdx.x and gridDim.x for
+ * which warp calls and of how many. A bridge without instance_config is only launched with one.
  * Handlers run in several lanes at once, so a package linked with the warp dispatcher must export
  * every handler with CUDAQ_RT_EXPORT_HANDLER_CONCURRENT (cudaq-rt-link checks). */
 #ifndef CUDAQ_RT_DISPATCH_H

@@ -20,8 +20,9 @@ namespace cudaq_rt {
 class Bridge;
 
 // What the launcher tells a bridge about an instance before creating it (cudaq_rt_bridge_launch):
-// the dispatch kernel's threads that poll the ring side by side (1, 32 for the warp form, 0: not
-// known), and the instance's place among one service's, one per GPU.
+// the dispatch kernel's threads that poll the ring side by side (1, 32 for the warp form, 32 * B
+// for the warp dispatcher of B blocks, 0: not known), and the instance's place among one
+// service's, one per GPU.
 struct BridgeLaunch {
   uint32_t polling_lanes = 0;
   uint32_t instance = 0;
@@ -41,7 +42,7 @@ public:
 
   // The configuration an instance for `launch` is to be created with, from the user's `config`:
   // the bridge's answer (cudaq_rt_bridge_ops::instance_config), or `config` as it is from a bridge
-  // without that operation.
+  // without that operation (which cannot be told of more than one warp: an error).
   Expected<std::string> instance_config(const BridgeLaunch &launch,
                                         const std::string &config) const;
   // A new instance; see cudaq_rt_bridge_ops::create.

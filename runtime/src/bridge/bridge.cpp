@@ -184,6 +184,11 @@ Expected<BridgeLibrary> BridgeLibrary::load(const fs::path &path) {
 Expected<std::string> BridgeLibrary::instance_config(const BridgeLaunch &launch,
                                                      const std::string &config) const {
   auto op = CUDAQ_RT_APPENDED(ops_, instance_config);
+  if (!op && launch.polling_lanes > 32)
+    return make_error(path_.string(), "bridge ", quote(ops_->name), " cannot be told of ",
+                      launch.polling_lanes / 32,
+                      " serving warps (it has no instance_config): launch the warp dispatcher as "
+                      "one block");
   if (!op)
     return config;
   const cudaq_rt_bridge_launch c{sizeof c, launch.polling_lanes, launch.instance};

@@ -12,10 +12,17 @@
 
 namespace cudaq_rt {
 
+// The most blocks the warp dispatcher is launched as (one serving warp and one row of counters
+// each); a bridge may take fewer (the loopback ring: CUDAQ_RT_LOOPBACK_MAX_WARPS).
+constexpr unsigned kMaxWarpBlocks = 32;
+
 struct BuiltinDispatcher {
   const char *name;   // what --dispatcher takes: "builtin" (the unified kernel) or "warp"
   const char *kernel; // the kernel's name in the linked module
   unsigned threads;   // threads of its one block, unless the launcher is told otherwise
+  // Blocks it may be launched as, each serving with its first `threads` threads (the warp
+  // dispatcher: one warp a block, cudaq_rt/dispatch.h "Several warps"); 1: only one block serves.
+  unsigned max_blocks;
   // It calls handlers from several threads at once: every handler of a package it links must be
   // exported with CUDAQ_RT_EXPORT_HANDLER_CONCURRENT.
   bool concurrent;

@@ -45,9 +45,11 @@ namespace cudaq_rt {
 namespace {
 
 // The control block in mapped memory: the shutdown flag, then the counters on a line of their
-// own (the host writes one, the GPU the other).
+// own (the host writes one, the GPU the other), a row for each serving warp of the warp
+// dispatcher.
 constexpr size_t control_bytes = 4096;
 constexpr size_t stats_offset = 64;
+static_assert(stats_offset + kMaxWarpBlocks * sizeof(cudaq_rt_dispatch_stats) <= control_bytes);
 
 // Under --trust, the package must carry a valid signature by a trusted key.
 Status check_trusted(const Package &package, const LoadOptions &opt) {
@@ -342,11 +344,28 @@ Expected<std::unique_ptr<Server>> Server::load(const LoadOptions &opt, Gpu &gpu)
     return make_error(bridge_library->path().string(), "bridge library calls itself ",
                       quote(bridge_library->name()), ", but the module was linked with bridge ",
                       quote(r.bridge), " hooks");
+  // A built-in kernel's own shape (the warp dispatcher: one warp) unless the caller gave one. The
+  // warp dispatcher serves with the first warp of each block it is launched as (--grid B,32), each
+  // warp with its own row of counters.
+  const BuiltinDispatcher *builtin = find_builtin_dispatcher(r.dispatcher);
+  LaunchShape shape;
+  if (builtin)
+    shape.threads = builtin->threads;
+  r.shape = opt.shape.value_or(shape);
+  uint32_t polling_lanes = builtin ? builtin->threads : 0;
+  if (builtin && builtin->max_blocks > 1 && opt.shape) {
+    if (r.shape.threads != builtin->threads || r.shape.blocks > builtin->max_blocks)
+      return make_error(subject, "the ", builtin->name, " dispatcher is launched as 1 to ",
+                        builtin->max_blocks, " blocks of ", builtin->threads, " threads, not ",
+                        r.shape.blocks, ",", r.shape.threads);
+    polling_lanes = builtin->threads * r.shape.blocks;
+    s->stats_rows_ = r.shape.blocks;
+  }
   // What depends on the kernel and the GPU in the instance's configuration is the bridge's to
   // decide; it is told the kernel's polling threads (every thread of a built-in kernel's block
-  // polls; of a custom kernel the runtime knows nothing) and the instance's place in a service.
-  const BuiltinDispatcher *builtin = find_builtin_dispatcher(r.dispatcher);
-  const BridgeLaunch launch{builtin ? builtin->threads : 0, opt.bridge_instance};
+  // polls, in each block of the warp dispatcher; of a custom kernel the runtime knows nothing)
+  // and the instance's place in a service.
+  const BridgeLaunch launch{polling_lanes, opt.bridge_instance};
   auto config = bridge_library->instance_config(launch, opt.bridge_config);
   if (!config)
     return std::move(config).take_error();
@@ -374,11 +393,6 @@ Expected<std::unique_ptr<Server>> Server::load(const LoadOptions &opt, Gpu &gpu)
   p.slot_size = r.slot_size;
   p.shutdown_flag = reinterpret_cast<volatile int *>(s->control_.device);
   p.stats = reinterpret_cast<cudaq_rt_dispatch_stats *>(s->control_.device + stats_offset);
-  // A built-in kernel's own shape (the warp dispatcher: one warp) unless the caller gave one.
-  LaunchShape shape;
-  if (builtin)
-    shape.threads = builtin->threads;
-  r.shape = opt.shape.value_or(shape);
   // What the bridge's hooks ask for (the loopback ring's spare frame), where the GPU can give it:
   // else they go without, and say nothing is wrong.
   if (const uint32_t want = s->bridge_->dispatch_shared_bytes(); want > 0) {
@@ -691,11 +705,13 @@ cudaq_rt_dispatch_stats Server::stats() const {
   auto load = [](unsigned long long &v) {
     return std::atomic_ref<unsigned long long>(v).load(std::memory_order_acquire);
   };
-  cudaq_rt_dispatch_stats s;
-  s.requests = load(raw->requests);
-  s.ok = load(raw->ok);
-  s.handler_errors = load(raw->handler_errors);
-  s.protocol_errors = load(raw->protocol_errors);
+  cudaq_rt_dispatch_stats s{};
+  for (uint32_t row = 0; row < stats_rows_; ++row, ++raw) { // one a serving warp
+    s.requests += load(raw->requests);
+    s.ok += load(raw->ok);
+    s.handler_errors += load(raw->handler_errors);
+    s.protocol_errors += load(raw->protocol_errors);
+  }
   return s;
 }
 

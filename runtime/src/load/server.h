@@ -299,6 +299,7 @@ private:
   GpuPointer table_ = 0;
   size_t table_capacity_ = 0; // entries table_ has room for
   MappedMemory control_{};
+  uint32_t stats_rows_ = 1; // rows of counters in control_: one a serving warp
   GpuStream stream_ = nullptr;
   cudaq_rt_dispatch_params params_{};
   double stop_timeout_s_ = 5;

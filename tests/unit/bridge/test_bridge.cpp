@@ -103,7 +103,8 @@ TEST_CASE("loopback rejects a bad configuration with a clear message") {
   REQUIRE(!bridge);
   CHECK(bridge.error().message ==
         "bridge 'loopback': unknown option 'colour' (known: slots=N, slot_size=BYTES, "
-        "layout=slots|lanes, bulk=BYTES, response_bulk=BYTES, spare_frame=0|1, feeders=N)");
+        "layout=slots|lanes, bulk=BYTES, response_bulk=BYTES, spare_frame=0|1, feeders=N, "
+        "warps=N)");
   auto lanes = lib->create("slots=48,layout=lanes");
   REQUIRE(!lanes);
   CHECK(lanes.error().message ==
@@ -147,6 +148,20 @@ TEST_CASE("loopback lays its ring out for the warp form, unless the configuratio
         "error: '" + lib->path().string() +
             "': bridge 'loopback': feeders=2 needs a kernel whose 32 lanes serve their own slots "
             "(the warp dispatcher); this one serves every slot in order from one thread");
+  // The warp dispatcher of several blocks: a warp each, and the ring must split among them.
+  CHECK(config(2 * CUDAQ_RT_WARP_LANES, "slots=256,feeders=2") ==
+        "slots=256,feeders=2,layout=lanes,bulk=0,warps=2");
+  CHECK(config(2 * CUDAQ_RT_WARP_LANES, "slots=256,warps=4") ==
+        "error: '" + lib->path().string() +
+            "': bridge 'loopback': warps=4 does not match the kernel, which serves with 2 warps "
+            "(the warp dispatcher's blocks: --grid 2,32)");
+  auto few = lib->create("slots=32,warps=2");
+  REQUIRE(!few);
+  CHECK(few.error().message ==
+        "bridge 'loopback': warps=2 needs a multiple of 64 slots, not slots=32");
+  auto many = lib->create("slots=1024,warps=16");
+  REQUIRE(!many);
+  CHECK(many.error().message == "bridge 'loopback': warps=16 is out of range 1..8");
   // The same parser refuses the same text at create.
   auto twice = lib->create("slots=8,slots=16");
   REQUIRE(!twice);
@@ -186,4 +201,11 @@ TEST_CASE("a bridge whose table ends before instance_config gets its configurati
   auto config = lib->instance_config({CUDAQ_RT_WARP_LANES, 3}, "slots=8,port=5000");
   REQUIRE_MESSAGE(config, (config ? "" : config.error().str()));
   CHECK(*config == "slots=8,port=5000");
+  // It cannot be told of several warps, so it is not launched with them.
+  auto warps = lib->instance_config({2 * CUDAQ_RT_WARP_LANES, 0}, "slots=64");
+  REQUIRE(!warps);
+  CHECK(warps.error().str() ==
+        "'" + lib->path().string() +
+            "': bridge 'host' cannot be told of 2 serving warps (it has no instance_config): "
+            "launch the warp dispatcher as one block");
 }

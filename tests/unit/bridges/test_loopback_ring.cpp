@@ -700,19 +700,36 @@ namespace {
 // ..., each with its own next (slot, lap), and one copy of the probe state, as every lane's
 // session keeps it (loopback_device.cu, warp_poll). `sent` requests have been written, in order;
 // request k is at slot k % n with lap cudaq_rt_loopback_lap(k, n).
+// With `warps` > 1, the model is warp `warp` of them (loopback_ring.h, "Warps"): its lane l serves
+// the requests k with k % (32 * warps) == 32 * warp + l.
 struct WarpModel {
   uint32_t n;
   uint64_t sent = 0;
   Position lane[32];
   cudaq_rt_loopback_warp_probe w{0, 0, 0, 0};
   std::vector<uint64_t> served;
+  uint32_t stride = 32; // slots from a lane's slot to its next
 
-  WarpModel(uint32_t slots, uint64_t first) : n(slots), sent(first) {
+  WarpModel(uint32_t slots, uint64_t first, uint32_t warp = 0, uint32_t warps = 1)
+      : n(slots), sent(first), stride(32 * warps) {
     // Every request before `first` served: lane l's next is the first index >= first in lane l.
     for (uint32_t l = 0; l < 32; ++l) {
-      const uint64_t k = first + (l + 32 - first % 32) % 32;
+      const uint64_t k = first + (32 * warp + l + stride - first % stride) % stride;
       lane[l] = {uint32_t(k % n), cudaq_rt_loopback_lap(k, n)};
     }
+  }
+  // The lane whose next request comes first, as warp_earliest works it out (32: not one lane).
+  uint32_t earliest() const {
+    uint32_t first = 32, count = 0;
+    for (uint32_t l = 0; l < 32; ++l) {
+      const Position &prev = lane[(l + 31) % 32];
+      if (cudaq_rt_loopback_warp_first(lane[l].slot, lane[l].lap, prev.slot, prev.lap, n,
+                                       l == 0 ? stride - 31 : 1)) {
+        first = l;
+        ++count;
+      }
+    }
+    return count == 1 ? first : 32u;
   }
   // The index of the request lane l waits for (its position against the running count).
   uint64_t index_of(uint32_t l) const {
@@ -738,21 +755,12 @@ struct WarpModel {
         ready |= 1u << l;
     }
     last_probing = probing;
-    if (cudaq_rt_loopback_warp_round(&w, ready, shutdown)) {
-      uint32_t first = 32, count = 0;
-      for (uint32_t l = 0; l < 32; ++l) {
-        const Position &prev = lane[(l + 31) % 32];
-        if (cudaq_rt_loopback_warp_first(lane[l].slot, lane[l].lap, prev.slot, prev.lap, n)) {
-          first = l;
-          ++count;
-        }
-      }
-      cudaq_rt_loopback_warp_narrow(&w, count == 1 ? first : 32u);
-    }
+    if (cudaq_rt_loopback_warp_round(&w, ready, shutdown))
+      cudaq_rt_loopback_warp_narrow(&w, earliest());
     for (uint32_t l = 0; l < 32; ++l)
       if (ready & (1u << l)) {
         served.push_back(index_of(l));
-        for (int i = 0; i < 32; ++i) // slot + 32, the lap after the ring's end
+        for (uint32_t i = 0; i < stride; ++i) // slot + stride, the lap after the ring's end
           lane[l].next(n);
       }
     return ready;
@@ -906,7 +914,7 @@ TEST_CASE("warp form: exactly the lane whose request comes next is first") {
       std::vector<uint32_t> firsts;
       for (uint32_t l = 0; l < 32; ++l) {
         const Position &prev = m.lane[(l + 31) % 32];
-        if (cudaq_rt_loopback_warp_first(m.lane[l].slot, m.lane[l].lap, prev.slot, prev.lap, n))
+        if (cudaq_rt_loopback_warp_first(m.lane[l].slot, m.lane[l].lap, prev.slot, prev.lap, n, 1))
           firsts.push_back(l);
       }
       REQUIRE(firsts.size() == 1u);
@@ -919,9 +927,139 @@ TEST_CASE("warp form: exactly the lane whose request comes next is first") {
   uint32_t count = 0;
   for (uint32_t l = 0; l < 32; ++l) {
     const Position &prev = m.lane[(l + 31) % 32];
-    count += cudaq_rt_loopback_warp_first(m.lane[l].slot, m.lane[l].lap, prev.slot, prev.lap, 64);
+    count +=
+        cudaq_rt_loopback_warp_first(m.lane[l].slot, m.lane[l].lap, prev.slot, prev.lap, 64, 1);
   }
   CHECK(count != 1u);
+}
+
+TEST_CASE("warps: each warp finds exactly its own groups' requests, every one once and soon") {
+  // W warps side by side (loopback_ring.h, "Warps"): traffic as in the test above, each warp's
+  // probe rules on its own; request k is warp (k / 32) % W's lane k % 32's.
+  for (auto [warps, n] :
+       {std::pair{2u, 64u}, std::pair{2u, 256u}, std::pair{4u, 128u}, std::pair{8u, 256u}}) {
+    CAPTURE(warps);
+    CAPTURE(n);
+    std::vector<WarpModel> m;
+    for (uint32_t w = 0; w < warps; ++w)
+      m.emplace_back(n, 0, w, warps);
+    std::vector<uint64_t> visible_at, found_at;
+    uint64_t sent = 0, served = 0, state = 777 + n * warps;
+    auto next_random = [&](uint32_t bound) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      return uint32_t(state >> 33) % bound;
+    };
+    auto round = [&](uint64_t r, auto visible) {
+      for (uint32_t w = 0; w < warps; ++w) {
+        m[w].sent = sent;
+        const size_t before = m[w].served.size();
+        m[w].round(visible);
+        for (size_t i = before; i < m[w].served.size(); ++i) {
+          const uint64_t k = m[w].served[i];
+          REQUIRE(k < sent);
+          REQUIRE((k / 32) % warps == w); // only this warp's groups
+          found_at.resize(sent, UINT64_MAX);
+          REQUIRE(found_at[k] == UINT64_MAX); // each request once
+          found_at[k] = r;
+          ++served;
+        }
+      }
+    };
+    uint32_t narrow_rounds = 0;
+    for (uint64_t r = 0; r < 20000; ++r) {
+      const uint32_t kind = next_random(10);
+      const uint32_t burst = kind < 5 ? 0u : kind < 8 ? 1u : next_random(41);
+      for (uint32_t i = 0; i < burst && sent - served < n; ++i, ++sent)
+        visible_at.push_back(r + next_random(3));
+      for (const WarpModel &x : m)
+        narrow_rounds += x.w.narrow;
+      round(r, [&](uint64_t k) { return visible_at[k] <= r; });
+    }
+    for (int i = 0; i < 3 + int(CUDAQ_RT_LOOPBACK_WARP_IDLE_ROUNDS); ++i)
+      round(20000 + i, all_visible);
+    REQUIRE(served == sent);
+    uint64_t worst = 0;
+    for (uint64_t k = 0; k < sent; ++k)
+      worst = std::max(worst, found_at[k] - std::min(found_at[k], visible_at[k]));
+    CHECK(worst <= CUDAQ_RT_LOOPBACK_WARP_IDLE_ROUNDS);
+    CHECK(narrow_rounds > 0);
+  }
+}
+
+TEST_CASE("warps: a warp's first lane is lane 0 once its group is served, and narrows to it") {
+  // Two warps over 128 slots: warp 0 has served requests 0..31, so every lane of it waits in
+  // group 2 (slots 64..95), and lane 0 comes first.
+  WarpModel m(128, 32, 0, 2);
+  CHECK(m.lane[0].slot == 64u);
+  CHECK(m.earliest() == 0u);
+  // Warp 0 at request 70: lanes 0..5 have moved on to group 4 (slots 0..5 of the next lap), and
+  // lane 6 comes first. Lane 0's predecessor is lane 31's slot of group 2, 33 slots back; taken
+  // as the slot just before (one warp's rule), lane 0 would be first too, and the probe would
+  // not narrow.
+  WarpModel mid(128, 70, 0, 2);
+  CHECK(mid.earliest() == 6u);
+  uint32_t one_warp_rule = 0;
+  for (uint32_t l = 0; l < 32; ++l) {
+    const Position &prev = mid.lane[(l + 31) % 32];
+    one_warp_rule += cudaq_rt_loopback_warp_first(mid.lane[l].slot, mid.lane[l].lap, prev.slot,
+                                                  prev.lap, 128, 1);
+  }
+  CHECK(one_warp_rule == 2u);
+  // Mid-group and where the ring wraps: the lane of the next request.
+  for (uint64_t first : {uint64_t(70), uint64_t(127), uint64_t(128) + 5,
+                         uint64_t(128) * (CUDAQ_RT_LOOPBACK_LAP_PERIOD - 1) + 64 + 31}) {
+    CAPTURE(first);
+    const uint32_t warp = uint32_t(first / 32 % 2);
+    WarpModel x(128, first, warp, 2);
+    CHECK(x.earliest() == first % 32);
+    WarpModel other(128, first, 1 - warp, 2); // the other warp waits for its group's lane 0
+    CHECK(other.earliest() == 0u);
+  }
+  // A client that waits for each answer: each warp narrows to its next lane within its groups.
+  WarpModel w0(128, 0, 0, 2);
+  for (uint64_t k = 0; k < 32; ++k) {
+    w0.round(all_visible);
+    ++w0.sent;
+    REQUIRE(w0.round(all_visible) == 1u << k);
+  }
+  CHECK(w0.w.narrow == 1u);
+  CHECK(w0.w.next == 0u); // its next request is 64, lane 0
+  CHECK(w0.lane[0].slot == 64u);
+}
+
+TEST_CASE("warps: the ring's shape and the kernel's warps must agree") {
+  using namespace cudaq_rt::loopback;
+  CHECK(check_warps(1, 10).empty());
+  CHECK(check_warps(2, 64).empty());
+  CHECK(check_warps(8, 256).empty());
+  CHECK(check_warps(0, 64) == "warps=0 is out of range 1..8");
+  CHECK(check_warps(9, 576) == "warps=9 is out of range 1..8");
+  CHECK(check_warps(2, 32) == "warps=2 needs a multiple of 64 slots, not slots=32");
+  CHECK(check_warps(4, 192) == "warps=4 needs a multiple of 128 slots, not slots=192");
+  auto for_launch = [](uint32_t polling_lanes, const char *config) {
+    cudaq_rt::BridgeOptions options;
+    REQUIRE(options.parse(config).empty());
+    return check_warps_for({sizeof(cudaq_rt_bridge_launch), polling_lanes, 0}, options);
+  };
+  CHECK(for_launch(64, "").empty());
+  CHECK(for_launch(64, "warps=2").empty());
+  CHECK(for_launch(0, "warps=4").empty()); // a custom kernel: the options say
+  CHECK(for_launch(1, "warps=1").empty());
+  CHECK(for_launch(64, "warps=4") == "warps=4 does not match the kernel, which serves with 2 "
+                                     "warps (the warp dispatcher's blocks: --grid 2,32)");
+  CHECK(for_launch(32, "warps=2") == "warps=2 does not match the kernel, which serves with 1 "
+                                     "warp (the warp dispatcher's blocks: --grid 1,32)");
+  CHECK(for_launch(1, "warps=2") ==
+        "warps=2 does not match the kernel, which serves with one thread");
+  auto laid_out = [](uint32_t polling_lanes, const char *config) {
+    cudaq_rt::BridgeOptions options;
+    REQUIRE(options.parse(config).empty());
+    lay_out_for({sizeof(cudaq_rt_bridge_launch), polling_lanes, 0}, options, true);
+    return options.text();
+  };
+  CHECK(laid_out(64, "slots=256") == "slots=256,layout=lanes,bulk=0,warps=2");
+  CHECK(laid_out(256, "") == "layout=lanes,bulk=0,warps=8");
+  CHECK(laid_out(32, "") == "layout=lanes,bulk=0"); // one warp: as before
 }
 
 TEST_CASE("feeders: a feeder's frames go to its lanes' slots, in the order those lanes serve") {

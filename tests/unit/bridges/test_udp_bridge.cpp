@@ -212,7 +212,7 @@ TEST_CASE("configuration: defaults, every key, and exact refusals") {
   CHECK(udp::parse_config("bogus=1", c) ==
         "unknown option 'bogus' (known: bind=ADDR, port=N, slots=N, slot_size=BYTES, "
         "wait=spin|block, threads=1|2, layout=slots|lanes, bulk=BYTES, response_bulk=BYTES, "
-        "spare_frame=0|1)");
+        "spare_frame=0|1, warps=N)");
   CHECK(udp::parse_config("port=65536", c) == "port=65536 is out of range 0..65535");
   CHECK(udp::parse_config("port=x", c) == "option 'port' needs a number, got 'x'");
   CHECK(udp::parse_config("wait=sometimes", c) ==
@@ -588,7 +588,7 @@ TEST_CASE("the plugin refuses an unknown option and a port in use before touchin
         "'" + std::string(CUDAQ_RT_TEST_UDP_BRIDGE) +
             "': bridge 'udp': unknown option 'bogus' (known: bind=ADDR, port=N, slots=N, "
             "slot_size=BYTES, wait=spin|block, threads=1|2, layout=slots|lanes, bulk=BYTES, "
-            "response_bulk=BYTES, spare_frame=0|1)");
+            "response_bulk=BYTES, spare_frame=0|1, warps=N)");
   // A port some other socket holds.
   udp::Config config;
   udp::Socket taken;
