@@ -64,10 +64,12 @@ def f32(v):
 
 class RunCase(ClassDirCase):
     """A directory and a link cache per test class; helpers to run the tools in them. A subclass
-    that sets `dispatcher` runs every test of its base with that dispatch kernel."""
+    that sets `dispatcher` runs every test of its base with that dispatch kernel, and `grid`, its
+    launch shape."""
 
     dir_prefix = "cudaq-rt-run-gpu"
     dispatcher = None
+    grid = None
     kernel = KERNEL
 
     @classmethod
@@ -98,7 +100,8 @@ class RunCase(ClassDirCase):
     def run_tool(self, pkg, *args, stdin=None, cache=None, timeout=60):
         """(CompletedProcess, seconds) of one cudaq-rt-run."""
         t0 = time.monotonic()
-        r = subprocess.run([RUN, pkg, *self.dispatcher_args(), *args], input=stdin,
+        shape = ["--grid", self.grid] if self.grid else []
+        r = subprocess.run([RUN, pkg, *self.dispatcher_args(), *shape, *args], input=stdin,
                            capture_output=True, text=True, env=self.env(cache), timeout=timeout)
         return r, time.monotonic() - t0
 
@@ -674,6 +677,31 @@ class WarpHandlersTest(HandlersTest):
     """Every handler test again, served by the warp dispatcher."""
     dispatcher = "warp"
     kernel = "cudaq_rt_warp_dispatch"
+
+
+class WarpBlocksHandlersTest(HandlersTest):
+    """Every handler test again, served by the warp dispatcher as two blocks: two warps, each
+    with its own half of the ring, and their counters summed (the bench tests count them)."""
+    dispatcher = "warp"
+    kernel = "cudaq_rt_warp_dispatch"
+    grid = "2,32"
+
+    def test_shape_refused(self):
+        for grid in ("2,64", "33,32"):
+            r = subprocess.run([RUN, self.pkg, "--dispatcher", "warp", "--grid", grid, "--call",
+                                "echo", "--arg", "u32:1"], capture_output=True, text=True,
+                               env=self.env(), timeout=60)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assert_one_error(r, "the warp dispatcher is launched as 1 to 32 blocks of 32 "
+                                  f"threads, not {grid}")
+
+    def test_ring_that_does_not_split(self):
+        # 96 slots do not split into two warps' groups of 32: the bridge says so at load.
+        r, _ = self.run_tool(self.pkg, "--call", "echo", "--arg", "u32:1", "--bridge-arg",
+                             "slots=96")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assert_one_error(r, "bridge 'loopback': warps=2 needs a multiple of 64 slots, "
+                              "not slots=96")
 
 
 class WarpFaultTest(FaultTest):
