@@ -146,6 +146,23 @@ class ServeTest(UdpCase):
               f"{t['latency_us']['p99']:.2f}; client round trip p50 "
               f"{sorted(r['p50_us'] for r in results)[n // 2]:.1f} us", file=sys.stderr)
 
+    def test_two_warps_four_clients_50000_each(self):
+        # The warp dispatcher as two blocks: the ring's warps=2, each warp its own groups of 32
+        # slots; every answer right, and the two warps' counters summed.
+        link_for(self.pkg, ARCH, "--bridge", "udp", "--dispatcher", "warp", env=self.env)
+        s = self.serve("--dispatcher", "warp", "--grid", "2,32", "--bridge-arg", "slots=256")
+        n, count = 4, 50000
+        with multiprocessing.Pool(n) as pool:
+            results = pool.map(load_worker, [(s.addresses[0], count, 32, bytes([i + 1]) * 8, 10)
+                                             for i in range(n)])
+        doc = s.stop()
+        for i, r in enumerate(results):
+            self.assertEqual((r["sent"], r["answered"], r["wrong"], r["lost"]),
+                             (count, count, 0, 0), f"client {i}")
+        t = doc["total"]
+        self.assertEqual((t["served"], t["dispatch"]["requests"], t["dispatch"]["ok"]),
+                         (n * count, n * count, n * count))
+
     def test_every_malformed_kind_while_valid_traffic_flows(self):
         s = self.serve()
         address = s.addresses[0]
@@ -291,7 +308,7 @@ class RefusalTest(UdpCase):
     def test_unknown_bridge_arg(self):
         r = self.run_tool("--serve", "--bridge-arg", "bogus=1")
         self.assert_one_error(r, "bridge 'udp': unknown option 'bogus' (known: bind=ADDR, port=N, "
-                                 "slots=N, slot_size=BYTES, wait=spin|block, threads=1|2, layout=slots|lanes, bulk=BYTES, response_bulk=BYTES, spare_frame=0|1)")
+                                 "slots=N, slot_size=BYTES, wait=spin|block, threads=1|2, layout=slots|lanes, bulk=BYTES, response_bulk=BYTES, spare_frame=0|1, warps=N)")
 
     def test_device_out_of_range(self):
         r = self.run_tool("--serve", "--device", "9")

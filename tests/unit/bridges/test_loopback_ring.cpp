@@ -1027,6 +1027,37 @@ TEST_CASE("warps: a warp's first lane is lane 0 once its group is served, and na
   CHECK(w0.lane[0].slot == 64u);
 }
 
+TEST_CASE("warps: with a client that waits for each answer, every warp probes two lanes") {
+  // Four warps over 256 slots, one request at a time: a warp serves its group of 32 in turn and
+  // idles through the other warps' groups, narrow all the while (a wide round every
+  // WARP_IDLE_ROUNDS idle ones at most, and the warp narrows again after it).
+  const uint32_t warps = 4;
+  std::vector<WarpModel> m;
+  for (uint32_t w = 0; w < warps; ++w)
+    m.emplace_back(256, 0, w, warps);
+  uint64_t wide = 0, rounds = 0;
+  for (uint64_t k = 0; k < 2000; ++k) {
+    CAPTURE(k);
+    for (int idle = 0; idle < 2; ++idle) // rounds before the request is sent
+      for (WarpModel &x : m) {
+        CHECK(x.round(all_visible) == 0u);
+        wide += k >= 64 && x.last_probing > 2;
+        rounds += k >= 64;
+      }
+    for (WarpModel &x : m)
+      ++x.sent;
+    const uint32_t owner = uint32_t(k / 32 % warps);
+    for (uint32_t w = 0; w < warps; ++w) {
+      const uint32_t found = m[w].round(all_visible);
+      wide += k >= 64 && m[w].last_probing > 2;
+      rounds += k >= 64;
+      REQUIRE(found == (w == owner ? 1u << (k % 32) : 0u));
+    }
+  }
+  CAPTURE(wide);
+  CHECK(wide * CUDAQ_RT_LOOPBACK_WARP_IDLE_ROUNDS <= rounds);
+}
+
 TEST_CASE("warps: the ring's shape and the kernel's warps must agree") {
   using namespace cudaq_rt::loopback;
   CHECK(check_warps(1, 10).empty());
