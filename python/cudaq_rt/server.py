@@ -122,7 +122,7 @@ class Server:
     bridge name or library path (None: the package's, else ``loopback``), `bridge_config` its
     ``KEY=VALUE,...`` (a string or a mapping), `dispatcher` a dispatch kernel the code exports or
     ``"builtin"`` (None: the code's one, else the unified kernel), `grid` the launch shape
-    (blocks, threads), `trust` the keys a package must be signed by (default: those it was opened
+    (blocks, threads; ``"warp"`` as (B, 32): B serving warps), `trust` the keys a package must be signed by (default: those it was opened
     with), `nvjitlink` the libnvJitLink a link at load uses (default: NVIDIA's wheel when
     installed, else ``$CUDAQ_RT_NVJITLINK``, else the toolkit's).
 

@@ -84,11 +84,13 @@ typedef struct cudaq_rt_config {
   /* A custom dispatch kernel the code exports, or "builtin"; NULL: the one the code exports if
    * exactly one, else the built-in unified kernel. */
   const char *dispatcher;
-  unsigned grid_blocks, grid_threads; /* launch shape; 0: one block of one thread */
-  int allow_link;                     /* 1: link at load when no cubin is found (default 1) */
-  int use_cache;                      /* 1: read and write the link cache (default 1) */
-  const char *cache_dir;              /* NULL: CUDAQ_RT_CACHE_DIR, else the default */
-  const char *const *link_options;    /* extra nvJitLink options of a link at load */
+  /* Launch shape; 0: the kernel's own (one block). The warp dispatcher takes B blocks of 32
+   * threads, one serving warp each (cudaq-rt-run --grid). */
+  unsigned grid_blocks, grid_threads;
+  int allow_link;                  /* 1: link at load when no cubin is found (default 1) */
+  int use_cache;                   /* 1: read and write the link cache (default 1) */
+  const char *cache_dir;           /* NULL: CUDAQ_RT_CACHE_DIR, else the default */
+  const char *const *link_options; /* extra nvJitLink options of a link at load */
   size_t num_link_options;
   double stop_timeout_s; /* how long cudaq_rt_stop waits for the kernel (5) */
   /* Public keys (PEM files, or directories of *.pem and *.pub), ':'-separated. NULL: those of
