@@ -120,6 +120,14 @@ inline std::string check_ring_shape(uint32_t slots, uint32_t slot_size,
   return {};
 }
 
+// The warps a built-in kernel of `launch` serves with: 32 * W polling lanes are the warp
+// dispatcher as W blocks; one thread (the unified kernel) counts as one.
+inline uint32_t serving_warps(const cudaq_rt_bridge_launch &launch) {
+  return launch.polling_lanes % CUDAQ_RT_LOOPBACK_LANES == 0
+             ? launch.polling_lanes / CUDAQ_RT_LOOPBACK_LANES
+             : 1u;
+}
+
 // The options a ring instance is created with for `launch` (cudaq_rt_bridge_ops::instance_config):
 // the 32 lanes of the warp form load a head cell of their slots as 4 requests in the lanes layout,
 // as 32 in the slots one (loopback_ring.h), so a warp-form kernel gets layout=lanes unless the
@@ -148,13 +156,14 @@ inline void lay_out_for(const cudaq_rt_bridge_launch &launch, BridgeOptions &opt
   }
   if (launch.polling_lanes == 0 || launch.polling_lanes % CUDAQ_RT_LOOPBACK_LANES != 0)
     return;
+  const uint32_t warps = serving_warps(launch);
   if (!options.find("layout"))
     options.set("layout", "lanes");
   if (!options.find("bulk"))
     options.set("bulk", "0");
   // The warp dispatcher of several blocks: a warp each ("Warps"; check_warps_for said yes).
-  if (launch.polling_lanes > CUDAQ_RT_LOOPBACK_LANES && !options.find("warps"))
-    options.set("warps", std::to_string(launch.polling_lanes / CUDAQ_RT_LOOPBACK_LANES));
+  if (warps > 1 && !options.find("warps"))
+    options.set("warps", std::to_string(warps));
 }
 
 // Why a ring of `slots` slots cannot be served by `warps` warps of the warp form side by side
@@ -179,9 +188,7 @@ inline std::string check_warps_for(const cudaq_rt_bridge_launch &launch,
   uint32_t warps = 1;
   if (!value || !parse_u32(*value, warps) || launch.polling_lanes == 0)
     return {}; // what create does not take, it says
-  const uint32_t serving = launch.polling_lanes % CUDAQ_RT_LOOPBACK_LANES == 0
-                               ? launch.polling_lanes / CUDAQ_RT_LOOPBACK_LANES
-                               : 1u;
+  const uint32_t serving = serving_warps(launch);
   if (warps == serving)
     return {};
   return "warps=" + *value + " does not match the kernel, which serves with " +

@@ -26,6 +26,7 @@
 // With the loopback bridge, the test also writes frames that send() refuses straight into the
 // ring (loopback_host.h's write_request(): send() without its checks), to see what the device
 // side answers to them.
+#include "command/run_command.h"
 #include "cudaq_rt/wire.h"
 #include "load/client.h"
 #include "load/server.h"
@@ -191,13 +192,11 @@ TestOptions parse_options(int argc, char **argv) {
       options.latency_requests = std::stoi(value());
     else if (a == "--dispatcher")
       options.load.link.dispatcher = value();
-    else if (a == "--grid") {
-      const std::string g = value();
-      const size_t comma = g.find(',');
-      if (comma == std::string::npos)
-        usage_error("--grid needs BLOCKS,THREADS");
-      options.load.shape = cudaq_rt::LaunchShape{unsigned(std::stoul(g.substr(0, comma))),
-                                                 unsigned(std::stoul(g.substr(comma + 1)))};
+    else if (a == "--grid") { // as cudaq-rt-run's
+      auto shape = cudaq_rt::parse_grid(value());
+      if (!shape)
+        usage_error(shape.error().str());
+      options.load.shape = *shape;
     } else if (a == "--slots")
       slots = value();
     else if (a == "--slot-size")
