@@ -231,6 +231,17 @@ __shared__ __align__(16) unsigned char warp_request_staging[kWarpSharedBytes];
 #ifndef CUDAQ_RT_LOOPBACK_PUSH
 #define CUDAQ_RT_LOOPBACK_PUSH 2
 #endif
+// The push's instruction: 0, fence.sc.sys (__threadfence_system); 1, fence.acq_rel.sys.
+#ifndef CUDAQ_RT_LOOPBACK_PUSH_FENCE
+#define CUDAQ_RT_LOOPBACK_PUSH_FENCE 0
+#endif
+
+__device__ __forceinline__ void push_out() {
+  if (CUDAQ_RT_LOOPBACK_PUSH_FENCE == 1)
+    asm volatile("fence.acq_rel.sys;" ::: "memory");
+  else
+    __threadfence_system();
+}
 
 __device__ __forceinline__ bool one_thread_block() {
   return blockDim.x * blockDim.y * blockDim.z == 1;
@@ -955,7 +966,7 @@ __device__ __forceinline__ void publish_bulk(Session *s, uint32_t slot, uint32_t
   __threadfence_system();
   store_cell(control, make_uint4(lap, len, lap, CUDAQ_RT_LOOPBACK_KIND_BULK));
   if (push)
-    __threadfence_system();
+    push_out();
 }
 
 // A response's frame length from its header's result_len (header word 2): header + result_len,
@@ -1235,7 +1246,7 @@ extern "C" __device__ void cudaq_dev_tx_publish(void *session, void *response) {
   // The batch's last response: the kernel polls next. (Only a hint: a kernel that holds frames
   // across polls gets its responses out on the next push or later.)
   if (s->pending == 0 && push_wanted(s))
-    __threadfence_system();
+    push_out();
   if (CUDAQ_RT_LOOPBACK_AHEAD == 3)
     start_ahead(s);
 }
@@ -1293,6 +1304,12 @@ namespace {
 // 0: every lane probes every round (the bench's loopback_warp_wide, to compare).
 #ifndef CUDAQ_RT_LOOPBACK_WARP_NARROW
 #define CUDAQ_RT_LOOPBACK_WARP_NARROW 1
+#endif
+// A warp whose narrow probe has found nothing for 8 rounds sleeps this many ns before its next
+// round (0: never; the bench's loopback_warp_idle_sleep, to measure what other warps' idle probes
+// cost the warp that serves).
+#ifndef CUDAQ_RT_LOOPBACK_WARP_IDLE_NS
+#define CUDAQ_RT_LOOPBACK_WARP_IDLE_NS 0
 #endif
 
 // The lane whose next request comes first (cudaq_rt_loopback_warp_first against lane l - 1's
@@ -1409,6 +1426,8 @@ __device__ __forceinline__ int warp_poll(Session *s, void **request, void **resp
   if (cudaq_rt_loopback_warp_round(&s->warp, ready, shutdown) && CUDAQ_RT_LOOPBACK_WARP_NARROW &&
       s->one_feeder)
     cudaq_rt_loopback_warp_narrow(&s->warp, warp_earliest(s, mask));
+  if (CUDAQ_RT_LOOPBACK_WARP_IDLE_NS && ready == 0u && s->warp.narrow && s->warp.idle >= 8u)
+    __nanosleep(CUDAQ_RT_LOOPBACK_WARP_IDLE_NS);
   // Frames longer than their probe: their tails by all lanes (warp_stage_tails), where that takes
   // fewer round trips (one a frame) than the longest tail would take its own lane (one per 8
   // cells); else each lane its own, in unpack. A bulk frame is staged apart (stage_bulk). `tails`
@@ -1482,5 +1501,5 @@ extern "C" __device__ void cudaq_dev_warp_tx_publish(void *session, void *respon
   else
     publish_frame<CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS>(s, s->last_slot, s->last_lap, response);
   if (push_wanted(s))
-    __threadfence_system();
+    push_out();
 }
