@@ -105,6 +105,7 @@ bool allocate_ring(cudaq_rt_bridge *b, uint32_t slots, uint32_t slot_size, uint3
   ctx.spare_bytes = b->spare_bytes;
   ctx.feeders = feeders;
   ctx.warps = warps;
+  ctx.warp_wake[0] = 1; // request 0 is warp 0's: it never rests before it ("Resting warps")
   ctx.request_bulk = static_cast<char *>(device_requests) + bulk_at;
   ctx.response_bulk = static_cast<char *>(device_responses) + bulk_at;
   ctx.request_frames = device + ctx_bytes;

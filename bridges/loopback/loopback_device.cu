@@ -78,10 +78,13 @@ struct Session {
   uint8_t has_spare;     // the chain's second request frame, spare_staging, is there
   uint8_t one_feeder;    // the warp form: one host thread feeds every lane in order (not
                          // feeders=N, loopback_ring.h "Feeders"), so the probe may narrow
+  uint8_t warp_empty;    // the warp form, several warps: rounds in a row that found nothing
+  uint8_t warp_resting;  // and this warp rests (loopback_ring.h, "Resting warps")
   uint32_t tail_slot;    // the slot the last copy into tail_buffer was of
   uint32_t ahead_len;    // not 0: the request at fetched_slot is a bulk frame of these bytes,
                          // its control cell seen stamped (the chain: start_ahead)
   uint64_t tail_lens;    // 16 bits per batch position: the tail_pending frames' lengths
+  uint32_t rest_since;   // the warp form, several warps: the SM clock at its last probe
   cudaq_rt_loopback_warp_probe warp;  // the warp form: which lanes probe (warp_poll); the same in
                                       // every lane's session
   const unsigned char *last_response; // and its response frame
@@ -1282,6 +1285,9 @@ cudaq_dev_warp_enter_kernel(void *storage, void *ctx, volatile int *shutdown_fla
   s->fetched_lap = c->warp_resume_lap[at];
   s->warp = cudaq_rt_loopback_warp_probe{0u, 0u, 0u, 0u}; // every lane probes the first round
   s->one_feeder = c->feeders <= 1u;
+  s->warp_empty = 0;
+  s->warp_resting = 0;
+  s->rest_since = 0;
   return s;
 }
 
@@ -1310,6 +1316,11 @@ namespace {
 // cost the warp that serves).
 #ifndef CUDAQ_RT_LOOPBACK_WARP_IDLE_NS
 #define CUDAQ_RT_LOOPBACK_WARP_IDLE_NS 0
+#endif
+// Idle warps rest (loopback_ring.h, "Resting warps"); 0: never (the bench's
+// loopback_warp_no_rest, to compare).
+#ifndef CUDAQ_RT_LOOPBACK_WARP_REST
+#define CUDAQ_RT_LOOPBACK_WARP_REST 1
 #endif
 
 // The lane whose next request comes first (cudaq_rt_loopback_warp_first against lane l - 1's
@@ -1393,6 +1404,17 @@ __device__ __forceinline__ int warp_poll(Session *s, void **request, void **resp
   // Every lane polls together (the warp form's contract): the votes below take the full mask, so
   // that every lane sees the same `ready` and keeps the same s->warp.
   const unsigned mask = 0xFFFFFFFFu;
+  // Several warps: a resting warp probes only when woken or when its rest is over.
+  const bool several = CUDAQ_RT_LOOPBACK_WARP_REST && s->warp_stride > CUDAQ_RT_WARP_LANES;
+  volatile uint32_t *wake = s->ctx->warp_wake;
+  if (several) {
+    if (s->warp_resting &&
+        !__any_sync(mask, wake[blockIdx.x] != 0u || (uint32_t)clock() - s->rest_since >=
+                                                        CUDAQ_RT_LOOPBACK_WARP_REST_CYCLES))
+      return CUDAQ_DEV_RX_IDLE;
+    s->warp_resting = 0; // awake from this round on, until an empty one decides again
+    s->rest_since = (uint32_t)clock();
+  }
   const uint32_t slot = s->fetched_slot, lap = s->fetched_lap;
   const volatile uint4 *cells = s->request_heads + cudaq_rt_loopback_head_cell(L, slot, 0);
   const bool probes =
@@ -1428,6 +1450,22 @@ __device__ __forceinline__ int warp_poll(Session *s, void **request, void **resp
     cudaq_rt_loopback_warp_narrow(&s->warp, warp_earliest(s, mask));
   if (CUDAQ_RT_LOOPBACK_WARP_IDLE_NS && ready == 0u && s->warp.narrow && s->warp.idle >= 8u)
     __nanosleep(CUDAQ_RT_LOOPBACK_WARP_IDLE_NS);
+  if (several) {
+    // Wake the next warp where its group comes next; stay awake until a request comes. The rest
+    // is decided in empty rounds alone, so that a round that serves loads nothing more.
+    if (ready != 0u && s->lane == 0) {
+      wake[blockIdx.x] = 0u;
+      if (cudaq_rt_loopback_warp_wakes_next(ready))
+        wake[(blockIdx.x + 1u) % (s->warp_stride / CUDAQ_RT_WARP_LANES)] = 1u;
+    }
+    s->warp_empty = (uint8_t)cudaq_rt_loopback_warp_empty(s->warp_empty, ready);
+    if (s->warp_empty >= CUDAQ_RT_LOOPBACK_WARP_REST_AFTER) {
+      const uint32_t slot0 = __shfl_sync(mask, slot, 0), lap0 = __shfl_sync(mask, lap, 0);
+      const bool between = __all_sync(mask, slot == slot0 + s->lane && lap == lap0);
+      s->warp_resting = (uint8_t)cudaq_rt_loopback_warp_rests(
+          s->warp_empty, between, __any_sync(mask, wake[blockIdx.x] != 0u));
+    }
+  }
   // Frames longer than their probe: their tails by all lanes (warp_stage_tails), where that takes
   // fewer round trips (one a frame) than the longest tail would take its own lane (one per 8
   // cells); else each lane its own, in unpack. A bulk frame is staged apart (stage_bulk). `tails`

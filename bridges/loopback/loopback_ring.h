@@ -275,6 +275,44 @@ static inline CUDAQ_RT_LOOPBACK_HD uint32_t cudaq_rt_loopback_tail_cells(uint32_
  * feeders split every group of 32 slots as with one warp. W = 1 (the default) is one warp. */
 #define CUDAQ_RT_LOOPBACK_MAX_WARPS 8u
 
+/* Resting warps (W > 1). An idle warp's probes cost the warp that serves: on an H100, a client that
+ * waits for each answer took 6.3 us a round trip with 4 warps and 12.2 with 8, against 2.9 with
+ * one, and 2.9 at 4 and 8 warps where the idle warps slept 20 us between probes
+ * (bench/payload_sizes.md, "Several warps"). So a warp rests when its last WARP_REST_AFTER rounds
+ * found nothing and its lanes are between groups (every lane's next slot is in the same group of
+ * 32: with the host's frames in order, its next request comes after every other warp's group).
+ * A resting warp loads nothing from the ring (nor the shutdown flag) until the warp before it in
+ * the ring's order wakes it, or WARP_REST_CYCLES SM cycles after its last probe. A warp wakes the
+ * next one when a round finds a request in one of its lanes from WARP_WAKE_FROM on (the next group
+ * is the next warp's); a woken warp stays awake until it finds a request. The wake flags lie in
+ * the device ctx (warp_wake; create sets warp 0's, whose group holds request 0), so that with one
+ * feeder the warp that the next request goes to is awake: mid-group, or woken (also across a
+ * relaunch: the flags stay in the ctx). A request that reaches a resting warp unannounced (several
+ * feeders' frames out of order, or a wake overtaken) waits at most WARP_REST_CYCLES; the flag's
+ * shutdown, as long. One warp never rests. */
+#define CUDAQ_RT_LOOPBACK_WARP_REST_AFTER 16u
+#define CUDAQ_RT_LOOPBACK_WARP_WAKE_FROM 24u
+#define CUDAQ_RT_LOOPBACK_WARP_REST_CYCLES 40000u /* about 20 us at 2 GHz */
+
+/* A warp's empty rounds in a row after a round that found the lanes of `ready` (counting up to
+ * WARP_REST_AFTER). */
+static inline CUDAQ_RT_LOOPBACK_HD uint32_t cudaq_rt_loopback_warp_empty(uint32_t empty,
+                                                                         uint32_t ready) {
+  return ready != 0u ? 0u : empty < CUDAQ_RT_LOOPBACK_WARP_REST_AFTER ? empty + 1u : empty;
+}
+
+/* Whether a warp rests from its next poll: `empty` rounds found nothing, its lanes are `between`
+ * groups, and its wake flag is clear (`woken` 0). */
+static inline CUDAQ_RT_LOOPBACK_HD int cudaq_rt_loopback_warp_rests(uint32_t empty, int between,
+                                                                    int woken) {
+  return (empty >= CUDAQ_RT_LOOPBACK_WARP_REST_AFTER) & (between != 0) & (woken == 0);
+}
+
+/* Whether a round that found the lanes of `ready` wakes the next warp. */
+static inline CUDAQ_RT_LOOPBACK_HD int cudaq_rt_loopback_warp_wakes_next(uint32_t ready) {
+  return (ready >> CUDAQ_RT_LOOPBACK_WARP_WAKE_FROM) != 0u;
+}
+
 /* Cell index, from the ring's heads, of frame cell c < HEAD_CELLS of `slot`. */
 static inline CUDAQ_RT_LOOPBACK_HD uint64_t cudaq_rt_loopback_head_cell(uint32_t layout,
                                                                         uint32_t slot, uint32_t c) {
@@ -371,11 +409,11 @@ static inline CUDAQ_RT_LOOPBACK_HD int cudaq_rt_loopback_request_whole(uint32_t 
 #define CUDAQ_RT_LOOPBACK_WARP_SINGLES 4u /* rounds in a row with one request before narrowing */
 #define CUDAQ_RT_LOOPBACK_WARP_IDLE_ROUNDS 64u /* empty narrow rounds before a wide one */
 
-typedef struct cudaq_rt_loopback_warp_probe {
-  uint32_t narrow; /* only lanes next and next + 1 (mod 32) probe */
-  uint32_t next;   /* the lane whose request comes next, while narrow */
-  uint32_t idle;   /* narrow rounds in a row that found nothing */
-  uint32_t single; /* rounds in a row that found exactly one request (up to WARP_SINGLES) */
+typedef struct cudaq_rt_loopback_warp_probe { /* bytes: it lives in every lane's session */
+  uint8_t narrow;                             /* only lanes next and next + 1 (mod 32) probe */
+  uint8_t next;                               /* the lane whose request comes next, while narrow */
+  uint8_t idle;   /* narrow rounds in a row that found nothing (up to WARP_IDLE_ROUNDS) */
+  uint8_t single; /* rounds in a row that found exactly one request (up to WARP_SINGLES) */
 } cudaq_rt_loopback_warp_probe;
 
 /* Lane `lane` probes its next slot this round. */
@@ -395,10 +433,12 @@ static inline CUDAQ_RT_LOOPBACK_HD int cudaq_rt_loopback_warp_round(cudaq_rt_loo
                                                                     uint32_t ready, int shutdown) {
   const int one = ready != 0u && (ready & (ready - 1u)) == 0u;
   if (ready != 0u)
-    w->single = !one ? 0u : w->single < CUDAQ_RT_LOOPBACK_WARP_SINGLES ? w->single + 1u : w->single;
+    w->single = (uint8_t)(!one                                         ? 0u
+                          : w->single < CUDAQ_RT_LOOPBACK_WARP_SINGLES ? w->single + 1u
+                                                                       : w->single);
   if (w->narrow) {
     if (!shutdown && ready == (1u << w->next)) {
-      w->next = (w->next + 1u) % CUDAQ_RT_LOOPBACK_LANES;
+      w->next = (uint8_t)((w->next + 1u) % CUDAQ_RT_LOOPBACK_LANES);
       w->idle = 0u;
     } else if (shutdown || ready != 0u || ++w->idle >= CUDAQ_RT_LOOPBACK_WARP_IDLE_ROUNDS) {
       w->narrow = 0u;
@@ -411,8 +451,8 @@ static inline CUDAQ_RT_LOOPBACK_HD int cudaq_rt_loopback_warp_round(cudaq_rt_loo
 /* Narrows the probe to lane `first` and the one after it; first >= 32 (not known) leaves it wide. */
 static inline CUDAQ_RT_LOOPBACK_HD void
 cudaq_rt_loopback_warp_narrow(cudaq_rt_loopback_warp_probe *w, uint32_t first) {
-  w->narrow = first < CUDAQ_RT_LOOPBACK_LANES;
-  w->next = first;
+  w->narrow = (uint8_t)(first < CUDAQ_RT_LOOPBACK_LANES);
+  w->next = (uint8_t)first;
   w->idle = 0u;
 }
 
@@ -471,6 +511,9 @@ typedef struct cudaq_rt_loopback_device_ctx {
    * CUDAQ_RT_LOOPBACK_MAX_WARPS; the warp form serves only a kernel launched with that many
    * blocks, warp w in block w. */
   uint32_t warps;
+  /* Resting warps' wake flags, warp w's at w: set by warp w - 1 (mod warps), cleared by warp w
+   * when it finds a request ("Resting warps"). Zero from create; device memory only. */
+  uint32_t warp_wake[CUDAQ_RT_LOOPBACK_MAX_WARPS];
 } cudaq_rt_loopback_device_ctx;
 
 #endif /* CUDAQ_RT_LOOPBACK_RING_H */

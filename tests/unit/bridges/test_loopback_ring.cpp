@@ -1058,6 +1058,152 @@ TEST_CASE("warps: with a client that waits for each answer, every warp probes tw
   CHECK(wide * CUDAQ_RT_LOOPBACK_WARP_IDLE_ROUNDS <= rounds);
 }
 
+namespace {
+// Warps that rest (loopback_ring.h, "Resting warps"), as warp_poll keeps the rule, over
+// WarpModel: time in rounds, a rest of kRestRounds standing in for WARP_REST_CYCLES, and the wake
+// flags as create leaves them (warp 0's set).
+struct RestingWarps {
+  static constexpr uint64_t kRestRounds = 20;
+  std::vector<WarpModel> m;
+  std::vector<uint32_t> wake, empty, since, woken;
+  std::vector<int> resting;
+  uint64_t now = 0, probes = 0;
+  RestingWarps(uint32_t slots, uint32_t warps)
+      : wake(warps), empty(warps), since(warps), resting(warps) {
+    for (uint32_t w = 0; w < warps; ++w)
+      m.emplace_back(slots, 0, w, warps);
+    wake[0] = 1;
+  }
+  // One round of every warp; returns the lanes each found.
+  std::vector<uint32_t> round() { return round(all_visible); }
+  template <class Visible> std::vector<uint32_t> round(Visible visible) {
+    const uint32_t warps = uint32_t(m.size());
+    std::vector<uint32_t> found(warps);
+    for (uint32_t w = 0; w < warps; ++w) {
+      if (resting[w] && !wake[w] && now - since[w] < kRestRounds)
+        continue;
+      resting[w] = 0;
+      since[w] = uint32_t(now);
+      ++probes;
+      const uint32_t ready = found[w] = m[w].round(visible);
+      if (ready != 0u) {
+        wake[w] = 0;
+        if (cudaq_rt_loopback_warp_wakes_next(ready))
+          woken.push_back((w + 1) % warps);
+      }
+      empty[w] = cudaq_rt_loopback_warp_empty(empty[w], ready);
+      if (empty[w] >= CUDAQ_RT_LOOPBACK_WARP_REST_AFTER) {
+        bool between = true;
+        for (uint32_t l = 0; l < 32; ++l)
+          between &=
+              m[w].lane[l].slot == m[w].lane[0].slot + l && m[w].lane[l].lap == m[w].lane[0].lap;
+        resting[w] = cudaq_rt_loopback_warp_rests(empty[w], between, wake[w] != 0);
+      }
+    }
+    for (uint32_t w : woken) // a wake reaches its warp a round later (it goes through L2)
+      wake[w] = 1;
+    woken.clear();
+    ++now;
+    return found;
+  }
+  void send() {
+    for (WarpModel &x : m)
+      ++x.sent;
+  }
+};
+} // namespace
+
+TEST_CASE("warps: idle warps rest, and the warp a lone client's next request goes to never does") {
+  // Four and eight warps over 256 slots, one request at a time, with idle spells of 2 rounds and
+  // of 40 (longer than WARP_REST_AFTER and the rest): every request is found in the first round
+  // after it was sent, by its own warp; between requests, the warps together probe far less than
+  // one probe a warp a round.
+  for (uint32_t warps : {4u, 8u}) {
+    CAPTURE(warps);
+    RestingWarps r(256, warps);
+    uint64_t idle_rounds = 0, idle_probes = 0;
+    for (uint64_t k = 0; k < 3000; ++k) {
+      CAPTURE(k);
+      const int spell = k % 7 == 0 ? 40 : 2;
+      for (int i = 0; i < spell; ++i) {
+        const uint64_t before = r.probes;
+        for (uint32_t f : r.round())
+          CHECK(f == 0u);
+        idle_probes += k >= 256 ? r.probes - before : 0;
+        idle_rounds += k >= 256;
+      }
+      r.send();
+      const std::vector<uint32_t> found = r.round();
+      const uint32_t owner = uint32_t(k / 32 % warps);
+      for (uint32_t w = 0; w < warps; ++w)
+        REQUIRE(found[w] == (w == owner ? 1u << (k % 32) : 0u));
+    }
+    CAPTURE(idle_probes);
+    CAPTURE(idle_rounds);
+    // Awake: the owner, its successor through the last lanes of a group, its predecessor for
+    // WARP_REST_AFTER rounds after its group, and the resting ones once a rest. Without rests
+    // every warp probes every round (4 or 8 a round).
+    CHECK(idle_probes <= idle_rounds * 2);
+  }
+}
+
+TEST_CASE("warps: a stream that reaches a resting warp is served without waiting for a rest") {
+  // A client that keeps 16 requests in flight (each answer lets the next one go; the device sees
+  // a request 2 rounds after it was sent), paused now and then for longer than a rest: the warp the stream reaches is woken ahead of it and stays awake
+  // while its group's requests come in over several rounds; no request waits for a rest.
+  for (uint32_t warps : {2u, 4u, 8u}) {
+    CAPTURE(warps);
+    RestingWarps r(256, warps);
+    std::vector<uint64_t> sent_at; // the round each request was sent in
+    std::vector<size_t> seen(warps);
+    uint64_t answered = 0, longest = 0;
+    while (answered < 20000) {
+      const bool pause = answered / 500 % 2 == 1 && answered % 500 == 0;
+      if (pause)
+        for (int i = 0; i < 40; ++i)
+          r.round();
+      while (sent_at.size() < answered + 16) {
+        sent_at.push_back(r.now);
+        r.send();
+      }
+      r.round([&](uint64_t k) { return r.now >= sent_at[k] + 2; }); // seen 2 rounds after
+      for (uint32_t w = 0; w < warps; ++w)
+        for (; seen[w] < r.m[w].served.size(); ++seen[w], ++answered) {
+          const uint64_t k = r.m[w].served[seen[w]];
+          longest = std::max(longest, r.now - sent_at.at(k));
+        }
+    }
+    CHECK(longest <= 6u);
+  }
+}
+
+TEST_CASE("warps: a request that reaches a resting warp unannounced waits at most the rest") {
+  // Every flag cleared (as if a wake were overtaken) and every warp idle long enough to rest: a
+  // request for each warp in turn is still found, within a rest.
+  RestingWarps r(256, 4);
+  for (int i = 0; i < 100; ++i)
+    r.round();
+  std::fill(r.wake.begin(), r.wake.end(), 0u);
+  for (int i = 0; i < 107; ++i) // not a whole number of rests: warp 0's next probe is not due
+    r.round();
+  for (uint32_t w = 0; w < 4; ++w)
+    CHECK(r.resting[w]);
+  uint64_t longest = 0;
+  for (uint64_t k = 0; k < 256; ++k) {
+    CAPTURE(k);
+    r.send();
+    uint64_t waited = 0;
+    for (;; ++waited) {
+      REQUIRE(waited <= RestingWarps::kRestRounds);
+      const std::vector<uint32_t> found = r.round();
+      if (found[k / 32 % 4] != 0u)
+        break;
+    }
+    longest = std::max(longest, waited);
+  }
+  CHECK(longest > 0u); // warp 0's first request did wait: it was resting
+}
+
 TEST_CASE("warps: the ring's shape and the kernel's warps must agree") {
   using namespace cudaq_rt::loopback;
   CHECK(check_warps(1, 10).empty());
