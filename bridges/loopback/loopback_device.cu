@@ -1461,7 +1461,8 @@ __device__ __forceinline__ int warp_poll(Session *s, void **request, void **resp
     s->warp_empty = (uint8_t)cudaq_rt_loopback_warp_empty(s->warp_empty, ready);
     if (s->warp_empty >= CUDAQ_RT_LOOPBACK_WARP_REST_AFTER) {
       const uint32_t slot0 = __shfl_sync(mask, slot, 0), lap0 = __shfl_sync(mask, lap, 0);
-      const bool between = __all_sync(mask, slot == slot0 + s->lane && lap == lap0);
+      // Not once the flag is seen: the drain's second probe (below) follows at once.
+      const bool between = __all_sync(mask, slot == slot0 + s->lane && lap == lap0) && !shutdown;
       s->warp_resting = (uint8_t)cudaq_rt_loopback_warp_rests(
           s->warp_empty, between, __any_sync(mask, wake[blockIdx.x] != 0u));
     }
