@@ -1311,12 +1311,6 @@ namespace {
 #ifndef CUDAQ_RT_LOOPBACK_WARP_NARROW
 #define CUDAQ_RT_LOOPBACK_WARP_NARROW 1
 #endif
-// A warp whose narrow probe has found nothing for 8 rounds sleeps this many ns before its next
-// round (0: never; the bench's loopback_warp_idle_sleep, to measure what other warps' idle probes
-// cost the warp that serves).
-#ifndef CUDAQ_RT_LOOPBACK_WARP_IDLE_NS
-#define CUDAQ_RT_LOOPBACK_WARP_IDLE_NS 0
-#endif
 // Idle warps rest (loopback_ring.h, "Resting warps"); 0: never (the bench's
 // loopback_warp_no_rest, to compare).
 #ifndef CUDAQ_RT_LOOPBACK_WARP_REST
@@ -1448,8 +1442,6 @@ __device__ __forceinline__ int warp_poll(Session *s, void **request, void **resp
   if (cudaq_rt_loopback_warp_round(&s->warp, ready, shutdown) && CUDAQ_RT_LOOPBACK_WARP_NARROW &&
       s->one_feeder)
     cudaq_rt_loopback_warp_narrow(&s->warp, warp_earliest(s, mask));
-  if (CUDAQ_RT_LOOPBACK_WARP_IDLE_NS && ready == 0u && s->warp.narrow && s->warp.idle >= 8u)
-    __nanosleep(CUDAQ_RT_LOOPBACK_WARP_IDLE_NS);
   if (several) {
     // Wake the next warp where its group comes next; stay awake until a request comes. The rest
     // is decided in empty rounds alone, so that a round that serves loads nothing more.
