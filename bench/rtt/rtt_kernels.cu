@@ -208,12 +208,15 @@ CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_stages_rerun);
 
 namespace {
 // The unified kernel's loop (libdispatch/src/unified_dispatch.cu) with one knob turned: the
-// function table copied to shared memory or not, the handler cache used or not.
-template <bool SharedTable, bool Cache>
+// function table copied to shared memory or not, the handler cache used or not, the small form's
+// hooks (its small build) or not.
+template <bool SharedTable, bool Cache, bool Small = false, bool SharedSession = false>
 __device__ void unified_variant(cudaq_rt_dispatch_params p) {
   if (!first_thread())
     return;
-  __align__(16) unsigned char storage[CUDAQ_RT_SESSION_STORAGE_SIZE];
+  __align__(16) unsigned char local_storage[CUDAQ_RT_SESSION_STORAGE_SIZE];
+  __shared__ __align__(16) unsigned char shared_storage[CUDAQ_RT_SESSION_STORAGE_SIZE];
+  unsigned char *storage = SharedSession ? shared_storage : local_storage;
   void *session = cudaq_dev_enter_kernel(storage, p.transport_ctx, p.shutdown_flag);
   if (!session)
     return;
@@ -225,13 +228,42 @@ __device__ void unified_variant(cudaq_rt_dispatch_params p) {
   cudaq_rt_dispatch_counters counters = cudaq_rt_counters_load(p.stats);
   cudaq_rt_handler_cache cache = {0, 0};
   void *request = 0, *response = 0;
-  while (cudaq_dev_rx_poll(session, &request, &response) == CUDAQ_DEV_RX_READY) {
-    cudaq_rt_serve_frame_stored(table, p.num_functions, p.slot_size, request, response, p.stats,
-                                &counters, Cache ? &cache : 0);
-    cudaq_dev_tx_publish(session, response);
+  for (;;) {
+    cudaq_rt_request_fields header;
+    const int r = Small ? cudaq_dev_small_rx_poll(session, &request, &response, &header)
+                        : cudaq_dev_rx_poll(session, &request, &response);
+    if (r != CUDAQ_DEV_RX_READY && r != CUDAQ_DEV_RX_SMALL)
+      break;
+    // One handler call either way: the header from the frame, or from the small hook.
+    if (r == CUDAQ_DEV_RX_READY)
+      header = cudaq_rt_read_request_header(request);
+    const cudaq_rt_answer a = cudaq_rt_answer_fields(table, p.num_functions, p.slot_size, &header,
+                                                     request, response, Cache ? &cache : 0);
+    cudaq_rt_counters_record(&counters, a.status);
+    cudaq_rt_counters_store(p.stats, &counters);
+    if (r == CUDAQ_DEV_RX_SMALL) {
+      cudaq_dev_small_tx_publish(session, response, a.status, a.result_len, a.request_id,
+                                 a.ptp_timestamp);
+    } else {
+      cudaq_rt_write_answer(response, &a);
+      cudaq_dev_tx_publish(session, response);
+    }
   }
 }
 } // namespace
+
+// The unified kernel with the bridge's session in shared memory, not in its own storage (which
+// the compiler keeps in registers, and saves and restores around every handler call).
+extern "C" __global__ void cudaq_rt_bench_shared_session(cudaq_rt_dispatch_params p) {
+  unified_variant<true, true, false, true>(p);
+}
+CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_shared_session);
+
+// The unified kernel's small build (CUDAQ_RT_UNIFIED_SMALL), from the bench's loop.
+extern "C" __global__ void cudaq_rt_bench_small(cudaq_rt_dispatch_params p) {
+  unified_variant<true, true, true>(p);
+}
+CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_small);
 
 extern "C" __global__ void cudaq_rt_bench_global_table(cudaq_rt_dispatch_params p) {
   unified_variant<false, true>(p);
@@ -269,6 +301,71 @@ extern "C" __global__ void cudaq_rt_bench_hooks_echo(cudaq_rt_dispatch_params p)
   }
 }
 CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_hooks_echo);
+
+// The unified kernel taken apart on the bridge's hooks, one step added at a time to the fixed
+// echo above: Validate (the header read, validated, its handler looked up: cached, in the shared
+// table; the echo still fixed), Call (the handler called through the table's pointer, its outcome
+// applied), Counters (recorded and stored to the mapped stats before the header). All three is
+// the unified kernel's loop.
+namespace {
+template <bool Validate, bool Call, bool Counters>
+__device__ __forceinline__ void hooks_steps(cudaq_rt_dispatch_params p) {
+  if (!first_thread())
+    return;
+  __align__(16) unsigned char storage[CUDAQ_RT_SESSION_STORAGE_SIZE];
+  void *session = cudaq_dev_enter_kernel(storage, p.transport_ctx, p.shutdown_flag);
+  if (!session)
+    return;
+  __shared__ cudaq_rt_function_entry rows[BENCH_TABLE_ROWS];
+  const cudaq_rt_function_entry *table =
+      cudaq_rt_table_in_shared(p.function_table, p.num_functions, rows, BENCH_TABLE_ROWS);
+  cudaq_rt_dispatch_counters counters = cudaq_rt_counters_load(p.stats);
+  cudaq_rt_handler_cache cache = {0, 0};
+  void *request = 0, *response = 0;
+  while (cudaq_dev_rx_poll(session, &request, &response) == CUDAQ_DEV_RX_READY) {
+    const cudaq_rt_request_fields h = cudaq_rt_read_request_header(request);
+    int32_t status = 0;
+    uint32_t result_len = 8;
+    if constexpr (Validate) {
+      status = cudaq_rt_validate_fields(&h, p.slot_size);
+      if (status == CUDAQ_RT_STATUS_OK) {
+        const cudaq_rt_handler_fn handler =
+            cudaq_rt_find_handler_cached(table, p.num_functions, h.function_id, &cache);
+        if (!handler)
+          status = CUDAQ_RT_STATUS_UNKNOWN_FUNCTION;
+        else if constexpr (Call)
+          status = cudaq_rt_call_handler_len(handler, request, response, h.arg_len, p.slot_size,
+                                             &result_len);
+      }
+    }
+    if constexpr (!Call)
+      ((uint2 *)response)[3] = ((const uint2 *)request)[3];
+    if constexpr (Counters) {
+      cudaq_rt_counters_record(&counters, status);
+      cudaq_rt_counters_store(p.stats, &counters);
+    }
+    cudaq_rt_write_response_header((cudaq_rt_response_header *)response, status, result_len,
+                                   h.request_id, h.ptp_timestamp);
+    cudaq_dev_tx_publish(session, response);
+  }
+}
+} // namespace
+extern "C" __global__ void cudaq_rt_bench_hooks_validate(cudaq_rt_dispatch_params p) {
+  hooks_steps<true, false, false>(p);
+}
+CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_hooks_validate);
+extern "C" __global__ void cudaq_rt_bench_hooks_call(cudaq_rt_dispatch_params p) {
+  hooks_steps<true, true, false>(p);
+}
+CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_hooks_call);
+extern "C" __global__ void cudaq_rt_bench_hooks_counters(cudaq_rt_dispatch_params p) {
+  hooks_steps<true, false, true>(p);
+}
+CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_hooks_counters);
+extern "C" __global__ void cudaq_rt_bench_hooks_all(cudaq_rt_dispatch_params p) {
+  hooks_steps<true, true, true>(p);
+}
+CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_hooks_all);
 
 namespace {
 // The ring position of the kernels below that drive the loopback ring themselves: the slot to
@@ -386,7 +483,10 @@ extern "C" __device__ int cudaq_rt_handler_call__echo(const void *, void *, uint
                                                       uint32_t *);
 constexpr uint32_t kEchoId = 0xd49dd484u; // cudaq_rt_function_id("echo")
 
-template <bool Direct, bool Span, bool Steps = false, bool Named = false>
+// Peek: the next slot's control cell loaded with every probe, as the bridge's one-slot probe
+// does (its value folded into cudaq_rt_bench_peek_sink, so that it is used).
+__device__ uint32_t cudaq_rt_bench_peek_sink;
+template <bool Direct, bool Span, bool Steps = false, bool Named = false, bool Peek = false>
 __device__ __forceinline__ void fused(cudaq_rt_dispatch_params p) {
   if (!first_thread())
     return;
@@ -406,6 +506,7 @@ __device__ __forceinline__ void fused(cudaq_rt_dispatch_params p) {
   const uint32_t layout = c->layout, slot_size = p.slot_size;
   const uint32_t max_result_len = slot_size - CUDAQ_RT_HEADER_SIZE;
   RingPosition at(c);
+  uint32_t peeked = 0;
   for (;;) {
     const uint32_t slot = at.slot, lap = at.lap;
     const volatile uint4 *cells = rq + cudaq_rt_loopback_head_cell(layout, slot, 0);
@@ -414,6 +515,11 @@ __device__ __forceinline__ void fused(cudaq_rt_dispatch_params p) {
 #pragma unroll
     for (uint32_t k = 0; k < CUDAQ_RT_LOOPBACK_HEAD_CELLS; ++k)
       v[k] = load16(cells + k * stride);
+    if constexpr (Peek) {
+      const uint32_t after = slot + 1 == at.n ? 0u : slot + 1;
+      const uint4 a = load16(rq + cudaq_rt_loopback_head_cell(layout, after, 0));
+      peeked += a.x == lap;
+    }
     const int shutdown = *p.shutdown_flag;
     if (!cudaq_rt_loopback_stamped(v[0].x, v[0].z, lap)) {
       if (shutdown)
@@ -493,9 +599,16 @@ __device__ __forceinline__ void fused(cudaq_rt_dispatch_params p) {
     __threadfence_system();
     at.advance();
   }
+  if constexpr (Peek)
+    cudaq_rt_bench_peek_sink = peeked;
   at.finish<Span>(c);
 }
 } // namespace
+
+extern "C" __global__ void cudaq_rt_bench_fused_peek(cudaq_rt_dispatch_params p) {
+  fused<false, false, false, false, true>(p);
+}
+CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_fused_peek);
 
 extern "C" __global__ void cudaq_rt_bench_fused(cudaq_rt_dispatch_params p) {
   fused<false, false>(p);
