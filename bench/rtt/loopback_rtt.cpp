@@ -46,7 +46,6 @@ const Config configs[] = {
      "builtin",
      {1, 4, 16, 64}},
     {"unified, loopback (again)", "loopback", "builtin", {1, 64}},
-    {"unified, small form (the bench's loop)", "loopback", "cudaq_rt_bench_small", {1, 4, 16, 64}},
     {"fused prototype with the peek", "loopback", "cudaq_rt_bench_fused_peek", {1}},
     {"unified, session in shared memory",
      "loopback",

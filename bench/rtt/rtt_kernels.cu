@@ -208,9 +208,9 @@ CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_stages_rerun);
 
 namespace {
 // The unified kernel's loop (libdispatch/src/unified_dispatch.cu) with one knob turned: the
-// function table copied to shared memory or not, the handler cache used or not, the small form's
-// hooks (its small build) or not.
-template <bool SharedTable, bool Cache, bool Small = false, bool SharedSession = false>
+// function table copied to shared memory or not, the handler cache used or not, the bridge's
+// session in the kernel's own storage or in shared memory.
+template <bool SharedTable, bool Cache, bool SharedSession = false>
 __device__ void unified_variant(cudaq_rt_dispatch_params p) {
   if (!first_thread())
     return;
@@ -228,26 +228,10 @@ __device__ void unified_variant(cudaq_rt_dispatch_params p) {
   cudaq_rt_dispatch_counters counters = cudaq_rt_counters_load(p.stats);
   cudaq_rt_handler_cache cache = {0, 0};
   void *request = 0, *response = 0;
-  for (;;) {
-    cudaq_rt_request_fields header;
-    const int r = Small ? cudaq_dev_small_rx_poll(session, &request, &response, &header)
-                        : cudaq_dev_rx_poll(session, &request, &response);
-    if (r != CUDAQ_DEV_RX_READY && r != CUDAQ_DEV_RX_SMALL)
-      break;
-    // One handler call either way: the header from the frame, or from the small hook.
-    if (r == CUDAQ_DEV_RX_READY)
-      header = cudaq_rt_read_request_header(request);
-    const cudaq_rt_answer a = cudaq_rt_answer_fields(table, p.num_functions, p.slot_size, &header,
-                                                     request, response, Cache ? &cache : 0);
-    cudaq_rt_counters_record(&counters, a.status);
-    cudaq_rt_counters_store(p.stats, &counters);
-    if (r == CUDAQ_DEV_RX_SMALL) {
-      cudaq_dev_small_tx_publish(session, response, a.status, a.result_len, a.request_id,
-                                 a.ptp_timestamp);
-    } else {
-      cudaq_rt_write_answer(response, &a);
-      cudaq_dev_tx_publish(session, response);
-    }
+  while (cudaq_dev_rx_poll(session, &request, &response) == CUDAQ_DEV_RX_READY) {
+    cudaq_rt_serve_frame_stored(table, p.num_functions, p.slot_size, request, response, p.stats,
+                                &counters, Cache ? &cache : 0);
+    cudaq_dev_tx_publish(session, response);
   }
 }
 } // namespace
@@ -255,15 +239,9 @@ __device__ void unified_variant(cudaq_rt_dispatch_params p) {
 // The unified kernel with the bridge's session in shared memory, not in its own storage (which
 // the compiler keeps in registers, and saves and restores around every handler call).
 extern "C" __global__ void cudaq_rt_bench_shared_session(cudaq_rt_dispatch_params p) {
-  unified_variant<true, true, false, true>(p);
-}
-CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_shared_session);
-
-// The unified kernel's small build (CUDAQ_RT_UNIFIED_SMALL), from the bench's loop.
-extern "C" __global__ void cudaq_rt_bench_small(cudaq_rt_dispatch_params p) {
   unified_variant<true, true, true>(p);
 }
-CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_small);
+CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_shared_session);
 
 extern "C" __global__ void cudaq_rt_bench_global_table(cudaq_rt_dispatch_params p) {
   unified_variant<false, true>(p);

@@ -682,14 +682,7 @@ __device__ __forceinline__ uint32_t unpack(Session *s, uint32_t L, uint32_t slot
 // runs between the probe's return and rx_poll's is the stamp check, the unpack and a few
 // stores: 308 cycles on the H200, where fetch's path took 352 (bench/loopback_rtt.md).
 // The same protocol as fetch's loop with one slot, flag and fence included.
-// Small (cudaq_dev_small_rx_poll): a request whose frame is whole in the probe (cells, at most 8
-// payload bytes, every cell stamped, not truncated) is handed out at once, its header into
-// `header` from the probe's registers and its payload into the staging frame (kSmallFound);
-// any other is fetched as without (kFetched).
-constexpr int kNone = 0, kFetched = 1, kSmallFound = 2;
-template <bool Small>
-__device__ int fetch_one(Session *s, uint32_t L, void **request_out = nullptr,
-                         void **response_out = nullptr, cudaq_rt_request_fields *header = nullptr) {
+__device__ bool fetch_one(Session *s, uint32_t L) {
   constexpr uint32_t W = CUDAQ_RT_LOOPBACK_PROBE_SLOTS, P = kHead;
   const uint32_t slot = s->fetched_slot, lap = s->fetched_lap;
   const volatile uint4 *cells = s->request_heads + cudaq_rt_loopback_head_cell(L, slot, 0);
@@ -729,45 +722,6 @@ __device__ int fetch_one(Session *s, uint32_t L, void **request_out = nullptr,
     }
     if (stamped(probe[0], lap)) {
       stamp_probe(s, issued);
-      if constexpr (Small) {
-        const uint32_t len = probe[0].y, cells = frame_cells(len);
-        uint32_t unstamped = 0;
-#pragma unroll
-        for (uint32_t c = 1; c < P; ++c)
-          unstamped |= c < cells ? (probe[c].x ^ lap) | (probe[c].z ^ lap) : 0u;
-        const bool cell_frame =
-            !CUDAQ_RT_LOOPBACK_BULK || probe[0].w != CUDAQ_RT_LOOPBACK_KIND_BULK;
-        if (cell_frame & (len <= CUDAQ_RT_HEADER_SIZE + 8u) & (unstamped == 0) &
-            cudaq_rt_loopback_request_whole(len, probe[2].y)) {
-          // Request cells: 1 {magic, function_id}, 2 {arg_len, request_id}, 3 ptp, 4 payload.
-          *header = {probe[1].y, probe[1].w, probe[2].y, probe[2].w,
-                     (uint64_t)probe[3].w << 32 | probe[3].y};
-          frame[CUDAQ_RT_HEADER_SIZE / 8u] = make_uint2(probe[4].y, probe[4].w);
-          // Handed out as fetch_one's frame is by rx_poll (there: handout_request).
-          s->width = !CUDAQ_RT_LOOPBACK_PEEK || stamped(after, next_lap) ? (2u < W ? 2u : W) : 1u;
-          s->ahead_len = peek && stamped(after, next_lap) &&
-                                 after.w == CUDAQ_RT_LOOPBACK_KIND_BULK &&
-                                 after.y >= CUDAQ_RT_HEADER_SIZE
-                             ? after.y
-                             : 0u;
-          s->tail_ahead = 0;
-          s->shared_batch = shared;
-          if (shared)
-            s->batch_first = slot;
-          s->fetched_slot = next;
-          s->fetched_lap = next_lap;
-          s->head_slot = next;
-          s->handout_pos = 1;
-          s->busy = W == 1;
-          s->last_slot = slot;
-          s->last_lap = lap;
-          s->last_response = response;
-          ++s->outstanding;
-          *request_out = request;
-          *response_out = response;
-          return kSmallFound;
-        }
-      }
       const uint32_t len = unpack<P>(s, L, slot, frame, lap, probe, 0);
       if (!shared)
         warm_lines(s, reinterpret_cast<const unsigned char *>(frame), len);
@@ -795,10 +749,10 @@ __device__ int fetch_one(Session *s, uint32_t L, void **request_out = nullptr,
       s->handout_request = request;
       s->handout_response = response;
       s->handout_lap = lap;
-      return kFetched;
+      return true;
     }
     if (shutdown)
-      return kNone;
+      return false;
   }
 }
 
@@ -811,7 +765,7 @@ __device__ bool fetch(Session *s) {
   constexpr uint32_t W = CUDAQ_RT_LOOPBACK_PROBE_SLOTS, P = kHead;
 #if CUDAQ_RT_LOOPBACK_ADAPTIVE_PROBE
   if (s->width <= 1)
-    return fetch_one<false>(s, L) != kNone;
+    return fetch_one(s, L);
 #endif
   const uint32_t n = s->num_slots;
   const uint32_t probe_slots = n < s->width ? n : s->width;
@@ -877,7 +831,7 @@ __device__ bool fetch(Session *s) {
 #if CUDAQ_RT_LOOPBACK_ADAPTIVE_PROBE
     // Idle: probe the next slot only. Its 5 loads and the flag's find a lone request sooner than
     // the 21 loads of a wide probe (bench/loopback_rtt.md); a busy ring widens it again.
-    return fetch_one<false>(s, L) != kNone;
+    return fetch_one(s, L);
 #endif
   }
   // A shared batch holds batch_frames requests (one where slots are 16 KB). Where the probe found
@@ -1029,13 +983,17 @@ __device__ __forceinline__ uint32_t response_len(const Session *s, uint32_t resu
 // `lap`: the head cells' words (the header and the first 8 payload bytes, result_len in header
 // word 2) in one batch of loads. A frame that fits the head cells (the small ones, whose latency
 // matters) takes the short way: four loads, its head cells, done.
-// publish_frame's work with the head cells' words given (`first`: the header and the first 8
-// payload bytes); the tail, where the frame has one, from `response`.
 template <uint32_t L>
-__device__ __forceinline__ void publish_words(Session *s, uint32_t slot, uint32_t lap,
-                                              const void *response, const uint2 (&first)[kHead - 1],
-                                              uint32_t len) {
+__device__ __forceinline__ void publish_frame(Session *s, uint32_t slot, uint32_t lap,
+                                              const void *response) {
+  static_assert(kHead - 1 <= CUDAQ_RT_LOOPBACK_MIN_SLOT_SIZE / 8,
+                "a frame has the head cells' words");
   const uint2 *frame = static_cast<const uint2 *>(response);
+  uint2 first[kHead - 1];
+#pragma unroll
+  for (uint32_t i = 0; i < kHead - 1; ++i)
+    first[i] = frame[i];
+  const uint32_t len = response_len(s, first[1].x);
   const uint32_t cells = frame_cells(len);
   volatile uint4 *head = s->response_heads + cudaq_rt_loopback_head_cell(L, slot, 0);
   const uint32_t stride = cudaq_rt_loopback_head_stride(L);
@@ -1068,19 +1026,6 @@ __device__ __forceinline__ void publish_words(Session *s, uint32_t slot, uint32_
     }
   }
   store_cell(head, make_uint4(lap, len, lap, 0u));
-}
-
-template <uint32_t L>
-__device__ __forceinline__ void publish_frame(Session *s, uint32_t slot, uint32_t lap,
-                                              const void *response) {
-  static_assert(kHead - 1 <= CUDAQ_RT_LOOPBACK_MIN_SLOT_SIZE / 8,
-                "a frame has the head cells' words");
-  const uint2 *frame = static_cast<const uint2 *>(response);
-  uint2 first[kHead - 1];
-#pragma unroll
-  for (uint32_t i = 0; i < kHead - 1; ++i)
-    first[i] = frame[i];
-  publish_words<L>(s, slot, lap, response, first, response_len(s, first[1].x));
 }
 
 // The request start_ahead brought in: handed out as fetch_one would have (its position, the
@@ -1205,28 +1150,22 @@ extern "C" __device__ void *cudaq_dev_enter_kernel(void *storage, void *ctx,
   return s;
 }
 
-namespace {
-// rx_poll's answer once the flag is set and every request sent before it was served.
-__device__ __forceinline__ int shut_down(Session *s) {
-  // Every frame fetched has been handed out (pending == 0, so head_slot == fetched_slot), and
-  // the dispatch loop has published each before polling again (cudaq_rt/dispatch.h): the next
-  // kernel starts at the next frame to fetch. Plain stores, made visible to the next kernel
-  // by this one's end. A custom kernel that still holds unpublished frames may publish them
-  // after this (tx_publish does not depend on what is stored here), but must, before it ends.
-  s->ctx->resume_slot = s->fetched_slot;
-  s->ctx->resume_lap = s->fetched_lap;
-  if (s->tail_inflight) // no copy into this block's shared memory outlives the kernel
-    tail_arrived(s, true);
-  return CUDAQ_DEV_RX_SHUTDOWN;
-}
-} // namespace
-
 extern "C" __device__ int cudaq_dev_rx_poll(void *session, void **request, void **response) {
   Session *s = static_cast<Session *>(session);
   if (CUDAQ_RT_LOOPBACK_AHEAD && s->ahead_copy)
     return handout_ahead(s, request, response);
-  if (s->pending == 0 && !fetch(s))
-    return shut_down(s);
+  if (s->pending == 0 && !fetch(s)) {
+    // Every frame fetched has been handed out (pending == 0, so head_slot == fetched_slot), and
+    // the dispatch loop has published each before polling again (cudaq_rt/dispatch.h): the next
+    // kernel starts at the next frame to fetch. Plain stores, made visible to the next kernel
+    // by this one's end. A custom kernel that still holds unpublished frames may publish them
+    // after this (tx_publish does not depend on what is stored here), but must, before it ends.
+    s->ctx->resume_slot = s->fetched_slot;
+    s->ctx->resume_lap = s->fetched_lap;
+    if (s->tail_inflight) // no copy into this block's shared memory outlives the kernel
+      tail_arrived(s, true);
+    return CUDAQ_DEV_RX_SHUTDOWN;
+  }
   if (s->handout_request) {
     // The one request fetch_one found: its frames were worked out before the probe (working them
     // out here again, the shared window's address among them, cost about 100 cycles on the H200).
@@ -1309,66 +1248,6 @@ extern "C" __device__ void cudaq_dev_tx_publish(void *session, void *response) {
     publish_frame<CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS>(s, slot, lap, response);
   // The batch's last response: the kernel polls next. (Only a hint: a kernel that holds frames
   // across polls gets its responses out on the next push or later.)
-  if (s->pending == 0 && push_wanted(s))
-    push_out();
-  if (CUDAQ_RT_LOOPBACK_AHEAD == 3)
-    start_ahead(s);
-}
-
-// The small form (cudaq_rt/dispatch.h). While the ring is idle (fetch_one's probe), a request
-// whose frame is whole in the probe and has at most 8 payload bytes comes out in registers: its
-// header from the probe's cells, its payload into the staging frame; any other request, and any
-// busy ring, as rx_poll. What it leaves out against rx_poll's way (bench/loopback_rtt.md): the
-// unpack of the header into the staging frame and the kernel's load of it back, and in the
-// publish, the response header's loads from the frame.
-extern "C" __device__ int cudaq_dev_small_rx_poll(void *session, void **request, void **response,
-                                                  cudaq_rt_request_fields *header) {
-  Session *s = static_cast<Session *>(session);
-#if CUDAQ_RT_LOOPBACK_ADAPTIVE_PROBE
-  if (!(CUDAQ_RT_LOOPBACK_AHEAD && s->ahead_copy) && s->pending == 0 && s->width <= 1) {
-    const int found = fetch_one<true>(s, layout_of(s), request, response, header);
-    if (found == kSmallFound) {
-      start_ahead_early(s, *request); // as rx_poll after a hand-out
-      return CUDAQ_DEV_RX_SMALL;
-    }
-    if (found == kNone)
-      return shut_down(s);
-    // kFetched: the frame is pending, and rx_poll hands it out.
-  }
-#endif
-  return cudaq_dev_rx_poll(session, request, response);
-}
-
-extern "C" __device__ void cudaq_dev_small_tx_publish(void *session, void *response, int32_t status,
-                                                      uint32_t result_len, uint32_t request_id,
-                                                      uint64_t ptp_timestamp) {
-  Session *s = static_cast<Session *>(session);
-  const uint32_t len = response_len(s, result_len);
-  uint2 first[kHead - 1];
-  first[0] = make_uint2(CUDAQ_RT_RESPONSE_MAGIC, (uint32_t)status);
-  first[1] = make_uint2(result_len, request_id);
-  first[2] = make_uint2((uint32_t)ptp_timestamp, (uint32_t)(ptp_timestamp >> 32));
-  if (response != s->last_response || len > CUDAQ_RT_HEADER_SIZE + 8u ||
-      (CUDAQ_RT_LOOPBACK_BULK && cudaq_rt_loopback_is_bulk(len, s->bulk_min))) {
-    // Not the small way out: the header into the frame, and the frame published.
-    uint2 *frame = static_cast<uint2 *>(response);
-#pragma unroll
-    for (uint32_t i = 0; i < 3; ++i)
-      frame[i] = first[i];
-    cudaq_dev_tx_publish(session, response);
-    return;
-  }
-  first[3] = result_len ? static_cast<const uint2 *>(response)[CUDAQ_RT_HEADER_SIZE / 8u]
-                        : make_uint2(0u, 0u);
-  --s->outstanding;
-  if (CUDAQ_RT_LOOPBACK_AHEAD != 3)
-    start_ahead(s);
-  if (s->lanes_layout)
-    publish_words<CUDAQ_RT_LOOPBACK_LAYOUT_LANES>(s, s->last_slot, s->last_lap, response, first,
-                                                  len);
-  else
-    publish_words<CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS>(s, s->last_slot, s->last_lap, response, first,
-                                                  len);
   if (s->pending == 0 && push_wanted(s))
     push_out();
   if (CUDAQ_RT_LOOPBACK_AHEAD == 3)

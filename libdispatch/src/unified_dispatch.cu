@@ -34,29 +34,10 @@ extern "C" __global__ void cudaq_rt_unified_dispatch(cudaq_rt_dispatch_params p)
   cudaq_rt_dispatch_counters counters = cudaq_rt_counters_load(p.stats);
   cudaq_rt_handler_cache cache = {0, 0};
   void *request = 0, *response = 0;
-#if CUDAQ_RT_UNIFIED_SMALL
-  // The small build (cudaq_rt/dispatch.h, "The small form"): a small request's header in
-  // registers, both ways.
-  for (;;) {
-    cudaq_rt_request_fields header;
-    const int r = cudaq_dev_small_rx_poll(session, &request, &response, &header);
-    if (r == CUDAQ_DEV_RX_SMALL) {
-      cudaq_rt_serve_small(session, table, p.num_functions, p.slot_size, &header, request, response,
-                           p.stats, &counters, &cache);
-      continue;
-    }
-    if (r != CUDAQ_DEV_RX_READY)
-      break;
-    cudaq_rt_serve_frame_stored(table, p.num_functions, p.slot_size, request, response, p.stats,
-                                &counters, &cache);
-    cudaq_dev_tx_publish(session, response);
-  }
-#else
   while (cudaq_dev_rx_poll(session, &request, &response) == CUDAQ_DEV_RX_READY) {
     // The counters stored before the response header, the header last: see there why.
     cudaq_rt_serve_frame_stored(table, p.num_functions, p.slot_size, request, response, p.stats,
                                 &counters, &cache);
     cudaq_dev_tx_publish(session, response);
   }
-#endif
 }

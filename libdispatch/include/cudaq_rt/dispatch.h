@@ -66,25 +66,7 @@
  * the slots 32 * w + l, 32 * (w + B) + l, ...); the hooks may read blockIdx.x and gridDim.x for
  * which warp calls and of how many. A bridge without instance_config is only launched with one.
  * Handlers run in several lanes at once, so a package linked with the warp dispatcher must export
- * every handler with CUDAQ_RT_EXPORT_HANDLER_CONCURRENT (cudaq-rt-link checks).
- *
- * The small form. A bridge may also provide two hooks that hand a small request's header to a
- * one-thread kernel in registers and take its response's header the same way, so that neither
- * goes through a frame in memory (the unified kernel's small build; cudaq-rt-link takes it where
- * the bridge's device code defines cudaq_dev_small_rx_poll, and the unified kernel otherwise):
- *
- *   r = cudaq_dev_small_rx_poll(session, &req, &resp, &header)
- *     READY or SHUTDOWN: as cudaq_dev_rx_poll (the frame's header is in the frame at req);
- *     SMALL: the request's header is in `header`, its payload at req + 24 (the header's bytes in
- *       the frame are not written); the kernel answers it into resp + 24 and publishes it with
- *       cudaq_dev_small_tx_publish(session, resp, status, result_len, request_id, ptp_timestamp),
- *       which writes the response header itself (the kernel writes none into resp).
- *
- * A bridge decides which requests go the small way (the loopback bridge: a lone request of at
- * most 8 payload bytes that its one-slot probe found whole), and answers a SMALL request's
- * response of any result_len: a small publish of a response that does not fit its small way
- * writes the header into the frame and publishes the frame. The promises above hold for the
- * frames either way: a SMALL frame too is published exactly once, before the next poll. */
+ * every handler with CUDAQ_RT_EXPORT_HANDLER_CONCURRENT (cudaq-rt-link checks). */
 #ifndef CUDAQ_RT_DISPATCH_H
 #define CUDAQ_RT_DISPATCH_H
 
@@ -101,8 +83,7 @@
  * bridges' frames are 16-byte aligned). */
 #define CUDAQ_DEV_RX_READY 0
 #define CUDAQ_DEV_RX_SHUTDOWN 1
-#define CUDAQ_DEV_RX_IDLE 2  /* the warp form only: nothing for this lane now; poll again */
-#define CUDAQ_DEV_RX_SMALL 3 /* the small form only: the request's header in registers */
+#define CUDAQ_DEV_RX_IDLE 2 /* the warp form only: nothing for this lane now; poll again */
 
 #define CUDAQ_RT_WARP_DISPATCH_KERNEL "cudaq_rt_warp_dispatch"
 #define CUDAQ_RT_WARP_LANES 32u
@@ -138,21 +119,6 @@ typedef struct cudaq_rt_dispatch_params {
   cudaq_rt_dispatch_stats *stats; /* may be NULL */
 } cudaq_rt_dispatch_params;
 
-/* A request header's fields (wire.h's cudaq_rt_request_header, as values): what a kernel reads
- * from a request frame (cudaq_rt/dispatch_framing.cuh), or what cudaq_dev_small_rx_poll hands
- * out. */
-typedef struct cudaq_rt_request_fields {
-  uint32_t magic;
-  uint32_t function_id;
-  uint32_t arg_len;
-  uint32_t request_id;
-  uint64_t ptp_timestamp;
-} cudaq_rt_request_fields;
-
-/* The hook cudaq-rt-link looks for in a bridge's device code to take the unified kernel's small
- * build. */
-#define CUDAQ_RT_SMALL_RX_POLL_HOOK "cudaq_dev_small_rx_poll"
-
 #if defined(__CUDACC__)
 
 typedef void (*cudaq_rt_dispatch_kernel_fn)(cudaq_rt_dispatch_params);
@@ -168,13 +134,6 @@ __device__ void *cudaq_dev_warp_enter_kernel(void *storage, void *ctx, volatile 
                                              unsigned lane);
 __device__ int cudaq_dev_warp_rx_poll(void *session, void **request, void **response);
 __device__ void cudaq_dev_warp_tx_publish(void *session, void *response);
-
-/* The small form (see above). */
-__device__ int cudaq_dev_small_rx_poll(void *session, void **request, void **response,
-                                       cudaq_rt_request_fields *header);
-__device__ void cudaq_dev_small_tx_publish(void *session, void *response, int32_t status,
-                                           uint32_t result_len, uint32_t request_id,
-                                           uint64_t ptp_timestamp);
 }
 
 #endif /* __CUDACC__ */

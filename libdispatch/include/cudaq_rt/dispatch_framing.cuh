@@ -90,9 +90,17 @@ static __device__ __forceinline__ void cudaq_rt_counters_record(cudaq_rt_dispatc
   c->protocol_errors += status < 0;
 }
 
-/* A request header's fields (cudaq_rt_request_fields, dispatch.h), read with three 8-byte loads
- * issued together (a frame is 8-byte aligned, as its ptp_timestamp needs), so that validation
- * waits for one load, not for one after another behind its branches. */
+/* A request header's fields, read with three 8-byte loads issued together (a frame is 8-byte
+ * aligned, as its ptp_timestamp needs), so that validation waits for one load, not for one after
+ * another behind its branches. */
+typedef struct cudaq_rt_request_fields {
+  uint32_t magic;
+  uint32_t function_id;
+  uint32_t arg_len;
+  uint32_t request_id;
+  uint64_t ptp_timestamp;
+} cudaq_rt_request_fields;
+
 static __device__ __forceinline__ cudaq_rt_request_fields
 cudaq_rt_read_request_header(const void *request) {
   const uint2 *w = (const uint2 *)request;
@@ -279,37 +287,28 @@ typedef struct cudaq_rt_answer {
   uint64_t ptp_timestamp;
 } cudaq_rt_answer;
 
-/* cudaq_rt_serve_frame_cached's work but the header and the counters, for the request header `h`
- * (the payload at request + 24): validates the request, calls its handler (which writes the
- * result into `response`), and returns the response header's fields (cudaq_rt_write_answer
- * writes them), for a kernel that does something between the two (cudaq_rt_serve_frame_stored,
- * the warp kernel, the small form's cudaq_rt_serve_small). */
-static __device__ __forceinline__ cudaq_rt_answer
-cudaq_rt_answer_fields(const cudaq_rt_function_entry *table, uint32_t table_size,
-                       uint32_t slot_size, const cudaq_rt_request_fields *h, const void *request,
-                       void *response, cudaq_rt_handler_cache *cache) {
-  uint32_t result_len = 0; /* apart from the answer: its address goes to the handler, and the
-                              answer would then live in local memory */
-  int32_t status = cudaq_rt_validate_fields(h, slot_size);
-  if (status == CUDAQ_RT_STATUS_OK) {
-    cudaq_rt_handler_fn handler =
-        cudaq_rt_find_handler_cached(table, table_size, h->function_id, cache);
-    if (!handler)
-      status = CUDAQ_RT_STATUS_UNKNOWN_FUNCTION;
-    else
-      status = cudaq_rt_call_handler_id_len(h->function_id, handler, request, response, h->arg_len,
-                                            slot_size, &result_len);
-  }
-  const cudaq_rt_answer a = {status, result_len, h->request_id, h->ptp_timestamp};
-  return a;
-}
-
-/* cudaq_rt_answer_fields with the header of the frame at `request`. */
+/* cudaq_rt_serve_frame_cached's work but the header and the counters: validates the request, calls
+ * its handler (which writes the result into `response`), and returns the response header's
+ * fields (cudaq_rt_write_answer writes them), for a kernel that does something between the two
+ * (cudaq_rt_serve_frame_stored, the warp kernel). */
 static __device__ __forceinline__ cudaq_rt_answer cudaq_rt_answer_request(
     const cudaq_rt_function_entry *table, uint32_t table_size, uint32_t slot_size,
     const void *request, void *response, cudaq_rt_handler_cache *cache) {
   const cudaq_rt_request_fields h = cudaq_rt_read_request_header(request);
-  return cudaq_rt_answer_fields(table, table_size, slot_size, &h, request, response, cache);
+  uint32_t result_len = 0; /* apart from the answer: its address goes to the handler, and the
+                              answer would then live in local memory */
+  int32_t status = cudaq_rt_validate_fields(&h, slot_size);
+  if (status == CUDAQ_RT_STATUS_OK) {
+    cudaq_rt_handler_fn handler =
+        cudaq_rt_find_handler_cached(table, table_size, h.function_id, cache);
+    if (!handler)
+      status = CUDAQ_RT_STATUS_UNKNOWN_FUNCTION;
+    else
+      status = cudaq_rt_call_handler_id_len(h.function_id, handler, request, response, h.arg_len,
+                                            slot_size, &result_len);
+  }
+  const cudaq_rt_answer a = {status, result_len, h.request_id, h.ptp_timestamp};
+  return a;
 }
 
 /* The response header of an answer (cudaq_rt_write_response_header). */
@@ -355,24 +354,6 @@ cudaq_rt_serve_frame_stored(const cudaq_rt_function_entry *table, uint32_t table
   cudaq_rt_counters_record(counters, a.status);
   cudaq_rt_counters_store(stats, counters);
   cudaq_rt_write_answer(response, &a);
-  return a.status;
-}
-
-/* Answers a request the small form handed out (cudaq_dev_small_rx_poll answered
- * CUDAQ_DEV_RX_SMALL, cudaq_rt/dispatch.h) and publishes it, as cudaq_rt_serve_frame_stored and
- * cudaq_dev_tx_publish do a frame's: the same validation, status, counters (stored before the
- * response), but the headers in registers. */
-static __device__ __forceinline__ int
-cudaq_rt_serve_small(void *session, const cudaq_rt_function_entry *table, uint32_t table_size,
-                     uint32_t slot_size, const cudaq_rt_request_fields *h, const void *request,
-                     void *response, cudaq_rt_dispatch_stats *stats,
-                     cudaq_rt_dispatch_counters *counters, cudaq_rt_handler_cache *cache) {
-  const cudaq_rt_answer a =
-      cudaq_rt_answer_fields(table, table_size, slot_size, h, request, response, cache);
-  cudaq_rt_counters_record(counters, a.status);
-  cudaq_rt_counters_store(stats, counters);
-  cudaq_dev_small_tx_publish(session, response, a.status, a.result_len, a.request_id,
-                             a.ptp_timestamp);
   return a.status;
 }
 
