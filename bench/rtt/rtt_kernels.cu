@@ -283,11 +283,12 @@ CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_hooks_echo);
 // The unified kernel taken apart on the bridge's hooks, one step added at a time to the fixed
 // echo above: Validate (the header read, validated, its handler looked up: cached, in the shared
 // table; the echo still fixed), Call (the handler called through the table's pointer, its outcome
-// applied), Counters (recorded and stored to the mapped stats before the header). All three is
-// the unified kernel's loop.
+// applied), Counters (recorded and stored to the mapped stats before the header). All three are
+// the unified kernel's steps (cudaq_rt_bench_hooks_all). Call is taken only with Validate.
 namespace {
 template <bool Validate, bool Call, bool Counters>
 __device__ __forceinline__ void hooks_steps(cudaq_rt_dispatch_params p) {
+  static_assert(Validate || !Call, "a handler is called for a validated request only");
   if (!first_thread())
     return;
   __align__(16) unsigned char storage[CUDAQ_RT_SESSION_STORAGE_SIZE];
@@ -316,8 +317,10 @@ __device__ __forceinline__ void hooks_steps(cudaq_rt_dispatch_params p) {
                                              &result_len);
       }
     }
-    if constexpr (!Call)
+    if constexpr (!Call) {
       ((uint2 *)response)[3] = ((const uint2 *)request)[3];
+      result_len = status == CUDAQ_RT_STATUS_OK ? result_len : 0u; // an error carries no result
+    }
     if constexpr (Counters) {
       cudaq_rt_counters_record(&counters, status);
       cudaq_rt_counters_store(p.stats, &counters);
