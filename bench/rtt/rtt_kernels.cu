@@ -237,7 +237,7 @@ __device__ void unified_variant(cudaq_rt_dispatch_params p) {
 } // namespace
 
 // The unified kernel with the bridge's session in shared memory, not in its own storage (which
-// the compiler keeps in registers, and saves and restores around every handler call).
+// the compiler keeps in registers): what 250 registers cost the kernel, or save it.
 extern "C" __global__ void cudaq_rt_bench_shared_session(cudaq_rt_dispatch_params p) {
   unified_variant<true, true, true>(p);
 }
@@ -304,7 +304,7 @@ __device__ __forceinline__ void hooks_steps(cudaq_rt_dispatch_params p) {
   while (cudaq_dev_rx_poll(session, &request, &response) == CUDAQ_DEV_RX_READY) {
     const cudaq_rt_request_fields h = cudaq_rt_read_request_header(request);
     int32_t status = 0;
-    uint32_t result_len = 8;
+    uint32_t result_len = Call ? 0u : 8u; // the call sets it
     if constexpr (Validate) {
       status = cudaq_rt_validate_fields(&h, p.slot_size);
       if (status == CUDAQ_RT_STATUS_OK) {
