@@ -282,9 +282,10 @@ CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_hooks_echo);
 
 // The unified kernel taken apart on the bridge's hooks, one step added at a time to the fixed
 // echo above: Validate (the header read, validated, its handler looked up: cached, in the shared
-// table; the echo still fixed), Call (the handler called through the table's pointer, its outcome
-// applied), Counters (recorded and stored to the mapped stats before the header). All three are
-// the unified kernel's steps (cudaq_rt_bench_hooks_all). Call is taken only with Validate.
+// table; the echo still fixed), Call (validation, lookup and the handler called through the
+// table's pointer, its outcome applied: cudaq_rt_answer_request, as the unified kernel does),
+// Counters (recorded and stored to the mapped stats before the header). All three are the
+// unified kernel's steps (cudaq_rt_bench_hooks_all). Call is taken only with Validate.
 namespace {
 template <bool Validate, bool Call, bool Counters>
 __device__ __forceinline__ void hooks_steps(cudaq_rt_dispatch_params p) {
@@ -302,31 +303,28 @@ __device__ __forceinline__ void hooks_steps(cudaq_rt_dispatch_params p) {
   cudaq_rt_handler_cache cache = {0, 0};
   void *request = 0, *response = 0;
   while (cudaq_dev_rx_poll(session, &request, &response) == CUDAQ_DEV_RX_READY) {
-    const cudaq_rt_request_fields h = cudaq_rt_read_request_header(request);
-    int32_t status = 0;
-    uint32_t result_len = Call ? 0u : 8u; // the call sets it
-    if constexpr (Validate) {
-      status = cudaq_rt_validate_fields(&h, p.slot_size);
-      if (status == CUDAQ_RT_STATUS_OK) {
-        const cudaq_rt_handler_fn handler =
-            cudaq_rt_find_handler_cached(table, p.num_functions, h.function_id, &cache);
-        if (!handler)
+    cudaq_rt_answer a;
+    if constexpr (Call) {
+      // The unified kernel's own step (cudaq_rt_serve_frame_stored's).
+      a = cudaq_rt_answer_request(table, p.num_functions, p.slot_size, request, response, &cache);
+    } else {
+      const cudaq_rt_request_fields h = cudaq_rt_read_request_header(request);
+      int32_t status = CUDAQ_RT_STATUS_OK;
+      if constexpr (Validate) {
+        status = cudaq_rt_validate_fields(&h, p.slot_size);
+        if (status == CUDAQ_RT_STATUS_OK &&
+            !cudaq_rt_find_handler_cached(table, p.num_functions, h.function_id, &cache))
           status = CUDAQ_RT_STATUS_UNKNOWN_FUNCTION;
-        else if constexpr (Call)
-          status = cudaq_rt_call_handler_len(handler, request, response, h.arg_len, p.slot_size,
-                                             &result_len);
       }
-    }
-    if constexpr (!Call) {
       ((uint2 *)response)[3] = ((const uint2 *)request)[3];
-      result_len = status == CUDAQ_RT_STATUS_OK ? result_len : 0u; // an error carries no result
+      // An error carries no result.
+      a = {status, status == CUDAQ_RT_STATUS_OK ? 8u : 0u, h.request_id, h.ptp_timestamp};
     }
     if constexpr (Counters) {
-      cudaq_rt_counters_record(&counters, status);
+      cudaq_rt_counters_record(&counters, a.status);
       cudaq_rt_counters_store(p.stats, &counters);
     }
-    cudaq_rt_write_response_header((cudaq_rt_response_header *)response, status, result_len,
-                                   h.request_id, h.ptp_timestamp);
+    cudaq_rt_write_answer(response, &a);
     cudaq_dev_tx_publish(session, response);
   }
 }

@@ -512,7 +512,8 @@ typedef struct cudaq_rt_loopback_device_ctx {
    * blocks, warp w in block w. */
   uint32_t warps;
   /* Resting warps' wake flags, warp w's at w: set by warp w - 1 (mod warps), cleared by warp w
-   * when it finds a request ("Resting warps"). Zero from create; device memory only. */
+   * when it finds a request ("Resting warps"). Create sets warp 0's (request 0 is its) and clears
+   * the others; device memory only. */
   uint32_t warp_wake[CUDAQ_RT_LOOPBACK_MAX_WARPS];
 } cudaq_rt_loopback_device_ctx;
 

@@ -1149,8 +1149,9 @@ TEST_CASE("warps: idle warps rest, and the warp a lone client's next request goe
 
 TEST_CASE("warps: a stream that reaches a resting warp is served without waiting for a rest") {
   // A client that keeps 16 requests in flight (each answer lets the next one go; the device sees
-  // a request 2 rounds after it was sent), paused now and then for longer than a rest: the warp the stream reaches is woken ahead of it and stays awake
-  // while its group's requests come in over several rounds; no request waits for a rest.
+  // a request 2 rounds after it was sent), paused now and then for longer than a rest: the warp
+  // the stream reaches is woken ahead of it and stays awake while its group's requests come in
+  // over several rounds; no request waits for a rest.
   for (uint32_t warps : {2u, 4u, 8u}) {
     CAPTURE(warps);
     RestingWarps r(256, warps);
