@@ -286,10 +286,20 @@ CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_hooks_echo);
 // table's pointer, its outcome applied: cudaq_rt_answer_request, as the unified kernel does),
 // Counters (recorded and stored to the mapped stats before the header). All three are the
 // unified kernel's steps (cudaq_rt_bench_hooks_all). Call is taken only with Validate.
+// Two more forms split the call's cost into the call and what the publish then cannot know
+// (measurement only: they answer the bench's 8-byte echoes right, nothing else):
+//   kCallLen8     the call, then a valid answer's result_len taken as 8 (the compiler then knows
+//                 the response's length, as with the fixed echo; its bytes still come from the
+//                 handler's frame);
+//   kArgLen       no call: the fixed echo with its result_len taken from the request's arg_len
+//                 (a length known only at run time, the call's one effect on tx_publish).
+// And one that is a candidate for the unified kernel: kCallSharedLen, the call with the length
+// the handler writes in shared memory instead of the thread's stack.
 namespace {
-template <bool Validate, bool Call, bool Counters>
+enum HookCall { kNoCall, kCall, kCallLen8, kArgLen, kCallSharedLen };
+template <bool Validate, int Call, bool Counters>
 __device__ __forceinline__ void hooks_steps(cudaq_rt_dispatch_params p) {
-  static_assert(Validate || !Call, "a handler is called for a validated request only");
+  static_assert(Validate || Call == kNoCall, "a handler is called for a validated request only");
   if (!first_thread())
     return;
   __align__(16) unsigned char storage[CUDAQ_RT_SESSION_STORAGE_SIZE];
@@ -304,9 +314,15 @@ __device__ __forceinline__ void hooks_steps(cudaq_rt_dispatch_params p) {
   void *request = 0, *response = 0;
   while (cudaq_dev_rx_poll(session, &request, &response) == CUDAQ_DEV_RX_READY) {
     cudaq_rt_answer a;
-    if constexpr (Call) {
+    if constexpr (Call == kCall || Call == kCallLen8) {
       // The unified kernel's own step (cudaq_rt_serve_frame_stored's).
       a = cudaq_rt_answer_request(table, p.num_functions, p.slot_size, request, response, &cache);
+      if constexpr (Call == kCallLen8)
+        a.result_len = a.status == CUDAQ_RT_STATUS_OK ? 8u : 0u;
+    } else if constexpr (Call == kCallSharedLen) {
+      __shared__ uint32_t result_len;
+      a = cudaq_rt_answer_request_at(table, p.num_functions, p.slot_size, request, response, &cache,
+                                     &result_len);
     } else {
       const cudaq_rt_request_fields h = cudaq_rt_read_request_header(request);
       int32_t status = CUDAQ_RT_STATUS_OK;
@@ -317,8 +333,11 @@ __device__ __forceinline__ void hooks_steps(cudaq_rt_dispatch_params p) {
           status = CUDAQ_RT_STATUS_UNKNOWN_FUNCTION;
       }
       ((uint2 *)response)[3] = ((const uint2 *)request)[3];
+      if (Call == kArgLen && status == CUDAQ_RT_STATUS_OK && h.arg_len > 8u)
+        status = CUDAQ_RT_STATUS_PAYLOAD_TOO_LARGE; // only 8 bytes are echoed
+      const uint32_t ok_len = Call == kArgLen ? h.arg_len : 8u;
       // An error carries no result.
-      a = {status, status == CUDAQ_RT_STATUS_OK ? 8u : 0u, h.request_id, h.ptp_timestamp};
+      a = {status, status == CUDAQ_RT_STATUS_OK ? ok_len : 0u, h.request_id, h.ptp_timestamp};
     }
     if constexpr (Counters) {
       cudaq_rt_counters_record(&counters, a.status);
@@ -330,21 +349,37 @@ __device__ __forceinline__ void hooks_steps(cudaq_rt_dispatch_params p) {
 }
 } // namespace
 extern "C" __global__ void cudaq_rt_bench_hooks_validate(cudaq_rt_dispatch_params p) {
-  hooks_steps<true, false, false>(p);
+  hooks_steps<true, kNoCall, false>(p);
 }
 CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_hooks_validate);
 extern "C" __global__ void cudaq_rt_bench_hooks_call(cudaq_rt_dispatch_params p) {
-  hooks_steps<true, true, false>(p);
+  hooks_steps<true, kCall, false>(p);
 }
 CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_hooks_call);
 extern "C" __global__ void cudaq_rt_bench_hooks_counters(cudaq_rt_dispatch_params p) {
-  hooks_steps<true, false, true>(p);
+  hooks_steps<true, kNoCall, true>(p);
 }
 CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_hooks_counters);
 extern "C" __global__ void cudaq_rt_bench_hooks_all(cudaq_rt_dispatch_params p) {
-  hooks_steps<true, true, true>(p);
+  hooks_steps<true, kCall, true>(p);
 }
 CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_hooks_all);
+extern "C" __global__ void cudaq_rt_bench_hooks_call_len8(cudaq_rt_dispatch_params p) {
+  hooks_steps<true, kCallLen8, false>(p);
+}
+CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_hooks_call_len8);
+extern "C" __global__ void cudaq_rt_bench_hooks_arg_len(cudaq_rt_dispatch_params p) {
+  hooks_steps<true, kArgLen, false>(p);
+}
+CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_hooks_arg_len);
+extern "C" __global__ void cudaq_rt_bench_hooks_call_shared_len(cudaq_rt_dispatch_params p) {
+  hooks_steps<true, kCallSharedLen, false>(p);
+}
+CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_hooks_call_shared_len);
+extern "C" __global__ void cudaq_rt_bench_hooks_all_shared_len(cudaq_rt_dispatch_params p) {
+  hooks_steps<true, kCallSharedLen, true>(p);
+}
+CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_hooks_all_shared_len);
 
 namespace {
 // The ring position of the kernels below that drive the loopback ring themselves: the slot to
