@@ -294,9 +294,18 @@ CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_hooks_echo);
 //   kArgLen       no call: the fixed echo with its result_len taken from the request's arg_len
 //                 (a length known only at run time, the call's one effect on tx_publish).
 // And one that is a candidate for the unified kernel: kCallSharedLen, the call with the length
-// the handler writes in shared memory instead of the thread's stack.
+// the handler writes in shared memory instead of the thread's stack; and kCallEcho, the echo's
+// export called by name (a direct call; linked whole, inlined: no call left in the kernel), any
+// other function refused; kCallEchoOrTable, the same with any other function called through the
+// table (linked whole: the echo inlined, a call left in the kernel that the echo never takes).
 namespace {
-enum HookCall { kNoCall, kCall, kCallLen8, kArgLen, kCallSharedLen };
+enum HookCall { kNoCall, kCall, kCallLen8, kArgLen, kCallSharedLen, kCallEcho, kCallEchoOrTable };
+// Named: the echo's requests call the echo's export by name (no table pointer, no direct-call
+// switch): what the handler step costs with only the handler's own code in it.
+extern "C" __device__ int cudaq_rt_handler_call__echo(const void *, void *, uint32_t, uint32_t,
+                                                      uint32_t *);
+constexpr uint32_t kEchoId = 0xd49dd484u; // cudaq_rt_function_id("echo")
+
 template <bool Validate, int Call, bool Counters>
 __device__ __forceinline__ void hooks_steps(cudaq_rt_dispatch_params p) {
   static_assert(Validate || Call == kNoCall, "a handler is called for a validated request only");
@@ -319,6 +328,25 @@ __device__ __forceinline__ void hooks_steps(cudaq_rt_dispatch_params p) {
       a = cudaq_rt_answer_request(table, p.num_functions, p.slot_size, request, response, &cache);
       if constexpr (Call == kCallLen8)
         a.result_len = a.status == CUDAQ_RT_STATUS_OK ? 8u : 0u;
+    } else if (Call == kCallEchoOrTable &&
+               cudaq_rt_read_request_header(request).function_id != kEchoId) {
+      a = cudaq_rt_answer_request(table, p.num_functions, p.slot_size, request, response, &cache);
+    } else if constexpr (Call == kCallEcho || Call == kCallEchoOrTable) {
+      const cudaq_rt_request_fields h = cudaq_rt_read_request_header(request);
+      uint32_t result_len = 0;
+      int32_t status = cudaq_rt_validate_fields(&h, p.slot_size);
+      if (status == CUDAQ_RT_STATUS_OK &&
+          (h.function_id != kEchoId ||
+           !cudaq_rt_find_handler_cached(table, p.num_functions, h.function_id, &cache)))
+        status = CUDAQ_RT_STATUS_UNKNOWN_FUNCTION;
+      if (status == CUDAQ_RT_STATUS_OK) {
+        const uint32_t max_result_len = p.slot_size - CUDAQ_RT_HEADER_SIZE;
+        status = cudaq_rt_handler_call__echo((const char *)request + CUDAQ_RT_HEADER_SIZE,
+                                             (char *)response + CUDAQ_RT_HEADER_SIZE, h.arg_len,
+                                             max_result_len, &result_len);
+        status = cudaq_rt_handler_outcome(status, max_result_len, &result_len);
+      }
+      a = {status, result_len, h.request_id, h.ptp_timestamp};
     } else if constexpr (Call == kCallSharedLen) {
       __shared__ uint32_t result_len;
       a = cudaq_rt_answer_request_at(table, p.num_functions, p.slot_size, request, response, &cache,
@@ -380,6 +408,14 @@ extern "C" __global__ void cudaq_rt_bench_hooks_all_shared_len(cudaq_rt_dispatch
   hooks_steps<true, kCallSharedLen, true>(p);
 }
 CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_hooks_all_shared_len);
+extern "C" __global__ void cudaq_rt_bench_hooks_call_echo(cudaq_rt_dispatch_params p) {
+  hooks_steps<true, kCallEcho, true>(p);
+}
+CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_hooks_call_echo);
+extern "C" __global__ void cudaq_rt_bench_hooks_call_echo_or_table(cudaq_rt_dispatch_params p) {
+  hooks_steps<true, kCallEchoOrTable, true>(p);
+}
+CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_hooks_call_echo_or_table);
 
 namespace {
 // The ring position of the kernels below that drive the loopback ring themselves: the slot to
@@ -491,11 +527,6 @@ CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_raw_ring_no_push);
 //   ..._span, ..._span_direct     the same, stamped: [5] the probe came back -> the response's
 //                                 last store (before the fence).
 namespace {
-// Named: the echo's requests call the echo's export by name (no table pointer, no direct-call
-// switch): what the handler step costs with only the handler's own code in it.
-extern "C" __device__ int cudaq_rt_handler_call__echo(const void *, void *, uint32_t, uint32_t,
-                                                      uint32_t *);
-constexpr uint32_t kEchoId = 0xd49dd484u; // cudaq_rt_function_id("echo")
 
 // Peek: the next slot's control cell loaded with every probe, as the bridge's one-slot probe
 // does (its value folded into cudaq_rt_bench_peek_sink, so that it is used).
