@@ -293,13 +293,14 @@ CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_hooks_echo);
 //                 handler's frame);
 //   kArgLen       no call: the fixed echo with its result_len taken from the request's arg_len
 //                 (a length known only at run time, the call's one effect on tx_publish).
-// And one that is a candidate for the unified kernel: kCallSharedLen, the call with the length
-// the handler writes in shared memory instead of the thread's stack; and kCallEcho, the echo's
-// export called by name (a direct call; linked whole, inlined: no call left in the kernel), any
-// other function refused; kCallEchoOrTable, the same with any other function called through the
-// table (linked whole: the echo inlined, a call left in the kernel that the echo never takes).
+// And two that call the echo by name (bench/loopback_rtt.md, "What the unified kernel's code
+// costs a lone request"):
+//   kCallEcho         the echo's export called by name (a direct call; linked whole, inlined: no
+//                     call left in the kernel), any other function refused;
+//   kCallEchoOrTable  the same, any other function called through the table (linked whole: the
+//                     echo inlined, beside a call that the bench's echoes never take).
 namespace {
-enum HookCall { kNoCall, kCall, kCallLen8, kArgLen, kCallSharedLen, kCallEcho, kCallEchoOrTable };
+enum HookCall { kNoCall, kCall, kCallLen8, kArgLen, kCallEcho, kCallEchoOrTable };
 // Named: the echo's requests call the echo's export by name (no table pointer, no direct-call
 // switch): what the handler step costs with only the handler's own code in it.
 extern "C" __device__ int cudaq_rt_handler_call__echo(const void *, void *, uint32_t, uint32_t,
@@ -347,10 +348,6 @@ __device__ __forceinline__ void hooks_steps(cudaq_rt_dispatch_params p) {
         status = cudaq_rt_handler_outcome(status, max_result_len, &result_len);
       }
       a = {status, result_len, h.request_id, h.ptp_timestamp};
-    } else if constexpr (Call == kCallSharedLen) {
-      __shared__ uint32_t result_len;
-      a = cudaq_rt_answer_request_at(table, p.num_functions, p.slot_size, request, response, &cache,
-                                     &result_len);
     } else {
       const cudaq_rt_request_fields h = cudaq_rt_read_request_header(request);
       int32_t status = CUDAQ_RT_STATUS_OK;
@@ -400,14 +397,6 @@ extern "C" __global__ void cudaq_rt_bench_hooks_arg_len(cudaq_rt_dispatch_params
   hooks_steps<true, kArgLen, false>(p);
 }
 CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_hooks_arg_len);
-extern "C" __global__ void cudaq_rt_bench_hooks_call_shared_len(cudaq_rt_dispatch_params p) {
-  hooks_steps<true, kCallSharedLen, false>(p);
-}
-CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_hooks_call_shared_len);
-extern "C" __global__ void cudaq_rt_bench_hooks_all_shared_len(cudaq_rt_dispatch_params p) {
-  hooks_steps<true, kCallSharedLen, true>(p);
-}
-CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_hooks_all_shared_len);
 extern "C" __global__ void cudaq_rt_bench_hooks_call_echo(cudaq_rt_dispatch_params p) {
   hooks_steps<true, kCallEcho, true>(p);
 }
@@ -527,12 +516,18 @@ CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_raw_ring_no_push);
 //   ..._span, ..._span_direct     the same, stamped: [5] the probe came back -> the response's
 //                                 last store (before the fence).
 namespace {
-
 // Peek: the next slot's control cell loaded with every probe, as the bridge's one-slot probe
 // does (its value folded into cudaq_rt_bench_peek_sink, so that it is used).
 __device__ uint32_t cudaq_rt_bench_peek_sink;
-template <bool Direct, bool Span, bool Steps = false, bool Named = false, bool Peek = false>
-__device__ __forceinline__ void fused(cudaq_rt_dispatch_params p) {
+// Given: the table's shared rows and the handler's frames are the caller's (a function compiled
+// apart then declares no shared memory of its own).
+struct FusedBuffers {
+  cudaq_rt_function_entry *rows;
+  uint2 *input, *output;
+};
+template <bool Direct, bool Span, bool Steps = false, bool Named = false, bool Peek = false,
+          bool Given = false>
+__device__ __forceinline__ void fused(cudaq_rt_dispatch_params p, FusedBuffers given = {}) {
   if (!first_thread())
     return;
   cudaq_rt_loopback_device_ctx *c = (cudaq_rt_loopback_device_ctx *)p.transport_ctx;
@@ -540,10 +535,15 @@ __device__ __forceinline__ void fused(cudaq_rt_dispatch_params p) {
   if (!c || c->magic != CUDAQ_RT_LOOPBACK_CTX_MAGIC || p.slot_size > kFrame ||
       p.slot_size < CUDAQ_RT_LOOPBACK_MIN_SLOT_SIZE)
     return;
-  __shared__ cudaq_rt_function_entry rows[BENCH_TABLE_ROWS];
+  FusedBuffers b = given;
+  if constexpr (!Given) {
+    __shared__ cudaq_rt_function_entry rows[BENCH_TABLE_ROWS];
+    __shared__ uint2 in[kFrame / 8], out[kFrame / 8];
+    b = {rows, in, out};
+  }
   const cudaq_rt_function_entry *table =
-      cudaq_rt_table_in_shared(p.function_table, p.num_functions, rows, BENCH_TABLE_ROWS);
-  __shared__ uint2 input[kFrame / 8], output[kFrame / 8];
+      cudaq_rt_table_in_shared(p.function_table, p.num_functions, b.rows, BENCH_TABLE_ROWS);
+  uint2 *const input = b.input, *const output = b.output;
   cudaq_rt_dispatch_counters counters = cudaq_rt_counters_load(p.stats);
   cudaq_rt_handler_cache cache = {0, 0};
   const volatile uint4 *rq = (const volatile uint4 *)c->request_heads;
@@ -654,6 +654,24 @@ extern "C" __global__ void cudaq_rt_bench_fused_peek(cudaq_rt_dispatch_params p)
   fused<false, false, false, false, true>(p);
 }
 CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_fused_peek);
+
+// The fused prototype compiled apart inside the unified kernel: its loop a function of its own
+// (not inlined: register-allocated and laid out apart), called first; the unified kernel's loop
+// (table in device memory, so that both fit 48 KB of static shared memory) compiled after it in
+// the same kernel, entered at shutdown only (it then ends at once). Whether a compact serving loop
+// keeps its speed beside the big one: the design of a lone request's path compiled apart.
+namespace {
+__device__ __noinline__ void fused_apart(cudaq_rt_dispatch_params p, FusedBuffers b) {
+  fused<false, false, false, false, false, true>(p, b);
+}
+} // namespace
+extern "C" __global__ void cudaq_rt_bench_fused_apart(cudaq_rt_dispatch_params p) {
+  __shared__ cudaq_rt_function_entry rows[BENCH_TABLE_ROWS];
+  __shared__ uint2 input[128], output[128];
+  fused_apart(p, {rows, input, output});
+  unified_variant<false, true>(p);
+}
+CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_fused_apart);
 
 extern "C" __global__ void cudaq_rt_bench_fused(cudaq_rt_dispatch_params p) {
   fused<false, false>(p);

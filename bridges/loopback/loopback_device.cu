@@ -147,13 +147,6 @@ constexpr uint32_t kW = CUDAQ_RT_LOOPBACK_PROBE_SLOTS;
 #ifndef CUDAQ_RT_LOOPBACK_SHARED_STAGING
 #define CUDAQ_RT_LOOPBACK_SHARED_STAGING 1
 #endif
-// Branch hints on the paths a small request does not take (bulk frames, tails, the chain): with
-// CUDAQ_RT_LOOPBACK_HINTS the compiler lays those paths out of the small request's way.
-#ifndef CUDAQ_RT_LOOPBACK_HINTS
-#define CUDAQ_RT_LOOPBACK_HINTS 0
-#endif
-#define CUDAQ_RT_LOOPBACK_COLD(c) (CUDAQ_RT_LOOPBACK_HINTS ? __builtin_expect(!!(c), 0) : (c))
-#define CUDAQ_RT_LOOPBACK_HOT(c) (CUDAQ_RT_LOOPBACK_HINTS ? __builtin_expect(!!(c), 1) : (c))
 constexpr uint32_t kSharedBytes = 34816;
 __shared__ __align__(128) unsigned char shared_staging[kSharedBytes];
 
@@ -614,7 +607,7 @@ __device__ __forceinline__ uint32_t unpack(Session *s, uint32_t L, uint32_t slot
                                            bool tail_staged = false) {
   static_assert(P >= 3, "the probe holds the header's arg_len (frame cell 2)");
   static_assert((P - 1) * 8 <= CUDAQ_RT_LOOPBACK_MIN_SLOT_SIZE, "the probe's words fit a frame");
-  if (CUDAQ_RT_LOOPBACK_COLD(CUDAQ_RT_LOOPBACK_BULK && probe[0].w == CUDAQ_RT_LOOPBACK_KIND_BULK)) {
+  if (CUDAQ_RT_LOOPBACK_BULK && probe[0].w == CUDAQ_RT_LOOPBACK_KIND_BULK) {
     s->bulk_pending = uint16_t(s->bulk_pending | 1u << pos);
     frame[0].y = probe[0].y;
     return 0;
@@ -633,7 +626,7 @@ __device__ __forceinline__ uint32_t unpack(Session *s, uint32_t L, uint32_t slot
 #pragma unroll
   for (uint32_t c = 1; c < P; ++c)
     unstamped |= c < cells ? (probe[c].x ^ lap) | (probe[c].z ^ lap) : 0u;
-  if (CUDAQ_RT_LOOPBACK_HOT((cells <= P) & (unstamped == 0))) {
+  if ((cells <= P) & (unstamped == 0)) {
 #pragma unroll
     for (uint32_t c = 1; c < P; ++c)
       frame[c - 1] = make_uint2(probe[c].y, probe[c].w);
@@ -712,8 +705,8 @@ __device__ bool fetch_one(Session *s, uint32_t L) {
     // so the engine copies this slot's tail with every probe (a new copy once the last has
     // arrived), and the tail comes with the probe that finds the request, instead of one round
     // trip after it (bench/payload_sizes.md).
-    if (CUDAQ_RT_LOOPBACK_COLD(CUDAQ_RT_LOOPBACK_TAIL_COPY && s->tail_ahead &&
-                               (!s->tail_inflight || tail_arrived(s, false))))
+    if (CUDAQ_RT_LOOPBACK_TAIL_COPY && s->tail_ahead &&
+        (!s->tail_inflight || tail_arrived(s, false)))
       tail_copy(s, slot, s->tail_ahead);
     const long long issued = probe_clock();
     uint4 probe[P];
@@ -938,7 +931,7 @@ __device__ __forceinline__ bool chain_wanted(const Session *s) {
 // into the shared staging frame the probe would have put the request in, while the response just
 // published is still being written out.
 __device__ __forceinline__ void start_ahead(Session *s) {
-  if (CUDAQ_RT_LOOPBACK_COLD(chain_wanted(s) && s->outstanding == 0))
+  if (chain_wanted(s) && s->outstanding == 0)
     start_ahead_into(s, shared_staging);
 }
 
@@ -947,8 +940,8 @@ __device__ __forceinline__ void start_ahead(Session *s) {
 // the other frame at once, and come in while the handler runs. The ring is busy while the chain
 // goes on (handout_ahead).
 __device__ __forceinline__ void start_ahead_early(Session *s, const void *held) {
-  if (CUDAQ_RT_LOOPBACK_HOT(!s->has_spare || !chain_wanted(s) || s->outstanding != 1u ||
-                            (held != shared_staging && held != spare_staging)))
+  if (!s->has_spare || !chain_wanted(s) || s->outstanding != 1u ||
+      (held != shared_staging && held != spare_staging))
     return;
   start_ahead_into(s, held == spare_staging ? shared_staging : spare_staging);
   s->busy = CUDAQ_RT_LOOPBACK_CHAIN_BUSY;
@@ -1010,7 +1003,7 @@ __device__ __forceinline__ void publish_frame(Session *s, uint32_t slot, uint32_
   for (uint32_t c = 1; c < kHead; ++c)
     if (c < cells)
       store_cell(head + c * stride, make_uint4(lap, first[c - 1].x, lap, first[c - 1].y));
-  if (CUDAQ_RT_LOOPBACK_COLD(cells > kHead)) {
+  if (cells > kHead) {
     // The tail, 8 cells at a time (one on each line of a block: cudaq_rt_loopback_tail_cell): the
     // group's words loaded in 16-byte pairs, all before its stores, whose "memory" clobber keeps a
     // load after one from issuing early (a load then a store per cell cost the serving thread a
@@ -1159,7 +1152,7 @@ extern "C" __device__ void *cudaq_dev_enter_kernel(void *storage, void *ctx,
 
 extern "C" __device__ int cudaq_dev_rx_poll(void *session, void **request, void **response) {
   Session *s = static_cast<Session *>(session);
-  if (CUDAQ_RT_LOOPBACK_COLD(CUDAQ_RT_LOOPBACK_AHEAD && s->ahead_copy))
+  if (CUDAQ_RT_LOOPBACK_AHEAD && s->ahead_copy)
     return handout_ahead(s, request, response);
   if (s->pending == 0 && !fetch(s)) {
     // Every frame fetched has been handed out (pending == 0, so head_slot == fetched_slot), and
@@ -1202,10 +1195,10 @@ extern "C" __device__ int cudaq_dev_rx_poll(void *session, void **request, void 
   ++s->outstanding;
   const uint32_t pos = s->handout_pos++;
   int ready = CUDAQ_DEV_RX_READY;
-  if (CUDAQ_RT_LOOPBACK_COLD(CUDAQ_RT_LOOPBACK_BULK && (s->bulk_pending >> pos & 1u))) {
+  if (CUDAQ_RT_LOOPBACK_BULK && (s->bulk_pending >> pos & 1u)) {
     s->bulk_pending = uint16_t(s->bulk_pending & ~(1u << pos));
     ready = stage_bulk(s, s->last_slot, *request);
-  } else if (CUDAQ_RT_LOOPBACK_COLD(CUDAQ_RT_LOOPBACK_TAIL_COPY && (s->tail_pending >> pos & 1u))) {
+  } else if (CUDAQ_RT_LOOPBACK_TAIL_COPY && (s->tail_pending >> pos & 1u)) {
     s->tail_pending = uint16_t(s->tail_pending & ~(1u << pos));
     ready = stage_tail(s, s->last_slot, s->last_lap, *request,
                        (uint32_t)(s->tail_lens >> 16u * pos) & 0xFFFFu);
@@ -1240,7 +1233,7 @@ extern "C" __device__ void cudaq_dev_tx_publish(void *session, void *response) {
 
   if (CUDAQ_RT_LOOPBACK_BULK) {
     const uint32_t len = response_len(s, static_cast<const uint2 *>(response)[1].x);
-    if (CUDAQ_RT_LOOPBACK_COLD(cudaq_rt_loopback_is_bulk(len, s->bulk_min))) {
+    if (cudaq_rt_loopback_is_bulk(len, s->bulk_min)) {
       publish_bulk(s, slot, lap, response, len, s->pending == 0 && push_wanted(s));
       if (CUDAQ_RT_LOOPBACK_AHEAD == 3)
         start_ahead(s);

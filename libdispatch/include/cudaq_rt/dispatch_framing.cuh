@@ -290,13 +290,13 @@ typedef struct cudaq_rt_answer {
 /* cudaq_rt_serve_frame_cached's work but the header and the counters: validates the request, calls
  * its handler (which writes the result into `response`), and returns the response header's
  * fields (cudaq_rt_write_answer writes them), for a kernel that does something between the two
- * (cudaq_rt_serve_frame_stored, the warp kernel). `result_len` is where the handler writes its
- * result's length (its address goes to the handler): the caller's choice of memory. */
-static __device__ __forceinline__ cudaq_rt_answer cudaq_rt_answer_request_at(
+ * (cudaq_rt_serve_frame_stored, the warp kernel). */
+static __device__ __forceinline__ cudaq_rt_answer cudaq_rt_answer_request(
     const cudaq_rt_function_entry *table, uint32_t table_size, uint32_t slot_size,
-    const void *request, void *response, cudaq_rt_handler_cache *cache, uint32_t *result_len) {
+    const void *request, void *response, cudaq_rt_handler_cache *cache) {
   const cudaq_rt_request_fields h = cudaq_rt_read_request_header(request);
-  *result_len = 0;
+  uint32_t result_len = 0; /* apart from the answer: its address goes to the handler, and the
+                              answer would then live in local memory */
   int32_t status = cudaq_rt_validate_fields(&h, slot_size);
   if (status == CUDAQ_RT_STATUS_OK) {
     cudaq_rt_handler_fn handler =
@@ -305,20 +305,10 @@ static __device__ __forceinline__ cudaq_rt_answer cudaq_rt_answer_request_at(
       status = CUDAQ_RT_STATUS_UNKNOWN_FUNCTION;
     else
       status = cudaq_rt_call_handler_id_len(h.function_id, handler, request, response, h.arg_len,
-                                            slot_size, result_len);
+                                            slot_size, &result_len);
   }
-  const cudaq_rt_answer a = {status, *result_len, h.request_id, h.ptp_timestamp};
+  const cudaq_rt_answer a = {status, result_len, h.request_id, h.ptp_timestamp};
   return a;
-}
-
-/* cudaq_rt_answer_request_at with the length in the thread's own memory. */
-static __device__ __forceinline__ cudaq_rt_answer cudaq_rt_answer_request(
-    const cudaq_rt_function_entry *table, uint32_t table_size, uint32_t slot_size,
-    const void *request, void *response, cudaq_rt_handler_cache *cache) {
-  uint32_t result_len; /* apart from the answer: its address goes to the handler, and the answer
-                          would then live in local memory */
-  return cudaq_rt_answer_request_at(table, table_size, slot_size, request, response, cache,
-                                    &result_len);
 }
 
 /* The response header of an answer (cudaq_rt_write_response_header). */

@@ -29,16 +29,11 @@ std::string direct_calls_source(const Manifest &m) {
   // function_id -> the direct handlers answering it (one, unless two names collide in FNV-1a).
   std::map<uint32_t, std::vector<std::pair<std::string, std::string>>> cases; // {wire, handler}
   std::vector<std::string> handlers;
-  bool complete = true; // every handler of the package has a named call
   for (const ExportEntry &e : m.exports)
-    if (e.kind == export_kind_name(ExportKind::handler)) {
-      complete = complete && e.direct;
-      if (e.direct) {
-        handlers.push_back(e.name);
-        cases[e.function_id].emplace_back(e.name, e.name);
-      }
+    if (e.kind == export_kind_name(ExportKind::handler) && e.direct) {
+      handlers.push_back(e.name);
+      cases[e.function_id].emplace_back(e.name, e.name);
     }
-  complete = complete && !handlers.empty();
   for (const AliasEntry &a : m.aliases)
     if (std::find(handlers.begin(), handlers.end(), a.handler) != handlers.end())
       cases[a.function_id].emplace_back(a.name, a.handler);
@@ -47,22 +42,10 @@ std::string direct_calls_source(const Manifest &m) {
   std::sort(handlers.begin(), handlers.end());
   for (auto &[id, names] : cases)
     std::sort(names.begin(), names.end());
-  auto index_of = [&](const std::string &h) {
-    return std::find(handlers.begin(), handlers.end(), h) - handlers.begin();
-  };
 
-  // The handler is found first (k: its index among the direct ones), by the function_id's case
-  // and then by the pointer alone (a table that pairs ids and handlers otherwise: an
-  // application's), and called from one place each, so that LTO inlines each body once. Each call
-  // gets a result_len of its own, copied out after it: the caller's then never reaches a call
-  // through the pointer, and once this is inlined into the kernel it can stay in a register on
-  // every path but that one.
-  // Where every handler of the package has a named call (`complete`), there is no call through the
-  // pointer at all: the runtime admits only the module's handlers into a table
-  // (Server::set_function_table), and each is one of these. A kernel with a call anywhere in it,
-  // even one never taken, answers a lone 8-byte echo 0.3 us later on the loopback bridge, and
-  // serves 20% fewer requests at 64 in flight (bench/loopback_rtt.md): a pointer that is none of
-  // them (a custom kernel's own) answers -1, a handler fault, instead.
+  // Each call gets a result_len of its own, copied out after it: the caller's then never reaches
+  // the call through the pointer, and once this is inlined into the kernel it can stay in a
+  // register on every path but that one (where it would be passed to a call it sits in memory).
   const char *const args = "input, output, arg_len, max_result_len, &len";
   std::string s =
       "// The unit of direct calls cudaq-rt-link generated for this package "
@@ -75,30 +58,19 @@ std::string direct_calls_source(const Manifest &m) {
   s += "__device__ int cudaq_rt_call_direct(unsigned function_id, cudaq_rt_handler_fn handler,\n"
        "                                    const void *input, void *output, unsigned arg_len,\n"
        "                                    unsigned max_result_len, unsigned *result_len) {\n"
-       "  int k = -1;\n"
        "  switch (function_id) {\n";
   for (const auto &[id, names] : cases) {
     s += cat("  case ", hex(id), "u:\n");
-    for (const auto &[wire, handler] : names)
-      s += cat("    if (handler == ", handler_call_symbol(handler), ") // ", wire,
-               "\n      k = ", index_of(handler), ";\n");
+    for (const auto &[wire, handler] : names) {
+      const std::string call = handler_call_symbol(handler);
+      s += cat("    if (handler == ", call, ") { // ", wire,
+               "\n      unsigned len = *result_len;\n", "      const int status = ", call, "(",
+               args, ");\n", "      *result_len = len;\n      return status;\n    }\n");
+    }
     s += "    break;\n";
   }
-  s += "  }\n";
-  if (!handlers.empty()) {
-    s += "  if (k < 0) { // by the pointer alone\n";
-    for (size_t i = 0; i < handlers.size(); ++i)
-      s += cat("    ", i ? "else " : "", "if (handler == ", handler_call_symbol(handlers[i]),
-               ")\n      k = ", i, ";\n");
-    s += "  }\n";
-  }
-  s += "  unsigned len = *result_len;\n  int status;\n  switch (k) {\n";
-  for (size_t i = 0; i < handlers.size(); ++i)
-    s += cat("  case ", i, ":\n    status = ", handler_call_symbol(handlers[i]), "(", args,
-             ");\n    break;\n");
-  s += complete ? "  default: // none of the module's handlers\n    status = -1;\n    break;\n"
-                : cat("  default:\n    status = handler(", args, ");\n    break;\n");
-  s += "  }\n  *result_len = len;\n  return status;\n}\n}\n";
+  s += cat("  }\n  unsigned len = *result_len;\n  const int status = handler(", args,
+           ");\n  *result_len = len;\n  return status;\n}\n}\n");
   return s;
 }
 

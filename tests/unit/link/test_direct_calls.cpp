@@ -55,29 +55,22 @@ TEST_CASE("the unit calls by name only the handlers that have a named call, unde
   CHECK(s.find("cudaq_rt_handler_call__legacy") == std::string::npos);
   CHECK(s.find("my_kernel") == std::string::npos);
 
-  // A case compares the table's pointer; the handler is then called by name from one place.
+  // A case compares the table's pointer before it calls by name.
   const std::string echo = case_of(s, cudaq_rt_function_id("echo"));
   REQUIRE(!echo.empty());
-  CHECK(echo.find("if (handler == cudaq_rt_handler_call__echo) // echo\n      k = 0;") !=
+  CHECK(echo.find("if (handler == cudaq_rt_handler_call__echo) { // echo\n") != std::string::npos);
+  CHECK(echo.find("= cudaq_rt_handler_call__echo(input, output, arg_len, max_result_len, &len);") !=
         std::string::npos);
-  const std::string echo_call =
-      "status = cudaq_rt_handler_call__echo(input, output, arg_len, max_result_len, &len);";
-  CHECK(s.find(echo_call) != std::string::npos);
-  CHECK(s.find(echo_call) == s.rfind(echo_call));
   // The alias of a direct handler gets its case; the alias of the other, none.
   const std::string echo_v2 = case_of(s, cudaq_rt_function_id("echo_v2"));
-  CHECK(echo_v2.find("if (handler == cudaq_rt_handler_call__echo) // echo_v2\n      k = 0;") !=
+  CHECK(echo_v2.find("if (handler == cudaq_rt_handler_call__echo) { // echo_v2\n") !=
         std::string::npos);
   CHECK(case_of(s, cudaq_rt_function_id("legacy")).empty());
   CHECK(case_of(s, cudaq_rt_function_id("legacy_v2")).empty());
   CHECK(!case_of(s, cudaq_rt_function_id("parity")).empty());
-  // A pairing the cases do not expect finds a direct handler by its pointer alone.
-  CHECK(s.find("    else if (handler == cudaq_rt_handler_call__parity)\n      k = 1;\n") !=
+  // Every other call, through the pointer.
+  CHECK(s.find("  const int status = handler(input, output, arg_len, max_result_len, &len);\n") !=
         std::string::npos);
-  // Every other call (the legacy handler's), through the pointer.
-  CHECK(
-      s.find("  default:\n    status = handler(input, output, arg_len, max_result_len, &len);\n") !=
-      std::string::npos);
 
   // Cases in ascending function_id, whatever the manifest's order: the same exports always give
   // the same bytes (the unit's digest is part of the link's key).
@@ -102,33 +95,6 @@ TEST_CASE("two names with one function_id share a case, each behind its own poin
   const std::string c = case_of(direct_calls_source(m), m.exports[0].function_id);
   CHECK(c.find("if (handler == cudaq_rt_handler_call__a)") != std::string::npos);
   CHECK(c.find("if (handler == cudaq_rt_handler_call__b)") != std::string::npos);
-}
-
-TEST_CASE("where every handler has a named call, the unit has no call through the pointer") {
-  Manifest m;
-  m.exports = {handler("echo", true), handler("parity", true)};
-  m.aliases = {alias("echo_v2", "echo")};
-  const std::string s = direct_calls_source(m);
-  CHECK(s.find("handler(input") == std::string::npos);
-  CHECK(s.find("  default: // none of the module's handlers\n    status = -1;\n") !=
-        std::string::npos);
-  // Each handler still found by its pointer alone (an application's table may pair an id with
-  // another handler), and called from one place.
-  CHECK(s.find("    if (handler == cudaq_rt_handler_call__echo)\n      k = 0;\n") !=
-        std::string::npos);
-  CHECK(s.find("    else if (handler == cudaq_rt_handler_call__parity)\n      k = 1;\n") !=
-        std::string::npos);
-  CHECK(s.find("  case 0:\n    status = cudaq_rt_handler_call__echo(") != std::string::npos);
-  CHECK(s.find("  case 1:\n    status = cudaq_rt_handler_call__parity(") != std::string::npos);
-  auto ltoir = compile_direct_calls(s, "pkg");
-  REQUIRE_MESSAGE(ltoir, (ltoir ? "" : ltoir.error().str()));
-
-  // One handler without a named call keeps the call through the pointer for everything else.
-  m.exports.push_back(handler("legacy", false));
-  const std::string t = direct_calls_source(m);
-  CHECK(t.find("status = -1;") == std::string::npos);
-  CHECK(t.find("status = handler(input, output, arg_len, max_result_len, &len);") !=
-        std::string::npos);
 }
 
 TEST_CASE("a package without direct handlers still gets a unit that calls through the pointer") {
