@@ -516,6 +516,9 @@ CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_raw_ring_no_push);
 //   ..._span, ..._span_direct     the same, stamped: [5] the probe came back -> the response's
 //                                 last store (before the fence).
 namespace {
+// The largest slot the prototype serves (its handler frames in shared memory).
+constexpr uint32_t kFusedFrame = 1024;
+
 // Peek: the next slot's control cell loaded with every probe, as the bridge's one-slot probe
 // does (its value folded into cudaq_rt_bench_peek_sink, so that it is used).
 __device__ uint32_t cudaq_rt_bench_peek_sink;
@@ -531,7 +534,7 @@ __device__ __forceinline__ void fused(cudaq_rt_dispatch_params p, FusedBuffers g
   if (!first_thread())
     return;
   cudaq_rt_loopback_device_ctx *c = (cudaq_rt_loopback_device_ctx *)p.transport_ctx;
-  constexpr uint32_t kFrame = 1024;
+  constexpr uint32_t kFrame = kFusedFrame;
   if (!c || c->magic != CUDAQ_RT_LOOPBACK_CTX_MAGIC || p.slot_size > kFrame ||
       p.slot_size < CUDAQ_RT_LOOPBACK_MIN_SLOT_SIZE)
     return;
@@ -667,7 +670,7 @@ __device__ __noinline__ void fused_apart(cudaq_rt_dispatch_params p, FusedBuffer
 } // namespace
 extern "C" __global__ void cudaq_rt_bench_fused_apart(cudaq_rt_dispatch_params p) {
   __shared__ cudaq_rt_function_entry rows[BENCH_TABLE_ROWS];
-  __shared__ uint2 input[128], output[128];
+  __shared__ uint2 input[kFusedFrame / 8], output[kFusedFrame / 8];
   fused_apart(p, {rows, input, output});
   unified_variant<false, true>(p);
 }
