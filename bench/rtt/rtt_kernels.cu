@@ -340,13 +340,9 @@ __device__ __forceinline__ void hooks_steps(cudaq_rt_dispatch_params p) {
           (h.function_id != kEchoId ||
            !cudaq_rt_find_handler_cached(table, p.num_functions, h.function_id, &cache)))
         status = CUDAQ_RT_STATUS_UNKNOWN_FUNCTION;
-      if (status == CUDAQ_RT_STATUS_OK) {
-        const uint32_t max_result_len = p.slot_size - CUDAQ_RT_HEADER_SIZE;
-        status = cudaq_rt_handler_call__echo((const char *)request + CUDAQ_RT_HEADER_SIZE,
-                                             (char *)response + CUDAQ_RT_HEADER_SIZE, h.arg_len,
-                                             max_result_len, &result_len);
-        status = cudaq_rt_handler_outcome(status, max_result_len, &result_len);
-      }
+      if (status == CUDAQ_RT_STATUS_OK) // the framing's call, given the echo itself
+        status = cudaq_rt_call_handler_len(cudaq_rt_handler_call__echo, request, response,
+                                           h.arg_len, p.slot_size, &result_len);
       a = {status, result_len, h.request_id, h.ptp_timestamp};
     } else {
       const cudaq_rt_request_fields h = cudaq_rt_read_request_header(request);
