@@ -301,8 +301,9 @@ CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_hooks_echo);
 //                     echo inlined, beside a call that the bench's echoes never take).
 namespace {
 enum HookCall { kNoCall, kCall, kCallLen8, kArgLen, kCallEcho, kCallEchoOrTable };
-// Named: the echo's requests call the echo's export by name (no table pointer, no direct-call
-// switch): what the handler step costs with only the handler's own code in it.
+// The echo's export, called by name by kCallEcho above and by the fused prototype's Named form
+// below (no table pointer, no direct-call switch): the handler step with only the handler's own
+// code in it.
 extern "C" __device__ int cudaq_rt_handler_call__echo(const void *, void *, uint32_t, uint32_t,
                                                       uint32_t *);
 constexpr uint32_t kEchoId = 0xd49dd484u; // cudaq_rt_function_id("echo")
