@@ -80,6 +80,10 @@ struct Session {
                          // feeders=N, loopback_ring.h "Feeders"), so the probe may narrow
   uint8_t warp_empty;    // the warp form, several warps: rounds in a row that found nothing
   uint8_t warp_resting;  // and this warp rests (loopback_ring.h, "Resting warps")
+  uint8_t probe_saved;   // the lone form handed over a probe of fetched_slot: fetch_one takes it
+                         // from the shared response frame (lone_poll) instead of probing again
+  uint8_t lone_streak;   // requests in a row fetch_one found alone (nothing after them yet)
+  uint8_t lone_ready;    // the lone form may serve next (cudaq_dev_lone_enter; set by fetch_one)
   uint32_t tail_slot;    // the slot the last copy into tail_buffer was of
   uint32_t ahead_len;    // not 0: the request at fetched_slot is a bulk frame of these bytes,
                          // its control cell seen stamped (the chain: start_ahead)
@@ -125,6 +129,11 @@ __device__ __forceinline__ void stamp_probe(Session *s, long long issued) {
 }
 
 constexpr uint32_t kBatch = 8; // cells loaded per round trip when unpacking a large payload
+
+// The lone form (cudaq_dev_lone_enter) after this many requests in a row that came alone.
+#ifndef CUDAQ_RT_LOOPBACK_LONE_AFTER
+#define CUDAQ_RT_LOOPBACK_LONE_AFTER 1
+#endif
 constexpr uint32_t kW = CUDAQ_RT_LOOPBACK_PROBE_SLOTS;
 
 // Staging in shared memory. The serving thread reads back every byte it staged: the request's
@@ -700,6 +709,10 @@ __device__ bool fetch_one(Session *s, uint32_t L) {
   // one line in a batch do not overlap).
   const volatile uint4 *after_cell = s->request_heads + cudaq_rt_loopback_head_cell(L, next, 0);
   const bool peek = CUDAQ_RT_LOOPBACK_PEEK && next != slot;
+  // The lone form's probe of this slot, handed over (lone_poll left it in the response frame,
+  // which nothing uses before this request is handed out): its cells, not a round trip more.
+  bool saved = s->probe_saved;
+  s->probe_saved = 0;
   for (;;) {
     // The client's last request was cells with a tail (stage_tail): its next one likely is too,
     // so the engine copies this slot's tail with every probe (a new copy once the last has
@@ -709,11 +722,20 @@ __device__ bool fetch_one(Session *s, uint32_t L) {
         (!s->tail_inflight || tail_arrived(s, false)))
       tail_copy(s, slot, s->tail_ahead);
     const long long issued = probe_clock();
-    uint4 probe[P];
+    uint4 probe[P], after;
+    if (saved) {
+      const uint4 *from = reinterpret_cast<const uint4 *>(response);
 #pragma unroll
-    for (uint32_t c = 0; c < P; ++c)
-      probe[c] = load_cell(cells + c * stride); // a line per cell
-    const uint4 after = peek ? load_cell(after_cell) : make_uint4(0u, 0u, 0u, 0u);
+      for (uint32_t c = 0; c < P; ++c)
+        probe[c] = from[c];
+      after = from[P];
+      saved = false;
+    } else {
+#pragma unroll
+      for (uint32_t c = 0; c < P; ++c)
+        probe[c] = load_cell(cells + c * stride); // a line per cell
+      after = peek ? load_cell(after_cell) : make_uint4(0u, 0u, 0u, 0u);
+    }
     const int shutdown = *shutdown_flag;
     if (shutdown && !s->draining) {
       __threadfence_system(); // as in fetch
@@ -727,6 +749,8 @@ __device__ bool fetch_one(Session *s, uint32_t L) {
         warm_lines(s, reinterpret_cast<const unsigned char *>(frame), len);
       if (!(s->tail_pending & 1u))
         s->tail_ahead = 0; // a frame without a tail: stop copying tails ahead
+      if (CUDAQ_RT_LOOPBACK_TAIL_COPY && s->tail_inflight && !s->tail_ahead)
+        tail_arrived(s, false); // the last copy ahead: done by now, most likely (lone_ready)
       // Widen as fetch does after finding one, but only when a second request is waiting: a
       // client that sends one request at a time then stays on this path, whose work after the
       // probe is the shortest. Widened after every request (CUDAQ_RT_LOOPBACK_PEEK=0), such a
@@ -738,6 +762,14 @@ __device__ bool fetch_one(Session *s, uint32_t L) {
                              after.y >= CUDAQ_RT_HEADER_SIZE
                          ? after.y
                          : 0u;
+      // The lone form (cudaq_dev_lone_enter) once LONE_AFTER requests in a row came alone, the last
+      // one small (all in the probe), and nothing is on its way: the chain, a tail copy.
+      const bool alone = s->width <= 1u; // the peek found nothing after it
+      s->lone_streak = alone ? (s->lone_streak < 255u ? s->lone_streak + 1u : 255u) : 0u;
+      s->lone_ready = s->lone_streak >= CUDAQ_RT_LOOPBACK_LONE_AFTER &&
+                      probe[0].w != CUDAQ_RT_LOOPBACK_KIND_BULK && frame_cells(len) <= P &&
+                      s->ahead_len == 0 && s->tail_ahead == 0 && !s->tail_inflight &&
+                      !s->draining && shared;
       s->shared_batch = shared;
       if (shared)
         s->batch_first = slot;
@@ -889,6 +921,8 @@ __device__ bool fetch(Session *s) {
   s->handout_pos = 0;
   s->busy = ready == W;
   s->ahead_len = 0; // fetched_slot moved past what fetch_one saw after its request
+  s->lone_streak = 0;
+  s->lone_ready = 0;
   return true;
 }
 
@@ -1036,6 +1070,7 @@ __device__ __forceinline__ void publish_frame(Session *s, uint32_t slot, uint32_
 __device__ __forceinline__ int handout_ahead(Session *s, void **request, void **response) {
   bulk_in_wait(s);
   s->ahead_copy = 0;
+  s->lone_ready = 0;
   const uint32_t slot = s->fetched_slot, lap = s->fetched_lap, len = s->ahead_len;
   uint32_t next = slot, next_lap = lap;
   next_slot(next, next_lap, s->num_slots);
@@ -1133,6 +1168,9 @@ extern "C" __device__ void *cudaq_dev_enter_kernel(void *storage, void *ctx,
   s->ahead_len = 0;
   s->ahead_copy = 0;
   s->ahead_spare = 0;
+  s->probe_saved = 0;
+  s->lone_streak = 0;
+  s->lone_ready = 0;
   // The engine's barrier is the block's: only a one-thread block's session uses it.
   s->bulk_engine = CUDAQ_RT_LOOPBACK_HAS_BULK_COPY && one_thread_block();
 #if CUDAQ_RT_LOOPBACK_HAS_BULK_COPY
@@ -1252,6 +1290,177 @@ extern "C" __device__ void cudaq_dev_tx_publish(void *session, void *response) {
     push_out();
   if (CUDAQ_RT_LOOPBACK_AHEAD == 3)
     start_ahead(s);
+}
+
+// The lone form (cudaq_rt/dispatch.h). While a client sends one small request at a time, the
+// kernel's compact loop serves it on these hooks: lone_poll probes the next slot as fetch_one does
+// (its head cells, the next slot's control cell, the flag) and hands out a request that is all in
+// the probe, its payload word staged in the shared request frame; lone_publish stores the response
+// cells from the answer's registers and pushes them out. What they need of the session is copied
+// into the lone state (Lone), which the compact loop keeps in registers. Anything else is handed
+// over to rx_poll with the probe that found it (probe_saved).
+CUDAQ_RT_EXPORT_BRIDGE_HOOKS(lone);
+
+namespace {
+struct Lone {
+  const volatile uint4 *request_heads;
+  volatile uint4 *response_heads;
+  const volatile int *shutdown_flag;
+  uint32_t slot, lap; // the next request's
+  uint32_t num_slots;
+  uint32_t layout; // CUDAQ_RT_LOOPBACK_LAYOUT_*
+  uint32_t slot_size;
+  uint32_t response_at; // the shared response frame (and the handed-over probe) in shared_staging
+  uint32_t small_max;   // the longest response frame published from registers
+  uint32_t state;       // kLoneServing, or what lone_leave hands the session
+};
+static_assert(sizeof(Lone) <= CUDAQ_RT_LONE_STATE_SIZE, "the lone state must fit its room");
+constexpr uint32_t kLoneServing = 0, kLoneSaved = 1, kLoneHeld = 2;
+
+__device__ __forceinline__ Lone lone_load(const cudaq_rt_lone_state *from) {
+  Lone l;
+  __builtin_memcpy(&l, from, sizeof l);
+  return l;
+}
+__device__ __forceinline__ void lone_store(cudaq_rt_lone_state *to, const Lone &l) {
+  __builtin_memcpy(to, &l, sizeof l);
+}
+} // namespace
+
+// Only where fetch_one would probe next (nothing held, nothing pending), after it found
+// CUDAQ_RT_LOOPBACK_LONE_AFTER requests alone in a row (lone_ready says what else).
+extern "C" __device__ int cudaq_dev_lone_enter(void *session, cudaq_rt_lone_state *lone) {
+  Session *s = static_cast<Session *>(session);
+  if (!CUDAQ_RT_LOOPBACK_ADAPTIVE_PROBE || !s->lone_ready || s->pending != 0 || s->outstanding != 0)
+    return 0;
+  Lone l;
+  l.request_heads = s->request_heads;
+  l.response_heads = s->response_heads;
+  l.shutdown_flag = s->shutdown_flag;
+  l.slot = s->fetched_slot;
+  l.lap = s->fetched_lap;
+  l.num_slots = s->num_slots;
+  l.layout = layout_of(s);
+  l.slot_size = s->slot_size;
+  l.response_at = s->batch_frames * s->slot_size;
+  // A response frame of at most the head cells' bytes, and below bulk_min (a bulk one goes out by
+  // tx_publish).
+  const uint32_t head_bytes = CUDAQ_RT_HEADER_SIZE + CUDAQ_RT_LOOPBACK_CELL_DATA;
+  l.small_max = s->bulk_min != 0u && s->bulk_min <= head_bytes ? s->bulk_min - 1u : head_bytes;
+  l.state = kLoneServing;
+  lone_store(lone, l);
+  return 1;
+}
+
+extern "C" __device__ int cudaq_dev_lone_poll(cudaq_rt_lone_state *lone,
+                                              cudaq_rt_lone_request *request) {
+  constexpr uint32_t P = kHead;
+  Lone l = lone_load(lone);
+  const uint32_t L = l.layout, stride = cudaq_rt_loopback_head_stride(L);
+  const volatile uint4 *cells = l.request_heads + cudaq_rt_loopback_head_cell(L, l.slot, 0);
+  uint32_t next = l.slot, next_lap = l.lap;
+  next_slot(next, next_lap, l.num_slots);
+  const volatile uint4 *after_cell = l.request_heads + cudaq_rt_loopback_head_cell(L, next, 0);
+  const bool peek = next != l.slot;
+  uint4 probe[P], after;
+  int shutdown;
+  for (;;) {
+#pragma unroll
+    for (uint32_t c = 0; c < P; ++c)
+      probe[c] = load_cell(cells + c * stride);
+    after = peek ? load_cell(after_cell) : make_uint4(0u, 0u, 0u, 0u);
+    shutdown = *l.shutdown_flag;
+    if (stamped(probe[0], l.lap) || shutdown)
+      break;
+  }
+  const uint32_t len = probe[0].y < l.slot_size ? probe[0].y : l.slot_size;
+  const uint32_t n = frame_cells(len);
+  uint32_t unstamped = 0;
+#pragma unroll
+  for (uint32_t c = 1; c < P; ++c)
+    unstamped |= c < n ? (probe[c].x ^ l.lap) | (probe[c].z ^ l.lap) : 0u;
+  unsigned char *const staging = shared_staging;
+  if (shutdown | (n > P) | (unstamped != 0) | (probe[0].w == CUDAQ_RT_LOOPBACK_KIND_BULK) |
+      (peek && stamped(after, next_lap)) | !stamped(probe[0], l.lap)) {
+    // rx_poll's: the flag (fetch_one drains), a frame that is not all in the probe, or a second
+    // request waiting (fetch widens). fetch_one starts from this probe.
+    uint4 *to = reinterpret_cast<uint4 *>(staging + l.response_at);
+#pragma unroll
+    for (uint32_t c = 0; c < P; ++c)
+      to[c] = probe[c];
+    to[P] = after;
+    l.state = kLoneSaved;
+    lone_store(lone, l);
+    return CUDAQ_DEV_RX_HANDOVER;
+  }
+  // Header words the frame did not bring read as zero, and a frame shorter than its header claims
+  // is marked, as mark_truncated does for rx_poll.
+  const uint32_t w0 = len > 0u ? 1u : 0u, w1 = len > 8u ? 1u : 0u, w2 = len > 16u ? 1u : 0u;
+  request->magic = w0 ? probe[1].y : 0u;
+  request->function_id = w0 ? probe[1].w : 0u;
+  request->arg_len = w1 ? probe[2].y : 0u;
+  request->request_id = w1 ? probe[2].w : 0u;
+  request->ptp_timestamp = w2 ? (unsigned long long)probe[3].w << 32 | probe[3].y : 0ull;
+  if (!cudaq_rt_loopback_request_whole(len, w1 ? probe[2].y : 0xFFFFFFFFu))
+    request->magic = CUDAQ_RT_TRUNCATED_MAGIC;
+  reinterpret_cast<uint2 *>(staging)[CUDAQ_RT_HEADER_SIZE / 8u] =
+      make_uint2(probe[4].y, probe[4].w);
+  request->request = staging;
+  request->response = staging + l.response_at;
+  return CUDAQ_DEV_RX_READY;
+}
+
+extern "C" __device__ int cudaq_dev_lone_publish(cudaq_rt_lone_state *lone,
+                                                 const cudaq_rt_lone_request *request,
+                                                 const cudaq_rt_lone_answer *answer) {
+  Lone l = lone_load(lone);
+  const uint32_t len = CUDAQ_RT_HEADER_SIZE + answer->result_len;
+  if (len > l.small_max) {
+    l.state = kLoneHeld; // tx_publish's (lone_leave)
+    lone_store(lone, l);
+    return 0;
+  }
+  const uint32_t L = l.layout, stride = cudaq_rt_loopback_head_stride(L), lap = l.lap;
+  volatile uint4 *head = l.response_heads + cudaq_rt_loopback_head_cell(L, l.slot, 0);
+  const unsigned long long ptp = request->ptp_timestamp;
+  store_cell(head + stride,
+             make_uint4(lap, CUDAQ_RT_RESPONSE_MAGIC, lap, (uint32_t)answer->status));
+  store_cell(head + 2 * stride, make_uint4(lap, answer->result_len, lap, request->request_id));
+  store_cell(head + 3 * stride, make_uint4(lap, (uint32_t)ptp, lap, (uint32_t)(ptp >> 32)));
+  if (answer->result_len != 0u) {
+    const uint2 d = reinterpret_cast<const uint2 *>(request->response)[CUDAQ_RT_HEADER_SIZE / 8u];
+    store_cell(head + 4 * stride, make_uint4(lap, d.x, lap, d.y));
+  }
+  store_cell(head, make_uint4(lap, len, lap, 0u));
+  if (CUDAQ_RT_LOOPBACK_PUSH != 0) // a client waits for it: pushed, as tx_publish does then
+    push_out();
+  next_slot(l.slot, l.lap, l.num_slots);
+  lone_store(lone, l);
+  return 1;
+}
+
+extern "C" __device__ void *cudaq_dev_lone_leave(void *session, const cudaq_rt_lone_state *lone) {
+  Session *s = static_cast<Session *>(session);
+  const Lone l = lone_load(lone);
+  s->fetched_slot = l.slot;
+  s->fetched_lap = l.lap;
+  s->head_slot = l.slot;
+  s->probe_saved = l.state == kLoneSaved;
+  if (l.state != kLoneHeld)
+    return nullptr;
+  // The request at l.slot was answered into the shared response frame: handed out, as rx_poll
+  // hands out what fetch_one found, for tx_publish.
+  unsigned char *response = shared_staging + l.response_at;
+  s->shared_batch = 1;
+  s->batch_first = l.slot;
+  s->last_slot = l.slot;
+  s->last_lap = l.lap;
+  s->last_response = response;
+  next_slot(s->fetched_slot, s->fetched_lap, s->num_slots);
+  s->head_slot = s->fetched_slot;
+  s->busy = 0;
+  ++s->outstanding;
+  return response;
 }
 
 // The warp form (cudaq_rt/dispatch.h). Every lane has a Session of its own, used differently:

@@ -13,6 +13,12 @@
 
 // Function-table rows kept in shared memory (16 bytes each); a larger table is searched where
 // the runtime put it, in device memory.
+// 1: the lone form (cudaq_rt/dispatch.h), for a bridge that has its hooks: cudaq-rt-link takes
+// this build then.
+#ifndef CUDAQ_RT_UNIFIED_LONE
+#define CUDAQ_RT_UNIFIED_LONE 0
+#endif
+
 #ifndef CUDAQ_RT_UNIFIED_SHARED_TABLE_ROWS
 #define CUDAQ_RT_UNIFIED_SHARED_TABLE_ROWS 512
 #endif
@@ -34,7 +40,12 @@ extern "C" __global__ void cudaq_rt_unified_dispatch(cudaq_rt_dispatch_params p)
   cudaq_rt_dispatch_counters counters = cudaq_rt_counters_load(p.stats);
   cudaq_rt_handler_cache cache = {0, 0};
   void *request = 0, *response = 0;
-  while (cudaq_dev_rx_poll(session, &request, &response) == CUDAQ_DEV_RX_READY) {
+  for (;;) {
+#if CUDAQ_RT_UNIFIED_LONE
+    cudaq_rt_lone_step(session, table, p.num_functions, p.slot_size, p.stats, &counters, &cache);
+#endif
+    if (cudaq_dev_rx_poll(session, &request, &response) != CUDAQ_DEV_RX_READY)
+      break;
     // The counters stored before the response header, the header last: see there why.
     cudaq_rt_serve_frame_stored(table, p.num_functions, p.slot_size, request, response, p.stats,
                                 &counters, &cache);

@@ -46,6 +46,7 @@ class LinkTest(unittest.TestCase):
             (os.path.join(INPUTS, "unresolved.cu"), "unresolved.o"),
             (os.path.join(INPUTS, "unused_kernel.cu"), "unused_kernel.o"),
             (os.path.join(INPUTS, "hand_export.cu"), "hand_export.o"),
+            (os.path.join(INPUTS, "plain_bridge.cu"), "libcudaq_rt_bridge_plain.o"),
             (t("bits_changed.cu"), "bits_changed.o")]]
         with concurrent.futures.ThreadPoolExecutor(max_workers=2) as ex:  # nvcc is slow
             list(ex.map(check, compiles))
@@ -953,6 +954,20 @@ class LinkTest(unittest.TestCase):
         pkg, _ = self.fresh()
         self.link_fails(pkg, ["--arch", "sm_80", "--dispatcher", "nosuch"],
                         ["no dispatch kernel 'nosuch'", "builtin"])
+
+    def test_the_unified_kernel_takes_the_lone_form_where_the_bridge_exports_its_hooks(self):
+        # The lone build's compact loop (cudaq_rt_serve_lone) is compiled apart: a function of the
+        # module, in both modes, with the loopback bridge (CUDAQ_RT_EXPORT_BRIDGE_HOOKS(lone)); a
+        # bridge with the three hooks only gets the build that calls none of the four.
+        pkg, cache = self.fresh()
+        for mode in ("whole", "per-tu"):
+            for bridge, lone in (("loopback", True), (self.path("libcudaq_rt_bridge_plain.o"), False)):
+                doc = self.link_json(pkg, "--arch", "sm_90", "--lto", mode, "--bridge", bridge,
+                                     cache=cache)
+                _, _, symbols = cubin_info(self.cubin(doc, "sm_90"))
+                self.assertEqual(symbols.get(KERNEL), "func", (mode, bridge))
+                self.assertEqual(any("cudaq_rt_serve_lone" in s for s in symbols), lone,
+                                 (mode, bridge))
 
     def test_warp_dispatcher_links_concurrent_handlers(self):
         pkg, cache = self.fresh()

@@ -66,7 +66,38 @@
  * the slots 32 * w + l, 32 * (w + B) + l, ...); the hooks may read blockIdx.x and gridDim.x for
  * which warp calls and of how many. A bridge without instance_config is only launched with one.
  * Handlers run in several lanes at once, so a package linked with the warp dispatcher must export
- * every handler with CUDAQ_RT_EXPORT_HANDLER_CONCURRENT (cudaq-rt-link checks). */
+ * every handler with CUDAQ_RT_EXPORT_HANDLER_CONCURRENT (cudaq-rt-link checks).
+ *
+ * The lone form. A client that sends one request and waits for its answer pays the serving
+ * thread's every instruction in latency, and a serving loop that holds everything a bridge and a
+ * dispatcher can do (batches, large frames, the handler table's calls) pays for that code even
+ * where a small request runs none of it. A bridge may provide four more hooks, so that a dispatch
+ * kernel serves such requests in a compact loop compiled apart from its main one (the unified
+ * kernel does, cudaq_rt_lone_step in cudaq_rt/dispatch_framing.cuh, where the bridge has them):
+ *
+ *   if (cudaq_dev_lone_enter(session, &lone)) {          where only a lone request can come next
+ *     while (cudaq_dev_lone_poll(&lone, &req) == CUDAQ_DEV_RX_READY) {   a small request, whole
+ *       answer req from its fields (its payload is in req.request's frame), the handler writing
+ *       into req.response's frame
+ *       if (!cudaq_dev_lone_publish(&lone, &req, &answer)) { write the response header; break; }
+ *     }
+ *     held = cudaq_dev_lone_leave(session, &lone);       the session as rx_poll would leave it
+ *     if (held) cudaq_dev_tx_publish(session, held);
+ *   }
+ *   then rx_poll as always.
+ *
+ * The lone state is the bridge's own (CUDAQ_RT_LONE_STATE_SIZE bytes, no pointer into the
+ * session), so that the compact loop takes it by value and keeps it in registers, and the
+ * session, which never reaches that loop, stays in the main loop's. lone_poll waits for the next
+ * request; it answers READY with a request whose frame is at most 8 payload bytes (the request
+ * fields hold its header, the frame at req.request its payload from byte 24), and anything else
+ * (a larger frame, a second request already waiting, the shutdown flag) is left for rx_poll,
+ * which then finds it without a second probe: lone_poll answers CUDAQ_DEV_RX_HANDOVER. The
+ * request frame's header bytes are not written. lone_publish takes a response whose result
+ * fits the bridge's small answer (it returns 0 otherwise, publishing nothing: the kernel writes
+ * the response header into req.response and leaves, and tx_publish publishes it). Each hook is
+ * optional as a set: cudaq-rt-link links the unified kernel's lone build only with a bridge
+ * whose device code defines all four. */
 #ifndef CUDAQ_RT_DISPATCH_H
 #define CUDAQ_RT_DISPATCH_H
 
@@ -83,7 +114,8 @@
  * bridges' frames are 16-byte aligned). */
 #define CUDAQ_DEV_RX_READY 0
 #define CUDAQ_DEV_RX_SHUTDOWN 1
-#define CUDAQ_DEV_RX_IDLE 2 /* the warp form only: nothing for this lane now; poll again */
+#define CUDAQ_DEV_RX_IDLE 2     /* the warp form only: nothing for this lane now; poll again */
+#define CUDAQ_DEV_RX_HANDOVER 3 /* the lone form only: what came is rx_poll's to hand out */
 
 #define CUDAQ_RT_WARP_DISPATCH_KERNEL "cudaq_rt_warp_dispatch"
 #define CUDAQ_RT_WARP_LANES 32u
@@ -105,6 +137,31 @@ typedef struct cudaq_rt_dispatch_stats {
   unsigned long long protocol_errors; /* status < 0: bad magic, unknown function, oversize,
                                          truncated frame, handler fault (see wire.h) */
 } cudaq_rt_dispatch_stats;
+
+/* The lone form's state (see above): the bridge's, opaque to the kernel. */
+#define CUDAQ_RT_LONE_STATE_SIZE 64u
+typedef struct cudaq_rt_lone_state {
+  unsigned long long words[CUDAQ_RT_LONE_STATE_SIZE / 8u];
+} cudaq_rt_lone_state;
+
+/* A request lone_poll hands out: its header's fields (magic CUDAQ_RT_TRUNCATED_MAGIC where the
+ * frame was shorter than its header claims, as rx_poll marks it), and the frames the handler
+ * reads from and writes into, their payloads from byte 24 (slot_size bytes each). */
+typedef struct cudaq_rt_lone_request {
+  uint32_t magic;
+  uint32_t function_id;
+  uint32_t arg_len;
+  uint32_t request_id;
+  unsigned long long ptp_timestamp;
+  const void *request;
+  void *response;
+} cudaq_rt_lone_request;
+
+/* The response header's fields lone_publish sends (the header tx_publish would find). */
+typedef struct cudaq_rt_lone_answer {
+  int32_t status;
+  uint32_t result_len;
+} cudaq_rt_lone_answer;
 
 typedef struct cudaq_rt_dispatch_params {
   void *transport_ctx; /* the bridge's device-accessible context */
@@ -134,6 +191,14 @@ __device__ void *cudaq_dev_warp_enter_kernel(void *storage, void *ctx, volatile 
                                              unsigned lane);
 __device__ int cudaq_dev_warp_rx_poll(void *session, void **request, void **response);
 __device__ void cudaq_dev_warp_tx_publish(void *session, void *response);
+
+/* The lone form (see above). */
+__device__ int cudaq_dev_lone_enter(void *session, cudaq_rt_lone_state *lone);
+__device__ int cudaq_dev_lone_poll(cudaq_rt_lone_state *lone, cudaq_rt_lone_request *request);
+__device__ int cudaq_dev_lone_publish(cudaq_rt_lone_state *lone,
+                                      const cudaq_rt_lone_request *request,
+                                      const cudaq_rt_lone_answer *answer);
+__device__ void *cudaq_dev_lone_leave(void *session, const cudaq_rt_lone_state *lone);
 }
 
 #endif /* __CUDACC__ */

@@ -291,24 +291,32 @@ typedef struct cudaq_rt_answer {
  * its handler (which writes the result into `response`), and returns the response header's
  * fields (cudaq_rt_write_answer writes them), for a kernel that does something between the two
  * (cudaq_rt_serve_frame_stored, the warp kernel). */
+static __device__ __forceinline__ cudaq_rt_answer
+cudaq_rt_answer_fields(const cudaq_rt_function_entry *table, uint32_t table_size,
+                       uint32_t slot_size, const cudaq_rt_request_fields *h, const void *request,
+                       void *response, cudaq_rt_handler_cache *cache) {
+  uint32_t result_len = 0; /* apart from the answer: its address goes to the handler, and the
+                              answer would then live in local memory */
+  int32_t status = cudaq_rt_validate_fields(h, slot_size);
+  if (status == CUDAQ_RT_STATUS_OK) {
+    cudaq_rt_handler_fn handler =
+        cudaq_rt_find_handler_cached(table, table_size, h->function_id, cache);
+    if (!handler)
+      status = CUDAQ_RT_STATUS_UNKNOWN_FUNCTION;
+    else
+      status = cudaq_rt_call_handler_id_len(h->function_id, handler, request, response, h->arg_len,
+                                            slot_size, &result_len);
+  }
+  const cudaq_rt_answer a = {status, result_len, h->request_id, h->ptp_timestamp};
+  return a;
+}
+
+/* cudaq_rt_answer_fields of the request frame's own header. */
 static __device__ __forceinline__ cudaq_rt_answer cudaq_rt_answer_request(
     const cudaq_rt_function_entry *table, uint32_t table_size, uint32_t slot_size,
     const void *request, void *response, cudaq_rt_handler_cache *cache) {
   const cudaq_rt_request_fields h = cudaq_rt_read_request_header(request);
-  uint32_t result_len = 0; /* apart from the answer: its address goes to the handler, and the
-                              answer would then live in local memory */
-  int32_t status = cudaq_rt_validate_fields(&h, slot_size);
-  if (status == CUDAQ_RT_STATUS_OK) {
-    cudaq_rt_handler_fn handler =
-        cudaq_rt_find_handler_cached(table, table_size, h.function_id, cache);
-    if (!handler)
-      status = CUDAQ_RT_STATUS_UNKNOWN_FUNCTION;
-    else
-      status = cudaq_rt_call_handler_id_len(h.function_id, handler, request, response, h.arg_len,
-                                            slot_size, &result_len);
-  }
-  const cudaq_rt_answer a = {status, result_len, h.request_id, h.ptp_timestamp};
-  return a;
+  return cudaq_rt_answer_fields(table, table_size, slot_size, &h, request, response, cache);
 }
 
 /* The response header of an answer (cudaq_rt_write_response_header). */
@@ -355,6 +363,72 @@ cudaq_rt_serve_frame_stored(const cudaq_rt_function_entry *table, uint32_t table
   cudaq_rt_counters_store(stats, counters);
   cudaq_rt_write_answer(response, &a);
   return a.status;
+}
+
+/* The lone form (cudaq_rt/dispatch.h): what the kernel hands its compact loop and takes back. In
+ * shared memory, not passed by value: a 112-byte argument and result went through the stack, and
+ * the unified kernel's main loop spilled around the call. */
+typedef struct cudaq_rt_lone_run {
+  cudaq_rt_lone_state lone;
+  cudaq_rt_dispatch_counters counters;
+  cudaq_rt_handler_cache cache;
+  const cudaq_rt_function_entry *table;
+  cudaq_rt_dispatch_stats *stats;
+  uint32_t table_size;
+  uint32_t slot_size;
+} cudaq_rt_lone_run;
+static __shared__ cudaq_rt_lone_run cudaq_rt_lone_box;
+
+/* The compact loop: lone requests answered as cudaq_rt_serve_frame_stored answers a frame (the
+ * same validation, lookup, call, outcome and counters, stored before the response), their
+ * responses published by the bridge from the answer's registers. Compiled apart (not inlined),
+ * so that it is laid out and allocated registers on its own: the serving thread pays every
+ * instruction of the loop it runs in, and a loop that also holds the bridge's batches, large
+ * frames and the main loop's steps cost a lone 8-byte echo about 0.3 us on an H100 where a
+ * compact one compiled apart in the same kernel did not (bench/loopback_rtt.md). Everything it
+ * carries is in cudaq_rt_lone_box, loaded into registers on entry and stored back on leaving. */
+static __device__ __noinline__ void cudaq_rt_serve_lone() {
+  cudaq_rt_lone_run run = cudaq_rt_lone_box;
+  cudaq_rt_lone_request r;
+  while (cudaq_dev_lone_poll(&run.lone, &r) == CUDAQ_DEV_RX_READY) {
+    const cudaq_rt_request_fields h = {r.magic, r.function_id, r.arg_len, r.request_id,
+                                       r.ptp_timestamp};
+    const cudaq_rt_answer a = cudaq_rt_answer_fields(run.table, run.table_size, run.slot_size, &h,
+                                                     r.request, r.response, &run.cache);
+    cudaq_rt_counters_record(&run.counters, a.status);
+    cudaq_rt_counters_store(run.stats, &run.counters);
+    const cudaq_rt_lone_answer small = {a.status, a.result_len};
+    if (!cudaq_dev_lone_publish(&run.lone, &r, &small)) {
+      cudaq_rt_write_answer(r.response, &a); /* for tx_publish, after lone_leave */
+      break;
+    }
+  }
+  cudaq_rt_lone_box = run;
+}
+
+/* One turn of the lone form, for a kernel's main loop to take before each rx_poll (one serving
+ * thread a block): where the bridge says only a lone request can come next, serves in the compact
+ * loop until it hands over, then publishes the response it left with tx_publish, if any.
+ * `counters` and `cache` are the main loop's, carried across. */
+static __device__ __forceinline__ void
+cudaq_rt_lone_step(void *session, const cudaq_rt_function_entry *table, uint32_t table_size,
+                   uint32_t slot_size, cudaq_rt_dispatch_stats *stats,
+                   cudaq_rt_dispatch_counters *counters, cudaq_rt_handler_cache *cache) {
+  cudaq_rt_lone_run *box = &cudaq_rt_lone_box;
+  if (!cudaq_dev_lone_enter(session, &box->lone))
+    return;
+  box->counters = *counters;
+  box->cache = *cache;
+  box->table = table;
+  box->stats = stats;
+  box->table_size = table_size;
+  box->slot_size = slot_size;
+  cudaq_rt_serve_lone();
+  *counters = box->counters;
+  *cache = box->cache;
+  void *held = cudaq_dev_lone_leave(session, &box->lone);
+  if (held)
+    cudaq_dev_tx_publish(session, held);
 }
 
 /* The warp form's start (cudaq_rt/dispatch.h), for a kernel whose 32 lanes of one warp call it

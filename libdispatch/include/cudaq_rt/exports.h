@@ -36,6 +36,10 @@
 /* A handler that is safe to run in several threads at once (no state written outside its own
  * output): the only kind the warp dispatcher may call. */
 #define CUDAQ_RT_EXPORT_CONCURRENT_HANDLER_KIND 4u
+/* A set of optional device hooks a bridge's code defines (the name says which set: "lone", the
+ * lone form of cudaq_rt/dispatch.h), so that cudaq-rt-link links the dispatch kernel that uses
+ * them. */
+#define CUDAQ_RT_EXPORT_BRIDGE_HOOKS_KIND 5u
 #define CUDAQ_RT_EXPORT_NAME_CAPACITY 112u
 #define CUDAQ_RT_HANDLER_SYMBOL_PREFIX "cudaq_rt_handler__"
 #define CUDAQ_RT_HANDLER_CALL_PREFIX "cudaq_rt_handler_call__"
@@ -131,6 +135,12 @@ typedef int (*cudaq_rt_handler_fn)(const void *input, void *output, uint32_t arg
  * by name: cudaq-rt-link names each exported global, so it stays visible. */
 #define CUDAQ_RT_EXPORT_GLOBAL(global)                                                             \
   CUDAQ_RT_EXPORT_RECORD_(CUDAQ_RT_EXPORT_GLOBAL_KIND, 0u, global)
+
+/* In a bridge's device code that defines every hook of an optional set (cudaq_rt/dispatch.h):
+ * CUDAQ_RT_EXPORT_BRIDGE_HOOKS(lone). cudaq-rt-link then links the built-in unified kernel's build
+ * that uses them; without it, the build that does not (which links with any bridge). */
+#define CUDAQ_RT_EXPORT_BRIDGE_HOOKS(form)                                                         \
+  CUDAQ_RT_EXPORT_RECORD_(CUDAQ_RT_EXPORT_BRIDGE_HOOKS_KIND, 0u, form)
 
 #endif /* __CUDACC__ */
 

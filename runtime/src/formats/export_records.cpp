@@ -14,6 +14,8 @@ const char *export_kind_name(ExportKind k) {
     return "dispatch-kernel";
   case ExportKind::global:
     return "global";
+  case ExportKind::bridge_hooks:
+    return "bridge-hooks";
   }
   return "?";
 }
@@ -84,6 +86,8 @@ Expected<std::vector<ExportRecord>> parse_export_records(std::span<const uint8_t
       e.kind = ExportKind::dispatch_kernel;
     } else if (r.kind == CUDAQ_RT_EXPORT_GLOBAL_KIND) {
       e.kind = ExportKind::global;
+    } else if (r.kind == CUDAQ_RT_EXPORT_BRIDGE_HOOKS_KIND) {
+      e.kind = ExportKind::bridge_hooks;
     } else {
       return make_error(subject, where, " has unknown kind ", r.kind);
     }

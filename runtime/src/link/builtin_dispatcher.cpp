@@ -11,6 +11,10 @@ extern "C" const uint8_t cudaq_rt_builtin_direct_dispatcher_fatbin_begin[];
 extern "C" const uint8_t cudaq_rt_builtin_direct_dispatcher_fatbin_end[];
 extern "C" const uint8_t cudaq_rt_warp_direct_dispatcher_fatbin_begin[];
 extern "C" const uint8_t cudaq_rt_warp_direct_dispatcher_fatbin_end[];
+extern "C" const uint8_t cudaq_rt_builtin_lone_dispatcher_fatbin_begin[];
+extern "C" const uint8_t cudaq_rt_builtin_lone_dispatcher_fatbin_end[];
+extern "C" const uint8_t cudaq_rt_builtin_lone_direct_dispatcher_fatbin_begin[];
+extern "C" const uint8_t cudaq_rt_builtin_lone_direct_dispatcher_fatbin_end[];
 
 namespace cudaq_rt {
 
@@ -23,14 +27,19 @@ std::span<const BuiltinDispatcher> builtin_dispatchers() {
        false,
        builtin_dispatcher_fatbin(),
        {cudaq_rt_builtin_direct_dispatcher_fatbin_begin,
-        cudaq_rt_builtin_direct_dispatcher_fatbin_end}},
+        cudaq_rt_builtin_direct_dispatcher_fatbin_end},
+       {cudaq_rt_builtin_lone_dispatcher_fatbin_begin, cudaq_rt_builtin_lone_dispatcher_fatbin_end},
+       {cudaq_rt_builtin_lone_direct_dispatcher_fatbin_begin,
+        cudaq_rt_builtin_lone_direct_dispatcher_fatbin_end}},
       {"warp",
        CUDAQ_RT_WARP_DISPATCH_KERNEL,
        32,
        kMaxWarpBlocks,
        true,
        {cudaq_rt_warp_dispatcher_fatbin_begin, cudaq_rt_warp_dispatcher_fatbin_end},
-       {cudaq_rt_warp_direct_dispatcher_fatbin_begin, cudaq_rt_warp_direct_dispatcher_fatbin_end}},
+       {cudaq_rt_warp_direct_dispatcher_fatbin_begin, cudaq_rt_warp_direct_dispatcher_fatbin_end},
+       {},
+       {}},
   }};
   return all;
 }

@@ -272,6 +272,12 @@ struct LinkPlan::Steps {
   LinkPlan &plan;
   const Package &pkg;
   const Manifest &m;
+  // The bridge (choose_bridge): packed in the package, or the installed library, opened once.
+  bool bridge_packed = false;
+  std::shared_ptr<const InputFile> bridge_file = nullptr;
+  // Its code exports the lone form's hooks (CUDAQ_RT_EXPORT_BRIDGE_HOOKS(lone)): the unified
+  // kernel is linked in its lone build.
+  bool bridge_lone = false;
 
   // Options end up in JSON (the manifest, cache metadata), which holds only UTF-8: an option that
   // is not would be recorded as something other than what was used.
@@ -366,7 +372,12 @@ struct LinkPlan::Steps {
   Expected<std::optional<Container>> add_builtin_dispatcher(const BuiltinDispatcher &b,
                                                             std::optional<LtoMode> requested) {
     plan.kernel = b.kernel;
-    auto parsed = parse_container(b.fatbin, cat("built-in dispatcher ", b.name), "fatbin");
+    // The lone build where the kernel has one and the bridge has the hooks it calls.
+    const bool lone = bridge_lone && !b.lone_fatbin.empty();
+    const std::span<const uint8_t> fatbin = lone ? b.lone_fatbin : b.fatbin;
+    const std::span<const uint8_t> direct_fatbin = lone ? b.lone_direct_fatbin : b.direct_fatbin;
+    const char *form = lone ? " (lone form)" : "";
+    auto parsed = parse_container(fatbin, cat("built-in dispatcher ", b.name, form), "fatbin");
     if (!parsed)
       return std::move(parsed).take_error();
     std::optional<Container> unified;
@@ -378,7 +389,7 @@ struct LinkPlan::Steps {
     Digest digest = sha256(parsed->bytes);
     if (has_direct_handlers(m)) {
       auto direct = parse_container(
-          b.direct_fatbin, cat("built-in dispatcher ", b.name, " (direct calls)"), "fatbin");
+          direct_fatbin, cat("built-in dispatcher ", b.name, form, " (direct calls)"), "fatbin");
       if (!direct)
         return std::move(direct).take_error();
       const Digest direct_digest = sha256(direct->bytes);
@@ -398,9 +409,11 @@ struct LinkPlan::Steps {
     return unified;
   }
 
-  // The bridge's device hooks: the settings', else the package's only packed one, else the
-  // installed loopback bridge's.
-  Status add_bridge() {
+  // The bridge whose device hooks the link takes: the settings', else the package's only packed
+  // one, else the installed loopback bridge (its library read, never dlopened); and whether its
+  // code exports the lone form's hooks: a packed bridge's exports come from the sources its
+  // containers were packed from, an installed one's from its library's records.
+  Status choose_bridge() {
     std::set<std::string> packed_bridges;
     for (const ContainerRecord &c : m.containers)
       if (c.role == Role::bridge && c.packed())
@@ -411,15 +424,22 @@ struct LinkPlan::Steps {
     plan.bridge = !plan.settings.bridge.empty() ? plan.settings.bridge
                   : packed_bridges.size() == 1  ? *packed_bridges.begin()
                                                 : default_bridge;
-    if (!packed_bridges.count(plan.bridge))
-      return add_installed_bridge();
-    return add_packed(
-        [&](const ContainerRecord &c) { return c.role == Role::bridge && c.bridge == plan.bridge; },
-        [&](const ContainerRecord &c) { return "bridge " + plan.bridge + " " + origin_name(c); });
-  }
-
-  // Read from the library file, never dlopened.
-  Status add_installed_bridge() {
+    const auto lone = [](ExportKind kind, const std::string &name) {
+      return kind == ExportKind::bridge_hooks && name == "lone";
+    };
+    bridge_packed = packed_bridges.count(plan.bridge) != 0;
+    if (bridge_packed) {
+      std::set<size_t> sources;
+      for (const ContainerRecord &c : m.containers)
+        if (c.role == Role::bridge && c.packed() && c.bridge == plan.bridge)
+          for (const Origin &o : c.origins)
+            sources.insert(o.source);
+      for (const ExportEntry &e : m.exports)
+        if (e.kind == export_kind_name(ExportKind::bridge_hooks) && e.name == "lone")
+          for (size_t src : e.sources)
+            bridge_lone = bridge_lone || sources.count(src) != 0;
+      return Status::ok();
+    }
     auto where = find_bridge(plan.bridge);
     if (!where)
       return std::move(where).take_error();
@@ -427,7 +447,28 @@ struct LinkPlan::Steps {
     auto opened = InputFile::open(where->path.string());
     if (!opened)
       return std::move(opened).take_error();
-    auto file = std::make_shared<const InputFile>(std::move(*opened));
+    bridge_file = std::make_shared<const InputFile>(std::move(*opened));
+    for (const CodeUnit &u : bridge_file->units()) {
+      auto records = parse_export_records(u.exports, bridge_file->unit_name(u));
+      if (!records)
+        return std::move(records).take_error();
+      for (const ExportRecord &r : *records)
+        bridge_lone = bridge_lone || lone(r.kind, r.name);
+    }
+    return Status::ok();
+  }
+
+  // The bridge's device hooks (choose_bridge chose it).
+  Status add_bridge() {
+    if (!bridge_packed)
+      return add_installed_bridge();
+    return add_packed(
+        [&](const ContainerRecord &c) { return c.role == Role::bridge && c.bridge == plan.bridge; },
+        [&](const ContainerRecord &c) { return "bridge " + plan.bridge + " " + origin_name(c); });
+  }
+
+  Status add_installed_bridge() {
+    std::shared_ptr<const InputFile> file = bridge_file;
     plan.files_.push_back(file);
     // The library's own digest is only needed to record a container the package lacks.
     std::optional<Source> src;
@@ -555,6 +596,8 @@ Expected<LinkPlan> plan_link(const Package &pkg, const LinkSettings &settings) {
   auto requested = steps.requested_mode();
   if (!requested)
     return std::move(requested).take_error();
+  if (auto st = steps.choose_bridge(); !st)
+    return std::move(st).take_error();
   auto unified = steps.add_dispatcher(*requested);
   if (!unified)
     return std::move(unified).take_error();

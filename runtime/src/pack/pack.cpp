@@ -56,13 +56,17 @@ std::string arch_list(const std::vector<uint32_t> &archs) {
 // Resolves exports: the same name seen twice is one export only when one unit's code is part of
 // the other's (an object packed beside the executable it was linked into); otherwise two
 // different functions would claim one name. Then no two names may share a function_id.
+// A bridge's hook sets are not names of the module: every bridge whose code has the set says so,
+// in a name space of their own (one entry per set, listing each source).
 Expected<std::vector<ExportEntry>> resolve_exports(const std::vector<FoundExport> &found) {
   std::map<std::string, std::vector<const FoundExport *>> by_name;
+  const auto hooks = [](const FoundExport &f) { return f.record.kind == ExportKind::bridge_hooks; };
   for (const FoundExport &f : found)
-    by_name[f.record.name].push_back(&f);
+    by_name[(hooks(f) ? "bridge-hooks " : "") + f.record.name].push_back(&f);
   std::vector<ExportEntry> out;
-  for (auto &[name, all] : by_name) {
+  for (auto &[key, all] : by_name) {
     const FoundExport &first = *all.front();
+    const std::string &name = first.record.name;
     ExportEntry e;
     e.name = name;
     e.kind = export_kind_name(first.record.kind);
@@ -75,8 +79,9 @@ Expected<std::vector<ExportEntry>> resolve_exports(const std::vector<FoundExport
       const FoundExport &f = *all[i];
       for (size_t k = 0; k < i; ++k) {
         const FoundExport &g = *all[k];
-        bool same_code = f.unit != g.unit && (subset(f.unit_containers, g.unit_containers) ||
-                                              subset(g.unit_containers, f.unit_containers));
+        bool same_code =
+            hooks(f) || (f.unit != g.unit && (subset(f.unit_containers, g.unit_containers) ||
+                                              subset(g.unit_containers, f.unit_containers)));
         if (f.record.kind != g.record.kind || f.record.concurrent != g.record.concurrent ||
             f.record.direct != g.record.direct || !same_code)
           return make_error(f.unit, export_kind_name(f.record.kind), " ", quote(name),

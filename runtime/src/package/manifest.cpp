@@ -616,8 +616,13 @@ Status check_alias(const Manifest &m, const AliasEntry &a) {
   auto refuse = [&](auto &&...what) { return make_error("", what...); };
   if (!is_c_identifier(a.name))
     return refuse("the wire name ", quote(a.name), " is not a C identifier");
-  auto target = std::find_if(m.exports.begin(), m.exports.end(),
-                             [&](const ExportEntry &e) { return e.name == a.handler; });
+  // A bridge's hook sets (bridge-hooks) are no names of the module: never a target or a clash.
+  const auto hooks = [](const ExportEntry &e) {
+    return e.kind == export_kind_name(ExportKind::bridge_hooks);
+  };
+  auto target = std::find_if(m.exports.begin(), m.exports.end(), [&](const ExportEntry &e) {
+    return e.name == a.handler && !hooks(e);
+  });
   if (target == m.exports.end())
     return refuse("no handler ", quote(a.handler), " is exported");
   if (target->kind != export_kind_name(ExportKind::handler))
@@ -626,7 +631,7 @@ Status check_alias(const Manifest &m, const AliasEntry &a) {
     return refuse("function_id ", hex(a.function_id), " is not FNV-1a of ", quote(a.name), " (",
                   hex(cudaq_rt_function_id(a.name.c_str())), ")");
   for (const ExportEntry &e : m.exports) {
-    if (e.name == a.name)
+    if (e.name == a.name && !hooks(e))
       return refuse("the wire name ", quote(a.name), " is already the name of a ", e.kind,
                     " export");
     if (e.kind == export_kind_name(ExportKind::handler) && e.function_id == a.function_id)

@@ -79,7 +79,18 @@ TEST_CASE("a global record names a host-set __device__ global") {
   CHECK((*r)[0].name == "decoder_table");
   CHECK((*r)[0].function_id == 0);
   CHECK((*r)[1].kind == ExportKind::handler);
-  CHECK(error_of(section({record(5, "next_kind")})) == at0 + " has unknown kind 5");
+  CHECK(error_of(section({record(6, "next_kind")})) == at0 + " has unknown kind 6");
+}
+
+TEST_CASE("a bridge-hooks record names an optional set of a bridge's device hooks") {
+  auto r = parse_export_records(section({record(CUDAQ_RT_EXPORT_BRIDGE_HOOKS_KIND, "lone")}),
+                                "bridge");
+  REQUIRE(r);
+  REQUIRE(r->size() == 1);
+  CHECK((*r)[0].kind == ExportKind::bridge_hooks);
+  CHECK((*r)[0].name == "lone");
+  CHECK((*r)[0].function_id == 0);
+  CHECK(std::string(export_kind_name(ExportKind::bridge_hooks)) == "bridge-hooks");
 }
 
 TEST_CASE("a concurrent handler record is a handler that says so") {

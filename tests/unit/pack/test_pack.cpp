@@ -117,10 +117,19 @@ TEST_CASE("pack writes NAME.cudaqpkg whole: every container a blob, the manifest
   CHECK(std::set<std::string>(blobs.begin(), blobs.end()) == blob_names);
   CHECK(blobs.size() == m.containers.size() + 2);
 
-  // Exports: the handlers under their FNV-1a ids and pointer globals, and the host-set global.
+  // Exports: the handlers under their FNV-1a ids and pointer globals, and the host-set global;
+  // and the bridge's lone form (CUDAQ_RT_EXPORT_BRIDGE_HOOKS(lone) in loopback_device.cu).
   std::set<std::string> handlers;
+  size_t hooks = 0;
   for (const ExportEntry &e : m.exports) {
     CAPTURE(e.name);
+    if (e.kind == "bridge-hooks") {
+      CHECK(e.name == "lone");
+      CHECK(e.sources == std::vector<size_t>{1});
+      CHECK(e.role == Role::bridge);
+      ++hooks;
+      continue;
+    }
     CHECK(e.sources == std::vector<size_t>{0});
     CHECK(e.role == Role::application);
     if (e.kind == "handler") {
@@ -134,7 +143,8 @@ TEST_CASE("pack writes NAME.cudaqpkg whole: every container a blob, the manifest
     }
   }
   CHECK(handlers == example_handlers);
-  CHECK(m.exports.size() == example_handlers.size() + 1);
+  CHECK(hooks == 1);
+  CHECK(m.exports.size() == example_handlers.size() + 2);
   CHECK(r->inspection.warnings.empty()); // every container has LTO-IR
 
   // What was written is what pack said it wrote, and reads back verified.
