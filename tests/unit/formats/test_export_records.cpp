@@ -83,8 +83,8 @@ TEST_CASE("a global record names a host-set __device__ global") {
 }
 
 TEST_CASE("a bridge-hooks record names an optional set of a bridge's device hooks") {
-  auto r = parse_export_records(section({record(CUDAQ_RT_EXPORT_BRIDGE_HOOKS_KIND, "lone")}),
-                                "bridge");
+  auto r =
+      parse_export_records(section({record(CUDAQ_RT_EXPORT_BRIDGE_HOOKS_KIND, "lone")}), "bridge");
   REQUIRE(r);
   REQUIRE(r->size() == 1);
   CHECK((*r)[0].kind == ExportKind::bridge_hooks);
