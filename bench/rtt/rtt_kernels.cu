@@ -209,8 +209,8 @@ CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_stages_rerun);
 namespace {
 // The unified kernel's loop (libdispatch/src/unified_dispatch.cu) with one knob turned: the
 // function table copied to shared memory or not, the handler cache used or not, the bridge's
-// session in the kernel's own storage or in shared memory, the lone form taken or not.
-template <bool SharedTable, bool Cache, bool SharedSession = false, bool Lone = false>
+// session in the kernel's own storage or in shared memory.
+template <bool SharedTable, bool Cache, bool SharedSession = false>
 __device__ void unified_variant(cudaq_rt_dispatch_params p) {
   if (!first_thread())
     return;
@@ -228,11 +228,7 @@ __device__ void unified_variant(cudaq_rt_dispatch_params p) {
   cudaq_rt_dispatch_counters counters = cudaq_rt_counters_load(p.stats);
   cudaq_rt_handler_cache cache = {0, 0};
   void *request = 0, *response = 0;
-  for (;;) {
-    if constexpr (Lone)
-      cudaq_rt_lone_step(session, table, p.num_functions, p.slot_size, p.stats, &counters, &cache);
-    if (cudaq_dev_rx_poll(session, &request, &response) != CUDAQ_DEV_RX_READY)
-      break;
+  while (cudaq_dev_rx_poll(session, &request, &response) == CUDAQ_DEV_RX_READY) {
     cudaq_rt_serve_frame_stored(table, p.num_functions, p.slot_size, request, response, p.stats,
                                 &counters, Cache ? &cache : 0);
     cudaq_dev_tx_publish(session, response);
@@ -240,11 +236,13 @@ __device__ void unified_variant(cudaq_rt_dispatch_params p) {
 }
 } // namespace
 
-// The unified kernel with the lone form (libdispatch/src/unified_dispatch.cu's lone build).
-extern "C" __global__ void cudaq_rt_bench_unified_lone(cudaq_rt_dispatch_params p) {
-  unified_variant<true, true, false, true>(p);
+// The unified kernel's plain build (libdispatch/src/unified_dispatch.cu without
+// CUDAQ_RT_UNIFIED_LONE), which cudaq-rt-link no longer takes with the loopback bridge: the lone
+// form's baseline.
+extern "C" __global__ void cudaq_rt_bench_unified_plain(cudaq_rt_dispatch_params p) {
+  unified_variant<true, true>(p);
 }
-CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_unified_lone);
+CUDAQ_RT_EXPORT_DISPATCH_KERNEL(cudaq_rt_bench_unified_plain);
 
 // The unified kernel with the bridge's session in shared memory, not in its own storage (which
 // the compiler keeps in registers): what 250 registers cost the kernel, or save it.
