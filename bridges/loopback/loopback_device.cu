@@ -1299,7 +1299,14 @@ extern "C" __device__ void cudaq_dev_tx_publish(void *session, void *response) {
 // cells from the answer's registers and pushes them out. What they need of the session is copied
 // into the lone state (Lone), which the compact loop keeps in registers. Anything else is handed
 // over to rx_poll with the probe that found it (probe_saved).
+// 0: the hooks are compiled but not exported, so that the link takes the unified kernel's plain
+// build (a bench variant: the lone form's baseline through the same load path).
+#ifndef CUDAQ_RT_LOOPBACK_LONE_EXPORT
+#define CUDAQ_RT_LOOPBACK_LONE_EXPORT 1
+#endif
+#if CUDAQ_RT_LOOPBACK_LONE_EXPORT
 CUDAQ_RT_EXPORT_BRIDGE_HOOKS(lone);
+#endif
 
 namespace {
 struct Lone {

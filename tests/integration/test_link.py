@@ -763,8 +763,8 @@ class LinkTest(unittest.TestCase):
         self.assertEqual(sorted(s for s in symbols if s.startswith("cudaq_rt_handler__")),
                          HANDLER_SYMBOLS)
 
-        # Handlers exported by older macros (no named call): the plain kernel, no unit, and a key
-        # of its own.
+        # Handlers exported by older macros (no named call): the plain kernel (per TU, the loopback
+        # bridge gets the lone build, a container of its own), no unit, and a key of its own.
         old, old_cache = self.fresh()
         with open(os.path.join(old, "manifest.json")) as f:
             doc = json.load(f)
@@ -776,7 +776,8 @@ class LinkTest(unittest.TestCase):
         self.link_json(old, "--arch", "sm_90", "--lto", "whole", "--save-temps", old_temps,
                        cache=old_cache)
         old_record = self.manifest(old)["links"][0]
-        self.assertEqual(old_record["inputs"], per_tu)
+        self.assertEqual(old_record["inputs"][1:], per_tu[1:])
+        self.assertNotIn(old_record["inputs"][0], (whole[0], per_tu[0]))
         self.assertNotEqual(old_record["cache_key"], records["whole"]["cache_key"])
         self.assertFalse(os.path.exists(os.path.join(old_temps, "sm_90", "direct_calls.cu")))
 
@@ -957,17 +958,18 @@ class LinkTest(unittest.TestCase):
 
     def test_the_unified_kernel_takes_the_lone_form_where_the_bridge_exports_its_hooks(self):
         # The lone build's compact loop (cudaq_rt_serve_lone) is compiled apart: a function of the
-        # module, in both modes, with the loopback bridge (CUDAQ_RT_EXPORT_BRIDGE_HOOKS(lone)); a
-        # bridge with the three hooks only gets the build that calls none of the four.
+        # module per TU with the loopback bridge (CUDAQ_RT_EXPORT_BRIDGE_HOOKS(lone)); a bridge
+        # with the three hooks only gets the build that calls none of the four, and so does a
+        # whole-program link (the plain direct form).
         pkg, cache = self.fresh()
-        for mode in ("whole", "per-tu"):
-            for bridge, lone in (("loopback", True), (self.path("libcudaq_rt_bridge_plain.o"), False)):
-                doc = self.link_json(pkg, "--arch", "sm_90", "--lto", mode, "--bridge", bridge,
-                                     cache=cache)
-                _, _, symbols = cubin_info(self.cubin(doc, "sm_90"))
-                self.assertEqual(symbols.get(KERNEL), "func", (mode, bridge))
-                self.assertEqual(any("cudaq_rt_serve_lone" in s for s in symbols), lone,
-                                 (mode, bridge))
+        plain = self.path("libcudaq_rt_bridge_plain.o")
+        for mode, bridge, lone in (("per-tu", "loopback", True), ("per-tu", plain, False),
+                                   ("whole", "loopback", False), ("whole", plain, False)):
+            doc = self.link_json(pkg, "--arch", "sm_90", "--lto", mode, "--bridge", bridge,
+                                 cache=cache)
+            _, _, symbols = cubin_info(self.cubin(doc, "sm_90"))
+            self.assertEqual(symbols.get(KERNEL), "func", (mode, bridge))
+            self.assertEqual(any("cudaq_rt_serve_lone" in s for s in symbols), lone, (mode, bridge))
 
     def test_warp_dispatcher_links_concurrent_handlers(self):
         pkg, cache = self.fresh()

@@ -13,8 +13,6 @@ extern "C" const uint8_t cudaq_rt_warp_direct_dispatcher_fatbin_begin[];
 extern "C" const uint8_t cudaq_rt_warp_direct_dispatcher_fatbin_end[];
 extern "C" const uint8_t cudaq_rt_builtin_lone_dispatcher_fatbin_begin[];
 extern "C" const uint8_t cudaq_rt_builtin_lone_dispatcher_fatbin_end[];
-extern "C" const uint8_t cudaq_rt_builtin_lone_direct_dispatcher_fatbin_begin[];
-extern "C" const uint8_t cudaq_rt_builtin_lone_direct_dispatcher_fatbin_end[];
 
 namespace cudaq_rt {
 
@@ -28,9 +26,7 @@ std::span<const BuiltinDispatcher> builtin_dispatchers() {
        builtin_dispatcher_fatbin(),
        {cudaq_rt_builtin_direct_dispatcher_fatbin_begin,
         cudaq_rt_builtin_direct_dispatcher_fatbin_end},
-       {cudaq_rt_builtin_lone_dispatcher_fatbin_begin, cudaq_rt_builtin_lone_dispatcher_fatbin_end},
-       {cudaq_rt_builtin_lone_direct_dispatcher_fatbin_begin,
-        cudaq_rt_builtin_lone_direct_dispatcher_fatbin_end}},
+       {cudaq_rt_builtin_lone_dispatcher_fatbin_begin, cudaq_rt_builtin_lone_dispatcher_fatbin_end}},
       {"warp",
        CUDAQ_RT_WARP_DISPATCH_KERNEL,
        32,
@@ -38,7 +34,6 @@ std::span<const BuiltinDispatcher> builtin_dispatchers() {
        true,
        {cudaq_rt_warp_dispatcher_fatbin_begin, cudaq_rt_warp_dispatcher_fatbin_end},
        {cudaq_rt_warp_direct_dispatcher_fatbin_begin, cudaq_rt_warp_direct_dispatcher_fatbin_end},
-       {},
        {}},
   }};
   return all;

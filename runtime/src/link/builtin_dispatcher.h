@@ -30,10 +30,10 @@ struct BuiltinDispatcher {
   // The same kernel compiled with CUDAQ_RT_DIRECT_CALLS: it calls handlers through the unit of
   // direct calls a whole-program link generates (direct_calls.h).
   std::span<const uint8_t> direct_fatbin;
-  // The same two with the lone form (cudaq_rt/dispatch.h), for a bridge whose device code exports
-  // its hooks (CUDAQ_RT_EXPORT_BRIDGE_HOOKS(lone)); empty where the kernel has no such build.
+  // The first with the lone form (cudaq_rt/dispatch.h), which a per-TU link takes for a bridge
+  // whose device code exports its hooks (CUDAQ_RT_EXPORT_BRIDGE_HOOKS(lone)); empty where the
+  // kernel has no such build.
   std::span<const uint8_t> lone_fatbin;
-  std::span<const uint8_t> lone_direct_fatbin;
 };
 
 // The unified kernel ("builtin", the default) and the warp-wide one ("warp").
