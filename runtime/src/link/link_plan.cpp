@@ -372,35 +372,40 @@ struct LinkPlan::Steps {
   Expected<std::optional<Container>> add_builtin_dispatcher(const BuiltinDispatcher &b,
                                                             std::optional<LtoMode> requested) {
     plan.kernel = b.kernel;
-    // The lone build where the kernel has one and the bridge has the hooks it calls, per TU only:
-    // linked whole, the lone build's main loop served 20% fewer requests a second at 64 in flight
-    // than the plain direct form (0.646 against 0.806 M/s on an H100, bench/loopback_rtt.md), so a
-    // whole-program link keeps that.
+    // Per TU, the lone build where the kernel has one and the bridge has the hooks it calls. A
+    // whole-program link takes the direct form where the package has handlers to call by name (per
+    // TU, each handler is in a unit of its own, and a call by name would still be a call), with
+    // the unit of direct calls generated for the package; else the plain build. Never the lone
+    // build: linked whole, its main loop served 20% fewer requests a second at 64 in flight than
+    // the plain direct form (0.646 against 0.806 M/s on an H100, bench/loopback_rtt.md).
+    // Both forms' digests are kept where they differ, so that a record of the other mode can be
+    // told current (input_digests).
+    const bool lone = bridge_lone && !b.lone_fatbin.empty();
+    const bool direct = has_direct_handlers(m);
     const bool whole = requested.value_or(default_lto_mode) == LtoMode::whole;
-    const bool lone = bridge_lone && !b.lone_fatbin.empty() && !whole;
-    const std::span<const uint8_t> fatbin = lone ? b.lone_fatbin : b.fatbin;
-    const char *form = lone ? " (lone form)" : "";
-    auto parsed = parse_container(fatbin, cat("built-in dispatcher ", b.name, form), "fatbin");
-    if (!parsed)
-      return std::move(parsed).take_error();
+    auto per_tu =
+        parse_container(lone ? b.lone_fatbin : b.fatbin,
+                        cat("built-in dispatcher ", b.name, lone ? " (lone form)" : ""), "fatbin");
+    if (!per_tu)
+      return std::move(per_tu).take_error();
     std::optional<Container> unified;
     if (b.fatbin.data() == builtin_dispatcher_fatbin().data())
-      unified = *parsed;
-    // Its direct form where the package has handlers to call by name: taken by a whole-program
-    // link (per TU, each handler is in a unit of its own, and a call by name would still be a
-    // call), together with the unit of direct calls generated for the package.
-    Digest digest = sha256(parsed->bytes);
-    if (has_direct_handlers(m)) {
-      auto direct = parse_container(
-          b.direct_fatbin, cat("built-in dispatcher ", b.name, " (direct calls)"), "fatbin");
-      if (!direct)
-        return std::move(direct).take_error();
-      const Digest direct_digest = sha256(direct->bytes);
-      plan.dispatcher_forms_.emplace(digest, direct_digest);
+      unified = *per_tu;
+    Digest digest = sha256(per_tu->bytes);
+    Expected<Container> parsed = std::move(per_tu);
+    if (direct || lone) {
+      auto other = parse_container(
+          direct ? b.direct_fatbin : b.fatbin,
+          cat("built-in dispatcher ", b.name, direct ? " (direct calls)" : ""), "fatbin");
+      if (!other)
+        return std::move(other).take_error();
+      const Digest other_digest = sha256(other->bytes);
+      plan.dispatcher_forms_.emplace(digest, other_digest);
       if (whole) {
-        parsed = std::move(direct);
-        digest = direct_digest;
-        plan.direct_calls.emplace(direct_calls_source(m));
+        parsed = std::move(other);
+        digest = other_digest;
+        if (direct)
+          plan.direct_calls.emplace(direct_calls_source(m));
       }
     }
     NewContainer nc{container_record(*parsed, digest, Role::dispatcher, ""), std::nullopt};
