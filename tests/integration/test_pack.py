@@ -375,6 +375,18 @@ class PackTest(unittest.TestCase):
                                     "role": "dispatcher", "sources": [2]}])
         self.assertEqual(len(m["exports"]), 5)
 
+    def test_a_bridges_hook_sets_are_exports_apart(self):
+        # The installed loopback bridge's code exports the lone form's hooks: one bridge-hooks
+        # entry (no symbol of the module), its source the bridge's, the exports sorted by name.
+        lib = os.path.join(os.path.dirname(PACK), "..", "lib", "cudaq-rt", "bridges",
+                           "libcudaq_rt_bridge_loopback.so")
+        m = self.pack(self.path("app"), "--bridge", "loopback", lib)
+        hooks = [e for e in m["exports"] if e["kind"] == "bridge-hooks"]
+        self.assertEqual(hooks, [{"name": "lone", "kind": "bridge-hooks", "function_id": 0,
+                                  "symbol": "lone", "role": "bridge", "sources": [1]}])
+        names = [e["name"] for e in m["exports"]]
+        self.assertEqual(names, sorted(names))
+
     def test_dispatcher_needs_a_dispatch_kernel(self):
         self.pack_fails([self.path("app"), "--dispatcher", self.path("bridge.o")],
                         self.path("bridge.o"),

@@ -93,6 +93,9 @@ Expected<std::vector<ExportEntry>> resolve_exports(const std::vector<FoundExport
     }
     out.push_back(std::move(e));
   }
+  // Sorted by name (the hook sets' entries were keyed apart).
+  std::stable_sort(out.begin(), out.end(),
+                   [](const ExportEntry &a, const ExportEntry &b) { return a.name < b.name; });
   std::map<uint32_t, const ExportEntry *> by_id;
   for (const ExportEntry &e : out) {
     if (e.kind != export_kind_name(ExportKind::handler))
