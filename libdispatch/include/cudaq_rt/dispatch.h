@@ -87,17 +87,21 @@
  *   then rx_poll as always.
  *
  * The lone state is the bridge's own (CUDAQ_RT_LONE_STATE_SIZE bytes, no pointer into the
- * session), so that the compact loop takes it by value and keeps it in registers, and the
- * session, which never reaches that loop, stays in the main loop's. lone_poll waits for the next
+ * session), so that the compact loop keeps it in registers (the unified kernel hands it over in a
+ * shared-memory box, loaded on entry), and the session, which never reaches that loop, stays in
+ * the main loop's. lone_enter answers 1 only where the bridge holds nothing for the kernel (no
+ * frame handed out and unpublished, none pending) and the next request is likely to come alone. lone_poll waits for the next
  * request; it answers READY with a request whose frame is at most 8 payload bytes (the request
  * fields hold its header, the frame at req.request its payload from byte 24), and anything else
  * (a larger frame, a second request already waiting, the shutdown flag) is left for rx_poll,
  * which then finds it without a second probe: lone_poll answers CUDAQ_DEV_RX_HANDOVER. The
  * request frame's header bytes are not written. lone_publish takes a response whose result
  * fits the bridge's small answer (it returns 0 otherwise, publishing nothing: the kernel writes
- * the response header into req.response and leaves, and tx_publish publishes it). Each hook is
- * optional as a set: cudaq-rt-link links the unified kernel's lone build only with a bridge
- * whose device code defines all four. */
+ * the response header into req.response and leaves, and tx_publish publishes it). The four are
+ * optional as a set, and a bridge that defines them says so in their translation unit with
+ * CUDAQ_RT_EXPORT_BRIDGE_HOOKS(lone) (cudaq_rt/exports.h): cudaq-rt-link then links the unified
+ * kernel's lone build in a per-TU link, and its plain build otherwise (a bridge without the
+ * record, a whole-program link). */
 #ifndef CUDAQ_RT_DISPATCH_H
 #define CUDAQ_RT_DISPATCH_H
 
