@@ -12,6 +12,8 @@
 #include "package_fixture.h"
 #include "scratch_dir.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -227,4 +229,38 @@ TEST_CASE("sources have the names -v prints") {
   CHECK(std::string(cubin_source_name(CubinSource::cache)) == "cache");
   CHECK(std::string(cubin_source_name(CubinSource::remote)) == "remote cache");
   CHECK(std::string(cubin_source_name(CubinSource::link)) == "link at load");
+}
+
+TEST_CASE("a whole-program record of handlers without named calls is current beside the lone "
+          "build") {
+  // The packed bridge exports the lone form's hooks: a per-TU plan (the load path's, unasked)
+  // links the unified kernel's lone build, a whole-program one the plain build where no handler
+  // has a named call. The load path's plan must still know that record as this runtime's.
+  Linked &l = linked();
+  const fs::path dir = fixture().fresh("whole_plain");
+  const fs::path manifest = dir / "manifest.json";
+  {
+    std::ifstream in(manifest);
+    nlohmann::json doc = nlohmann::json::parse(in);
+    for (nlohmann::json &e : doc["exports"])
+      e.erase("direct");
+    std::ofstream(manifest, std::ios::trunc) << doc.dump(2);
+  }
+  LinkSettings whole;
+  whole.lto_mode = LtoMode::whole;
+  {
+    const Package p = open_package(dir);
+    auto c = select_cubin(p, plan_of(p, whole), arch("sm_90"), fixture().cache("whole_plain"),
+                          {.allow_link = true, .store = true});
+    REQUIRE_MESSAGE(c, error_of(c));
+    CHECK(c->source == CubinSource::link);
+  }
+  const Package p = open_package(dir);
+  REQUIRE(p.manifest().links.size() == 1);
+  CHECK(p.manifest().links[0].lto == LtoMode::whole);
+  CHECK(p.manifest().links[0].inputs[0] != l.record.inputs[0]); // not the per-TU lone build
+  auto c = select_cubin(p, plan_of(p), arch("sm_90"), no_cache(), no_link);
+  REQUIRE_MESSAGE(c, error_of(c));
+  CHECK(c->source == CubinSource::package);
+  CHECK(c->warnings.empty());
 }
