@@ -13,8 +13,8 @@
 
 // Function-table rows kept in shared memory (16 bytes each); a larger table is searched where
 // the runtime put it, in device memory.
-// 1: the lone form (cudaq_rt/dispatch.h), for a bridge that has its hooks: cudaq-rt-link takes
-// this build then.
+// 1: the lone form (cudaq_rt/dispatch.h), for a bridge that exports its hooks: a per-TU link
+// takes this build then (a whole-program one keeps the plain direct form).
 #ifndef CUDAQ_RT_UNIFIED_LONE
 #define CUDAQ_RT_UNIFIED_LONE 0
 #endif
