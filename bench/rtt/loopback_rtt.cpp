@@ -144,6 +144,21 @@ const Config configs[] = {
      "loopback_lone_never",
      "builtin",
      {1, 4, 16, 64}},
+    // The warp form's lone turn (cudaq_rt/dispatch.h): the warp kernel's lone build (warp: the
+    // loopback bridge exports the hooks) against its plain build through the same load path (the
+    // bridge exporting neither set), and the unified kernel's in the same call.
+    {"warp without the lone turn (warp lone turn)",
+     "loopback_no_lone",
+     "warp",
+     {1, 4, 16, 64, 256, 1024}},
+    {"warp, loopback (warp lone turn)", "loopback", "warp", {1, 4, 16, 64, 256, 1024}},
+    {"warp without the lone turn, again (warp lone turn)",
+     "loopback_no_lone",
+     "warp",
+     {1, 4, 16, 64, 256, 1024}},
+    {"warp, loopback, again (warp lone turn)", "loopback", "warp", {1, 4, 16, 64, 256, 1024}},
+    {"unified without the lone form (warp lone turn)", "loopback_no_lone", "builtin", {1, 64}},
+    {"unified, loopback (warp lone turn)", "loopback", "builtin", {1, 64}},
 
     {"fused prototype, --lto whole (handlers called directly)",
      "loopback",

@@ -83,7 +83,8 @@ struct Session {
   uint8_t probe_saved;   // the lone form handed over a probe of fetched_slot: fetch_one takes it
                          // from the shared response frame (lone_poll) instead of probing again
   uint8_t lone_streak;   // requests in a row fetch_one found alone (nothing after them yet)
-  uint8_t lone_ready;    // the lone form may serve next (cudaq_dev_lone_enter; set by fetch_one)
+  uint8_t lone_ready;    // the lone form may serve next (cudaq_dev_lone_enter; set by fetch_one;
+                         // the warp form: cudaq_dev_warp_lone_enter, set by warp_poll)
   uint32_t tail_slot;    // the slot the last copy into tail_buffer was of
   uint32_t ahead_len;    // not 0: the request at fetched_slot is a bulk frame of these bytes,
                          // its control cell seen stamped (the chain: start_ahead)
@@ -1300,12 +1301,19 @@ extern "C" __device__ void cudaq_dev_tx_publish(void *session, void *response) {
 // into the lone state (Lone), which the compact loop keeps in registers. Anything else is handed
 // over to rx_poll with the probe that found it (probe_saved).
 // 0: the hooks are compiled but not exported, so that the link takes the unified kernel's plain
-// build (a bench variant: the lone form's baseline through the same load path).
+// build (a bench variant: the lone form's baseline through the same load path); the warp form's
+// lone turn likewise (CUDAQ_RT_LOOPBACK_WARP_LONE_EXPORT, by default the same).
 #ifndef CUDAQ_RT_LOOPBACK_LONE_EXPORT
 #define CUDAQ_RT_LOOPBACK_LONE_EXPORT 1
 #endif
+#ifndef CUDAQ_RT_LOOPBACK_WARP_LONE_EXPORT
+#define CUDAQ_RT_LOOPBACK_WARP_LONE_EXPORT CUDAQ_RT_LOOPBACK_LONE_EXPORT
+#endif
 #if CUDAQ_RT_LOOPBACK_LONE_EXPORT
 CUDAQ_RT_EXPORT_BRIDGE_HOOKS(lone);
+#endif
+#if CUDAQ_RT_LOOPBACK_WARP_LONE_EXPORT
+CUDAQ_RT_EXPORT_BRIDGE_HOOKS(warp_lone);
 #endif
 
 namespace {
@@ -1313,11 +1321,12 @@ struct Lone {
   const volatile uint4 *request_heads;
   volatile uint4 *response_heads;
   const volatile int *shutdown_flag;
-  uint32_t slot, lap; // the next request's
+  unsigned char *staging; // shared memory: the request frame, and the response's at response_at
+  uint32_t slot, lap;     // the next request's
   uint32_t num_slots;
   uint32_t layout; // CUDAQ_RT_LOOPBACK_LAYOUT_*
   uint32_t slot_size;
-  uint32_t response_at; // the shared response frame (and the handed-over probe) in shared_staging
+  uint32_t response_at; // the response frame (and the handed-over probe), from staging
   uint32_t small_max;   // the longest response frame published from registers
   uint32_t state;       // kLoneServing, or what lone_leave hands the session
 };
@@ -1332,6 +1341,29 @@ __device__ __forceinline__ Lone lone_load(const cudaq_rt_lone_state *from) {
 __device__ __forceinline__ void lone_store(cudaq_rt_lone_state *to, const Lone &l) {
   __builtin_memcpy(to, &l, sizeof l);
 }
+
+// The lone state of a session whose next request is at (slot, lap), served in `staging` (shared
+// memory) with its response frame at response_at.
+__device__ __forceinline__ Lone lone_of(const Session *s, uint32_t slot, uint32_t lap,
+                                        unsigned char *staging, uint32_t response_at) {
+  Lone l;
+  l.request_heads = s->request_heads;
+  l.response_heads = s->response_heads;
+  l.shutdown_flag = s->shutdown_flag;
+  l.staging = staging;
+  l.slot = slot;
+  l.lap = lap;
+  l.num_slots = s->num_slots;
+  l.layout = layout_of(s);
+  l.slot_size = s->slot_size;
+  l.response_at = response_at;
+  // A response frame of at most the head cells' bytes, and below bulk_min (a bulk one goes out by
+  // tx_publish).
+  const uint32_t head_bytes = CUDAQ_RT_HEADER_SIZE + CUDAQ_RT_LOOPBACK_CELL_DATA;
+  l.small_max = s->bulk_min != 0u && s->bulk_min <= head_bytes ? s->bulk_min - 1u : head_bytes;
+  l.state = kLoneServing;
+  return l;
+}
 } // namespace
 
 // Only where fetch_one would probe next (nothing held, nothing pending), after it found
@@ -1340,22 +1372,8 @@ extern "C" __device__ int cudaq_dev_lone_enter(void *session, cudaq_rt_lone_stat
   Session *s = static_cast<Session *>(session);
   if (!CUDAQ_RT_LOOPBACK_ADAPTIVE_PROBE || !s->lone_ready || s->pending != 0 || s->outstanding != 0)
     return 0;
-  Lone l;
-  l.request_heads = s->request_heads;
-  l.response_heads = s->response_heads;
-  l.shutdown_flag = s->shutdown_flag;
-  l.slot = s->fetched_slot;
-  l.lap = s->fetched_lap;
-  l.num_slots = s->num_slots;
-  l.layout = layout_of(s);
-  l.slot_size = s->slot_size;
-  l.response_at = s->batch_frames * s->slot_size;
-  // A response frame of at most the head cells' bytes, and below bulk_min (a bulk one goes out by
-  // tx_publish).
-  const uint32_t head_bytes = CUDAQ_RT_HEADER_SIZE + CUDAQ_RT_LOOPBACK_CELL_DATA;
-  l.small_max = s->bulk_min != 0u && s->bulk_min <= head_bytes ? s->bulk_min - 1u : head_bytes;
-  l.state = kLoneServing;
-  lone_store(lone, l);
+  lone_store(lone, lone_of(s, s->fetched_slot, s->fetched_lap, shared_staging,
+                           s->batch_frames * s->slot_size));
   return 1;
 }
 
@@ -1386,7 +1404,7 @@ extern "C" __device__ int cudaq_dev_lone_poll(cudaq_rt_lone_state *lone,
 #pragma unroll
   for (uint32_t c = 1; c < P; ++c)
     unstamped |= c < n ? (probe[c].x ^ l.lap) | (probe[c].z ^ l.lap) : 0u;
-  unsigned char *const staging = shared_staging;
+  unsigned char *const staging = l.staging;
   if (shutdown | (n > P) | (unstamped != 0) | (probe[0].w == CUDAQ_RT_LOOPBACK_KIND_BULK) |
       (peek && stamped(after, next_lap)) | !stamped(probe[0], l.lap)) {
     // rx_poll's: the flag (fetch_one drains), a frame that is not all in the probe, or a second
@@ -1457,7 +1475,7 @@ extern "C" __device__ void *cudaq_dev_lone_leave(void *session, const cudaq_rt_l
     return nullptr;
   // The request at l.slot was answered into the shared response frame: handed out, as rx_poll
   // hands out what fetch_one found, for tx_publish.
-  unsigned char *response = shared_staging + l.response_at;
+  unsigned char *response = l.staging + l.response_at;
   s->shared_batch = 1;
   s->batch_first = l.slot;
   s->last_slot = l.slot;
@@ -1652,6 +1670,10 @@ __device__ __forceinline__ int warp_poll(Session *s, void **request, void **resp
       mask, found & (probe[0].y > (P - 1u) * 8u) & (s->slot_size > (P - 1u) * 8u) &
                 !(CUDAQ_RT_LOOPBACK_BULK && probe[0].w == CUDAQ_RT_LOOPBACK_KIND_BULK));
   s->busy = ready == 0xFFFFFFFFu;
+  // The warp form's lone turn may come next (cudaq_dev_warp_lone_enter) after a round that found
+  // one request without a tail.
+  if (ready != 0u)
+    s->lone_ready = (ready & (ready - 1u)) == 0u && tails == 0u;
   // The next round's probe, the same in every lane (ready, the flag and s->warp are).
   // Several feeders' requests come in no order across their lanes: no lane comes next, so the
   // probe stays wide.
@@ -1749,4 +1771,56 @@ extern "C" __device__ void cudaq_dev_warp_tx_publish(void *session, void *respon
     publish_frame<CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS>(s, s->last_slot, s->last_lap, response);
   if (push_wanted(s))
     push_out();
+}
+
+// The warp form's lone turn (cudaq_rt/dispatch.h): lane 0 serves on the lone hooks above while the
+// lanes wait, where one warp, fed by one host thread, probes narrow (its client sends one request
+// at a time, request k to lane k % 32) and the last request it found had no tail. The lone loop
+// follows the ring slot by slot, whatever lane a slot is, in the window of warp_request_staging
+// (warp_frames' lone request and its response); leaving, every lane takes its next slot after the
+// last one served. Anything lone_poll hands over is probed again by the lanes, all of them (a
+// burst, a larger frame, the flag): the warp form has no saved probe.
+extern "C" __device__ int cudaq_dev_warp_lone_enter(void *session, cudaq_rt_lone_state *lone) {
+  Session *s = static_cast<Session *>(session);
+  const unsigned mask = 0xFFFFFFFFu;
+  // The same in every lane: the probe state and lone_ready change only with what the lanes vote,
+  // and the rest is the instance's. A narrow probe also means the flag was not seen (it widens).
+  if (!CUDAQ_RT_LOOPBACK_WARP_NARROW || !s->warp.narrow || !s->lone_ready || !s->one_feeder ||
+      s->warp_stride != CUDAQ_RT_WARP_LANES || !s->warp_window)
+    return 0;
+  const uint32_t slot = __shfl_sync(mask, s->fetched_slot, s->warp.next);
+  const uint32_t lap = __shfl_sync(mask, s->fetched_lap, s->warp.next);
+  if (s->lane == 0)
+    lone_store(lone, lone_of(s, slot, lap, warp_request_staging, s->slot_size));
+  __syncwarp(mask); // the state before lane 0 serves on it
+  return 1;
+}
+
+extern "C" __device__ void *cudaq_dev_warp_lone_leave(void *session,
+                                                      const cudaq_rt_lone_state *lone) {
+  Session *s = static_cast<Session *>(session);
+  const Lone l = lone_load(lone);
+  const bool held = l.state == kLoneHeld;
+  // The first request the lanes look for: after the held one, else the one lone_poll was at.
+  uint32_t next = l.slot, next_lap = l.lap;
+  if (held)
+    next_slot(next, next_lap, l.num_slots);
+  // This lane's first slot at or after it (slots are 32 a group, num_slots a multiple of 32).
+  const uint32_t at = next % CUDAQ_RT_WARP_LANES;
+  uint32_t slot = next - at + s->lane, lap = next_lap;
+  if (s->lane < at && (slot += CUDAQ_RT_WARP_LANES) >= s->num_slots) {
+    slot -= s->num_slots;
+    lap = cudaq_rt_loopback_next_lap(lap);
+  }
+  s->fetched_slot = slot;
+  s->fetched_lap = lap;
+  // What lone_poll handed over may be a burst: every lane probes then. Else lane `at` is next.
+  cudaq_rt_loopback_warp_narrow(&s->warp, l.state == kLoneSaved ? CUDAQ_RT_WARP_LANES : at);
+  s->busy = 0;
+  if (!held || s->lane != l.slot % CUDAQ_RT_WARP_LANES)
+    return nullptr;
+  // The request at l.slot was answered into the window's response frame: this lane's to publish.
+  s->last_slot = l.slot;
+  s->last_lap = l.lap;
+  return l.staging + l.response_at;
 }

@@ -12,6 +12,12 @@
 // Built like the unified kernel: LTO-IR for sm_80, embedded in the runtime library.
 #include "cudaq_rt/dispatch_framing.cuh"
 
+// 1: the lone turn (cudaq_rt/dispatch.h, "The warp form's lone turn"), for a bridge that exports
+// its hooks: a per-TU link takes this build then (a whole-program one keeps the plain direct form).
+#ifndef CUDAQ_RT_WARP_LONE
+#define CUDAQ_RT_WARP_LONE 0
+#endif
+
 #ifndef CUDAQ_RT_WARP_SHARED_TABLE_ROWS
 #define CUDAQ_RT_WARP_SHARED_TABLE_ROWS 512
 #endif
@@ -36,6 +42,10 @@ __device__ __forceinline__ void serve(const cudaq_rt_dispatch_params &p, void *s
   if (lane == 0)
     counters = cudaq_rt_counters_load(stats);
   for (;;) {
+#if CUDAQ_RT_WARP_LONE
+    cudaq_rt_warp_lone_step(session, lane, table, p.num_functions, p.slot_size, stats, &counters,
+                            &cache);
+#endif
     void *request = 0, *response = 0;
     const int r = cudaq_dev_warp_rx_poll(session, &request, &response);
     // As the unified kernel: the answer, the counters, then the header, right before tx_publish.

@@ -22,6 +22,7 @@ from harness import (blob_file, manifest_blobs, read_blob, DEVICE_FLAGS, HANDLER
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 INPUTS = os.path.join(HERE, "link_inputs")
+LOOPBACK_DEVICE = os.path.join(HERE, "..", "..", "bridges", "loopback", "loopback_device.cu")
 
 KERNEL = "cudaq_rt_unified_dispatch"
 EXAMPLE_HANDLERS = ["axpy_f32", "echo", "parity", "sum_i32"]
@@ -39,7 +40,8 @@ class LinkTest(unittest.TestCase):
         with open(t("bits_changed.cu"), "w") as f:
             f.write(read(os.path.join(HANDLERS, "bits.cu")).decode()
                     + "\n__device__ int cudaq_rt_test_changed = 1;\n")
-        compiles = [[NVCC, *DEVICE_FLAGS, "-c", src, "-o", t(out)] for src, out in [
+        compiles = [[NVCC, *DEVICE_FLAGS, *defines, "-c", src, "-o", t(out)]
+                    for src, out, *defines in [
             (os.path.join(HANDLERS, "arith.cu"), "arith.o"),
             (os.path.join(HANDLERS, "decode.cu"), "decode.o"),
             (os.path.join(HANDLERS, "bits.cu"), "bits.o"),
@@ -47,6 +49,9 @@ class LinkTest(unittest.TestCase):
             (os.path.join(INPUTS, "unused_kernel.cu"), "unused_kernel.o"),
             (os.path.join(INPUTS, "hand_export.cu"), "hand_export.o"),
             (os.path.join(INPUTS, "plain_bridge.cu"), "libcudaq_rt_bridge_plain.o"),
+            # The loopback bridge's device code exporting the unified kernel's lone hooks only.
+            (LOOPBACK_DEVICE, "libcudaq_rt_bridge_unified_lone.o",
+             "-DCUDAQ_RT_LOOPBACK_WARP_LONE_EXPORT=0"),
             (t("bits_changed.cu"), "bits_changed.o")]]
         with concurrent.futures.ThreadPoolExecutor(max_workers=2) as ex:  # nvcc is slow
             list(ex.map(check, compiles))
@@ -970,6 +975,24 @@ class LinkTest(unittest.TestCase):
             _, _, symbols = cubin_info(self.cubin(doc, "sm_90"))
             self.assertEqual(symbols.get(KERNEL), "func", (mode, bridge))
             self.assertEqual(any("cudaq_rt_serve_lone" in s for s in symbols), lone, (mode, bridge))
+
+    def test_the_warp_kernel_takes_its_lone_turn_where_the_bridge_exports_its_hooks(self):
+        # The warp kernel's lone build calls the same compact loop: per TU with the loopback
+        # bridge (CUDAQ_RT_EXPORT_BRIDGE_HOOKS(warp_lone)); not with a bridge that exports the
+        # unified kernel's set only (which still gets the unified kernel's lone build), and not
+        # whole-program.
+        pkg, cache = self.fresh()
+        unified_only = self.path("libcudaq_rt_bridge_unified_lone.o")
+        for dispatcher, mode, bridge, lone in (
+                ("warp", "per-tu", "loopback", True), ("warp", "per-tu", unified_only, False),
+                ("builtin", "per-tu", unified_only, True), ("warp", "whole", "loopback", False)):
+            doc = self.link_json(pkg, "--arch", "sm_90", "--lto", mode, "--bridge", bridge,
+                                 "--dispatcher", dispatcher, cache=cache)
+            _, _, symbols = cubin_info(self.cubin(doc, "sm_90"))
+            kernel = "cudaq_rt_warp_dispatch" if dispatcher == "warp" else KERNEL
+            self.assertEqual(symbols.get(kernel), "func", (dispatcher, mode, bridge))
+            self.assertEqual(any("cudaq_rt_serve_lone" in s for s in symbols), lone,
+                             (dispatcher, mode, bridge))
 
     def test_warp_dispatcher_links_concurrent_handlers(self):
         pkg, cache = self.fresh()

@@ -376,14 +376,16 @@ class PackTest(unittest.TestCase):
         self.assertEqual(len(m["exports"]), 5)
 
     def test_a_bridges_hook_sets_are_exports_apart(self):
-        # The installed loopback bridge's code exports the lone form's hooks: one bridge-hooks
-        # entry (no symbol of the module), its source the bridge's, the exports sorted by name.
+        # The installed loopback bridge's code exports the lone forms' hooks, the unified and
+        # the warp kernel's: a bridge-hooks entry each (no symbol of the module), their source the
+        # bridge's, the exports sorted by name.
         lib = os.path.join(os.path.dirname(PACK), "..", "lib", "cudaq-rt", "bridges",
                            "libcudaq_rt_bridge_loopback.so")
         m = self.pack(self.path("app"), "--bridge", "loopback", lib)
         hooks = [e for e in m["exports"] if e["kind"] == "bridge-hooks"]
-        self.assertEqual(hooks, [{"name": "lone", "kind": "bridge-hooks", "function_id": 0,
-                                  "symbol": "lone", "role": "bridge", "sources": [1]}])
+        self.assertEqual(hooks, [{"name": name, "kind": "bridge-hooks", "function_id": 0,
+                                  "symbol": name, "role": "bridge", "sources": [1]}
+                                 for name in ("lone", "warp_lone")])
         names = [e["name"] for e in m["exports"]]
         self.assertEqual(names, sorted(names))
 

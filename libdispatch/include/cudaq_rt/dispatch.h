@@ -101,7 +101,26 @@
  * optional as a set, and a bridge that defines them says so in their translation unit with
  * CUDAQ_RT_EXPORT_BRIDGE_HOOKS(lone) (cudaq_rt/exports.h): cudaq-rt-link then links the unified
  * kernel's lone build in a per-TU link, and its plain build otherwise (a bridge without the
- * record, a whole-program link). */
+ * record, a whole-program link).
+ *
+ * The warp form's lone turn. The same compact loop serves the warp dispatcher's lone requests in
+ * lane 0 while the other lanes wait, where the bridge provides two more hooks, called by all 32
+ * lanes together (converged, full mask), each lane with its own warp-form session:
+ *
+ *   if (cudaq_dev_warp_lone_enter(session, &lone)) {      the same answer in every lane
+ *     lane 0: the compact loop above, on lone_poll and lone_publish
+ *     held = cudaq_dev_warp_lone_leave(session, &lone);  every lane's session as warp_rx_poll
+ *     if (held) cudaq_dev_warp_tx_publish(session, held);  would leave it; held in one lane at most
+ *   }
+ *   then warp_rx_poll as always.
+ *
+ * `lone` is one state for the warp, in memory every lane reads (the warp kernel's is in shared
+ * memory): warp_lone_enter writes it in one lane and leaves it visible to lane 0 (a __syncwarp
+ * after its stores), and warp_lone_leave reads it in every lane after the kernel's __syncwarp.
+ * warp_lone_enter answers 1 only where no lane holds a frame and the next request is likely to
+ * come alone; what lone_poll hands over, the lanes' next warp_rx_poll finds. A bridge that defines
+ * the two, and the four above, says so with CUDAQ_RT_EXPORT_BRIDGE_HOOKS(warp_lone): cudaq-rt-link
+ * then links the warp kernel's lone build in a per-TU link. */
 #ifndef CUDAQ_RT_DISPATCH_H
 #define CUDAQ_RT_DISPATCH_H
 
@@ -203,6 +222,10 @@ __device__ int cudaq_dev_lone_publish(cudaq_rt_lone_state *lone,
                                       const cudaq_rt_lone_request *request,
                                       const cudaq_rt_lone_answer *answer);
 __device__ void *cudaq_dev_lone_leave(void *session, const cudaq_rt_lone_state *lone);
+
+/* The warp form's lone turn (see above). */
+__device__ int cudaq_dev_warp_lone_enter(void *session, cudaq_rt_lone_state *lone);
+__device__ void *cudaq_dev_warp_lone_leave(void *session, const cudaq_rt_lone_state *lone);
 }
 
 #endif /* __CUDACC__ */

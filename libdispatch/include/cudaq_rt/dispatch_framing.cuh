@@ -406,17 +406,13 @@ static __device__ __noinline__ void cudaq_rt_serve_lone() {
   cudaq_rt_lone_box = run;
 }
 
-/* One turn of the lone form, for a kernel's main loop to take before each rx_poll (one serving
- * thread a block): where the bridge says only a lone request can come next, serves in the compact
- * loop until it hands over, then publishes the response it left with tx_publish, if any.
- * `counters` and `cache` are the main loop's, carried across. */
+/* The compact loop entered (the bridge's lone_enter wrote cudaq_rt_lone_box.lone) with the main
+ * loop's `counters` and `cache`, carried across. */
 static __device__ __forceinline__ void
-cudaq_rt_lone_step(void *session, const cudaq_rt_function_entry *table, uint32_t table_size,
-                   uint32_t slot_size, cudaq_rt_dispatch_stats *stats,
-                   cudaq_rt_dispatch_counters *counters, cudaq_rt_handler_cache *cache) {
+cudaq_rt_lone_serve_with(const cudaq_rt_function_entry *table, uint32_t table_size,
+                         uint32_t slot_size, cudaq_rt_dispatch_stats *stats,
+                         cudaq_rt_dispatch_counters *counters, cudaq_rt_handler_cache *cache) {
   cudaq_rt_lone_run *box = &cudaq_rt_lone_box;
-  if (!cudaq_dev_lone_enter(session, &box->lone))
-    return;
   box->counters = *counters;
   box->cache = *cache;
   box->table = table;
@@ -426,9 +422,40 @@ cudaq_rt_lone_step(void *session, const cudaq_rt_function_entry *table, uint32_t
   cudaq_rt_serve_lone();
   *counters = box->counters;
   *cache = box->cache;
-  void *held = cudaq_dev_lone_leave(session, &box->lone);
+}
+
+/* One turn of the lone form, for a kernel's main loop to take before each rx_poll (one serving
+ * thread a block): where the bridge says only a lone request can come next, serves in the compact
+ * loop until it hands over, then publishes the response it left with tx_publish, if any.
+ * `counters` and `cache` are the main loop's, carried across. */
+static __device__ __forceinline__ void
+cudaq_rt_lone_step(void *session, const cudaq_rt_function_entry *table, uint32_t table_size,
+                   uint32_t slot_size, cudaq_rt_dispatch_stats *stats,
+                   cudaq_rt_dispatch_counters *counters, cudaq_rt_handler_cache *cache) {
+  if (!cudaq_dev_lone_enter(session, &cudaq_rt_lone_box.lone))
+    return;
+  cudaq_rt_lone_serve_with(table, table_size, slot_size, stats, counters, cache);
+  void *held = cudaq_dev_lone_leave(session, &cudaq_rt_lone_box.lone);
   if (held)
     cudaq_dev_tx_publish(session, held);
+}
+
+/* The warp form's lone turn (cudaq_rt/dispatch.h), for a warp kernel's main loop to take before
+ * each warp_rx_poll, in all 32 lanes of its one warp a block: where the bridge says only a lone
+ * request can come next, lane 0 serves in the compact loop (`counters` and `cache`: lane 0's)
+ * while the other lanes wait, and the lane that holds the response it left publishes it. */
+static __device__ __forceinline__ void
+cudaq_rt_warp_lone_step(void *session, unsigned lane, const cudaq_rt_function_entry *table,
+                        uint32_t table_size, uint32_t slot_size, cudaq_rt_dispatch_stats *stats,
+                        cudaq_rt_dispatch_counters *counters, cudaq_rt_handler_cache *cache) {
+  if (!cudaq_dev_warp_lone_enter(session, &cudaq_rt_lone_box.lone))
+    return;
+  if (lane == 0)
+    cudaq_rt_lone_serve_with(table, table_size, slot_size, stats, counters, cache);
+  __syncwarp(0xFFFFFFFFu); /* lane 0's lone state and counters before the lanes read them */
+  void *held = cudaq_dev_warp_lone_leave(session, &cudaq_rt_lone_box.lone);
+  if (held)
+    cudaq_dev_warp_tx_publish(session, held);
 }
 
 /* The warp form's start (cudaq_rt/dispatch.h), for a kernel whose 32 lanes of one warp call it

@@ -13,7 +13,7 @@
 namespace cudaq_rt {
 
 // bridge_hooks: an optional set of device hooks a bridge's code defines (exports.h
-// CUDAQ_RT_EXPORT_BRIDGE_HOOKS), named by the set ("lone").
+// CUDAQ_RT_EXPORT_BRIDGE_HOOKS), named by the set ("lone", "warp_lone").
 enum class ExportKind { handler, dispatch_kernel, global, bridge_hooks };
 const char *export_kind_name(ExportKind k);
 

@@ -13,6 +13,8 @@ extern "C" const uint8_t cudaq_rt_warp_direct_dispatcher_fatbin_begin[];
 extern "C" const uint8_t cudaq_rt_warp_direct_dispatcher_fatbin_end[];
 extern "C" const uint8_t cudaq_rt_builtin_lone_dispatcher_fatbin_begin[];
 extern "C" const uint8_t cudaq_rt_builtin_lone_dispatcher_fatbin_end[];
+extern "C" const uint8_t cudaq_rt_warp_lone_dispatcher_fatbin_begin[];
+extern "C" const uint8_t cudaq_rt_warp_lone_dispatcher_fatbin_end[];
 
 namespace cudaq_rt {
 
@@ -26,8 +28,8 @@ std::span<const BuiltinDispatcher> builtin_dispatchers() {
        builtin_dispatcher_fatbin(),
        {cudaq_rt_builtin_direct_dispatcher_fatbin_begin,
         cudaq_rt_builtin_direct_dispatcher_fatbin_end},
-       {cudaq_rt_builtin_lone_dispatcher_fatbin_begin,
-        cudaq_rt_builtin_lone_dispatcher_fatbin_end}},
+       {cudaq_rt_builtin_lone_dispatcher_fatbin_begin, cudaq_rt_builtin_lone_dispatcher_fatbin_end},
+       "lone"},
       {"warp",
        CUDAQ_RT_WARP_DISPATCH_KERNEL,
        32,
@@ -35,7 +37,8 @@ std::span<const BuiltinDispatcher> builtin_dispatchers() {
        true,
        {cudaq_rt_warp_dispatcher_fatbin_begin, cudaq_rt_warp_dispatcher_fatbin_end},
        {cudaq_rt_warp_direct_dispatcher_fatbin_begin, cudaq_rt_warp_direct_dispatcher_fatbin_end},
-       {}},
+       {cudaq_rt_warp_lone_dispatcher_fatbin_begin, cudaq_rt_warp_lone_dispatcher_fatbin_end},
+       "warp_lone"},
   }};
   return all;
 }

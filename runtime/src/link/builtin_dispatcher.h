@@ -31,9 +31,10 @@ struct BuiltinDispatcher {
   // direct calls a whole-program link generates (direct_calls.h).
   std::span<const uint8_t> direct_fatbin;
   // The first with the lone form (cudaq_rt/dispatch.h), which a per-TU link takes for a bridge
-  // whose device code exports its hooks (CUDAQ_RT_EXPORT_BRIDGE_HOOKS(lone)); empty where the
-  // kernel has no such build.
+  // whose device code exports the hooks it calls: the set named lone_hooks
+  // (CUDAQ_RT_EXPORT_BRIDGE_HOOKS(lone), or (warp_lone) for the warp kernel).
   std::span<const uint8_t> lone_fatbin;
+  const char *lone_hooks;
 };
 
 // The unified kernel ("builtin", the default) and the warp-wide one ("warp").

@@ -275,9 +275,9 @@ struct LinkPlan::Steps {
   // The bridge (choose_bridge): packed in the package, or the installed library, opened once.
   bool bridge_packed = false;
   std::shared_ptr<const InputFile> bridge_file = nullptr;
-  // Its code exports the lone form's hooks (CUDAQ_RT_EXPORT_BRIDGE_HOOKS(lone)): the unified
-  // kernel is linked in its lone build.
-  bool bridge_lone = false;
+  // The optional hook sets its code exports (CUDAQ_RT_EXPORT_BRIDGE_HOOKS(lone), (warp_lone)): a
+  // built-in kernel whose lone build calls a set the bridge has is linked in that build.
+  std::set<std::string> bridge_hooks = {};
 
   // Options end up in JSON (the manifest, cache metadata), which holds only UTF-8: an option that
   // is not would be recorded as something other than what was used.
@@ -372,7 +372,7 @@ struct LinkPlan::Steps {
   Expected<std::optional<Container>> add_builtin_dispatcher(const BuiltinDispatcher &b,
                                                             std::optional<LtoMode> requested) {
     plan.kernel = b.kernel;
-    // Per TU, the lone build where the kernel has one and the bridge has the hooks it calls. A
+    // Per TU, the lone build where the kernel has one and the bridge exports the hooks it calls. A
     // whole-program link takes the direct form where the package has handlers to call by name (per
     // TU, each handler is in a unit of its own, and a call by name would still be a call), with
     // the unit of direct calls generated for the package; else the plain build. Never the lone
@@ -380,7 +380,7 @@ struct LinkPlan::Steps {
     // the plain direct form (0.646 against 0.806 M/s on an H100, bench/loopback_rtt.md).
     // Both forms' digests are kept where they differ, so that a record of the other mode can be
     // told current (input_digests).
-    const bool lone = bridge_lone && !b.lone_fatbin.empty();
+    const bool lone = !b.lone_fatbin.empty() && bridge_hooks.count(b.lone_hooks) != 0;
     const bool direct = has_direct_handlers(m);
     const bool whole = requested.value_or(default_lto_mode) == LtoMode::whole;
     auto per_tu =
@@ -418,9 +418,9 @@ struct LinkPlan::Steps {
   }
 
   // The bridge whose device hooks the link takes: the settings', else the package's only packed
-  // one, else the installed loopback bridge (its library read, never dlopened); and whether its
-  // code exports the lone form's hooks: a packed bridge's exports come from the sources its
-  // containers were packed from, an installed one's from its library's records.
+  // one, else the installed loopback bridge (its library read, never dlopened); and the hook sets
+  // its code exports: a packed bridge's exports come from the sources its containers were packed
+  // from, an installed one's from its library's records.
   Status choose_bridge() {
     std::set<std::string> packed_bridges;
     for (const ContainerRecord &c : m.containers)
@@ -432,9 +432,6 @@ struct LinkPlan::Steps {
     plan.bridge = !plan.settings.bridge.empty() ? plan.settings.bridge
                   : packed_bridges.size() == 1  ? *packed_bridges.begin()
                                                 : default_bridge;
-    const auto lone = [](ExportKind kind, const std::string &name) {
-      return kind == ExportKind::bridge_hooks && name == "lone";
-    };
     bridge_packed = packed_bridges.count(plan.bridge) != 0;
     if (bridge_packed) {
       std::set<size_t> sources;
@@ -443,9 +440,10 @@ struct LinkPlan::Steps {
           for (const Origin &o : c.origins)
             sources.insert(o.source);
       for (const ExportEntry &e : m.exports)
-        if (e.kind == export_kind_name(ExportKind::bridge_hooks) && e.name == "lone")
+        if (e.kind == export_kind_name(ExportKind::bridge_hooks))
           for (size_t src : e.sources)
-            bridge_lone = bridge_lone || sources.count(src) != 0;
+            if (sources.count(src) != 0)
+              bridge_hooks.insert(e.name);
       return Status::ok();
     }
     auto where = find_bridge(plan.bridge);
@@ -461,7 +459,8 @@ struct LinkPlan::Steps {
       if (!records)
         return std::move(records).take_error();
       for (const ExportRecord &r : *records)
-        bridge_lone = bridge_lone || lone(r.kind, r.name);
+        if (r.kind == ExportKind::bridge_hooks)
+          bridge_hooks.insert(r.name);
     }
     return Status::ok();
   }
