@@ -331,6 +331,38 @@ void check_echo_sizes(Session &s) {
   }
 }
 
+// Small requests one at a time, then a small request whose answer is longer than 8 bytes (parity
+// of 8 bytes: 12), then small ones again: a client that waits for each answer is served by the
+// lone form (cudaq_rt/dispatch.h) once a few came alone, which publishes an answer past 8 bytes
+// through tx_publish instead (the warp form from the lane that holds it).
+void check_small_requests_long_answers(Session &s) {
+  for (int round = 0; round < 3; ++round) {
+    for (uint32_t k = 0; k < 8; ++k) {
+      const uint64_t word = 0x0123456789abcdefull * (k + 1) + uint64_t(round);
+      Bytes in(8);
+      std::memcpy(in.data(), &word, 8);
+      uint32_t rid = s.id++;
+      auto r = s.call(request(cudaq_rt_function_id("echo"), in.data(), 8, rid));
+      expect_response(r, 0, rid, in, "lone echo of 8 bytes");
+      ++s.expected.ok;
+    }
+    Bytes in(8);
+    for (uint32_t i = 0; i < 8; ++i)
+      in[i] = uint8_t(i * 29 + 3 + round);
+    Bytes want(in.size() + 4);
+    uint32_t total = 0;
+    for (size_t i = 0; i < in.size(); ++i) {
+      want[i] = uint8_t(__builtin_popcount(in[i]) & 1);
+      total += uint32_t(__builtin_popcount(in[i]));
+    }
+    std::memcpy(want.data() + in.size(), &total, 4);
+    uint32_t rid = s.id++;
+    auto r = s.call(request(cudaq_rt_function_id("parity"), in.data(), 8, rid));
+    expect_response(r, 0, rid, want, "parity of 8 bytes after lone echoes (a 12-byte answer)");
+    ++s.expected.ok;
+  }
+}
+
 // A handler-defined error: sum_i32 wants a multiple of 4 bytes.
 void check_handler_error(Session &s) {
   uint32_t rid = s.id++;
@@ -698,6 +730,7 @@ int main(int argc, char **argv) {
   check_axpy_f32(s);
   check_parity(s);
   check_echo_sizes(s);
+  check_small_requests_long_answers(s);
   check_handler_error(s);
   check_protocol_errors(s);
   check_send_refuses_partial_frames(s);
