@@ -1389,21 +1389,26 @@ extern "C" __device__ int cudaq_dev_lone_poll(cudaq_rt_lone_state *lone,
   const bool peek = next != l.slot;
   uint4 probe[P], after;
   int shutdown;
+  uint32_t len, n, unstamped;
   for (;;) {
 #pragma unroll
     for (uint32_t c = 0; c < P; ++c)
       probe[c] = load_cell(cells + c * stride);
     after = peek ? load_cell(after_cell) : make_uint4(0u, 0u, 0u, 0u);
     shutdown = *l.shutdown_flag;
-    if (stamped(probe[0], l.lap) || shutdown)
+    len = probe[0].y < l.slot_size ? probe[0].y : l.slot_size;
+    n = frame_cells(len);
+    unstamped = 0;
+#pragma unroll
+    for (uint32_t c = 1; c < P; ++c)
+      unstamped |= c < n ? (probe[c].x ^ l.lap) | (probe[c].z ^ l.lap) : 0u;
+    // A control cell seen stamped before the rest of a frame that is all in the probe: the loads
+    // crossed the host's stores (cells on lines of their own, as in the lanes layout, come back in
+    // any order). Probe again rather than hand it over: the warp form has no saved probe.
+    if (shutdown || (stamped(probe[0], l.lap) &&
+                     ((n > P) | (unstamped == 0) | (probe[0].w == CUDAQ_RT_LOOPBACK_KIND_BULK))))
       break;
   }
-  const uint32_t len = probe[0].y < l.slot_size ? probe[0].y : l.slot_size;
-  const uint32_t n = frame_cells(len);
-  uint32_t unstamped = 0;
-#pragma unroll
-  for (uint32_t c = 1; c < P; ++c)
-    unstamped |= c < n ? (probe[c].x ^ l.lap) | (probe[c].z ^ l.lap) : 0u;
   unsigned char *const staging = l.staging;
   if (shutdown | (n > P) | (unstamped != 0) | (probe[0].w == CUDAQ_RT_LOOPBACK_KIND_BULK) |
       (peek && stamped(after, next_lap)) | !stamped(probe[0], l.lap)) {
@@ -1780,14 +1785,26 @@ extern "C" __device__ void cudaq_dev_warp_tx_publish(void *session, void *respon
 // (warp_frames' lone request and its response); leaving, every lane takes its next slot after the
 // last one served. Anything lone_poll hands over is probed again by the lanes, all of them (a
 // burst, a larger frame, the flag): the warp form has no saved probe.
+// Bench variants: the turn's code linked and never taken (a condition the compiler cannot fold),
+// and a trap where it is taken.
+#ifndef CUDAQ_RT_LOOPBACK_WARP_LONE_WHEN
+#define CUDAQ_RT_LOOPBACK_WARP_LONE_WHEN 1
+#endif
+#ifndef CUDAQ_RT_LOOPBACK_WARP_LONE_TRAP
+#define CUDAQ_RT_LOOPBACK_WARP_LONE_TRAP 0
+#endif
 extern "C" __device__ int cudaq_dev_warp_lone_enter(void *session, cudaq_rt_lone_state *lone) {
   Session *s = static_cast<Session *>(session);
   const unsigned mask = 0xFFFFFFFFu;
   // The same in every lane: the probe state and lone_ready change only with what the lanes vote,
   // and the rest is the instance's. A narrow probe also means the flag was not seen (it widens).
   if (!CUDAQ_RT_LOOPBACK_WARP_NARROW || !s->warp.narrow || !s->lone_ready || !s->one_feeder ||
-      s->warp_stride != CUDAQ_RT_WARP_LANES || !s->warp_window)
+      s->warp_stride != CUDAQ_RT_WARP_LANES || !s->warp_window ||
+      !(CUDAQ_RT_LOOPBACK_WARP_LONE_WHEN))
     return 0;
+#if CUDAQ_RT_LOOPBACK_WARP_LONE_TRAP
+  __trap(); // the bench's proof that the turn is taken
+#endif
   const uint32_t slot = __shfl_sync(mask, s->fetched_slot, s->warp.next);
   const uint32_t lap = __shfl_sync(mask, s->fetched_lap, s->warp.next);
   if (s->lane == 0)
