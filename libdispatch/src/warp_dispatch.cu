@@ -9,7 +9,8 @@
 // counters, block b's at stats[b] (the launcher sums them). Handlers therefore run concurrently:
 // the link admits only handlers exported with CUDAQ_RT_EXPORT_HANDLER_CONCURRENT.
 //
-// Built like the unified kernel: LTO-IR for sm_80, embedded in the runtime library.
+// Built like the unified kernel: LTO-IR for sm_80, embedded in the runtime library; also as its
+// lone build (CUDAQ_RT_WARP_LONE), which takes the lone turn before each round.
 #include "cudaq_rt/dispatch_framing.cuh"
 
 // 1: the lone turn (cudaq_rt/dispatch.h, "The warp form's lone turn"), for a bridge that exports
