@@ -1820,17 +1820,11 @@ extern "C" __device__ void *cudaq_dev_warp_lone_leave(void *session,
   uint32_t next = l.slot, next_lap = l.lap;
   if (held)
     next_slot(next, next_lap, l.num_slots);
-  // This lane's first slot at or after it (slots are 32 a group, num_slots a multiple of 32).
-  const uint32_t at = next % CUDAQ_RT_WARP_LANES;
-  uint32_t slot = next - at + s->lane, lap = next_lap;
-  if (s->lane < at && (slot += CUDAQ_RT_WARP_LANES) >= s->num_slots) {
-    slot -= s->num_slots;
-    lap = cudaq_rt_loopback_next_lap(lap);
-  }
-  s->fetched_slot = slot;
-  s->fetched_lap = lap;
-  // What lone_poll handed over may be a burst: every lane probes then. Else lane `at` is next.
-  cudaq_rt_loopback_warp_narrow(&s->warp, l.state == kLoneSaved ? CUDAQ_RT_WARP_LANES : at);
+  cudaq_rt_loopback_lane_from(next, next_lap, s->lane, s->num_slots, &s->fetched_slot,
+                              &s->fetched_lap);
+  // What lone_poll handed over may be a burst: every lane probes then. Else the lane of `next`.
+  cudaq_rt_loopback_warp_narrow(&s->warp, l.state == kLoneSaved ? CUDAQ_RT_WARP_LANES
+                                                                : next % CUDAQ_RT_WARP_LANES);
   s->busy = 0;
   if (!held || s->lane != l.slot % CUDAQ_RT_WARP_LANES)
     return nullptr;

@@ -471,6 +471,22 @@ cudaq_rt_loopback_warp_first(uint32_t slot, uint32_t lap, uint32_t prev_slot, ui
   return (prev_slot != pred_slot) | (prev_lap != pred_lap);
 }
 
+/* The warp form's lone turn (loopback_device.cu, cudaq_dev_warp_lone_leave): lane `lane`'s next
+ * request once the turn leaves the next one at (next, lap), in a ring one warp serves (lane l the
+ * slots l, l + 32, ...; num_slots a multiple of 32): the lane's first slot at or after it. */
+static inline CUDAQ_RT_LOOPBACK_HD void
+cudaq_rt_loopback_lane_from(uint32_t next, uint32_t lap, uint32_t lane, uint32_t num_slots,
+                            uint32_t *slot_out, uint32_t *lap_out) {
+  const uint32_t at = next % CUDAQ_RT_LOOPBACK_LANES;
+  uint32_t slot = next - at + lane;
+  if (lane < at && (slot += CUDAQ_RT_LOOPBACK_LANES) >= num_slots) {
+    slot -= num_slots;
+    lap = cudaq_rt_loopback_next_lap(lap);
+  }
+  *slot_out = slot;
+  *lap_out = lap;
+}
+
 /* What cudaq_dev_enter_kernel receives as ctx; lives in device memory (cudaMalloc), written by
  * create, and by the serving thread at SHUTDOWN (resume_*). The host never reads it back. */
 typedef struct cudaq_rt_loopback_device_ctx {

@@ -1406,3 +1406,44 @@ TEST_CASE("feeders: each view is one feeder of the ring, holding no other") {
     }
   }
 }
+
+TEST_CASE("the warp form's lone turn leaves every lane at its first request after the turn's") {
+  // Request k is in slot k % n of lap cudaq_rt_loopback_lap(k, n) and is lane k % 32's. After the
+  // turn stops at request k, lane l's next is the first k' >= k with k' % 32 == l, across the
+  // ring's end and the laps' wrap; and exactly the lane of k then comes first (warp_first), as
+  // the narrow probe the turn leaves assumes.
+  for (uint32_t n : {32u, 64u, 256u}) {
+    CAPTURE(n);
+    for (uint64_t k = 0; k < 3u * n + 40u; ++k) {
+      CAPTURE(k);
+      const uint32_t next = uint32_t(k % n), lap = cudaq_rt_loopback_lap(k, n);
+      uint32_t slot[32], laps[32];
+      for (uint32_t l = 0; l < 32; ++l) {
+        uint64_t want = k;
+        while (want % 32 != l)
+          ++want;
+        cudaq_rt_loopback_lane_from(next, lap, l, n, &slot[l], &laps[l]);
+        CHECK(slot[l] == want % n);
+        CHECK(laps[l] == cudaq_rt_loopback_lap(want, n));
+      }
+      uint32_t first = 32, count = 0;
+      for (uint32_t l = 0; l < 32; ++l)
+        if (cudaq_rt_loopback_warp_first(slot[l], laps[l], slot[(l + 31) % 32], laps[(l + 31) % 32],
+                                         n, 1)) {
+          first = l;
+          ++count;
+        }
+      CHECK(count == 1u);
+      CHECK(first == next % 32);
+    }
+  }
+  // Across the laps' wrap (0xFFFFFFFF is followed by 1): the lanes before the turn's lane go on
+  // into the next lap.
+  uint32_t slot = 0, lap = 0;
+  cudaq_rt_loopback_lane_from(5, 0xFFFFFFFFu, 3, 32, &slot, &lap);
+  CHECK(slot == 3u);
+  CHECK(lap == 1u);
+  cudaq_rt_loopback_lane_from(5, 0xFFFFFFFFu, 7, 32, &slot, &lap);
+  CHECK(slot == 7u);
+  CHECK(lap == 0xFFFFFFFFu);
+}
