@@ -107,10 +107,11 @@
  * lane 0 while the other lanes wait, where the bridge provides two more hooks, called by all 32
  * lanes together (converged, full mask), each lane with its own warp-form session:
  *
- *   if (cudaq_dev_warp_lone_enter(session, &lone)) {      the same answer in every lane
- *     lane 0: the compact loop above, on lone_poll and lone_publish
- *     held = cudaq_dev_warp_lone_leave(session, &lone);  every lane's session as warp_rx_poll
- *     if (held) cudaq_dev_warp_tx_publish(session, held);  would leave it; held in one lane at most
+ *   if (cudaq_dev_warp_lone_enter(session, &lone)) {     the same answer in every lane
+ *     lane 0: the compact loop above, on lone_poll and lone_publish; then __syncwarp
+ *     held = cudaq_dev_warp_lone_leave(session, &lone); each lane's session as warp_rx_poll
+ *                                                         would have left it
+ *     if (held) cudaq_dev_warp_tx_publish(session, held); in one lane at most
  *   }
  *   then warp_rx_poll as always.
  *
