@@ -961,38 +961,28 @@ class LinkTest(unittest.TestCase):
         self.link_fails(pkg, ["--arch", "sm_80", "--dispatcher", "nosuch"],
                         ["no dispatch kernel 'nosuch'", "builtin"])
 
-    def test_the_unified_kernel_takes_the_lone_form_where_the_bridge_exports_its_hooks(self):
-        # The lone build's compact loop (cudaq_rt_serve_lone) is compiled apart: a function of the
-        # module per TU with the loopback bridge (CUDAQ_RT_EXPORT_BRIDGE_HOOKS(lone)); a bridge
-        # with the three hooks only gets the build that calls none of the four, and so does a
-        # whole-program link (the plain direct form).
+    def test_a_built_in_kernel_takes_its_lone_build_where_the_bridge_exports_its_hooks(self):
+        # The lone builds' compact loop (cudaq_rt_serve_lone) is compiled apart: a function of the
+        # module per TU with the loopback bridge, which exports both hook sets
+        # (CUDAQ_RT_EXPORT_BRIDGE_HOOKS(lone), (warp_lone)). A bridge with the three hooks only
+        # gets the builds that call none of them; one that exports the unified kernel's set only
+        # gets the unified kernel's lone build and the warp kernel's plain one; a whole-program
+        # link takes no lone build (the plain direct form).
         pkg, cache = self.fresh()
         plain = self.path("libcudaq_rt_bridge_plain.o")
-        for mode, bridge, lone in (("per-tu", "loopback", True), ("per-tu", plain, False),
-                                   ("whole", "loopback", False), ("whole", plain, False)):
-            doc = self.link_json(pkg, "--arch", "sm_90", "--lto", mode, "--bridge", bridge,
-                                 cache=cache)
-            _, _, symbols = cubin_info(self.cubin(doc, "sm_90"))
-            self.assertEqual(symbols.get(KERNEL), "func", (mode, bridge))
-            self.assertEqual(any("cudaq_rt_serve_lone" in s for s in symbols), lone, (mode, bridge))
-
-    def test_the_warp_kernel_takes_its_lone_turn_where_the_bridge_exports_its_hooks(self):
-        # The warp kernel's lone build calls the same compact loop: per TU with the loopback
-        # bridge (CUDAQ_RT_EXPORT_BRIDGE_HOOKS(warp_lone)); not with a bridge that exports the
-        # unified kernel's set only (which still gets the unified kernel's lone build), and not
-        # whole-program.
-        pkg, cache = self.fresh()
         unified_only = self.path("libcudaq_rt_bridge_unified_lone.o")
+        kernels = {"builtin": KERNEL, "warp": "cudaq_rt_warp_dispatch"}
         for dispatcher, mode, bridge, lone in (
+                ("builtin", "per-tu", "loopback", True), ("builtin", "per-tu", plain, False),
+                ("builtin", "whole", "loopback", False), ("builtin", "whole", plain, False),
                 ("warp", "per-tu", "loopback", True), ("warp", "per-tu", unified_only, False),
                 ("builtin", "per-tu", unified_only, True), ("warp", "whole", "loopback", False)):
             doc = self.link_json(pkg, "--arch", "sm_90", "--lto", mode, "--bridge", bridge,
                                  "--dispatcher", dispatcher, cache=cache)
             _, _, symbols = cubin_info(self.cubin(doc, "sm_90"))
-            kernel = "cudaq_rt_warp_dispatch" if dispatcher == "warp" else KERNEL
-            self.assertEqual(symbols.get(kernel), "func", (dispatcher, mode, bridge))
-            self.assertEqual(any("cudaq_rt_serve_lone" in s for s in symbols), lone,
-                             (dispatcher, mode, bridge))
+            where = (dispatcher, mode, bridge)
+            self.assertEqual(symbols.get(kernels[dispatcher]), "func", where)
+            self.assertEqual(any("cudaq_rt_serve_lone" in s for s in symbols), lone, where)
 
     def test_warp_dispatcher_links_concurrent_handlers(self):
         pkg, cache = self.fresh()
