@@ -1306,6 +1306,13 @@ extern "C" __device__ void cudaq_dev_tx_publish(void *session, void *response) {
 #ifndef CUDAQ_RT_LOOPBACK_LONE_EXPORT
 #define CUDAQ_RT_LOOPBACK_LONE_EXPORT 1
 #endif
+// lone_poll's peek at a slot whose control cell is on another line than the probed slot's
+// (cudaq_rt_loopback_peek_distance); 0: at the next slot, which in the lanes layout shares the
+// probed control cell's line 7 times in 8, so that its load waits for that one (the bench's
+// loopback_lone_peek_next, to compare).
+#ifndef CUDAQ_RT_LOOPBACK_LONE_PEEK_LINE
+#define CUDAQ_RT_LOOPBACK_LONE_PEEK_LINE 1
+#endif
 #ifndef CUDAQ_RT_LOOPBACK_WARP_LONE_EXPORT
 #define CUDAQ_RT_LOOPBACK_WARP_LONE_EXPORT CUDAQ_RT_LOOPBACK_LONE_EXPORT
 #endif
@@ -1383,8 +1390,16 @@ extern "C" __device__ int cudaq_dev_lone_poll(cudaq_rt_lone_state *lone,
   Lone l = lone_load(lone);
   const uint32_t L = l.layout, stride = cudaq_rt_loopback_head_stride(L);
   const volatile uint4 *cells = l.request_heads + cudaq_rt_loopback_head_cell(L, l.slot, 0);
-  uint32_t next = l.slot, next_lap = l.lap;
-  next_slot(next, next_lap, l.num_slots);
+  // The peek: a slot's control cell on another line than this slot's (the next slot's in the
+  // slots layout, the next line's first in the lanes layout), so that its load overlaps the
+  // probe's (CUDAQ_RT_LOOPBACK_LONE_PEEK_LINE).
+  const uint32_t ahead =
+      CUDAQ_RT_LOOPBACK_LONE_PEEK_LINE ? cudaq_rt_loopback_peek_distance(L, l.slot) : 1u;
+  uint32_t next = l.slot + ahead, next_lap = l.lap;
+  if (next >= l.num_slots) {
+    next -= l.num_slots;
+    next_lap = cudaq_rt_loopback_next_lap(l.lap);
+  }
   const volatile uint4 *after_cell = l.request_heads + cudaq_rt_loopback_head_cell(L, next, 0);
   const bool peek = next != l.slot;
   uint4 probe[P], after;
@@ -1413,7 +1428,8 @@ extern "C" __device__ int cudaq_dev_lone_poll(cudaq_rt_lone_state *lone,
 #pragma unroll
     for (uint32_t c = 0; c < P; ++c)
       to[c] = probe[c];
-    to[P] = after;
+    // fetch_one's peek is the next slot's control cell: the one loaded, or none (never stamped).
+    to[P] = ahead == 1u ? after : make_uint4(0u, 0u, 0u, 0u);
     l.state = kLoneSaved;
     lone_store(lone, l);
     return CUDAQ_DEV_RX_HANDOVER;
@@ -1780,13 +1796,15 @@ extern "C" __device__ void cudaq_dev_warp_tx_publish(void *session, void *respon
 // (warp_frames' lone request and its response); leaving, every lane takes its next slot after the
 // last one served. Anything lone_poll hands over is probed again by the lanes, all of them (a
 // burst, a larger frame, the flag): the warp form has no saved probe.
-// Only in the slots layout. In the lanes layout (the warp form's default) a slot's five head
-// cells lie on five lines, and the turn answered an 8-byte echo 0.1 us later than the warp's
-// narrow round (an H100: 3.18, 3.19 us against 3.00 to 3.09); in the slots layout 2.51, 2.52
-// against 3.08, 3.12 (bench/loopback_rtt.md, "The warp form's lone turn").
-// Bench variants: the turn in both layouts (1), and a trap where it is taken.
+// In both layouts. An 8-byte echo at 1 in flight on an H100, against the warp's narrow round:
+// slots layout 2.49 to 2.52 us against 3.01 to 3.12; lanes layout (the warp form's default) 2.50,
+// 2.56 against 3.06, 3.09, since lone_poll's peek goes to the next line there (with the peek at
+// the next slot, whose control cell shares the probed one's line, the turn took 3.11 to 3.20;
+// bench/loopback_rtt.md, "The warp form's lone turn" and "The lone form's peek").
+// Bench variants: the turn in the slots layout only (!s->lanes_layout), and a trap where it is
+// taken.
 #ifndef CUDAQ_RT_LOOPBACK_WARP_LONE_WHEN
-#define CUDAQ_RT_LOOPBACK_WARP_LONE_WHEN (!s->lanes_layout)
+#define CUDAQ_RT_LOOPBACK_WARP_LONE_WHEN 1
 #endif
 #ifndef CUDAQ_RT_LOOPBACK_WARP_LONE_TRAP
 #define CUDAQ_RT_LOOPBACK_WARP_LONE_TRAP 0

@@ -323,6 +323,18 @@ static inline CUDAQ_RT_LOOPBACK_HD uint64_t cudaq_rt_loopback_head_cell(uint32_t
   return ((uint64_t)slot * CUDAQ_RT_LOOPBACK_HEAD_CELLS + c) * CUDAQ_RT_LOOPBACK_LINE_CELLS;
 }
 
+/* The slot whose control cell the lone form's probe of `slot` loads beside its own (the peek,
+ * loopback_device.cu's lone_poll: a request waiting there ends the compact loop), as a distance
+ * from `slot`. Two loads from one thread to one line do not overlap (above): in the lanes layout a
+ * slot's control cell shares its line with the next slots' up to a multiple of LINE_CELLS, so the
+ * peek goes to the first slot of the next line; in the slots layout, to the next slot. */
+static inline CUDAQ_RT_LOOPBACK_HD uint32_t cudaq_rt_loopback_peek_distance(uint32_t layout,
+                                                                            uint32_t slot) {
+  return layout == CUDAQ_RT_LOOPBACK_LAYOUT_LANES
+             ? CUDAQ_RT_LOOPBACK_LINE_CELLS - slot % CUDAQ_RT_LOOPBACK_LINE_CELLS
+             : 1u;
+}
+
 /* Cells from frame cell c of a slot to its cell c + 1 (c + 1 < HEAD_CELLS). */
 static inline CUDAQ_RT_LOOPBACK_HD uint32_t cudaq_rt_loopback_head_stride(uint32_t layout) {
   return layout == CUDAQ_RT_LOOPBACK_LAYOUT_LANES ? CUDAQ_RT_LOOPBACK_LANES

@@ -224,7 +224,8 @@ class ServeTest(UdpCase):
         self.mixed_sizes(self.serve(), "unified kernel")
 
     def test_mixed_sizes_one_million_warp(self):
-        # The warp dispatcher in the slots layout, where its lone turn is taken.
+        # The warp dispatcher in the slots layout (two warps and the lanes layout: the test of
+        # four clients above).
         link_for(self.pkg, ARCH, "--bridge", "udp", "--dispatcher", "warp", env=self.env)
         s = self.serve("--dispatcher", "warp", "--bridge-arg", "slots=256,layout=slots")
         self.mixed_sizes(s, "warp dispatcher, slots layout")

@@ -1447,3 +1447,31 @@ TEST_CASE("the warp form's lone turn leaves every lane at its first request afte
   CHECK(slot == 7u);
   CHECK(lap == 0xFFFFFFFFu);
 }
+
+TEST_CASE("the lone form's peek: the nearest slot whose control cell is on another line") {
+  // Lines are 128 bytes: cell index / LINE_CELLS. In the lanes layout the control cells of 8
+  // slots side by side share a line; in the slots layout every cell has a line of its own.
+  auto line_of = [](uint32_t layout, uint32_t slot) {
+    return cudaq_rt_loopback_head_cell(layout, slot, 0) / CUDAQ_RT_LOOPBACK_LINE_CELLS;
+  };
+  for (uint32_t n : {32u, 64u, 256u})
+    for (uint32_t layout : {CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS, CUDAQ_RT_LOOPBACK_LAYOUT_LANES})
+      for (uint32_t slot = 0; slot < n; ++slot) {
+        CAPTURE(n);
+        CAPTURE(layout);
+        CAPTURE(slot);
+        const uint32_t d = cudaq_rt_loopback_peek_distance(layout, slot);
+        REQUIRE(d >= 1u);
+        REQUIRE(d <= CUDAQ_RT_LOOPBACK_LINE_CELLS);
+        // Not on the probed slot's line, nor on any of its 5 head cells' lines...
+        const uint32_t peek = (slot + d) % n;
+        for (uint32_t c = 0; c < CUDAQ_RT_LOOPBACK_HEAD_CELLS; ++c)
+          CHECK(cudaq_rt_loopback_head_cell(layout, peek, 0) / CUDAQ_RT_LOOPBACK_LINE_CELLS !=
+                cudaq_rt_loopback_head_cell(layout, slot, c) / CUDAQ_RT_LOOPBACK_LINE_CELLS);
+        // ...and every slot before it is on the probed slot's line: the nearest such slot.
+        for (uint32_t k = 1; k < d; ++k)
+          CHECK(line_of(layout, (slot + k) % n) == line_of(layout, slot));
+        if (layout == CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS)
+          CHECK(d == 1u);
+      }
+}
