@@ -95,12 +95,9 @@ __global__ void serve(Control *c, const unsigned char *in, unsigned char *out, i
 } // namespace
 
 int main(int argc, char **argv) {
-  const int iterations = argc > 1 ? std::atoi(argv[1]) : 20000;
-  std::vector<uint32_t> sizes;
-  for (int i = 2; i < argc; ++i)
-    sizes.push_back(uint32_t(std::strtoul(argv[i], nullptr, 10)));
-  if (sizes.empty())
-    sizes = {64, 256, 1024, 4096, 16384};
+  const ProbeArgs args = probe_args(argc, argv, "bulk_rtt", {64, 256, 1024, 4096, 16384}, kMax);
+  const int iterations = args.iterations;
+  const std::vector<uint32_t> &sizes = args.sizes;
   CHECK(cudaSetDeviceFlags(cudaDeviceMapHost));
   Control *c;
   unsigned char *in, *out;

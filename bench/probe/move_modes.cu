@@ -188,17 +188,9 @@ __global__ void serve_cells(Control *c, const uint4 *in, unsigned char *out, uin
 } // namespace
 
 int main(int argc, char **argv) {
-  const int iterations = argc > 1 ? std::atoi(argv[1]) : 20000;
-  std::vector<uint32_t> sizes;
-  for (int i = 2; i < argc; ++i)
-    sizes.push_back(uint32_t(std::strtoul(argv[i], nullptr, 10)));
-  if (sizes.empty())
-    sizes = {64, 256, 1024, 4096, 16384};
-  for (uint32_t n : sizes)
-    if (n == 0 || n > kMax) {
-      std::fprintf(stderr, "move_modes: sizes are 1 to %u bytes\n", kMax);
-      return 2;
-    }
+  const ProbeArgs args = probe_args(argc, argv, "move_modes", {64, 256, 1024, 4096, 16384}, kMax);
+  const int iterations = args.iterations;
+  const std::vector<uint32_t> &sizes = args.sizes;
   CHECK(cudaSetDeviceFlags(cudaDeviceMapHost));
   // The striped reads of a 16 KB request reach 64 lines of 256 bytes: kMax in all; of a smaller
   // one, 64 lines of 128 bytes (8 KB).

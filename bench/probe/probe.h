@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #define CHECK(x)                                                                                   \
   do {                                                                                             \
@@ -19,6 +20,32 @@
       std::exit(1);                                                                                \
     }                                                                                              \
   } while (0)
+
+// The command line the size probes share, `NAME [ITERATIONS] [SIZE...]`: ITERATIONS (default
+// 20000) at least 1, each SIZE (default `fallback`) 1 to `largest` bytes; otherwise says why and
+// exits with 2.
+struct ProbeArgs {
+  int iterations;
+  std::vector<uint32_t> sizes;
+};
+static ProbeArgs probe_args(int argc, char **argv, const char *name, std::vector<uint32_t> fallback,
+                            uint32_t largest) {
+  ProbeArgs a{argc > 1 ? std::atoi(argv[1]) : 20000, {}};
+  for (int i = 2; i < argc; ++i)
+    a.sizes.push_back(uint32_t(std::strtoul(argv[i], nullptr, 10)));
+  if (a.sizes.empty())
+    a.sizes = fallback;
+  if (a.iterations < 1) {
+    std::fprintf(stderr, "%s: ITERATIONS must be at least 1\n", name);
+    std::exit(2);
+  }
+  for (uint32_t n : a.sizes)
+    if (n == 0 || n > largest) {
+      std::fprintf(stderr, "%s: sizes are 1 to %u bytes\n", name, largest);
+      std::exit(2);
+    }
+  return a;
+}
 
 static __device__ __forceinline__ uint4 load16(const volatile uint4 *p) {
   uint4 v;

@@ -148,21 +148,9 @@ void launch(uint32_t bytes, Control *c, const uint4 *in, uint4 *out, int handler
 } // namespace
 
 int main(int argc, char **argv) {
-  const int iterations = argc > 1 ? std::atoi(argv[1]) : 20000;
-  std::vector<uint32_t> sizes;
-  for (int i = 2; i < argc; ++i)
-    sizes.push_back(uint32_t(std::strtoul(argv[i], nullptr, 10)));
-  if (sizes.empty())
-    sizes = {8, 64, 256, 1024, 4096};
-  for (uint32_t n : sizes)
-    if (n == 0 || n > kMaxBytes) {
-      std::fprintf(stderr, "warp_cells: sizes are 1 to %u bytes\n", kMaxBytes);
-      return 2;
-    }
-  if (iterations < 1) {
-    std::fprintf(stderr, "warp_cells: ITERATIONS must be at least 1\n");
-    return 2;
-  }
+  const ProbeArgs args = probe_args(argc, argv, "warp_cells", {8, 64, 256, 1024, 4096}, kMaxBytes);
+  const int iterations = args.iterations;
+  const std::vector<uint32_t> &sizes = args.sizes;
   CHECK(cudaSetDeviceFlags(cudaDeviceMapHost));
   Control *c;
   uint64_t *in, *out;

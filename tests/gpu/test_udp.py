@@ -142,6 +142,12 @@ class UdpCase(ClassDirCase):
         return subprocess.run([RUN, self.pkg, *args], capture_output=True, text=True,
                               env=self.env, timeout=timeout)
 
+    def assert_every_answer(self, results, count, what=""):
+        """Each client of `results` sent `count` requests and got every answer right."""
+        for i, r in enumerate(results):
+            self.assertEqual((r["sent"], r["answered"], r["wrong"], r["lost"]),
+                             (count, count, 0, 0), f"{what}client {i}")
+
     def assert_one_error(self, r, *keywords):
         self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
         errors = [l for l in r.stderr.splitlines() if l.startswith("cudaq-rt-run: error: ")]
@@ -161,9 +167,7 @@ class ServeTest(UdpCase):
                                              for i in range(n)])
         seconds = time.monotonic() - t0
         doc = s.stop()
-        for i, r in enumerate(results):
-            self.assertEqual((r["sent"], r["answered"], r["wrong"], r["lost"]),
-                             (count, count, 0, 0), f"client {i}")
+        self.assert_every_answer(results, count)
         t = doc["total"]
         self.assertEqual(t["served"], n * count)
         self.assertEqual(t["bridge"]["datagrams_received"], n * count)
@@ -188,9 +192,7 @@ class ServeTest(UdpCase):
             results = pool.map(load_worker, [(s.addresses[0], count, 32, bytes([i + 1]) * 8, 10)
                                              for i in range(n)])
         doc = s.stop()
-        for i, r in enumerate(results):
-            self.assertEqual((r["sent"], r["answered"], r["wrong"], r["lost"]),
-                             (count, count, 0, 0), f"client {i}")
+        self.assert_every_answer(results, count)
         t = doc["total"]
         self.assertEqual((t["served"], t["dispatch"]["requests"], t["dispatch"]["ok"]),
                          (n * count, n * count, n * count))
@@ -206,9 +208,7 @@ class ServeTest(UdpCase):
                                               for i in range(n)])
         seconds = time.monotonic() - t0
         doc = s.stop()
-        for i, r in enumerate(results):
-            self.assertEqual((r["sent"], r["answered"], r["wrong"], r["lost"]),
-                             (count, count, 0, 0), f"{what}: client {i}")
+        self.assert_every_answer(results, count, f"{what}: ")
         t = doc["total"]
         self.assertEqual((t["served"], t["dispatch"]["requests"], t["dispatch"]["ok"]),
                          (n * count, n * count, n * count), what)
