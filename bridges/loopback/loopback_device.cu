@@ -1796,10 +1796,10 @@ extern "C" __device__ void cudaq_dev_warp_tx_publish(void *session, void *respon
 // (warp_frames' lone request and its response); leaving, every lane takes its next slot after the
 // last one served. Anything lone_poll hands over is probed again by the lanes, all of them (a
 // burst, a larger frame, the flag): the warp form has no saved probe.
-// In both layouts. An 8-byte echo at 1 in flight on an H100, against the warp's narrow round:
-// slots layout 2.49 to 2.52 us against 3.01 to 3.12; lanes layout (the warp form's default) 2.50,
-// 2.56 against 3.06, 3.09, since lone_poll's peek goes to the next line there (with the peek at
-// the next slot, whose control cell shares the probed one's line, the turn took 3.11 to 3.20;
+// In both layouts. An 8-byte echo at 1 in flight on H100s, against the warp's narrow round:
+// slots layout 2.45 to 2.52 us against 3.01 to 3.12; lanes layout (the warp form's default) 2.40
+// to 2.56 against 2.93 to 3.09, since lone_poll's peek goes to the next line there (with the peek
+// at the next slot, whose control cell shares the probed one's line, the turn took 3.11 to 3.20;
 // bench/loopback_rtt.md, "The warp form's lone turn" and "The lone form's peek").
 // Bench variants: the turn in the slots layout only (!s->lanes_layout), and a trap where it is
 // taken.
