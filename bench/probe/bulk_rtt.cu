@@ -95,9 +95,8 @@ __global__ void serve(Control *c, const unsigned char *in, unsigned char *out, i
 } // namespace
 
 int main(int argc, char **argv) {
-  const ProbeArgs args = probe_args(argc, argv, "bulk_rtt", {64, 256, 1024, 4096, 16384}, kMax);
-  const int iterations = args.iterations;
-  const std::vector<uint32_t> &sizes = args.sizes;
+  const auto [iterations, sizes] =
+      probe_args(argc, argv, "bulk_rtt", {64, 256, 1024, 4096, 16384}, kMax);
   CHECK(cudaSetDeviceFlags(cudaDeviceMapHost));
   Control *c;
   unsigned char *in, *out;

@@ -188,9 +188,8 @@ __global__ void serve_cells(Control *c, const uint4 *in, unsigned char *out, uin
 } // namespace
 
 int main(int argc, char **argv) {
-  const ProbeArgs args = probe_args(argc, argv, "move_modes", {64, 256, 1024, 4096, 16384}, kMax);
-  const int iterations = args.iterations;
-  const std::vector<uint32_t> &sizes = args.sizes;
+  const auto [iterations, sizes] =
+      probe_args(argc, argv, "move_modes", {64, 256, 1024, 4096, 16384}, kMax);
   CHECK(cudaSetDeviceFlags(cudaDeviceMapHost));
   // The striped reads of a 16 KB request reach 64 lines of 256 bytes: kMax in all; of a smaller
   // one, 64 lines of 128 bytes (8 KB).

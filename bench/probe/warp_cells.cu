@@ -148,9 +148,8 @@ void launch(uint32_t bytes, Control *c, const uint4 *in, uint4 *out, int handler
 } // namespace
 
 int main(int argc, char **argv) {
-  const ProbeArgs args = probe_args(argc, argv, "warp_cells", {8, 64, 256, 1024, 4096}, kMaxBytes);
-  const int iterations = args.iterations;
-  const std::vector<uint32_t> &sizes = args.sizes;
+  const auto [iterations, sizes] =
+      probe_args(argc, argv, "warp_cells", {8, 64, 256, 1024, 4096}, kMaxBytes);
   CHECK(cudaSetDeviceFlags(cudaDeviceMapHost));
   Control *c;
   uint64_t *in, *out;

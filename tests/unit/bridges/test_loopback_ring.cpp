@@ -1451,8 +1451,8 @@ TEST_CASE("the warp form's lone turn leaves every lane at its first request afte
 TEST_CASE("the lone form's peek: the nearest slot whose control cell is on another line") {
   // Lines are 128 bytes: cell index / LINE_CELLS. In the lanes layout the control cells of 8
   // slots side by side share a line; in the slots layout every cell has a line of its own.
-  auto line_of = [](uint32_t layout, uint32_t slot) {
-    return cudaq_rt_loopback_head_cell(layout, slot, 0) / CUDAQ_RT_LOOPBACK_LINE_CELLS;
+  auto line_of = [](uint32_t layout, uint32_t slot, uint32_t c = 0) {
+    return cudaq_rt_loopback_head_cell(layout, slot, c) / CUDAQ_RT_LOOPBACK_LINE_CELLS;
   };
   for (uint32_t n : {32u, 64u, 256u})
     for (uint32_t layout : {CUDAQ_RT_LOOPBACK_LAYOUT_SLOTS, CUDAQ_RT_LOOPBACK_LAYOUT_LANES})
@@ -1466,8 +1466,7 @@ TEST_CASE("the lone form's peek: the nearest slot whose control cell is on anoth
         // Not on the probed slot's line, nor on any of its 5 head cells' lines...
         const uint32_t peek = (slot + d) % n;
         for (uint32_t c = 0; c < CUDAQ_RT_LOOPBACK_HEAD_CELLS; ++c)
-          CHECK(cudaq_rt_loopback_head_cell(layout, peek, 0) / CUDAQ_RT_LOOPBACK_LINE_CELLS !=
-                cudaq_rt_loopback_head_cell(layout, slot, c) / CUDAQ_RT_LOOPBACK_LINE_CELLS);
+          CHECK(line_of(layout, peek) != line_of(layout, slot, c));
         // ...and every slot before it is on the probed slot's line: the nearest such slot.
         for (uint32_t k = 1; k < d; ++k)
           CHECK(line_of(layout, (slot + k) % n) == line_of(layout, slot));
