@@ -29,6 +29,10 @@ split of it as means (arrival to the request written into the ring, arrival to t
 the answer seen to sendmmsg returned). --clients K runs K clients at once in each row (the
 median client's p50 / p99, and the requests a second of all of them).
 
+--cpus S,C runs the servers' threads from CPU S (the bare echo under taskset, the bridge with
+cpu=S; two threads on S and S+1) and the clients from CPU C (client k on C+k); the server process's other threads
+(the CUDA driver's) stay where the system puts them. Without it nothing is pinned.
+
 --bridge serves the main rows through another bridge; --compare-bridge serves the spinning row
 again through a second one. Both take a variant of the udp bridge (udp_no_push, built
 by the bench_loopback_rtt_build target: the bridge without the push of its responses).
@@ -48,12 +52,24 @@ import time
 from payload_sizes import SLOT_SIZE  # the ring payload_sizes.py measures: 16 KB + the header
 
 
+# --cpus: the servers' first CPU and the clients' (None: not pinned).
+SERVER_CPU = None
+CLIENT_CPU = None
+
+
+def pinned(cpus, command):
+    """command under taskset -c CPUS, where CPUS is given."""
+    return command if cpus is None else ["taskset", "-c", cpus] + command
+
+
 def client_run(client, address, n, size=8, clients=1):
     """p50 and p99 us of one client's run; with several clients at once, the medians of theirs,
     and the requests a second they had answered together (from the first start to the last end)."""
     start = time.monotonic()
-    procs = [subprocess.Popen([client, address, str(n), str(size)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(clients)]
+    cpu = [None if CLIENT_CPU is None else str(CLIENT_CPU + k) for k in range(clients)]
+    procs = [subprocess.Popen(pinned(cpu[k], [client, address, str(n), str(size)]),
+                              stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for k in range(clients)]
     results = []
     try:
         for p in procs:
@@ -75,7 +91,10 @@ def client_run(client, address, n, size=8, clients=1):
 
 
 def echo_row(echo, client, n, wait="spin", size=8, clients=1):
-    p = subprocess.Popen([echo, "0", wait], stdout=subprocess.PIPE, text=True)
+    cpus = None
+    if SERVER_CPU is not None:  # handoff's two threads on two CPUs, as the bridge's threads=2
+        cpus = f"{SERVER_CPU},{SERVER_CPU + 1}" if wait == "handoff" else str(SERVER_CPU)
+    p = subprocess.Popen(pinned(cpus, [echo, "0", wait]), stdout=subprocess.PIPE, text=True)
     try:
         line = p.stdout.readline()
         address = line.split()[-1]
@@ -88,6 +107,7 @@ def echo_row(echo, client, n, wait="spin", size=8, clients=1):
 def serve_row(run, pkg, client, n, env, wait="spin", bridge="udp", size=8, extra="", clients=1):
     bridge_arg = "wait=" + wait + ("" if size == 8 else f",slot_size={SLOT_SIZE}")
     bridge_arg += "," + extra if extra else ""
+    bridge_arg += f",cpu={SERVER_CPU}" if SERVER_CPU is not None else ""
     p = subprocess.Popen([run, pkg, "--serve", "--json", "--bridge", bridge, "--bridge-arg",
                           bridge_arg],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -160,10 +180,18 @@ def main():
                     "in alternating rounds (replaces the tables)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of --ab (default 3)")
     ap.add_argument("--clients", type=int, default=1, help="--ab: clients at once (default 1)")
+    ap.add_argument("--cpus", help="S,C: the servers' threads from CPU S, the clients from CPU C")
     a = ap.parse_args()
+    if a.cpus:
+        global SERVER_CPU, CLIENT_CPU
+        m = re.fullmatch(r"(\d+),(\d+)", a.cpus)
+        if not m:
+            ap.error(f"--cpus S,C: two CPU numbers, got '{a.cpus}'")
+        SERVER_CPU, CLIENT_CPU = int(m.group(1)), int(m.group(2))
 
     tmp = tempfile.mkdtemp(prefix="cudaq-rt-udp-rtt.")
-    env = dict(os.environ, CUDAQ_RT_CACHE_DIR=os.path.join(tmp, "cache"))
+    env = dict(os.environ)
+    env.setdefault("CUDAQ_RT_CACHE_DIR", os.path.join(tmp, "cache"))  # a cache of its own
     try:
         subprocess.run([a.pack, a.app, "--name", "example", "-o", tmp], check=True,
                        capture_output=True)

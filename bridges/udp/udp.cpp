@@ -4,8 +4,9 @@
 // (udp_host.h) move datagrams between the socket and the ring. Configuration, from
 // --bridge-arg: bind=ADDR (default 127.0.0.1), port=N (default 0: a free one), slots=N,
 // slot_size=BYTES, layout=slots|lanes (as the loopback bridge), wait=spin|block (default spin),
-// threads=1|2 (default 1: one thread receives and sends; 2: a thread each);
-// instance_config adds the layout for the warp form and puts GPU i of several on port N+i.
+// threads=1|2 (default 1: one thread receives and sends; 2: a thread each), cpu=N (the threads
+// run on CPU N, and N+1 for the sending one); instance_config adds the layout for the warp form
+// and puts GPU i of several on port N+i, and its threads from CPU N+i*threads.
 #include "loopback_alloc.h"
 #include "udp_host.h"
 
@@ -75,7 +76,8 @@ cudaq_rt_bridge_result create(const char *config, cudaq_rt_bridge **out) {
     ::close(u->socket.fd);
     return CUDAQ_RT_BRIDGE_ERROR;
   }
-  u->pump = std::make_unique<udp::Pump>(u->ring, u->socket.fd, u->config.spin, u->config.threads);
+  u->pump = std::make_unique<udp::Pump>(u->ring, u->socket.fd, u->config.spin, u->config.threads,
+                                        u->config.cpu);
   *out = reinterpret_cast<cudaq_rt_bridge *>(u.release());
   return CUDAQ_RT_BRIDGE_OK;
 }

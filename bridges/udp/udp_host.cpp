@@ -2,6 +2,9 @@
 #include "udp_host.h"
 
 #include <arpa/inet.h>
+#include <pthread.h>
+#include <sched.h>
+
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -60,6 +63,38 @@ uint64_t send_all(int fd, mmsghdr *msgs, unsigned n) {
   return failed;
 }
 
+// The CPUs this process may run on, as a list of ranges ("0-15", "0,2-3"); empty where it
+// cannot tell.
+std::string cpu_list(const cpu_set_t &set) {
+  std::string out;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &set))
+      continue;
+    int last = c;
+    while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &set))
+      ++last;
+    out +=
+        (out.empty() ? "" : ",") + std::to_string(c) + (last > c ? "-" + std::to_string(last) : "");
+    c = last;
+  }
+  return out;
+}
+
+// Why the bridge's threads cannot run on CPUs first .. first + threads - 1, or empty.
+std::string check_cpus(uint32_t first, uint32_t threads) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
+    return "cpu=" + std::to_string(first) +
+           ": cannot read the CPUs this process may run on: " + std::strerror(errno);
+  for (uint32_t c = first; c < first + threads; ++c)
+    if (c >= CPU_SETSIZE || !CPU_ISSET(c, &allowed))
+      return "cpu=" + std::to_string(first) + ": this process may not run on CPU " +
+             std::to_string(c) + (threads > 1 ? " (threads=2 takes CPUs N and N+1)" : "") +
+             "; it may on " + cpu_list(allowed);
+  return {};
+}
+
 } // namespace
 
 std::string parse_config(std::string_view text, Config &out) {
@@ -79,6 +114,11 @@ std::string parse_config(std::string_view text, Config &out) {
       if (value != "1" && value != "2")
         return "option 'threads' is 1 or 2, got '" + value + "'";
       out.threads = value == "1" ? 1 : 2;
+    } else if (key == "cpu") {
+      uint32_t cpu = 0;
+      if (!loopback::parse_u32(value, cpu) || cpu >= CPU_SETSIZE)
+        return "option 'cpu' needs a CPU number, got '" + value + "'";
+      out.cpu = int(cpu);
     } else if (key == "spare_frame") {
       if (!loopback::parse_flag(value, out.spare_frame))
         return "option 'spare_frame' is 0 or 1, got '" + value + "'";
@@ -100,10 +140,11 @@ std::string parse_config(std::string_view text, Config &out) {
     } else {
       return "unknown option '" + key +
              "' (known: bind=ADDR, port=N, slots=N, slot_size=BYTES, wait=spin|block, threads=1|2, "
-             "layout=slots|lanes, bulk=BYTES, response_bulk=BYTES, spare_frame=0|1, warps=N)";
+             "cpu=N, layout=slots|lanes, bulk=BYTES, response_bulk=BYTES, spare_frame=0|1, "
+             "warps=N)";
     }
   }
-  return {};
+  return out.cpu >= 0 ? check_cpus(uint32_t(out.cpu), out.threads) : std::string();
 }
 
 std::string instance_config(const cudaq_rt_bridge_launch &launch, std::string_view config,
@@ -125,6 +166,14 @@ std::string instance_config(const cudaq_rt_bridge_launch &launch, std::string_vi
              std::to_string(mine) + ", beyond 65535";
     options.set("port", std::to_string(mine));
   }
+  // A CPU for each thread of each GPU's bridge: GPU i's from N + i * threads.
+  const std::string *cpu = options.find("cpu");
+  const std::string *threads = options.find("threads");
+  uint32_t first_cpu = 0;
+  if (launch.instance > 0 && cpu && loopback::parse_u32(*cpu, first_cpu))
+    options.set("cpu",
+                std::to_string(uint64_t(first_cpu) +
+                               uint64_t(launch.instance) * (threads && *threads == "2" ? 2 : 1)));
   out = options.text();
   return {};
 }
@@ -236,8 +285,8 @@ const char *counter_name(uint32_t counter) {
   return counter < counter_count ? names[counter] : "";
 }
 
-Pump::Pump(const cudaq_rt_bridge &ring, int fd, bool spin, uint32_t threads)
-    : fd_(fd), spin_(spin), one_thread_(threads == 1), slots_(ring.num_slots),
+Pump::Pump(const cudaq_rt_bridge &ring, int fd, bool spin, uint32_t threads, int cpu)
+    : fd_(fd), spin_(spin), one_thread_(threads == 1), cpu_(cpu), slots_(ring.num_slots),
       slot_size_(ring.slot_size), rx_ring_(ring), tx_ring_(ring), senders_(ring.num_slots),
       sender_lengths_(ring.num_slots), arrivals_ns_(ring.num_slots),
       latency_(CUDAQ_RT_LATENCY_BUCKETS) {
@@ -270,6 +319,30 @@ bool Pump::start(std::string &error) {
     error = std::string("start: cannot start a thread: ") + e.what();
     stop();
     return false;
+  }
+  // Named for top -H and the like, and pinned where cpu= says (once running: where their first
+  // loops ran does not matter).
+  std::thread *const threads[2] = {&rx_, &tx_};
+  for (int i = 0; i < 2; ++i) {
+    if (!threads[i]->joinable())
+      continue;
+    pthread_setname_np(threads[i]->native_handle(), one_thread_ ? "cudaq-rt-udp"
+                                                    : i == 0    ? "cudaq-rt-udp-rx"
+                                                                : "cudaq-rt-udp-tx");
+    if (cpu_ < 0)
+      continue;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu_ + i, &set);
+    if (int rc = pthread_setaffinity_np(threads[i]->native_handle(), sizeof set, &set); rc != 0) {
+      error = "start: cannot run the " +
+              std::string(one_thread_ ? "bridge's"
+                          : i == 0    ? "receiving"
+                                      : "sending") +
+              " thread on CPU " + std::to_string(cpu_ + i) + ": " + std::strerror(rc);
+      stop();
+      return false;
+    }
   }
   return true;
 }

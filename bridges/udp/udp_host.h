@@ -76,17 +76,20 @@ struct Config {
   uint32_t warps = 1;       // warps of the warp form serving the ring (loopback_ring.h, "Warps")
   bool spin = true; // wait=spin: threads poll without sleeping; wait=block: they sleep when idle
   uint32_t threads = 1; // threads=1: one thread receives and sends; threads=2: a thread each
+  int cpu = -1; // cpu=N: the threads run on CPUs N (and N+1 for the sending one); -1: anywhere
 };
 
-// Parses "bind=ADDR,port=N,slots=N,slot_size=BYTES,wait=spin|block,threads=1|2,layout=slots|lanes,
-// bulk=BYTES,response_bulk=BYTES,spare_frame=0|1" into `out`; returns why it cannot, or empty.
+// Parses "bind=ADDR,port=N,slots=N,slot_size=BYTES,wait=spin|block,threads=1|2,cpu=N,
+// layout=slots|lanes,bulk=BYTES,response_bulk=BYTES,spare_frame=0|1,warps=N" into `out`; returns
+// why it cannot, or empty. cpu=N is checked against the CPUs this process may run on.
 std::string parse_config(std::string_view text, Config &out);
 
 // The options instance `launch` is created with (cudaq_rt_bridge_ops::instance_config), from the
 // user's `config`, into `out`: the ring laid out for the kernel as the loopback bridge's is
 // (loopback::lay_out_for; `engine`: the GPU has the bulk copy engine), and on several GPUs a
 // socket each on consecutive ports, port=N becoming port=N+i for instance i (N = 0, a free port,
-// stays). Returns why it cannot, or empty.
+// stays), and threads on CPUs of their own, cpu=N becoming cpu=N+i*T (T: the threads=
+// given, 1 by default). Returns why it cannot, or empty.
 std::string instance_config(const cudaq_rt_bridge_launch &launch, std::string_view config,
                             bool engine, std::string &out);
 
@@ -151,12 +154,14 @@ const char *counter_name(uint32_t counter);
 class Pump {
 public:
   // threads: 1, one thread that receives and sends in turn; 2, a receiving and a sending thread.
-  Pump(const cudaq_rt_bridge &ring, int fd, bool spin, uint32_t threads = 1);
+  // cpu >= 0: the threads run on CPU cpu (the receiving or only one) and cpu + 1 (the sending).
+  Pump(const cudaq_rt_bridge &ring, int fd, bool spin, uint32_t threads = 1, int cpu = -1);
   ~Pump();
   Pump(const Pump &) = delete;
   Pump &operator=(const Pump &) = delete;
 
-  // Starts both threads. Also after drain/stop: the ring positions carry on.
+  // Starts both threads, on their CPUs where the Pump has them. Also after drain/stop: the ring
+  // positions carry on.
   bool start(std::string &error);
   // Takes no more datagrams (those already in the socket's buffer are still taken), then waits up
   // to timeout_s until every request taken was answered. False: time ran out.
@@ -193,6 +198,7 @@ private:
 
   int fd_;
   bool spin_, one_thread_;
+  int cpu_;
   uint32_t slots_, slot_size_;
   cudaq_rt_bridge rx_ring_, tx_ring_;
   std::atomic<uint64_t> sent_{0}, received_{0}; // rx_ring_.sent and tx_ring_.received, published

@@ -318,6 +318,29 @@ class ServeTest(UdpCase):
         doc = s.stop()
         self.assertEqual(doc["total"]["served"], 80001)
 
+    def test_threads_pinned_by_cpu(self):
+        cpus = sorted(os.sched_getaffinity(0))
+        first = next((c for c in cpus if c + 1 in cpus), None)
+        if first is None:
+            self.skipTest("no two CPUs side by side to run the two threads on")
+        for threads, names in ((1, {"cudaq-rt-udp": first}),
+                               (2, {"cudaq-rt-udp-rx": first, "cudaq-rt-udp-tx": first + 1})):
+            s = self.serve("--bridge-arg", f"cpu={first},threads={threads}")
+            pinned = {}
+            for task in os.listdir(f"/proc/{s.proc.pid}/task"):
+                with open(f"/proc/{s.proc.pid}/task/{task}/comm") as f:
+                    name = f.read().strip()
+                with open(f"/proc/{s.proc.pid}/task/{task}/status") as f:
+                    allowed = re.search(r"^Cpus_allowed_list:\s*(\S+)$", f.read(), re.M).group(1)
+                if name.startswith("cudaq-rt-udp"):
+                    pinned[name] = allowed
+            self.assertEqual(pinned, {n: str(c) for n, c in names.items()})
+            with multiprocessing.Pool(2) as pool:
+                results = pool.map(load_worker, [(s.addresses[0], 20000, 8, bytes([0xC0 + i]) * 8,
+                                                  10) for i in range(2)])
+            self.assert_every_answer(results, 20000, f"threads={threads}: ")
+            self.assertEqual(s.stop()["total"]["served"], 40000)
+
     def test_bounds_stats_interval_and_text_report(self):
         s = self.serve("--count", "2000", "--stats-interval", "0.2")
         with client.Client(s.addresses[0], 5) as c:
@@ -375,7 +398,12 @@ class RefusalTest(UdpCase):
     def test_unknown_bridge_arg(self):
         r = self.run_tool("--serve", "--bridge-arg", "bogus=1")
         self.assert_one_error(r, "bridge 'udp': unknown option 'bogus' (known: bind=ADDR, port=N, "
-                                 "slots=N, slot_size=BYTES, wait=spin|block, threads=1|2, layout=slots|lanes, bulk=BYTES, response_bulk=BYTES, spare_frame=0|1, warps=N)")
+                                 "slots=N, slot_size=BYTES, wait=spin|block, threads=1|2, cpu=N, layout=slots|lanes, bulk=BYTES, response_bulk=BYTES, spare_frame=0|1, warps=N)")
+
+    def test_cpu_out_of_reach(self):
+        r = self.run_tool("--serve", "--bridge-arg", "cpu=1023")
+        self.assert_one_error(r, "bridge 'udp': cpu=1023: this process may not run on CPU 1023; "
+                                 "it may on ")
 
     def test_device_out_of_range(self):
         r = self.run_tool("--serve", "--device", "9")

@@ -13,9 +13,12 @@
 
 #include <arpa/inet.h>
 #include <poll.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <thread>
 #include <vector>
@@ -211,8 +214,8 @@ TEST_CASE("configuration: defaults, every key, and exact refusals") {
         "option 'layout' is slots or lanes, got 'diagonal'");
   CHECK(udp::parse_config("bogus=1", c) ==
         "unknown option 'bogus' (known: bind=ADDR, port=N, slots=N, slot_size=BYTES, "
-        "wait=spin|block, threads=1|2, layout=slots|lanes, bulk=BYTES, response_bulk=BYTES, "
-        "spare_frame=0|1, warps=N)");
+        "wait=spin|block, threads=1|2, cpu=N, layout=slots|lanes, bulk=BYTES, "
+        "response_bulk=BYTES, spare_frame=0|1, warps=N)");
   CHECK(udp::parse_config("port=65536", c) == "port=65536 is out of range 0..65535");
   CHECK(udp::parse_config("port=x", c) == "option 'port' needs a number, got 'x'");
   CHECK(udp::parse_config("wait=sometimes", c) ==
@@ -222,6 +225,110 @@ TEST_CASE("configuration: defaults, every key, and exact refusals") {
   CHECK(udp::parse_config("threads=2", c).empty());
   CHECK(c.threads == 2);
   CHECK(udp::parse_config("threads=3", c) == "option 'threads' is 1 or 2, got '3'");
+}
+
+namespace {
+
+// The CPUs this process may run on.
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(sched_getaffinity(0, sizeof set, &set) == 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set))
+      cpus.push_back(c);
+  return cpus;
+}
+
+// This process's threads by name (/proc/self/task/TID/comm), each with the CPUs it may run on
+// (Cpus_allowed_list of its status).
+std::multimap<std::string, std::string> threads_by_name() {
+  std::multimap<std::string, std::string> out;
+  for (const auto &task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::string name, line, cpus;
+    std::ifstream(task.path() / "comm") >> name;
+    for (std::ifstream status(task.path() / "status"); std::getline(status, line);)
+      if (line.rfind("Cpus_allowed_list:", 0) == 0)
+        cpus = line.substr(line.find_first_not_of(" \t", 18));
+    out.emplace(name, cpus);
+  }
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("cpu=N: checked against the CPUs this process may run on, then the threads run there") {
+  const std::vector<int> cpus = allowed_cpus();
+  REQUIRE(!cpus.empty());
+  udp::Config c;
+  CHECK(c.cpu == -1);
+  CHECK(udp::parse_config("cpu=x", c) == "option 'cpu' needs a CPU number, got 'x'");
+  CHECK(udp::parse_config("cpu=-1", c) == "option 'cpu' needs a CPU number, got '-1'");
+  CHECK(udp::parse_config("cpu=100000", c) == "option 'cpu' needs a CPU number, got '100000'");
+  const std::string refused = udp::parse_config("cpu=1023", c);
+  CHECK(refused.rfind("cpu=1023: this process may not run on CPU 1023; it may on " +
+                          std::to_string(cpus.front()),
+                      0) == 0);
+  REQUIRE(udp::parse_config("cpu=" + std::to_string(cpus.back()), c).empty());
+  CHECK(c.cpu == cpus.back());
+  // threads=2 takes N and N+1, given in either order.
+  const std::string last = std::to_string(cpus.back());
+  CHECK(udp::parse_config("cpu=" + last + ",threads=2", c)
+            .rfind("cpu=" + last + ": this process may not run on CPU " +
+                       std::to_string(cpus.back() + 1) +
+                       " (threads=2 takes CPUs N and N+1); it may on ",
+                   0) == 0);
+
+  udp::Config config;
+  udp::Socket socket;
+  std::string error;
+  REQUIRE_MESSAGE(udp::open_socket(config, socket, error), error);
+  ClientSocket s(socket.address);
+  for (uint32_t threads : {1u, 2u}) {
+    // Two CPUs side by side for two threads, if this process has them.
+    int first = -1;
+    for (size_t i = 0; i < cpus.size(); ++i)
+      if (threads == 1 || (i + 1 < cpus.size() && cpus[i + 1] == cpus[i] + 1))
+        first = cpus[i];
+    if (first < 0)
+      continue;
+    Ring ring(4, 64); // a ring of its own for each pump: its positions start at the ring's
+    DeviceModel device(ring);
+    CAPTURE(threads);
+    udp::Pump pump(ring.b, socket.fd, false, threads, first);
+    REQUIRE_MESSAGE(pump.start(error), error);
+    const auto named = threads_by_name();
+    if (threads == 1) {
+      REQUIRE(named.count("cudaq-rt-udp") == 1);
+      CHECK(named.find("cudaq-rt-udp")->second == std::to_string(first));
+    } else {
+      REQUIRE(named.count("cudaq-rt-udp-rx") == 1);
+      REQUIRE(named.count("cudaq-rt-udp-tx") == 1);
+      CHECK(named.find("cudaq-rt-udp-rx")->second == std::to_string(first));
+      CHECK(named.find("cudaq-rt-udp-tx")->second == std::to_string(first + 1));
+    }
+    s.send(frame(kEcho, Bytes{7, uint8_t(threads)}, threads));
+    auto r = s.receive();
+    REQUIRE(r);
+    CHECK(header_of(*r).request_id == threads);
+    CHECK(pump.drain(5));
+    pump.stop();
+    CHECK(threads_by_name().count("cudaq-rt-udp") == 0); // joined
+  }
+  // Unpinned, the thread may run wherever the process may.
+  Ring ring(4, 64);
+  udp::Pump pump(ring.b, socket.fd, false, 1);
+  REQUIRE_MESSAGE(pump.start(error), error);
+  const auto named = threads_by_name();
+  REQUIRE(named.count("cudaq-rt-udp") == 1);
+  std::string all;
+  for (const auto &[name, list] : named)
+    if (name != "cudaq-rt-udp")
+      all = list; // the test's own threads: the process's set
+  CHECK(named.find("cudaq-rt-udp")->second == all);
+  pump.stop();
+  ::close(socket.fd);
 }
 
 TEST_CASE("each instance's configuration: port=N becomes N+i, the warp form gets lanes, no bulk") {
@@ -251,6 +358,11 @@ TEST_CASE("each instance's configuration: port=N becomes N+i, the warp form gets
   CHECK(config(0, 0, "", true) == "");
   CHECK(config(32, 0, "", true) == "layout=lanes,bulk=0");
   CHECK(config(32, 1, "port=5000,port=5001") == "error: option 'port' is given twice");
+  // Each GPU's threads on CPUs of their own: GPU i's from N + i * threads.
+  CHECK(config(1, 0, "cpu=4") == "cpu=4");
+  CHECK(config(1, 3, "cpu=4") == "cpu=7");
+  CHECK(config(1, 3, "threads=2,cpu=4") == "threads=2,cpu=10");
+  CHECK(config(1, 2, "cpu=x") == "cpu=x"); // for create to refuse, as on GPU 0
 }
 
 TEST_CASE("every malformed datagram kind is classified, and answered with its status") {
@@ -587,8 +699,8 @@ TEST_CASE("the plugin refuses an unknown option and a port in use before touchin
   CHECK(bogus.error().str() ==
         "'" + std::string(CUDAQ_RT_TEST_UDP_BRIDGE) +
             "': bridge 'udp': unknown option 'bogus' (known: bind=ADDR, port=N, slots=N, "
-            "slot_size=BYTES, wait=spin|block, threads=1|2, layout=slots|lanes, bulk=BYTES, "
-            "response_bulk=BYTES, spare_frame=0|1, warps=N)");
+            "slot_size=BYTES, wait=spin|block, threads=1|2, cpu=N, layout=slots|lanes, "
+            "bulk=BYTES, response_bulk=BYTES, spare_frame=0|1, warps=N)");
   // A port some other socket holds.
   udp::Config config;
   udp::Socket taken;
