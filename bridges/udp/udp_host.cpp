@@ -63,8 +63,7 @@ uint64_t send_all(int fd, mmsghdr *msgs, unsigned n) {
   return failed;
 }
 
-// The CPUs this process may run on, as a list of ranges ("0-15", "0,2-3"); empty where it
-// cannot tell.
+// The CPUs of `set` as a list of ranges: "0-15", "0,2-3".
 std::string cpu_list(const cpu_set_t &set) {
   std::string out;
   for (int c = 0; c < CPU_SETSIZE; ++c) {
@@ -87,7 +86,7 @@ std::string check_cpus(uint32_t first, uint32_t threads) {
   if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
     return "cpu=" + std::to_string(first) +
            ": cannot read the CPUs this process may run on: " + std::strerror(errno);
-  for (uint32_t c = first; c < first + threads; ++c)
+  for (uint64_t c = first; c < uint64_t(first) + threads; ++c)
     if (c >= CPU_SETSIZE || !CPU_ISSET(c, &allowed))
       return "cpu=" + std::to_string(first) + ": this process may not run on CPU " +
              std::to_string(c) + (threads > 1 ? " (threads=2 takes CPUs N and N+1)" : "") +
@@ -116,8 +115,10 @@ std::string parse_config(std::string_view text, Config &out) {
       out.threads = value == "1" ? 1 : 2;
     } else if (key == "cpu") {
       uint32_t cpu = 0;
-      if (!loopback::parse_u32(value, cpu) || cpu >= CPU_SETSIZE)
+      if (!loopback::parse_u32(value, cpu))
         return "option 'cpu' needs a CPU number, got '" + value + "'";
+      if (cpu >= CPU_SETSIZE)
+        return check_cpus(cpu, 1); // no CPU of this process: says which ones are
       out.cpu = int(cpu);
     } else if (key == "spare_frame") {
       if (!loopback::parse_flag(value, out.spare_frame))
