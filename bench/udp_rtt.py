@@ -188,6 +188,11 @@ def main():
         if not m:
             ap.error(f"--cpus S,C: two CPU numbers, got '{a.cpus}'")
         SERVER_CPU, CLIENT_CPU = int(m.group(1)), int(m.group(2))
+        # Two server threads (the handoff echo, threads=2) take S and S+1; a client there would
+        # share a CPU with a spinning thread (8 ms a round trip, measured).
+        if {SERVER_CPU, SERVER_CPU + 1} & set(range(CLIENT_CPU, CLIENT_CPU + a.clients)):
+            ap.error(f"--cpus {a.cpus}: the clients' CPUs ({CLIENT_CPU} on) would share "
+                     f"{SERVER_CPU} or {SERVER_CPU + 1} with a server thread")
 
     tmp = tempfile.mkdtemp(prefix="cudaq-rt-udp-rtt.")
     env = dict(os.environ)
