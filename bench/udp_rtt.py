@@ -30,8 +30,9 @@ the answer seen to sendmmsg returned). --clients K runs K clients at once in eac
 median client's p50 / p99, and the requests a second of all of them).
 
 --cpus S,C runs the servers' threads from CPU S (the bare echo under taskset, the bridge with
-cpu=S; two threads on S and S+1) and the clients from CPU C (client k on C+k); the server process's other threads
-(the CUDA driver's) stay where the system puts them. Without it nothing is pinned.
+cpu=S; two threads on S and S+1) and the clients from CPU C (client k on C+k); the server
+process's other threads (the CUDA driver's) stay where the system puts them. Without it nothing
+is pinned.
 
 --bridge serves the main rows through another bridge; --compare-bridge serves the spinning row
 again through a second one. Both take a variant of the udp bridge (udp_no_push, built

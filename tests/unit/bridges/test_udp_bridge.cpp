@@ -272,7 +272,7 @@ TEST_CASE("cpu=N: checked against the CPUs this process may run on, then the thr
                      0) == 0);
   REQUIRE(udp::parse_config("cpu=" + std::to_string(cpus.back()), c).empty());
   CHECK(c.cpu == cpus.back());
-  // threads=2 takes N and N+1, given in either order.
+  // threads=2 takes N and N+1: checked once every option is read (here threads= comes last).
   const std::string last = std::to_string(cpus.back());
   CHECK(udp::parse_config("cpu=" + last + ",threads=2", c)
             .rfind("cpu=" + last + ": this process may not run on CPU " +
